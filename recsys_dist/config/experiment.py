@@ -1,0 +1,318 @@
+"""Model and training configs (``configs/*.yaml``), which point at a feature config.
+
+Example::
+
+    features: ../features/criteo_synth.yaml
+    data:
+      path: data/demo                 # root holding dt=YYYY-MM-DD/ partitions
+      train: {dates: 2026-01-01..2026-01-06}
+      eval: {dates: 2026-01-07}
+    input: {batch_size: 512}
+    model: {name: dcn_v2}
+    cluster: {mode: local, workers: 2, ps: 1}
+
+:func:`load_config` parses the file, loads the feature config it names and checks the
+cross-references between them. ``--set key=value`` overrides go through
+:func:`apply_overrides` before parsing, so they are validated like the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import os
+from dataclasses import field
+from typing import Any, Literal
+
+import yaml
+
+from recsys_dist.config.features import FeatureConfig, load_feature_config
+from recsys_dist.config.schema import did_you_mean, parse_dataclass
+from recsys_dist.config.yaml_loader import LocatedYaml, load_yaml
+from recsys_dist.errors import ConfigError
+
+#: Input groups each model of the zoo reads. ``None`` in ``model.inputs`` means all features.
+MODEL_INPUT_GROUPS: dict[str, tuple[str, ...]] = {
+    "lr": ("wide",),
+    "wide_deep": ("wide", "deep"),
+    "deepfm": ("deep",),
+    "dcn_v2": ("deep",),
+    "dlrm": ("deep",),
+    "mmoe": ("deep",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DateRange:
+    """An inclusive range of daily partitions, written ``FROM..TO`` or a single date."""
+
+    first: datetime.date
+    last: datetime.date
+
+    @classmethod
+    def parse(cls, text: str) -> "DateRange":
+        """Parses ``"2026-01-01..2026-01-06"`` or ``"2026-01-07"``; raises ValueError."""
+        parts = str(text).split("..")
+        if len(parts) > 2:
+            raise ValueError(f"got {text!r}; expected YYYY-MM-DD or YYYY-MM-DD..YYYY-MM-DD")
+        try:
+            first = datetime.date.fromisoformat(parts[0].strip())
+            last = datetime.date.fromisoformat(parts[-1].strip())
+        except ValueError:
+            raise ValueError(f"got {text!r}; expected YYYY-MM-DD or "
+                             "YYYY-MM-DD..YYYY-MM-DD") from None
+        if last < first:
+            raise ValueError(f"got {text!r}; the range ends before it starts")
+        return cls(first, last)
+
+    def days(self) -> list[datetime.date]:
+        """Returns every date in the range, in order."""
+        count = (self.last - self.first).days + 1
+        return [self.first + datetime.timedelta(days=i) for i in range(count)]
+
+    def __str__(self) -> str:
+        return str(self.first) if self.first == self.last else f"{self.first}..{self.last}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSplit:
+    """Which files make up a split: a date range of partitions, or a glob.
+
+    Attributes:
+      dates: ``FROM..TO`` (inclusive) or one date, over ``dt=YYYY-MM-DD`` partitions.
+      glob: A glob relative to ``data.path`` (e.g. ``"dt=2026-01-0[1-6]/*.parquet"``).
+    """
+
+    dates: str | None = None
+    glob: str | None = None
+
+    def date_range(self) -> DateRange | None:
+        return DateRange.parse(self.dates) if self.dates is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+    """Where the Parquet data lives and how bad data is handled.
+
+    Attributes:
+      path: Root holding ``<partition_key>=YYYY-MM-DD/`` directories; local or ``s3://``.
+      train: Files for training.
+      eval: Files for held-out evaluation.
+      partition_key: Name of the date partition directory key.
+      on_bad_file: ``fail`` or ``skip`` a file that is corrupt, truncated or empty.
+      on_bad_row: ``fail`` or ``skip`` (weight 0, counted) a row with a non-finite
+        numeric value or a label outside {0, 1}.
+    """
+
+    path: str
+    train: DataSplit | None = None
+    eval: DataSplit | None = None
+    partition_key: str = "dt"
+    on_bad_file: Literal["fail", "skip"] = "fail"
+    on_bad_row: Literal["fail", "skip"] = "fail"
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """The worker-side tf.data input function.
+
+    Attributes:
+      batch_size: Rows per batch on each worker.
+      shuffle: Shuffle unit order and rows within each unit (training only).
+      seed: Shuffle seed.
+      read_parallelism: Units read and transformed at once on each worker.
+      max_unit_rows: Row groups larger than this are split into several units.
+      prefetch_batches: Batches prefetched on each worker.
+    """
+
+    batch_size: int = field(default=512, metadata={"min": 1})
+    shuffle: bool = True
+    seed: int = 0
+    read_parallelism: int = field(default=2, metadata={"min": 1, "max": 64})
+    max_unit_rows: int = field(default=131072, metadata={"min": 1})
+    prefetch_batches: int = field(default=4, metadata={"min": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Which model of the zoo to build and which features and labels feed it.
+
+    Attributes:
+      name: One of the zoo's model names.
+      labels: Labels the model predicts; defaults to every label of the feature config.
+      inputs: Feature names per input group of the model (``wide``, ``deep``);
+        omitted, every feature goes to each of the model's groups.
+    """
+
+    name: Literal["lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe"]
+    labels: list[str] | None = field(default=None, metadata={"min_items": 1})
+    inputs: dict[str, list[str]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+    """The cluster that runs the job.
+
+    Attributes:
+      mode: ``local`` starts servers as subprocesses on 127.0.0.1; ``tf_config`` joins
+        the cluster described by the ``TF_CONFIG`` environment variable.
+      workers: Worker processes (local mode).
+      ps: Parameter-server processes (local mode).
+    """
+
+    mode: Literal["local", "tf_config"] = "local"
+    workers: int = field(default=2, metadata={"min": 1, "max": 64})
+    ps: int = field(default=1, metadata={"min": 1, "max": 64})
+
+
+@dataclasses.dataclass(frozen=True)
+class _ConfigFile:
+    features: str
+    model: ModelSpec
+    data: DataSpec | None = None
+    input: InputSpec = InputSpec()
+    cluster: ClusterSpec = ClusterSpec()
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """A parsed, cross-checked model/training config with its feature config.
+
+    Attributes:
+      file: Path of the config YAML.
+      features: The feature config it points at.
+      data, input, model, cluster: The config's sections.
+      inputs: Resolved feature names per model input group.
+      labels: Resolved label names the model predicts.
+      raw: The config as plain data after overrides (written next to models).
+    """
+
+    file: str
+    features: FeatureConfig
+    data: DataSpec | None
+    input: InputSpec
+    model: ModelSpec
+    cluster: ClusterSpec
+    inputs: dict[str, list[str]]
+    labels: list[str]
+    raw: dict[str, Any]
+
+
+def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:
+    """Applies ``key.path=value`` overrides (values parsed as YAML) to a loaded config.
+
+    Raises:
+      ConfigError: an override is not ``key=value`` or walks into a non-mapping.
+    """
+    data = copy.deepcopy(doc.data) if isinstance(doc.data, dict) else {}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(doc.file, key, f"--set {item!r}: expected key.path=value")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        node = data
+        parts = key.strip().split(".")
+        for depth, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(doc.file, ".".join(parts[:depth + 1]),
+                                  f"--set {item!r}: {child!r} is not a mapping")
+            node = child
+        node[parts[-1]] = value
+    return LocatedYaml(doc.file, data, doc.lines)
+
+
+def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, features: FeatureConfig) -> dict:
+    groups = MODEL_INPUT_GROUPS[model.name]
+    if model.inputs is None:
+        if len(groups) > 1:
+            raise doc.error("model.inputs", f"model {model.name!r} needs its input groups "
+                            + ", ".join(groups) + " listed, e.g. inputs: {wide: [...], deep: [...]}")
+        return {groups[0]: list(features.features)}
+    for group, names in model.inputs.items():
+        if group not in groups:
+            raise doc.error(f"model.inputs.{group}", f"model {model.name!r} has no input group "
+                            f"{group!r}; its groups are " + ", ".join(groups) + "."
+                            + did_you_mean(group, groups))
+        for i, name in enumerate(names):
+            if name not in features.features:
+                raise doc.error(f"model.inputs.{group}[{i}]", f"unknown feature {name!r} (not in "
+                                f"{features.file})." + did_you_mean(name, features.features))
+        if len(set(names)) != len(names):
+            raise doc.error(f"model.inputs.{group}", "lists the same feature twice")
+    missing = [g for g in groups if g not in model.inputs]
+    if missing:
+        raise doc.error("model.inputs", f"model {model.name!r} needs input group(s) "
+                        + ", ".join(missing))
+    used = {n for names in model.inputs.values() for n in names}
+    for name in features.features:
+        if name not in used:
+            raise doc.error("model.inputs", f"feature {name!r} of {features.file} is used by no "
+                            "model input; add it to a group or remove it from the feature config")
+    return {g: list(model.inputs[g]) for g in groups}
+
+
+def _check_data(doc: LocatedYaml, data: DataSpec | None) -> None:
+    if data is None:
+        return
+    for split_name in ("train", "eval"):
+        split = getattr(data, split_name)
+        if split is None:
+            continue
+        path = f"data.{split_name}"
+        if (split.dates is None) == (split.glob is None):
+            raise doc.error(path, "set exactly one of 'dates' (FROM..TO) or 'glob'")
+        if split.dates is not None:
+            try:
+                split.date_range()
+            except ValueError as exc:
+                raise doc.error(path + ".dates", str(exc)) from None
+
+
+def parse_config(doc: LocatedYaml) -> ExperimentConfig:
+    """Parses a loaded model/training config and the feature config it points at."""
+    raw = _parse_dates_as_text(doc.data)
+    doc = LocatedYaml(doc.file, raw, doc.lines)
+    parsed = parse_dataclass(_ConfigFile, raw, doc, "")
+    features_file = parsed.features
+    if not os.path.isabs(features_file):
+        features_file = os.path.normpath(os.path.join(os.path.dirname(doc.file), features_file))
+    if not os.path.exists(features_file):
+        raise doc.error("features", f"feature config {features_file!r} does not exist")
+    features = load_feature_config(features_file)
+    _check_data(doc, parsed.data)
+    labels = parsed.model.labels or list(features.labels)
+    for i, label in enumerate(labels):
+        if label not in features.labels:
+            raise doc.error(f"model.labels[{i}]", f"unknown label {label!r}; {features.file} "
+                            "defines " + ", ".join(features.labels) + "."
+                            + did_you_mean(label, features.labels))
+    if parsed.model.name == "mmoe" and len(labels) < 2:
+        raise doc.error("model.labels", "model 'mmoe' is multi-task; it needs at least 2 labels")
+    inputs = _resolve_inputs(doc, parsed.model, features)
+    return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
+                            parsed.cluster, inputs, labels, raw)
+
+
+def _parse_dates_as_text(data: Any) -> Any:
+    """YAML reads ``2026-01-07`` as a date; config date fields are text, so normalise."""
+    if isinstance(data, dict):
+        return {k: _parse_dates_as_text(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_parse_dates_as_text(v) for v in data]
+    if isinstance(data, datetime.date):
+        return data.isoformat()
+    return data
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
+                ) -> ExperimentConfig:
+    """Loads a model/training config, applies ``--set`` overrides and validates it all."""
+    doc = load_yaml(path)
+    if overrides:
+        doc = apply_overrides(doc, overrides)
+    return parse_config(doc)

@@ -1,0 +1,338 @@
+"""The feature-config language: tables, features and labels (``features/*.yaml``).
+
+A feature config names the embedding tables, the features that read Parquet columns
+and the binary labels::
+
+    tables:
+      ad_id: {rows: 1000000, dim: 16}
+    features:
+      C1: {kind: categorical, dtype: int64, table: ad_id}
+      I1: {kind: numeric, transform: log1p, nan_means_missing: true}
+      tags: {kind: multi_categorical, table: tag, max_length: 8, combiner: mean}
+      C1_x_C2: {kind: cross, inputs: [C1, C2], table: cross}
+    labels:
+      click: {}
+
+See ``docs/config.md`` for every key. Parsing and cross-reference checks happen in
+:func:`parse_feature_config`; nothing else validates feature configs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import field
+from typing import Literal, Union
+
+from recsys_dist.config.schema import did_you_mean, parse_dataclass, parse_value
+from recsys_dist.config.yaml_loader import LocatedYaml, load_yaml
+
+IdDtype = Literal["int64", "string"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    """An embedding table, possibly shared by several features.
+
+    Attributes:
+      name: Table name (the mapping key).
+      rows: Number of embedding rows: the hash space or vocabulary size.
+      dim: Embedding dimension.
+    """
+
+    name: str
+    rows: int = field(metadata={"min": 1})
+    dim: int = field(metadata={"min": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class CategoricalFeature:
+    """A single id per row, int64 or string, looked up in an embedding table.
+
+    Attributes:
+      name: Feature name (the mapping key).
+      table: Embedding table the ids index.
+      dtype: ``int64`` for integer ids, ``string`` for string ids.
+      column: Parquet column; defaults to ``name``.
+      hash_buckets: Hash into this many rows; defaults to the table's ``rows``.
+      vocabulary: Text file with one id per line (relative to the feature config).
+      oov_buckets: Rows for ids missing from ``vocabulary``.
+    """
+
+    name: str
+    table: str
+    dtype: IdDtype
+    kind: Literal["categorical"] = "categorical"
+    column: str | None = None
+    hash_buckets: int | None = field(default=None, metadata={"min": 1})
+    vocabulary: str | None = None
+    oov_buckets: int = field(default=1, metadata={"min": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericFeature:
+    """A float value per row, fed to the dense tower or bucketised into an embedded id.
+
+    Attributes:
+      transform: ``none``, ``log1p`` (signed: ``sign(x) * log1p(|x|)``),
+        ``standardize`` (``(x - mean) / std``) or ``bucketize`` (into ``table``).
+      mean, std: Required for ``standardize``.
+      boundaries: Strictly increasing bucket edges, required for ``bucketize``.
+      table: Embedding table for ``bucketize`` (rows >= len(boundaries) + 1).
+      nan_means_missing: Treat NaN as a missing value and use ``fill_value``. When
+        false, NaN is bad data. Infinity is always bad data.
+      fill_value: Value used for a missing (NaN) input, before the transform.
+    """
+
+    name: str
+    kind: Literal["numeric"] = "numeric"
+    column: str | None = None
+    transform: Literal["none", "log1p", "standardize", "bucketize"] = "none"
+    mean: float | None = None
+    std: float | None = field(default=None, metadata={"min": 1e-12})
+    boundaries: list[float] | None = field(default=None, metadata={"min_items": 1})
+    table: str | None = None
+    nan_means_missing: bool = False
+    fill_value: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiCategoricalFeature:
+    """Several ids per row in one delimited string column, e.g. ``"12|907|33"``.
+
+    Attributes:
+      table: Embedding table the ids index.
+      max_length: Ids kept per row (the first ones); the rest are dropped.
+      separator: Separator between ids.
+      combiner: How a row's embeddings are pooled: ``sum``, ``mean`` or ``sqrtn``.
+      weighted: Entries are ``id:weight``; the weight scales the embedding.
+      weight_separator: Separator between id and weight when ``weighted``.
+    """
+
+    name: str
+    table: str
+    max_length: int = field(metadata={"min": 1})
+    kind: Literal["multi_categorical"] = "multi_categorical"
+    column: str | None = None
+    separator: str = "|"
+    combiner: Literal["sum", "mean", "sqrtn"] = "mean"
+    weighted: bool = False
+    weight_separator: str = ":"
+    hash_buckets: int | None = field(default=None, metadata={"min": 1})
+    vocabulary: str | None = None
+    oov_buckets: int = field(default=1, metadata={"min": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossFeature:
+    """A hashed cross of two or more categorical features.
+
+    Attributes:
+      inputs: Names of categorical features to cross (at least two).
+      table: Embedding table the crossed ids index.
+      hash_buckets: Hash into this many rows; defaults to the table's ``rows``.
+    """
+
+    name: str
+    table: str
+    inputs: list[str] = field(metadata={"min_items": 2})
+    kind: Literal["cross"] = "cross"
+    hash_buckets: int | None = field(default=None, metadata={"min": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelSpec:
+    """A binary label column (values 0/1 or false/true).
+
+    Attributes:
+      name: Label name (the mapping key); models refer to labels by it.
+      column: Parquet column; defaults to ``name``.
+    """
+
+    name: str
+    column: str | None = None
+
+
+Feature = Union[CategoricalFeature, NumericFeature, MultiCategoricalFeature, CrossFeature]
+FEATURE_KINDS: dict[str, type] = {
+    "categorical": CategoricalFeature,
+    "numeric": NumericFeature,
+    "multi_categorical": MultiCategoricalFeature,
+    "cross": CrossFeature,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureConfig:
+    """A parsed and cross-checked feature config.
+
+    Attributes:
+      file: Path of the YAML file.
+      tables: Embedding tables by name.
+      features: Features by name, in file order.
+      labels: Labels by name, in file order.
+      vocabularies: Loaded vocabulary files by feature name (ids as strings or ints).
+    """
+
+    file: str
+    tables: dict[str, TableSpec]
+    features: dict[str, Feature]
+    labels: dict[str, LabelSpec]
+    vocabularies: dict[str, list] = dataclasses.field(default_factory=dict)
+
+    def column_of(self, feature_or_label: Feature | LabelSpec) -> str:
+        """Returns the Parquet column a feature or label reads."""
+        return getattr(feature_or_label, "column", None) or feature_or_label.name
+
+    def rows_of(self, feature: Feature) -> int:
+        """Returns how many table rows a feature's ids span (hash space or vocab + oov)."""
+        if feature.name in self.vocabularies:
+            return len(self.vocabularies[feature.name]) + feature.oov_buckets
+        return feature.hash_buckets or self.tables[feature.table].rows
+
+
+def _parse_features(doc: LocatedYaml, raw: object) -> dict[str, Feature]:
+    if raw is None or raw == {}:
+        raise doc.error("features", "no features defined; expected a mapping of name to feature")
+    if not isinstance(raw, dict):
+        raise doc.error("features", f"got {raw!r}; expected a mapping of feature name to settings")
+    out: dict[str, Feature] = {}
+    for name, spec in raw.items():
+        path = f"features.{name}"
+        if not isinstance(spec, dict):
+            raise doc.error(path, f"got {spec!r}; expected a mapping with a 'kind' key")
+        kind = spec.get("kind")
+        if kind is None:
+            raise doc.error(path + ".kind", "missing required key; expected one of "
+                            + ", ".join(repr(k) for k in FEATURE_KINDS))
+        if kind not in FEATURE_KINDS:
+            raise doc.error(path + ".kind", f"got {kind!r}; expected one of "
+                            + ", ".join(repr(k) for k in FEATURE_KINDS) + "."
+                            + did_you_mean(kind, FEATURE_KINDS))
+        out[str(name)] = parse_dataclass(FEATURE_KINDS[kind], spec, doc, path, {"name": str(name)})
+    return out
+
+
+def _load_vocabulary(doc: LocatedYaml, path: str, file: str, dtype: str) -> list:
+    full = file if os.path.isabs(file) else os.path.join(os.path.dirname(doc.file), file)
+    try:
+        with open(full, encoding="utf-8") as handle:
+            entries = [line.rstrip("\n") for line in handle if line.strip()]
+    except OSError as exc:
+        raise doc.error(path, f"cannot read vocabulary file {full!r}: {exc.strerror}") from None
+    if not entries:
+        raise doc.error(path, f"vocabulary file {full!r} is empty; expected one id per line")
+    if dtype == "int64":
+        try:
+            entries = [int(e) for e in entries]
+        except ValueError as exc:
+            raise doc.error(path, f"vocabulary file {full!r} has a non-integer id ({exc}); "
+                            "dtype int64 needs one integer per line") from None
+    if len(set(entries)) != len(entries):
+        raise doc.error(path, f"vocabulary file {full!r} has duplicate ids")
+    return entries
+
+
+def _check_references(doc: LocatedYaml, config: FeatureConfig) -> FeatureConfig:
+    tables, features = config.tables, config.features
+    vocabularies: dict[str, list] = {}
+    columns_used: dict[str, str] = {}
+    for name, feat in features.items():
+        path = f"features.{name}"
+        table = getattr(feat, "table", None)
+        if table is not None and table not in tables:
+            raise doc.error(path + ".table", f"unknown table {table!r}; defined tables are "
+                            + ", ".join(sorted(tables)) + "." + did_you_mean(table, tables))
+        if isinstance(feat, (CategoricalFeature, MultiCategoricalFeature)):
+            if feat.vocabulary is not None and feat.hash_buckets is not None:
+                raise doc.error(path, "set either 'vocabulary' or 'hash_buckets', not both")
+            if feat.vocabulary is not None:
+                dtype = feat.dtype if isinstance(feat, CategoricalFeature) else "string"
+                vocabularies[name] = _load_vocabulary(doc, path + ".vocabulary", feat.vocabulary,
+                                                      dtype)
+        if isinstance(feat, NumericFeature):
+            _check_numeric(doc, path, feat, tables)
+        if isinstance(feat, CrossFeature):
+            for i, inp in enumerate(feat.inputs):
+                if inp not in features:
+                    raise doc.error(f"{path}.inputs[{i}]", f"unknown feature {inp!r}."
+                                    + did_you_mean(inp, features))
+                if not isinstance(features[inp], CategoricalFeature):
+                    raise doc.error(f"{path}.inputs[{i}]", f"feature {inp!r} is "
+                                    f"{features[inp].kind}; a cross takes categorical features")
+            if len(set(feat.inputs)) != len(feat.inputs):
+                raise doc.error(path + ".inputs", "lists the same feature twice")
+        if not isinstance(feat, CrossFeature):
+            column = feat.column or name
+            columns_used.setdefault(column, name)
+    checked = dataclasses.replace(config, vocabularies=vocabularies)
+    for name, feat in features.items():
+        table = getattr(feat, "table", None)
+        if table is None:
+            continue
+        need = checked.rows_of(feat) if not isinstance(feat, NumericFeature) else \
+            len(feat.boundaries or []) + 1
+        if need > tables[table].rows:
+            what = "vocabulary size + oov_buckets" if name in vocabularies else (
+                "len(boundaries) + 1" if isinstance(feat, NumericFeature) else "hash_buckets")
+            raise doc.error(f"features.{name}", f"needs {need} rows ({what}) but table "
+                            f"{table!r} has rows={tables[table].rows}; raise tables.{table}.rows")
+    for name, label in config.labels.items():
+        column = label.column or name
+        if column in columns_used:
+            raise doc.error(f"labels.{name}", f"label column {column!r} is also read by feature "
+                            f"{columns_used[column]!r}; a label must never be a feature")
+    unused = sorted(set(tables) - {getattr(f, "table", None) for f in features.values()})
+    if unused:
+        raise doc.error(f"tables.{unused[0]}", "is used by no feature; remove it or reference it")
+    return checked
+
+
+def _check_numeric(doc: LocatedYaml, path: str, feat: NumericFeature,
+                   tables: dict[str, TableSpec]) -> None:
+    if feat.transform == "standardize" and (feat.mean is None or feat.std is None):
+        raise doc.error(path, "transform 'standardize' needs both 'mean' and 'std'")
+    if feat.transform == "bucketize":
+        if not feat.boundaries:
+            raise doc.error(path, "transform 'bucketize' needs 'boundaries'")
+        if feat.table is None:
+            raise doc.error(path, "transform 'bucketize' needs a 'table' for the bucket ids")
+        if any(a >= b for a, b in zip(feat.boundaries, feat.boundaries[1:])):
+            raise doc.error(path + ".boundaries", f"got {feat.boundaries}; "
+                            "expected strictly increasing numbers")
+    else:
+        for key in ("boundaries", "table"):
+            if getattr(feat, key) is not None:
+                raise doc.error(f"{path}.{key}", f"only applies to transform 'bucketize', "
+                                f"not {feat.transform!r}")
+    if feat.transform != "standardize":
+        for key in ("mean", "std"):
+            if getattr(feat, key) is not None:
+                raise doc.error(f"{path}.{key}", f"only applies to transform 'standardize', "
+                                f"not {feat.transform!r}")
+
+
+def parse_feature_config(doc: LocatedYaml) -> FeatureConfig:
+    """Parses and cross-checks a loaded feature-config document."""
+    data = doc.data
+    if not isinstance(data, dict):
+        raise doc.error("", f"got {data!r}; expected a mapping with tables, features, labels")
+    allowed = {"tables", "features", "labels"}
+    for key in data:
+        if key not in allowed:
+            raise doc.error(str(key), "unknown key; allowed keys are "
+                            + ", ".join(sorted(allowed)) + "." + did_you_mean(key, allowed))
+    tables = parse_value(dict[str, TableSpec], data.get("tables") or {}, doc, "tables",
+                         {"key_field": "name"})
+    features = _parse_features(doc, data.get("features"))
+    if not data.get("labels"):
+        raise doc.error("labels", "no labels defined; expected at least one binary label, "
+                        "e.g. labels: {click: {}}")
+    labels = parse_value(dict[str, LabelSpec], data["labels"], doc, "labels",
+                         {"key_field": "name"})
+    return _check_references(doc, FeatureConfig(doc.file, tables, features, labels))
+
+
+def load_feature_config(path: str | os.PathLike[str]) -> FeatureConfig:
+    """Loads, parses and validates the feature config at ``path``."""
+    return parse_feature_config(load_yaml(path))

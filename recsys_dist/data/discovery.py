@@ -1,0 +1,97 @@
+"""Find the Parquet files of a split: a date range of partitions, a glob, or a path.
+
+Layout: ``<root>/<partition_key>=YYYY-MM-DD/<any>.parquet``. Names starting with ``_`` or
+``.`` (``_SUCCESS`` markers, temp files) are never data. Listing runs on the
+coordinator through fsspec, so it works the same on local disk, ``s3://`` and
+``hdfs://``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from recsys_dist.config.experiment import DataSplit, DateRange
+from recsys_dist.data import storage
+from recsys_dist.errors import DataError
+
+_GLOB_CHARS = set("*?[")
+
+
+def _is_data_file(path: str) -> bool:
+    name = posixpath.basename(path)
+    return name.endswith(".parquet") and not name.startswith(("_", "."))
+
+
+def _list_parquet(fs, stripped: str) -> list[str]:
+    """All data files under directory ``stripped`` (recursively)."""
+    return sorted(p for p in fs.find(stripped) if _is_data_file(p))
+
+
+def discover_dates(root: str, dates: DateRange, partition_key: str = "dt") -> list[str]:
+    """Returns the Parquet files of every daily partition in ``dates``.
+
+    Raises:
+      DataError: a partition in the range is missing or holds no Parquet file.
+    """
+    fs, stripped_root = storage.filesystem(root)
+    files: list[str] = []
+    missing: list[str] = []
+    for day in dates.days():
+        part = storage.join(stripped_root, f"{partition_key}={day.isoformat()}")
+        found = _list_parquet(fs, part) if fs.isdir(part) else []
+        if not found:
+            missing.append(day.isoformat())
+        files.extend(storage.full_path(root, p) for p in found)
+    if missing:
+        available = _available_partitions(fs, stripped_root, partition_key)
+        hint = (f"; partitions present under {root}: {_summarise(available)}" if available
+                else f"; {root} holds no {partition_key}=YYYY-MM-DD partitions")
+        raise DataError(f"no Parquet files for {partition_key}={', '.join(missing)} "
+                        f"(date range {dates}){hint}")
+    return files
+
+
+def _available_partitions(fs, stripped_root: str, partition_key: str) -> list[str]:
+    if not fs.isdir(stripped_root):
+        return []
+    prefix = f"{partition_key}="
+    names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(stripped_root, detail=False)]
+    return sorted(n[len(prefix):] for n in names if n.startswith(prefix))
+
+
+def _summarise(days: list[str]) -> str:
+    if len(days) <= 6:
+        return ", ".join(days)
+    return f"{days[0]} .. {days[-1]} ({len(days)} partitions)"
+
+
+def discover_path(path: str) -> list[str]:
+    """Returns the Parquet files at ``path``: a file, a directory (recursive) or a glob.
+
+    Raises:
+      DataError: nothing matched.
+    """
+    fs, stripped = storage.filesystem(path)
+    if any(c in stripped for c in _GLOB_CHARS):
+        matched = sorted(p for p in fs.glob(stripped) if _is_data_file(p) or fs.isdir(p))
+        found: list[str] = []
+        for p in matched:
+            found.extend(_list_parquet(fs, p) if fs.isdir(p) else [p])
+    elif fs.isdir(stripped):
+        found = _list_parquet(fs, stripped)
+    elif fs.exists(stripped):
+        found = [stripped]
+    else:
+        raise DataError(f"{path}: no such file or directory")
+    if not found:
+        raise DataError(f"no Parquet files matched {path} (data files end in .parquet; "
+                        "names starting with '_' or '.' are ignored)")
+    return [storage.full_path(path, p) for p in found]
+
+
+def discover_split(root: str, split: DataSplit, partition_key: str = "dt") -> list[str]:
+    """Returns the files of a configured split (``dates`` or ``glob`` under ``root``)."""
+    date_range = split.date_range()
+    if date_range is not None:
+        return discover_dates(root, date_range, partition_key)
+    return discover_path(storage.join(root, split.glob))

@@ -1,0 +1,177 @@
+"""The worker-side ``tf.data`` input function.
+
+:func:`prepare_input` runs on the coordinator: it discovers the split's files, reads
+their footers, checks the schema against the feature config and plans the shards.
+:meth:`InputPipeline.dataset_fn` returns the function each worker runs. It is traced
+once on the coordinator with the worker index as a call-time capture, so it is pure
+graph: it selects the worker's units from the plan constants, reads them with
+tensorflow-io's Parquet kernel, transforms every feature in-graph over whole units
+(so per-op overhead is paid per unit, not per batch), shuffles rows within units for
+training, then rebatches to ``batch_size`` and prefetches. No Python runs per row or
+per batch, on the coordinator or anywhere else.
+
+Each element is a dict::
+
+    {"features": {name: Tensor | {"ids", "weights"}},  # see features.transforms
+     "labels": {name: float32 [B]},
+     "valid": float32 [B],   # 0 for rows skipped under on_bad_row: skip
+     "row": int64 [B]}       # file_index << 32 | row in file: a row's identity in the plan
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Literal
+
+import tensorflow as tf
+from tensorflow_io.python.ops import core_ops
+
+from recsys_dist.cluster.tfio_kernels import load_tfio_kernels
+from recsys_dist.config.experiment import DataSplit, ExperimentConfig, InputSpec
+from recsys_dist.data import discovery
+from recsys_dist.data.parquet_meta import read_footers
+from recsys_dist.data.schema_check import check_schemas, required_columns
+from recsys_dist.data.shard_plan import ShardPlan, plan_shards
+from recsys_dist.errors import ConfigError, DataError
+from recsys_dist.features.transforms import FeatureTransform
+
+ROW_FILE_SHIFT = 32
+
+
+def row_id(file_index: int, row: int) -> int:
+    """The ``row`` value the input function emits for row ``row`` of file ``file_index``."""
+    return (file_index << ROW_FILE_SHIFT) | row
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPipeline:
+    """A planned input split, ready to build per-worker datasets.
+
+    Attributes:
+      plan: Which worker reads which units.
+      transform: In-graph feature transform.
+      spec: Input settings (batch size, parallelism, ...).
+    """
+
+    plan: ShardPlan
+    transform: FeatureTransform
+    spec: InputSpec
+
+    def dataset_fn(self, training: bool, worker_index: int | None = None
+                   ) -> Callable[..., tf.data.Dataset]:
+        """Returns the dataset function for one pass of this worker's units.
+
+        Args:
+          training: Shuffle units and rows (when ``spec.shuffle``).
+          worker_index: Fixed worker index for use outside a cluster; by default the
+            index comes from ``experimental_get_current_worker_index()`` on each worker.
+        """
+        plan, spec, transform = self.plan, self.spec, self.transform
+        dtypes = {c: tf.as_dtype(transform.column_dtypes[c]) for c in transform.columns}
+        shuffle = training and spec.shuffle
+
+        def read_unit(position, file_index, start, stop):
+            path = tf.gather(tf.constant(plan.files), file_index)
+            shape = tf.reshape(tf.gather(tf.constant(plan.file_rows, tf.int64), file_index), [1])
+            # One tensorflow-io resource per (file, slot): reads of the same file in
+            # parallel slots do not serialise on the resource's mutex.
+            shared = tf.strings.join(
+                [path, "#", tf.strings.as_string(position % spec.read_parallelism)])
+            raw = {}
+            for column, dtype in dtypes.items():
+                values = core_ops.io_parquet_readable_read(
+                    input=path, shared=shared, component=column, shape=shape,
+                    start=start, stop=stop, dtype=dtype)
+                values.set_shape([None])
+                raw[column] = values
+            source = tf.strings.join([path, " (rows ", tf.strings.as_string(start), "..",
+                                      tf.strings.as_string(stop), ")"])
+            features, labels, valid = transform(raw, source, start)
+            rows = tf.bitwise.bitwise_or(tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT),
+                                         tf.range(start, stop, dtype=tf.int64))
+            element = {"features": features, "labels": labels, "valid": valid, "row": rows}
+            if shuffle:
+                order = tf.random.shuffle(tf.range(stop - start), seed=spec.seed)
+                element = tf.nest.map_structure(lambda t: tf.gather(t, order), element)
+            return element
+
+        def dataset_fn(input_context=None) -> tf.data.Dataset:
+            load_tfio_kernels()
+            if worker_index is None:
+                index = tf.distribute.coordinator.experimental_get_current_worker_index()
+            else:
+                index = tf.constant(worker_index)
+            mine = tf.equal(tf.constant(plan.workers, tf.int32), tf.cast(index, tf.int32))
+            units = tuple(tf.boolean_mask(tf.constant(column, tf.int64), mine)
+                          for column in ([u.file for u in plan.units],
+                                         [u.start for u in plan.units],
+                                         [u.stop for u in plan.units]))
+            ds = tf.data.Dataset.from_tensor_slices(units)
+            if shuffle:
+                ds = ds.shuffle(len(plan.units), seed=spec.seed, reshuffle_each_iteration=True)
+            ds = ds.enumerate().map(lambda i, u: read_unit(i, *u),
+                                    num_parallel_calls=spec.read_parallelism,
+                                    deterministic=not training)
+            ds = ds.rebatch(spec.batch_size)
+            return ds.prefetch(spec.prefetch_batches)
+
+        return dataset_fn
+
+
+def _split_files(config: ExperimentConfig, split: Literal["train", "eval"] | None,
+                 data_path: str | None) -> list[str]:
+    data = config.data
+    if data_path is not None:
+        chosen = getattr(data, split) if data is not None and split else None
+        if chosen is not None and chosen.dates is not None and _looks_like_root(data_path):
+            return discovery.discover_split(data_path, chosen, data.partition_key)
+        return discovery.discover_path(data_path)
+    if data is None:
+        raise ConfigError(config.file, "data", "no data section; pass --data PATH or add "
+                          "data: {path: ...}")
+    chosen: DataSplit | None = getattr(data, split) if split else None
+    if chosen is None:
+        if split:
+            raise ConfigError(config.file, f"data.{split}", f"missing; set data.{split}.dates "
+                              "(FROM..TO) or data.{split}.glob, or pass --data PATH")
+        return discovery.discover_path(data.path)
+    return discovery.discover_split(data.path, chosen, data.partition_key)
+
+
+def _looks_like_root(path: str) -> bool:
+    return not path.endswith(".parquet") and not any(c in path for c in "*?[")
+
+
+def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | None,
+                  num_workers: int, data_path: str | None = None,
+                  spec: InputSpec | None = None) -> InputPipeline:
+    """Discovers, checks and plans a split on the coordinator.
+
+    Args:
+      config: The experiment config.
+      split: ``train`` or ``eval`` from ``config.data``; ``None`` reads all of the path.
+      num_workers: Workers to plan for.
+      data_path: Overrides ``data.path``: a root with date partitions (the split's
+        dates are applied), a directory, a file or a glob.
+      spec: Overrides ``config.input``.
+
+    Raises:
+      DataError: no files, bad files or rows under ``fail``, or a schema mismatch.
+    """
+    files = _split_files(config, split, data_path)
+    on_bad_file = config.data.on_bad_file if config.data else "fail"
+    on_bad_row = config.data.on_bad_row if config.data else "fail"
+    metas, skipped = read_footers(files, on_bad_file)
+    if not metas:
+        raise DataError("no readable Parquet file left after skipping bad files: "
+                        + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5]))
+    feature_names = [n for group in config.inputs.values() for n in group]
+    feature_names = list(dict.fromkeys(feature_names))
+    needs = required_columns(config.features, config.labels)
+    column_dtypes = check_schemas(metas, needs)
+    transform = FeatureTransform(config.features, config.labels, column_dtypes, on_bad_row,
+                                 feature_names)
+    spec = spec or config.input
+    plan = plan_shards(metas, transform.columns, num_workers, spec.max_unit_rows, on_bad_row,
+                       skipped)
+    return InputPipeline(plan, transform, spec)

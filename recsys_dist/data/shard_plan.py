@@ -1,0 +1,148 @@
+"""Plan which worker reads which rows: every unit goes to exactly one worker per pass.
+
+A *unit* is a row range of one file: a whole row group, or a slice of a row group
+larger than ``max_unit_rows``. Units are balanced over workers by their row counts
+from the Parquet footers (longest-processing-time-first greedy), so workers finish a
+pass at about the same time. The plan is built on the coordinator and embedded as
+constants in the dataset graph; each worker selects its own units in-graph by its
+worker index.
+
+tensorflow-io crashes the worker process on a null value, so a unit whose footer
+statistics show nulls in a column the job reads (or cannot rule them out) is bad
+data: the plan fails (``on_bad_row: fail``) or leaves the unit out and reports it
+(``on_bad_row: skip``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from typing import Literal
+
+from recsys_dist.data.parquet_meta import FileMeta, Skipped
+from recsys_dist.errors import DataError
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """Rows ``[start, stop)`` of file number ``file`` of a plan."""
+
+    file: int
+    start: int
+    stop: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """The assignment of units to workers for one pass over a split.
+
+    Attributes:
+      files: File paths, indexed by ``Unit.file``.
+      file_rows: Total rows of each file (tensorflow-io needs the column length).
+      units: Every unit of the pass.
+      workers: Worker index of each unit.
+      num_workers: Number of workers planned for.
+      skipped: Files or units left out under a ``skip`` policy.
+    """
+
+    files: tuple[str, ...]
+    file_rows: tuple[int, ...]
+    units: tuple[Unit, ...]
+    workers: tuple[int, ...]
+    num_workers: int
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def total_rows(self) -> int:
+        return sum(u.rows for u in self.units)
+
+    def rows_per_worker(self) -> list[int]:
+        """Rows each worker reads in one pass."""
+        rows = [0] * self.num_workers
+        for unit, worker in zip(self.units, self.workers):
+            rows[worker] += unit.rows
+        return rows
+
+    def units_of(self, worker: int) -> list[Unit]:
+        return [u for u, w in zip(self.units, self.workers) if w == worker]
+
+
+def _null_problem(meta: FileMeta, group: int, columns: list[str]) -> str | None:
+    for column in columns:
+        if not meta.nullable.get(column, False):
+            continue
+        count = meta.null_counts[column][group]
+        if count is None:
+            return (f"column {column!r} is nullable and row group {group} has no null-count "
+                    "statistics, so nulls cannot be ruled out")
+        if count > 0:
+            return f"column {column!r} has {count} null(s) in row group {group}"
+    return None
+
+
+def _split(start: int, stop: int, max_rows: int) -> list[tuple[int, int]]:
+    pieces = -(-(stop - start) // max_rows)
+    bounds = [start + (stop - start) * i // pieces for i in range(pieces + 1)]
+    return list(zip(bounds, bounds[1:]))
+
+
+def plan_units(metas: list[FileMeta], columns: list[str], max_unit_rows: int,
+               on_bad_row: Literal["fail", "skip"]) -> tuple[list[Unit], list[Skipped]]:
+    """Cuts files into units and leaves out (or fails on) units with nulls."""
+    units: list[Unit] = []
+    skipped: list[Skipped] = []
+    for index, meta in enumerate(metas):
+        offset = 0
+        for group, rows in enumerate(meta.row_groups):
+            problem = _null_problem(meta, group, columns)
+            if problem is not None:
+                if on_bad_row == "fail":
+                    raise DataError(
+                        f"{meta.path}: {problem}. tensorflow-io cannot read nulls (the worker "
+                        "would crash): write missing numbers as NaN with nan_means_missing: "
+                        "true, missing ids as 0 or \"\", and never a null label; or set "
+                        "data.on_bad_row: skip to leave out such row groups")
+                skipped.append(Skipped(meta.path, rows, problem))
+            elif rows > 0:
+                units.extend(Unit(index, a, b)
+                             for a, b in _split(offset, offset + rows, max_unit_rows))
+            offset += rows
+    return units, skipped
+
+
+def assign_units(units: list[Unit], num_workers: int) -> list[int]:
+    """Balances units over workers by rows; deterministic. Returns a worker per unit."""
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    order = sorted(range(len(units)), key=lambda i: (-units[i].rows, i))
+    load = [(0, w) for w in range(num_workers)]
+    heapq.heapify(load)
+    workers = [0] * len(units)
+    for i in order:
+        rows, worker = heapq.heappop(load)
+        workers[i] = worker
+        heapq.heappush(load, (rows + units[i].rows, worker))
+    return workers
+
+
+def plan_shards(metas: list[FileMeta], columns: list[str], num_workers: int,
+                max_unit_rows: int, on_bad_row: Literal["fail", "skip"],
+                skipped_files: list[Skipped] | None = None) -> ShardPlan:
+    """Builds the plan for one pass over ``metas`` on ``num_workers`` workers.
+
+    Raises:
+      DataError: no rows are left to read, or a unit has nulls under ``fail``.
+    """
+    units, skipped_units = plan_units(metas, columns, max_unit_rows, on_bad_row)
+    skipped = tuple(skipped_files or ()) + tuple(skipped_units)
+    if not units:
+        detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5])
+        raise DataError("no rows left to read after skipping bad data"
+                        + (f" ({detail})" if detail else ""))
+    return ShardPlan(files=tuple(m.path for m in metas), file_rows=tuple(m.rows for m in metas),
+                     units=tuple(units), workers=tuple(assign_units(units, num_workers)),
+                     num_workers=num_workers, skipped=skipped)

@@ -1,0 +1,236 @@
+"""Feature transforms: raw Parquet columns -> model inputs, labels and row validity.
+
+Everything here is TensorFlow ops, vectorised over a chunk of N rows, so the same
+code runs inside the workers' ``tf.data`` pipeline and inside an exported SavedModel.
+No Python runs per row or per batch.
+
+Outputs for a chunk of N rows (B in a batch):
+
+- categorical, cross, bucketized numeric: int64 ``[N]`` table rows.
+- numeric: float32 ``[N]``.
+- multi_categorical: ``{"ids": int64 [N, L], "weights": float32 [N, L]}``, padded
+  with weight 0 past each row's ids (L = ``max_length``).
+- labels: float32 ``[N]`` in {0, 1}.
+- valid: float32 ``[N]``: 1 for a good row, 0 for a row skipped under
+  ``on_bad_row: skip`` (its values are replaced by safe ones so they cannot poison a
+  step; train with it as the example weight).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import numpy as np
+import tensorflow as tf
+
+from recsys_dist.config.features import (CategoricalFeature, CrossFeature, FeatureConfig,
+                                         MultiCategoricalFeature, NumericFeature)
+from recsys_dist.features import hashing
+
+_NUMBER_RE = r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Vocabulary:
+    """A vocabulary as sorted int64 keys (ids, or fingerprints of strings) + positions."""
+
+    keys: np.ndarray
+    positions: np.ndarray
+    oov_buckets: int
+    strings: bool
+
+    @classmethod
+    def build(cls, entries: list, oov_buckets: int, strings: bool) -> "_Vocabulary":
+        if strings:
+            keys = tf.strings.to_hash_bucket_fast(tf.constant(entries, tf.string),
+                                                  2**63 - 1).numpy()
+            if len(np.unique(keys)) != len(keys):
+                raise ValueError("two vocabulary strings share a 63-bit fingerprint")
+        else:
+            keys = np.asarray(entries, np.int64)
+        order = np.argsort(keys, kind="stable")
+        return cls(keys[order], order.astype(np.int64), oov_buckets, strings)
+
+    def lookup(self, values: tf.Tensor) -> tf.Tensor:
+        """Rows for ``values`` (1-D): position in the file, or size + hash % oov_buckets."""
+        if self.strings:
+            hashed = hashing.hash_string(values)
+            keys_in = tf.bitcast(hashed, tf.int64)
+        else:
+            keys_in = tf.cast(values, tf.int64)
+            hashed = hashing.hash_int64(keys_in)
+        keys = tf.constant(self.keys)
+        index = tf.minimum(tf.searchsorted(keys, keys_in), len(self.keys) - 1)
+        found = tf.equal(tf.gather(keys, index), keys_in)
+        oov = len(self.keys) + hashing.to_bucket(hashed, self.oov_buckets)
+        return tf.where(found, tf.gather(tf.constant(self.positions), index), oov)
+
+
+class FeatureTransform:
+    """Builds model inputs from the raw columns of one chunk of rows.
+
+    Args:
+      features: The feature config.
+      labels: Label names to produce.
+      column_dtypes: TensorFlow dtype name each column is read as (from the schema check).
+      on_bad_row: ``fail`` raises on a bad value naming the column and file;
+        ``skip`` marks the row invalid and counts it.
+      feature_names: Features to produce (default: all).
+
+    Example:
+      >>> transform = FeatureTransform(cfg, ["click"], {"C1": "int64", "click": "int64"}, "fail")
+      >>> features, labels, valid = transform(raw_columns, source=tf.constant("f.parquet"),
+      ...                                     first_row=tf.constant(0, tf.int64))
+    """
+
+    def __init__(self, features: FeatureConfig, labels: list[str],
+                 column_dtypes: dict[str, str], on_bad_row: Literal["fail", "skip"],
+                 feature_names: list[str] | None = None):
+        self.config = features
+        self.labels = list(labels)
+        self.feature_names = list(feature_names or features.features)
+        self.on_bad_row = on_bad_row
+        self.column_dtypes = dict(column_dtypes)
+        self._vocab = {
+            name: _Vocabulary.build(entries, features.features[name].oov_buckets,
+                                    strings=getattr(features.features[name], "dtype",
+                                                    "string") == "string")
+            for name, entries in features.vocabularies.items() if name in self.feature_names}
+        needed = self._needed_features()
+        self.columns = list(dict.fromkeys(
+            [features.column_of(features.features[n]) for n in needed
+             if not isinstance(features.features[n], CrossFeature)]
+            + [features.column_of(features.labels[n]) for n in self.labels]))
+        missing = [c for c in self.columns if c not in self.column_dtypes]
+        if missing:
+            raise ValueError(f"no read dtype for column(s) {missing}")
+
+    def _needed_features(self) -> list[str]:
+        names = list(self.feature_names)
+        for name in self.feature_names:
+            feat = self.config.features[name]
+            if isinstance(feat, CrossFeature):
+                names.extend(i for i in feat.inputs if i not in names)
+        return names
+
+    # ---- per kind -------------------------------------------------------------------
+    def _categorical_hash(self, feat: CategoricalFeature, raw: tf.Tensor) -> tf.Tensor:
+        if feat.dtype == "string":
+            return hashing.hash_string(raw)
+        return hashing.hash_int64(raw)
+
+    def _categorical(self, feat: CategoricalFeature, raw: tf.Tensor) -> tf.Tensor:
+        if feat.name in self._vocab:
+            return self._vocab[feat.name].lookup(raw)
+        buckets = self.config.rows_of(feat)
+        if feat.dtype == "string":
+            return tf.strings.to_hash_bucket_fast(raw, buckets)
+        return hashing.to_bucket(hashing.hash_int64(raw), buckets)
+
+    def _cross(self, feat: CrossFeature, raws: dict[str, tf.Tensor]) -> tf.Tensor:
+        hashed = None
+        for name in feat.inputs:
+            part = self.config.features[name]
+            h = self._categorical_hash(part, raws[self.config.column_of(part)])
+            hashed = h if hashed is None else hashing.combine(hashed, h)
+        return hashing.to_bucket(hashed, self.config.rows_of(feat))
+
+    def _numeric(self, feat: NumericFeature, raw: tf.Tensor
+                 ) -> tuple[tf.Tensor, tf.Tensor, str]:
+        x = tf.cast(raw, tf.float32)
+        if feat.nan_means_missing:
+            x = tf.where(tf.math.is_nan(x), tf.constant(feat.fill_value, tf.float32), x)
+            problem = "an infinite value"
+        else:
+            problem = "a NaN or infinite value (set nan_means_missing: true if NaN means missing)"
+        bad = tf.logical_not(tf.math.is_finite(x))
+        x = tf.where(bad, tf.constant(feat.fill_value, tf.float32), x)
+        if feat.transform == "log1p":
+            x = tf.sign(x) * tf.math.log1p(tf.abs(x))
+        elif feat.transform == "standardize":
+            x = (x - feat.mean) / feat.std
+        elif feat.transform == "bucketize":
+            x = tf.cast(tf.raw_ops.Bucketize(input=x, boundaries=list(feat.boundaries)),
+                        tf.int64)
+        return x, bad, problem
+
+    def _multi(self, feat: MultiCategoricalFeature, raw: tf.Tensor
+               ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        tokens = tf.strings.split(raw, feat.separator)
+        tokens = tf.ragged.boolean_mask(tokens, tf.strings.length(tokens) > 0)
+        tokens = tokens[:, :feat.max_length]
+        flat = tokens.flat_values
+        bad_rows = tf.zeros(tf.shape(raw), tf.bool)
+        if feat.weighted:
+            pairs = tf.strings.split(flat, feat.weight_separator, maxsplit=1)
+            pairs = pairs.to_tensor(default_value="", shape=[None, 2])
+            flat, weight_text = pairs[:, 0], pairs[:, 1]
+            bad_token = tf.logical_not(tf.strings.regex_full_match(weight_text, _NUMBER_RE))
+            weights = tf.strings.to_number(tf.where(bad_token, "0", weight_text), tf.float32)
+            weights = tf.where(bad_token, 0.0, weights)
+            bad_rows = tf.math.unsorted_segment_max(
+                tf.cast(bad_token, tf.int32), tokens.value_rowids(), tf.size(raw)) > 0
+        else:
+            weights = tf.ones(tf.shape(flat), tf.float32)
+        if feat.name in self._vocab:
+            ids = self._vocab[feat.name].lookup(flat)
+        else:
+            ids = tf.strings.to_hash_bucket_fast(flat, self.config.rows_of(feat))
+        shape = [None, feat.max_length]
+        return {"ids": tokens.with_flat_values(ids).to_tensor(0, shape=shape),
+                "weights": tokens.with_flat_values(weights).to_tensor(0.0, shape=shape)}, bad_rows
+
+    # ---- the transform --------------------------------------------------------------
+    def __call__(self, raw: dict[str, tf.Tensor], source: tf.Tensor, first_row: tf.Tensor
+                 ) -> tuple[dict, dict[str, tf.Tensor], tf.Tensor]:
+        """Transforms one chunk.
+
+        Args:
+          raw: Column name -> 1-D tensor as read from Parquet.
+          source: Scalar string naming where the rows come from (for error messages).
+          first_row: Scalar int64, the file row of the chunk's first row (for messages).
+
+        Returns:
+          ``(features, labels, valid)`` as described in the module docstring.
+        """
+        checks: list[tuple[tf.Tensor, str]] = []
+        out: dict = {}
+        for name in self.feature_names:
+            feat = self.config.features[name]
+            if isinstance(feat, CrossFeature):
+                out[name] = self._cross(feat, raw)
+                continue
+            column = self.config.column_of(feat)
+            if isinstance(feat, CategoricalFeature):
+                out[name] = self._categorical(feat, raw[column])
+            elif isinstance(feat, NumericFeature):
+                out[name], bad, problem = self._numeric(feat, raw[column])
+                checks.append((bad, f"numeric column {column!r} (feature {name!r}) has {problem}"))
+            else:
+                out[name], bad = self._multi(feat, raw[column])
+                if feat.weighted:
+                    checks.append((bad, f"column {column!r} (feature {name!r}) has an entry "
+                                   f"whose weight after {feat.weight_separator!r} is not a number"))
+        labels: dict[str, tf.Tensor] = {}
+        for name in self.labels:
+            column = self.config.column_of(self.config.labels[name])
+            y = tf.cast(raw[column], tf.float32)
+            bad = tf.logical_not(tf.logical_or(tf.equal(y, 0.0), tf.equal(y, 1.0)))
+            checks.append((bad, f"label column {column!r} has a value other than 0 or 1"))
+            labels[name] = tf.where(bad, 0.0, y)
+        rows = tf.shape(next(iter(raw.values())))[0]
+        valid = tf.ones([rows], tf.bool)
+        asserts = []
+        for bad, message in checks:
+            if self.on_bad_row == "fail":
+                first_bad = first_row + tf.cast(tf.argmax(tf.cast(bad, tf.int32)), tf.int64)
+                asserts.append(tf.debugging.Assert(
+                    tf.logical_not(tf.reduce_any(bad)),
+                    [f"bad data: {message} in", source, "at row", first_bad,
+                     "(set data.on_bad_row: skip to skip such rows)"]))
+            else:
+                valid = tf.logical_and(valid, tf.logical_not(bad))
+        with tf.control_dependencies(asserts):
+            valid = tf.cast(tf.identity(valid), tf.float32)
+        return out, labels, valid
