@@ -57,6 +57,12 @@ class InputPipeline:
     transform: FeatureTransform
     spec: InputSpec
 
+    def single_worker(self) -> "InputPipeline":
+        """The same units planned for one worker (to read everything in one process)."""
+        plan = dataclasses.replace(self.plan, workers=tuple(0 for _ in self.plan.units),
+                                   num_workers=1)
+        return dataclasses.replace(self, plan=plan)
+
     def dataset_fn(self, training: bool, worker_index: int | None = None
                    ) -> Callable[..., tf.data.Dataset]:
         """Returns the dataset function for one pass of this worker's units.

@@ -225,10 +225,10 @@ class FeatureTransform:
         for bad, message in checks:
             if self.on_bad_row == "fail":
                 first_bad = first_row + tf.cast(tf.argmax(tf.cast(bad, tf.int32)), tf.int64)
-                asserts.append(tf.debugging.Assert(
-                    tf.logical_not(tf.reduce_any(bad)),
-                    [f"bad data: {message} in", source, "at row", first_bad,
-                     "(set data.on_bad_row: skip to skip such rows)"]))
+                text = tf.strings.join([f"bad data: {message} in ", source, " at row ",
+                                        tf.strings.as_string(first_bad),
+                                        " (set data.on_bad_row: skip to skip such rows)"])
+                asserts.append(tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [text]))
             else:
                 valid = tf.logical_and(valid, tf.logical_not(bad))
         with tf.control_dependencies(asserts):

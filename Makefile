@@ -1,0 +1,37 @@
+# recsys_dist: `make demo` and `make test` build .venv when it is missing, then run.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CLI    := $(VENV)/bin/recsys-dist
+STAMP  := $(VENV)/.installed
+DEMO_DATA := data/demo
+
+.PHONY: install demo test test-fast bench clean-demo
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when the package metadata changes; safe to run any number of times.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(CLI) data synth --out $(DEMO_DATA) --days 3 --rows-per-day 200000 --seed 7 --quiet
+	$(CLI) validate --config configs/demo.yaml --data $(DEMO_DATA)
+	$(CLI) data read --config configs/demo.yaml --data $(DEMO_DATA) --split train --check
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not cluster"
+
+bench: $(STAMP)
+	$(PY) benchmarks/input_bench.py
+
+clean-demo:
+	rm -rf $(DEMO_DATA)

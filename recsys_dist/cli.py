@@ -1,0 +1,233 @@
+"""The ``recsys-dist`` command line.
+
+Commands:
+  data synth   Write synthetic Criteo-like Parquet data with an oracle logit.
+  validate     Check a config, then the data's schema (and, with --scan, every value).
+  data read    Read one pass of a split on a local cluster through the worker input path.
+
+Errors caused by input (configs, data, arguments) print ``error: <message>`` and exit
+non-zero (2 for configs and arguments, 3 for data); they never print a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+from typing import Sequence
+
+import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
+from recsys_dist.errors import RecsysError
+
+
+def _date(text: str) -> datetime.date:
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, got {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from recsys_dist.data.synth import synthesize
+
+    try:
+        report = synthesize(args.out, days=args.days, rows_per_day=args.rows_per_day,
+                            seed=args.seed, start_date=args.start_date,
+                            rows_per_file=args.rows_per_file,
+                            row_groups_per_file=args.row_groups_per_file,
+                            progress=(lambda line: print(line, file=sys.stderr))
+                            if not args.quiet else None)
+    except ValueError as exc:
+        raise RecsysError(str(exc)) from None
+    print(f"wrote {report.rows:,} rows in {len(report.files)} files to {report.out_dir} "
+          f"({report.days[0]}..{report.days[-1]}) in {report.seconds:.1f}s; "
+          f"click rate {report.click_rate:.3f}, conversion rate {report.conversion_rate:.4f}")
+    return 0
+
+
+def _describe_plan(pipeline) -> list[str]:
+    plan = pipeline.plan
+    per_worker = plan.rows_per_worker()
+    balance = min(per_worker) / max(per_worker) if max(per_worker) else 1.0
+    lines = [f"data     {len(plan.files)} files, {plan.total_rows:,} rows, {len(plan.units)} units",
+             f"schema   OK: {len(pipeline.transform.columns)} columns ("
+             + ", ".join(f"{c} {pipeline.transform.column_dtypes[c]}"
+                         for c in pipeline.transform.columns[:6]) + ", ...)",
+             f"plan     {plan.num_workers} workers: "
+             + " / ".join(f"{r:,}" for r in per_worker) + f" rows (balance {balance:.2f})"]
+    for s in plan.skipped:
+        lines.append(f"skipped  {s.path}: {s.reason}" + (f" ({s.rows:,} rows)" if s.rows else ""))
+    return lines
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from recsys_dist.config import load_config
+
+    config = load_config(args.config, args.set)
+    feats = config.features
+    print(f"config   {config.file}: OK ({len(feats.features)} features, {len(feats.tables)} "
+          f"tables, labels {', '.join(config.labels)}; model {config.model.name}; "
+          f"feature config {feats.file})")
+    if args.data is not None:
+        splits = [None if args.split in (None, "all") else args.split]
+    elif args.split not in (None, "all"):
+        splits = [args.split]
+    elif config.data is not None:
+        splits = [s for s in ("train", "eval") if getattr(config.data, s) is not None] or [None]
+    else:
+        print("data     not checked (no --data and no data section in the config)")
+        return 0
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.data.read_pass import read_pass_local
+
+    for split in splits:
+        if split is not None:
+            print(f"split    {split}")
+        pipeline = prepare_input(config, split, config.cluster.workers, data_path=args.data)
+        for line in _describe_plan(pipeline):
+            print(line)
+        if args.scan:
+            result = read_pass_local(pipeline.single_worker())
+            print(f"scan     read {result.rows:,} rows in-graph in {result.seconds:.1f}s: "
+                  f"{result.skipped_rows:,} bad rows skipped")
+    return 0
+
+
+def _cmd_read(args: argparse.Namespace) -> int:
+    import tensorflow as tf
+
+    from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
+    from recsys_dist.config import load_config
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.data.read_pass import read_pass_on_cluster
+    from recsys_dist.progress import Progress
+
+    config = load_config(args.config, args.set)
+    workers = args.workers or config.cluster.workers
+    ps = args.ps or config.cluster.ps
+    pipeline = prepare_input(config, args.split, workers, data_path=args.data)
+    for line in _describe_plan(pipeline):
+        print(line)
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="recsys_dist_cluster_")
+    with terminate_on_signals(), LocalCluster(workers, ps, log_dir) as cluster:
+        print(f"cluster  {workers} workers + {ps} ps on 127.0.0.1 (logs in {log_dir})")
+        strategy = tf.distribute.experimental.ParameterServerStrategy(cluster.cluster_resolver())
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        result = read_pass_on_cluster(pipeline, strategy, coordinator,
+                                      collect_rows=args.check, progress=Progress("rows"))
+    print(f"read     {result.rows:,} rows in {result.seconds:.1f}s "
+          f"({result.rows_per_second:,.0f} rows/s); per worker "
+          + " / ".join(f"{r:,}" for r in result.rows_per_worker)
+          + f"; {result.skipped_rows:,} bad rows skipped")
+    if args.check:
+        from recsys_dist.data.read_pass import check_exactly_once
+
+        check_exactly_once(pipeline.plan, result.row_ids)
+        print(f"check    every planned row was read exactly once ({len(result.row_ids):,} rows)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``recsys-dist``."""
+    parser = argparse.ArgumentParser(
+        prog="recsys-dist",
+        description="Train sparse CTR / ranking models on TensorFlow parameter servers.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    data = commands.add_parser("data", help="make or read data")
+    data_commands = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    synth = data_commands.add_parser(
+        "synth", help="write synthetic Criteo-like Parquet data with an oracle logit",
+        description="Write OUT/dt=YYYY-MM-DD/part-NNNNN.parquet for N days. Labels come "
+                    "from a known logistic model; each row stores its true logit in "
+                    "oracle_logit. Matching feature config: features/criteo_synth.yaml.")
+    synth.add_argument("--out", required=True, help="output directory")
+    synth.add_argument("--days", type=_positive, required=True, help="number of daily partitions")
+    synth.add_argument("--rows-per-day", type=_positive, required=True, help="rows per day")
+    synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    synth.add_argument("--start-date", type=_date, default=datetime.date(2026, 1, 1),
+                       help="first day, YYYY-MM-DD (default 2026-01-01)")
+    synth.add_argument("--rows-per-file", type=_positive, default=100_000,
+                       help="rows per Parquet file (default 100000; at least 2 files a day)")
+    synth.add_argument("--row-groups-per-file", type=_positive, default=4,
+                       help="row groups per file (default 4)")
+    synth.add_argument("--quiet", action="store_true", help="no per-file progress lines")
+    synth.set_defaults(func=_cmd_synth)
+
+    def add_config_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--config", required=True, help="model/training config YAML")
+        sub.add_argument("--data", help="data path overriding data.path: a root of dt= "
+                         "partitions, a directory, a Parquet file or a glob; local or s3://")
+        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config key, e.g. --set input.batch_size=1024")
+
+    read = data_commands.add_parser(
+        "read", help="read one pass of a split on a local cluster through the worker input path")
+    add_config_args(read)
+    read.add_argument("--split", choices=["train", "eval"], default="train",
+                      help="which split of data: to read (default train)")
+    read.add_argument("--workers", type=_positive, help="workers (default cluster.workers)")
+    read.add_argument("--ps", type=_positive, help="parameter servers (default cluster.ps)")
+    read.add_argument("--log-dir", help="directory for the server logs (default: a temp dir)")
+    read.add_argument("--check", action="store_true",
+                      help="collect every row id and check each planned row was read exactly once")
+    read.set_defaults(func=_cmd_read)
+
+    validate = commands.add_parser(
+        "validate", help="check a config, then the data's schema against it",
+        description="Checks the config and the feature config it names. With --data (or the "
+                    "config's data section and --split), reads every Parquet footer and checks "
+                    "columns, types, nulls and bad files. --scan also reads every row through "
+                    "the in-graph input function and checks its values.")
+    add_config_args(validate)
+    validate.add_argument("--split", choices=["train", "eval", "all"], default=None,
+                          help="with --data: apply this split's dates under the path (default: "
+                               "all files under it); without --data: check this split of "
+                               "data.path (default: every configured split)")
+    validate.add_argument("--scan", action="store_true",
+                          help="also read every row in-graph and check its values")
+    validate.set_defaults(func=_cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except RecsysError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def run() -> None:
+    """Console-script entry point.
+
+    Exits through ``os._exit`` after flushing: a process that touched ``s3://`` through
+    tensorflow-io aborts in its exit handlers ("pure virtual method called", status
+    134), which would hide the command's real exit status.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,618 @@
+"""Reproducible Criteo-like synthetic CTR data with a known ("oracle") label model.
+
+:func:`synthesize` writes ``out_dir/dt=YYYY-MM-DD/part-NNNNN.parquet`` files whose
+columns look like the Criteo display-ads data (13 heavy-tailed numeric fields with NaN
+for missing, 26 Zipf-distributed categorical fields) plus a user id, two multi-valued
+string features and two labels. The labels are sampled from a logistic model whose
+logit is stored next to each row, so the best AUC any model can reach on the data is
+known exactly (score the rows with ``oracle_logit``).
+
+Every random quantity comes either from ``np.random.default_rng([seed, day, file])``
+(what a row looks like) or from a stateless 64-bit hash (the splitmix64 finaliser) of
+``(seed, name, id, ...)`` (what an id *means*). Hash-derived effects need no stored
+table, so ids that appear only on later days get effects automatically. Day ``d``
+depends only on ``(seed, d)``: generating more days never changes earlier ones.
+
+Label model
+-----------
+Write ``z(key)`` for a standard normal drawn by hashing ``key`` (Box-Muller on two
+hash-derived uniforms), ``x_j`` for the numeric field ``Ij`` and ``c_f`` for the id of
+categorical field ``Cf`` (for ``C21``..``C26`` the 32-bit value behind the hex string,
+so every effect is a function of what is stored in the row)::
+
+    click_logit = b
+        + sum_{f in F}        s_f  * z(seed, f, c_f)                  # ~15 fields
+        + s_u                      * z(seed, "user", user_id)
+        + sum_{(f,g) in P}    s_fg * z(seed, f, g, c_f, c_g)          # interactions
+        + s_tag   * mean_{t in tags} z(seed, "tag", t)      (m_tag if no tags)
+        + s_topic * sum_{(k, w) in topics} w * z(seed, "topic", k)
+        + sum_j g_j(x_j)                                    (m_j if x_j is NaN)
+
+    P(click = 1 | row) = sigmoid(click_logit)
+
+The interaction effects ``P = {(C2,C17), (C5,C8), (C6,C14), (C9,C13)}`` are
+independent of the per-field effects, so a linear model over the ids cannot express
+them; the numeric terms are non-monotone or non-linear::
+
+    g_1(x)  = 0.55 * sin(1.7 * log1p(x))                        # oscillating
+    g_2(x)  = 0.25 * tanh(log1p(max(x, 0)) - 2) - 0.4 * [x < 0] # saturating + sign
+    g_3(x)  = 0.75 * exp(-(log1p(x) - 2.2)^2 / 0.4) - 0.2       # bump
+    g_5(x)  = 0.45 * [x < 300]                                  # threshold
+    g_7(x)  = 0.9 * (1 - exp(-x / 4)) - 0.45                    # saturating
+    g_12(x) = 0.35 * cos(2 * log1p(x))                          # oscillating
+
+Conversion uses a smaller, separately hashed set of effects::
+
+    cvr_logit = b_c + sum_{f in {C4, C11, C16, C24}} r_f * z(seed, "cvr", f, c_f)
+                    + 0.45 * z(seed, "cvr", "user", user_id)
+                    + 0.5 * tanh(log1p(x_6) - 3)            (-0.3 if x_6 is NaN)
+    P(conversion = 1 | row) = sigmoid(click_logit) * sigmoid(cvr_logit)
+    conversion = click AND bernoulli(sigmoid(cvr_logit))
+
+``oracle_logit`` stores ``click_logit`` (as float32; ``click`` is sampled from that
+float32 value) and ``oracle_logit_conversion`` stores ``logit`` of the product above.
+The biases ``b`` and ``b_c`` are solved per seed by bisection on a fixed pilot sample
+of day 0 so that the click rate is about 25% and the conversion rate about 3.5%.
+
+Categorical ids and drift
+-------------------------
+Field ``Cf`` has ``N_f`` base ids (:data:`CARDINALITIES`). A row draws a popularity
+rank ``r`` from Zipf(``N_f``, ``a_f``) with ``a_f`` in [1.05, 1.2], by inverse-CDF
+sampling. The rank goes through two day-dependent maps before becoming an id:
+
+* Popularity shifts: each day ``1..d`` swaps ``round(0.01 * min(N_f, 10000))`` head
+  ranks with a rank at most 10 places lower (deterministic from ``(seed, f, day)``);
+  the swaps accumulate over days. Fields with fewer than 50 ids never shift.
+* New ids: slot ``p >= 20`` gets birth day ``B_p = floor(u_p / 0.02) + 1`` where
+  ``u_p`` is a hash-uniform of ``(seed, f, p)``. Slots with ``B_p <= 10`` change id on
+  days ``B_p, B_p + 10, B_p + 20, ...``: on day ``d >= B_p`` they serve the brand-new id
+  ``N_f * D + pi(p) + 1`` where ``D`` is the latest such day (``> N_f`` and never seen
+  before day ``D``). So a fraction ``min(0.02 d, 0.2)`` of slots serve new ids on day
+  ``d``, and from day 10 on, 2% of slots get a fresh id every day while new ids live
+  10 days. The 20 most popular slots never change, so fields with few ids (``C9``,
+  ``C20``, ...) get few or no new ids. Base ids are ``pi(p) + 1`` where ``pi`` is
+  a fixed affine permutation ``(a p + b) mod N_f``, so id order carries no popularity.
+
+``C21``..``C26`` hold the 8 lowercase hex digits of a 32-bit hash of the field name
+and the id (the same id always gives the same string, whatever the seed).
+Missing categorical values (a few fields, :data:`CATEGORICAL_MISSING_RATES`) are stored
+as id ``0`` or the empty string. ``user_id`` is Zipf-Mandelbrot over 200,000 users,
+``tags`` holds 0-8 distinct Zipf tag ids out of 5,000 and ``topics`` 1-3 distinct
+``id:weight`` pairs out of 200 topics with weights in hundredths summing to about 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import math
+import numbers
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+NUMERIC_FIELDS = [f"I{i}" for i in range(1, 14)]
+CATEGORICAL_FIELDS = [f"C{i}" for i in range(1, 27)]
+STRING_ID_FIELDS = CATEGORICAL_FIELDS[20:]
+
+CARDINALITIES = dict(zip(CATEGORICAL_FIELDS, [
+    1500, 600, 2_000_000, 1_000_000, 300, 24, 12_000, 600, 4, 90_000, 5_600, 1_500_000,
+    3_200, 27, 15_000, 1_200_000, 10, 5_600, 2_200, 4, 800_000, 18, 15, 280_000, 100,
+    140_000,
+]))
+"""Base number of ids per categorical field (new ids from drift come on top)."""
+
+NUMERIC_MISSING_RATES = dict(zip(NUMERIC_FIELDS, [
+    0.40, 0.0, 0.21, 0.22, 0.03, 0.22, 0.04, 0.005, 0.04, 0.40, 0.04, 0.35, 0.22,
+]))
+"""Probability that a numeric field is NaN (missing) in a row."""
+
+CATEGORICAL_MISSING_RATES = {f: 0.0 for f in CATEGORICAL_FIELDS} | {
+    "C12": 0.03, "C16": 0.03, "C19": 0.15, "C20": 0.15, "C22": 0.20, "C25": 0.12,
+    "C26": 0.12,
+}
+"""Probability that a categorical field is missing (id 0 or "") in a row."""
+
+SCHEMA = pa.schema(
+    [pa.field(f, pa.float32(), nullable=False) for f in NUMERIC_FIELDS]
+    + [pa.field(f, pa.int64(), nullable=False) for f in CATEGORICAL_FIELDS[:20]]
+    + [pa.field(f, pa.string(), nullable=False) for f in STRING_ID_FIELDS]
+    + [
+        pa.field("user_id", pa.int64(), nullable=False),
+        pa.field("tags", pa.string(), nullable=False),
+        pa.field("topics", pa.string(), nullable=False),
+        pa.field("click", pa.int64(), nullable=False),
+        pa.field("conversion", pa.int64(), nullable=False),
+        pa.field("oracle_logit", pa.float32(), nullable=False),
+        pa.field("oracle_logit_conversion", pa.float32(), nullable=False),
+    ]
+)
+"""Column names and types of every file :func:`synthesize` writes (no nulls)."""
+
+# Numeric fields: (mu, sigma) of the underlying lognormal; integer-valued unless listed.
+_NUMERIC_LOGNORMAL = dict(zip(NUMERIC_FIELDS, [
+    (0.5, 1.3), (1.5, 2.0), (2.0, 1.5), (1.5, 1.0), (7.5, 2.0), (3.5, 1.8), (1.5, 1.5),
+    (2.3, 1.0), (3.5, 1.5), (-0.5, 0.8), (0.5, 1.2), (-1.0, 1.5), (1.5, 1.2),
+]))
+_CONTINUOUS_FIELDS = {"I12"}
+_I2_NEGATIVE_RATE = 0.03
+
+# Zipf exponents between 1.05 and 1.2, spread over the fields.
+_ZIPF_EXPONENTS = {f: 1.05 + 0.15 * ((7 * i) % 26) / 25 for i, f in enumerate(CATEGORICAL_FIELDS)}
+
+_CLICK_FIELD_SIGMAS = {
+    "C1": 0.25, "C2": 0.22, "C3": 0.22, "C4": 0.22, "C5": 0.18, "C6": 0.22, "C8": 0.18,
+    "C10": 0.22, "C11": 0.22, "C12": 0.22, "C13": 0.18, "C14": 0.22, "C16": 0.22,
+    "C17": 0.25, "C21": 0.22, "C24": 0.22,
+}
+_CLICK_PAIR_SIGMAS = {("C2", "C17"): 0.38, ("C5", "C8"): 0.38, ("C6", "C14"): 0.42,
+                      ("C9", "C13"): 0.38}
+_USER_SIGMA = 0.42
+_TAG_SIGMA, _NO_TAG_EFFECT = 0.55, -0.25
+_TOPIC_SIGMA = 0.4
+_CVR_FIELD_SIGMAS = {"C4": 0.4, "C11": 0.35, "C16": 0.4, "C24": 0.35}
+_CVR_USER_SIGMA = 0.45
+_TARGET_CLICK_RATE = 0.25
+_TARGET_CONVERSION_RATE = 0.035
+_PILOT_ROWS = 20_000
+
+_USERS, _USER_ZIPF, _USER_OFFSET = 200_000, 0.85, 20.0
+_TAGS, _TAG_ZIPF = 5_000, 1.0
+_TAG_COUNT_PROBS = [0.06, 0.26, 0.27, 0.19, 0.11, 0.06, 0.03, 0.015, 0.005]
+_TOPICS, _TOPIC_ZIPF = 200, 0.9
+_TOPIC_COUNT_PROBS = [0.5, 0.35, 0.15]
+
+_NEW_ID_RATE_PER_DAY, _NEW_ID_LIFETIME = 0.02, 10  # days; at most 20% new-id slots
+_NEW_ID_MIN_SLOT = 20  # the most popular slots never retire
+_SWAP_HEAD, _SWAP_RATE, _SWAP_MAX_DISTANCE = 10_000, 0.01, 10
+
+_MASK64 = (1 << 64) - 1
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_MISSING_HEX = 1 << 32  # stands for "" when hashing a string id field
+_WEIGHT_STRINGS = pa.array([f"{c / 100:.2f}" for c in range(101)])
+
+
+@dataclasses.dataclass(frozen=True)
+class SynthReport:
+    """What :func:`synthesize` wrote.
+
+    Attributes:
+      out_dir: The output directory.
+      days: The ``dt`` partition values written, e.g. ``"2026-01-01"``.
+      files: Paths of all Parquet files written, in order.
+      rows: Total number of rows.
+      click_rate: Fraction of rows with ``click == 1``.
+      conversion_rate: Fraction of rows with ``conversion == 1``.
+      seconds: Wall-clock time taken.
+    """
+
+    out_dir: str
+    days: list[str]
+    files: list[str]
+    rows: int
+    click_rate: float
+    conversion_rate: float
+    seconds: float
+
+
+def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: int = 0,
+               start_date: datetime.date = datetime.date(2026, 1, 1),
+               rows_per_file: int = 100_000, row_groups_per_file: int = 4,
+               progress: Callable[[str], None] | None = None) -> SynthReport:
+    """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
+
+    Each day gets ``max(2, ceil(rows_per_day / rows_per_file))`` (never more than
+    ``rows_per_day``, so no file is empty) snappy-compressed Parquet files with rows split as evenly as possible, each with up to
+    ``row_groups_per_file`` row groups. Files are written to a temporary name and
+    renamed into place; ``part-*.parquet`` files left in a day's directory by an earlier
+    run with more files per day are removed, so a day is always exactly what this call
+    wrote. The same arguments always produce the same column data, and
+    day ``d`` (counting from ``start_date``) depends only on ``seed`` and ``d``.
+
+    Args:
+      out_dir: Root directory; created if missing.
+      days: Number of consecutive days, at least 1.
+      rows_per_day: Rows per day, at least 1.
+      seed: Non-negative integer seed.
+      start_date: Date of the first partition.
+      rows_per_file: Target maximum rows per file, at least 1.
+      row_groups_per_file: Row groups per file, at least 1.
+      progress: Called with a one-line message after each file is written.
+
+    Returns:
+      A :class:`SynthReport` describing the written files.
+
+    Raises:
+      ValueError: An argument is out of range; the message names it.
+    """
+    for name, value, low in [("days", days, 1), ("rows_per_day", rows_per_day, 1),
+                             ("rows_per_file", rows_per_file, 1),
+                             ("row_groups_per_file", row_groups_per_file, 1),
+                             ("seed", seed, 0)]:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    started = time.perf_counter()
+    generator = _Generator(int(seed))
+    n_files = min(rows_per_day, max(2, math.ceil(rows_per_day / rows_per_file)))
+    base, extra = divmod(rows_per_day, n_files)
+    dts, files = [], []
+    clicks = conversions = 0
+    for day in range(days):
+        dt = (start_date + datetime.timedelta(days=day)).isoformat()
+        day_dir = os.path.join(os.fspath(out_dir), f"dt={dt}")
+        os.makedirs(day_dir, exist_ok=True)
+        _remove_stale_parts(day_dir, keep=n_files)
+        for index in range(n_files):
+            n = base + (index < extra)
+            table = generator.table(day, index, n)
+            name = f"part-{index:05d}.parquet"
+            path = os.path.join(day_dir, name)
+            _write_atomically(table, path, max(1, math.ceil(n / row_groups_per_file)))
+            clicks += int(np.sum(table["click"].to_numpy()))
+            conversions += int(np.sum(table["conversion"].to_numpy()))
+            files.append(path)
+            if progress is not None:
+                progress(f"dt={dt} {name} {n} rows")
+        dts.append(dt)
+    rows = days * rows_per_day
+    return SynthReport(out_dir=os.fspath(out_dir), days=dts, files=files, rows=rows,
+                       click_rate=clicks / rows, conversion_rate=conversions / rows,
+                       seconds=time.perf_counter() - started)
+
+
+def _remove_stale_parts(day_dir: str, keep: int) -> None:
+    """Removes ``part-NNNNN.parquet`` files numbered ``keep`` or higher."""
+    for name in os.listdir(day_dir):
+        stem = name.removeprefix("part-").removesuffix(".parquet")
+        if name.startswith("part-") and name.endswith(".parquet") and stem.isdigit() \
+                and int(stem) >= keep:
+            os.remove(os.path.join(day_dir, name))
+
+
+def _write_atomically(table: pa.Table, path: str, row_group_size: int) -> None:
+    """Writes ``table`` to a hidden temporary file next to ``path`` and renames it."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(table, tmp, row_group_size=row_group_size, compression="snappy")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+# ----------------------------------------------------------------------------- hashing
+
+
+def _key(seed: int, *names: object) -> int:
+    """A 64-bit key for a named hash stream, stable across processes and platforms."""
+    text = "/".join([str(seed), *map(str, names)])
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on a uint64 array (a bijection with full avalanche)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _hash(key: int, *values: np.ndarray) -> np.ndarray:
+    """Hashes equal-length integer arrays elementwise under ``key`` to uint64."""
+    h = _mix64(np.asarray(values[0]).astype(np.uint64) ^ np.uint64(key & _MASK64))
+    for value in values[1:]:
+        h = _mix64(h ^ np.asarray(value).astype(np.uint64))
+    return h
+
+
+def _uniform(h: np.ndarray) -> np.ndarray:
+    """Maps uint64 hashes to floats in the open interval (0, 1)."""
+    return ((h >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+
+
+def _normal(key: int, *values: np.ndarray) -> np.ndarray:
+    """A standard normal per element, a pure function of ``key`` and ``values``."""
+    h = _hash(key, *values)
+    radius = np.sqrt(-2.0 * np.log(_uniform(h)))
+    return radius * np.cos(2.0 * np.pi * _uniform(_mix64(h)))
+
+
+# ------------------------------------------------------------------------------ batches
+
+
+@dataclasses.dataclass
+class _Batch:
+    """The features of ``n`` rows before labelling.
+
+    ``categorical`` holds int64 ids for C1..C20 and, for C21..C26, the 32-bit value
+    behind the hex string (``_MISSING_HEX`` when missing). Tags and topics are flat
+    arrays sorted by row; ``*_counts`` give the entries per row.
+    """
+
+    n: int
+    numeric: dict[str, np.ndarray]
+    categorical: dict[str, np.ndarray]
+    user_id: np.ndarray
+    tag_rows: np.ndarray
+    tag_ids: np.ndarray
+    tag_counts: np.ndarray
+    topic_rows: np.ndarray
+    topic_ids: np.ndarray
+    topic_cents: np.ndarray
+    topic_counts: np.ndarray
+
+
+class _Generator:
+    """Samples rows and labels for one seed, caching per-run tables."""
+
+    def __init__(self, seed: int):
+        self._seed = seed
+        self._cdfs: dict[tuple[int, float, float], np.ndarray] = {}
+        self._head_maps: dict[str, tuple[int, np.ndarray]] = {}  # field -> latest day
+        self._permutations = {name: self._permutation(name, n) for name, n in
+                              [*CARDINALITIES.items(), ("user_id", _USERS), ("tags", _TAGS)]}
+        self._click_bias, self._cvr_bias = self._calibrate()
+
+    def table(self, day: int, file_index: int, n: int) -> pa.Table:
+        """Generates file ``file_index`` of ``day`` with ``n`` rows as an Arrow table."""
+        rng = np.random.default_rng([self._seed, day, file_index])
+        batch = self._features(day, rng, n)
+        click_logit = (self._click_logit(batch) + self._click_bias).astype(np.float32)
+        cvr_logit = self._cvr_logit(batch) + self._cvr_bias
+        click = rng.random(n) < _sigmoid(click_logit.astype(np.float64))
+        conversion = click & (rng.random(n) < _sigmoid(cvr_logit))
+        log_p = -_softplus(-click_logit.astype(np.float64)) - _softplus(-cvr_logit)
+        conversion_logit = log_p - np.log(-np.expm1(log_p))
+        columns = [pa.array(batch.numeric[f]) for f in NUMERIC_FIELDS]
+        columns += [pa.array(batch.categorical[f]) for f in CATEGORICAL_FIELDS[:20]]
+        columns += [_hex_strings(batch.categorical[f]) for f in STRING_ID_FIELDS]
+        columns += [
+            pa.array(batch.user_id),
+            _join_lists(pc.cast(pa.array(batch.tag_ids), pa.string()), batch.tag_counts),
+            _join_lists(_topic_entries(batch), batch.topic_counts),
+            pa.array(click.astype(np.int64)),
+            pa.array(conversion.astype(np.int64)),
+            pa.array(click_logit),
+            pa.array(conversion_logit.astype(np.float32)),
+        ]
+        return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+    # -- features
+
+    def _features(self, day: int, rng: np.random.Generator, n: int) -> _Batch:
+        numeric = {f: self._numeric(f, rng, n) for f in NUMERIC_FIELDS}
+        categorical = {f: self._categorical(f, day, rng, n) for f in CATEGORICAL_FIELDS}
+        user_rank = self._zipf(rng, n, _USERS, _USER_ZIPF, _USER_OFFSET)
+        user_id = self._scramble("user_id", user_rank, _USERS) + 1
+        tag_counts = rng.choice(len(_TAG_COUNT_PROBS), size=n, p=_TAG_COUNT_PROBS)
+        tag_rows = np.repeat(np.arange(n, dtype=np.int64), tag_counts)
+        tag_ranks = self._zipf(rng, tag_rows.size, _TAGS, _TAG_ZIPF)
+        tag_rows, tag_ids = _distinct_per_row(
+            tag_rows, self._scramble("tags", tag_ranks, _TAGS) + 1, _TAGS + 1)
+        topic_counts = 1 + rng.choice(len(_TOPIC_COUNT_PROBS), size=n, p=_TOPIC_COUNT_PROBS)
+        topic_rows = np.repeat(np.arange(n, dtype=np.int64), topic_counts)
+        topic_rows, topic_ids = _distinct_per_row(
+            topic_rows, self._zipf(rng, topic_rows.size, _TOPICS, _TOPIC_ZIPF) + 1,
+            _TOPICS + 1)
+        raw = rng.gamma(1.0, size=topic_rows.size)
+        share = raw / np.bincount(topic_rows, weights=raw, minlength=n)[topic_rows]
+        topic_cents = np.clip(np.rint(share * 100), 1, 100).astype(np.int64)
+        return _Batch(n=n, numeric=numeric, categorical=categorical, user_id=user_id,
+                      tag_rows=tag_rows, tag_ids=tag_ids,
+                      tag_counts=np.bincount(tag_rows, minlength=n),
+                      topic_rows=topic_rows, topic_ids=topic_ids, topic_cents=topic_cents,
+                      topic_counts=np.bincount(topic_rows, minlength=n))
+
+    @staticmethod
+    def _numeric(field: str, rng: np.random.Generator, n: int) -> np.ndarray:
+        mu, sigma = _NUMERIC_LOGNORMAL[field]
+        value = np.exp(mu + sigma * rng.standard_normal(n))
+        if field not in _CONTINUOUS_FIELDS:
+            value = np.floor(value)
+        if field == "I2":
+            negative = rng.random(n) < _I2_NEGATIVE_RATE
+            value[negative] = -1.0 - rng.integers(0, 3, size=int(negative.sum()))
+        value[rng.random(n) < NUMERIC_MISSING_RATES[field]] = np.nan
+        return value.astype(np.float32)
+
+    def _categorical(self, field: str, day: int, rng: np.random.Generator,
+                     n: int) -> np.ndarray:
+        """Ids of ``field`` on ``day``; for string fields the 32-bit hex value."""
+        cardinality = CARDINALITIES[field]
+        rank = self._zipf(rng, n, cardinality, _ZIPF_EXPONENTS[field])
+        head = self._head_map(field, day)
+        slot = np.where(rank < head.size, head[np.minimum(rank, head.size - 1)], rank)
+        ids = self._scramble(field, slot, cardinality) + 1
+        if day > 0:
+            birth = np.floor(_uniform(_hash(_key(self._seed, "new", field), slot))
+                             / _NEW_ID_RATE_PER_DAY).astype(np.int64) + 1
+            new = (birth <= min(day, _NEW_ID_LIFETIME)) & (slot >= _NEW_ID_MIN_SLOT)
+            latest_birth = birth + (day - birth) // _NEW_ID_LIFETIME * _NEW_ID_LIFETIME
+            ids = np.where(new, ids + latest_birth * cardinality, ids)
+        missing = rng.random(n) < CATEGORICAL_MISSING_RATES[field]
+        if field in STRING_ID_FIELDS:
+            value = (_hash(_key(0, "hex", field), ids) >> np.uint64(32)).astype(np.int64)
+            return np.where(missing, _MISSING_HEX, value)
+        return np.where(missing, 0, ids)
+
+    def _zipf(self, rng: np.random.Generator, n: int, cardinality: int, exponent: float,
+              offset: float = 0.0) -> np.ndarray:
+        """Draws 0-based ranks with P(r) proportional to (r + 1 + offset)^-exponent."""
+        cache_key = (cardinality, exponent, offset)
+        cdf = self._cdfs.get(cache_key)
+        if cdf is None:
+            cdf = np.cumsum((np.arange(1, cardinality + 1) + offset) ** -exponent)
+            cdf /= cdf[-1]
+            self._cdfs[cache_key] = cdf
+        return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), cardinality - 1)
+
+    def _head_map(self, field: str, day: int) -> np.ndarray:
+        """Slot of each head rank after the popularity swaps of days 1..day."""
+        done, head = self._head_maps.get(field, (day + 1, None))
+        if done > day:
+            done, head = 0, np.arange(min(CARDINALITIES[field], _SWAP_HEAD))
+        for d in range(done + 1, day + 1):
+            head = head.copy()
+            rng = np.random.default_rng([self._seed, d, _key(0, "swap", field)])
+            swaps = round(_SWAP_RATE * head.size)
+            first = rng.integers(0, head.size, size=swaps)
+            second = np.minimum(first + rng.integers(1, _SWAP_MAX_DISTANCE + 1, swaps),
+                                head.size - 1)
+            for a, b in zip(first.tolist(), second.tolist()):
+                head[a], head[b] = head[b], head[a]
+        self._head_maps[field] = (day, head)
+        return head
+
+    def _permutation(self, name: str, cardinality: int) -> tuple[int, int]:
+        """Multiplier (coprime to ``cardinality``) and shift of a fixed id permutation."""
+        key = _key(self._seed, "permutation", name)
+        multiplier = key % (1 << 31) | 1
+        while math.gcd(multiplier, cardinality) != 1:
+            multiplier += 2
+        return multiplier, (key >> 32) % cardinality
+
+    def _scramble(self, name: str, rank: np.ndarray, cardinality: int) -> np.ndarray:
+        """Applies the permutation ``r -> (a r + b) mod cardinality`` of ``name``."""
+        multiplier, shift = self._permutations[name]
+        return (rank.astype(np.int64) * multiplier + shift) % cardinality
+
+    # -- labels
+
+    def _click_logit(self, b: _Batch) -> np.ndarray:
+        """The click logit without the bias (see the module docstring)."""
+        seed = self._seed
+        logit = np.zeros(b.n)
+        for field, sigma in _CLICK_FIELD_SIGMAS.items():
+            logit += sigma * _normal(_key(seed, "click", field), b.categorical[field])
+        for (f, g), sigma in _CLICK_PAIR_SIGMAS.items():
+            logit += sigma * _normal(_key(seed, "click", f, g), b.categorical[f],
+                                     b.categorical[g])
+        logit += _USER_SIGMA * _normal(_key(seed, "click", "user"), b.user_id)
+        tag_effect = np.bincount(b.tag_rows, minlength=b.n, weights=_normal(
+            _key(seed, "click", "tag"), b.tag_ids))
+        logit += np.where(b.tag_counts > 0,
+                          _TAG_SIGMA * tag_effect / np.maximum(b.tag_counts, 1),
+                          _NO_TAG_EFFECT)
+        logit += _TOPIC_SIGMA * np.bincount(b.topic_rows, minlength=b.n, weights=(
+            b.topic_cents / 100 * _normal(_key(seed, "click", "topic"), b.topic_ids)))
+        for field, (effect, missing_effect) in _NUMERIC_EFFECTS.items():
+            x = b.numeric[field].astype(np.float64)
+            missing = np.isnan(x)
+            logit += np.where(missing, missing_effect, effect(np.where(missing, 0.0, x)))
+        return logit
+
+    def _cvr_logit(self, b: _Batch) -> np.ndarray:
+        """The post-click conversion logit without the bias."""
+        seed = self._seed
+        logit = np.zeros(b.n)
+        for field, sigma in _CVR_FIELD_SIGMAS.items():
+            logit += sigma * _normal(_key(seed, "cvr", field), b.categorical[field])
+        logit += _CVR_USER_SIGMA * _normal(_key(seed, "cvr", "user"), b.user_id)
+        x6 = b.numeric["I6"].astype(np.float64)
+        missing = np.isnan(x6)
+        logit += np.where(missing, -0.3, 0.5 * np.tanh(np.log1p(np.where(missing, 0, x6)) - 3))
+        return logit
+
+    def _calibrate(self) -> tuple[float, float]:
+        """Biases giving the target click and conversion rates on a day-0 pilot sample."""
+        batch = self._features(0, np.random.default_rng([self._seed, _key(0, "pilot")]),
+                               _PILOT_ROWS)
+        click_raw = self._click_logit(batch)
+        click_bias = _solve_bias(lambda b: _sigmoid(click_raw + b).mean(), _TARGET_CLICK_RATE)
+        p_click = _sigmoid(click_raw + click_bias)
+        cvr_raw = self._cvr_logit(batch)
+        cvr_bias = _solve_bias(lambda b: (p_click * _sigmoid(cvr_raw + b)).mean(),
+                               _TARGET_CONVERSION_RATE)
+        return click_bias, cvr_bias
+
+
+def _g1(x: np.ndarray) -> np.ndarray:
+    return 0.55 * np.sin(1.7 * np.log1p(x))
+
+
+def _g2(x: np.ndarray) -> np.ndarray:
+    return 0.25 * np.tanh(np.log1p(np.maximum(x, 0.0)) - 2.0) - 0.4 * (x < 0)
+
+
+def _g3(x: np.ndarray) -> np.ndarray:
+    return 0.75 * np.exp(-((np.log1p(x) - 2.2) ** 2) / 0.4) - 0.2
+
+
+def _g5(x: np.ndarray) -> np.ndarray:
+    return 0.45 * (x < 300)
+
+
+def _g7(x: np.ndarray) -> np.ndarray:
+    return 0.9 * (1.0 - np.exp(-x / 4.0)) - 0.45
+
+
+def _g12(x: np.ndarray) -> np.ndarray:
+    return 0.35 * np.cos(2.0 * np.log1p(x))
+
+
+# Numeric field -> (effect of a present value, effect when missing).
+_NUMERIC_EFFECTS = {"I1": (_g1, -0.3), "I2": (_g2, 0.0), "I3": (_g3, 0.25),
+                    "I5": (_g5, -0.2), "I7": (_g7, 0.1), "I12": (_g12, -0.15)}
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+def _solve_bias(mean_rate: Callable[[float], float], target: float) -> float:
+    """Bisection for the bias at which the increasing ``mean_rate`` equals ``target``."""
+    low, high = -30.0, 30.0
+    for _ in range(60):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if mean_rate(mid) < target else (low, mid)
+    return 0.5 * (low + high)
+
+
+def _distinct_per_row(rows: np.ndarray, ids: np.ndarray,
+                      bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """Drops repeated ids within a row; ids (all < ``bound``) come out sorted per row."""
+    unique = np.unique(rows * bound + ids)
+    return unique // bound, unique % bound
+
+
+def _join_lists(values: pa.Array, counts: np.ndarray) -> pa.Array:
+    """Joins ``counts[i]`` consecutive string ``values`` per row with ``|``."""
+    offsets = np.zeros(counts.size + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), values), "|")
+
+
+def _topic_entries(b: _Batch) -> pa.Array:
+    """``"id:weight"`` strings, one per topic entry."""
+    ids = pc.cast(pa.array(b.topic_ids), pa.string())
+    weights = _WEIGHT_STRINGS.take(pa.array(b.topic_cents))
+    return pc.binary_join_element_wise(ids, weights, ":")
+
+
+def _hex_strings(values: np.ndarray) -> pa.Array:
+    """8-char lowercase hex of 32-bit ``values``; ``_MISSING_HEX`` becomes ``""``."""
+    present = values != _MISSING_HEX
+    shifts = np.arange(28, -1, -4, dtype=np.int64)
+    digits = _HEX_DIGITS[(values[present, None] >> shifts) & 0xF]
+    offsets = np.zeros(values.size + 1, dtype=np.int32)
+    np.cumsum(np.where(present, 8, 0), out=offsets[1:])
+    return pa.StringArray.from_buffers(values.size, pa.py_buffer(offsets),
+                                       pa.py_buffer(digits.tobytes()), null_count=0)

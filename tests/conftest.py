@@ -1,0 +1,65 @@
+"""Shared fixtures: tiny Parquet files and configs written by the tests themselves."""
+
+from __future__ import annotations
+
+import pathlib
+import textwrap
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
+
+SMALL_FEATURES = """\
+tables:
+  ads: {rows: 1000, dim: 4}
+  tag: {rows: 100, dim: 4}
+features:
+  ad: {kind: categorical, dtype: int64, table: ads}
+  site: {kind: categorical, dtype: string, table: ads}
+  price: {kind: numeric, transform: log1p}
+  tags: {kind: multi_categorical, table: tag, max_length: 3}
+labels:
+  click: {}
+"""
+
+
+def small_table(n: int = 100, seed: int = 0, **columns) -> pa.Table:
+    """A table matching SMALL_FEATURES; keyword arguments replace columns."""
+    rng = np.random.default_rng(seed)
+    data = {
+        "ad": pa.array(rng.integers(1, 500, n), pa.int64()),
+        "site": pa.array([f"s{i % 7}" for i in range(n)], pa.string()),
+        "price": pa.array(rng.lognormal(size=n).astype(np.float32), pa.float32()),
+        "tags": pa.array(["|".join(str(t) for t in range(i % 4)) for i in range(n)], pa.string()),
+        "click": pa.array(rng.integers(0, 2, n), pa.int64()),
+    }
+    data.update(columns)
+    return pa.table(data)
+
+
+def write_parquet(path: pathlib.Path, table: pa.Table, row_group_size: int | None = None) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=row_group_size)
+    return str(path)
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    """Returns a function writing a small model config; keyword args go in data:."""
+
+    def make(features: str = SMALL_FEATURES, **data) -> str:
+        (tmp_path / "features.yaml").write_text(textwrap.dedent(features))
+        data.setdefault("path", str(tmp_path / "data"))
+        data_yaml = ", ".join(f"{k}: {v}" for k, v in data.items())
+        (tmp_path / "model.yaml").write_text(
+            "features: features.yaml\n"
+            f"data: {{{data_yaml}}}\n"
+            "model: {name: dcn_v2}\n"
+            "input: {batch_size: 32, shuffle: false}\n"
+            "cluster: {workers: 2, ps: 1}\n")
+        return str(tmp_path / "model.yaml")
+
+    return make

@@ -1,0 +1,197 @@
+"""The config language: every shipped config loads, every rejection names path and fix."""
+
+from __future__ import annotations
+
+import pathlib
+import textwrap
+
+import pytest
+
+from recsys_dist.cli import main
+from recsys_dist.config import load_config, load_feature_config
+from recsys_dist.errors import ConfigError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+FEATURES = """\
+tables:
+  ads: {rows: 1000, dim: 8}
+  tags: {rows: 500, dim: 4}
+  cross: {rows: 100, dim: 4}
+features:
+  ad: {kind: categorical, dtype: int64, table: ads}
+  site: {kind: categorical, dtype: string, table: ads}
+  price: {kind: numeric, transform: log1p}
+  tags: {kind: multi_categorical, table: tags, max_length: 4}
+  ad_x_site: {kind: cross, inputs: [ad, site], table: cross}
+labels:
+  click: {}
+  conversion: {}
+"""
+
+MODEL = """\
+features: features.yaml
+data: {path: /data, train: {dates: 2026-01-01..2026-01-03}, eval: {dates: 2026-01-04}}
+model: {name: dcn_v2}
+"""
+
+
+def write(tmp_path: pathlib.Path, features: str = FEATURES, model: str = MODEL) -> str:
+    (tmp_path / "features.yaml").write_text(textwrap.dedent(features))
+    (tmp_path / "model.yaml").write_text(textwrap.dedent(model))
+    return str(tmp_path / "model.yaml")
+
+
+def features_with(tmp_path, old: str, new: str) -> str:
+    assert old in FEATURES, old
+    return write(tmp_path, FEATURES.replace(old, new))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    config = load_config(path)
+    assert config.features.features and config.labels
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "features").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_feature_config_loads(path):
+    assert load_feature_config(path).tables
+
+
+def test_valid_config_resolves_defaults(tmp_path):
+    config = load_config(write(tmp_path))
+    assert config.inputs == {"deep": ["ad", "site", "price", "tags", "ad_x_site"]}
+    assert config.labels == ["click", "conversion"]
+    assert config.features.rows_of(config.features.features["ad"]) == 1000
+    assert config.input.batch_size == 512 and config.cluster.workers == 2
+    assert [str(d) for d in config.data.train.date_range().days()] == [
+        "2026-01-01", "2026-01-02", "2026-01-03"]
+
+
+def test_unknown_key_names_dotted_path_line_and_suggestion(tmp_path):
+    path = features_with(tmp_path, "max_length: 4", "max_lenght: 4")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "features.yaml:9: features.tags.max_lenght: unknown key" in message
+    assert 'Did you mean "max_length"?' in message
+
+
+def test_cli_wrong_key_exits_nonzero_with_path_and_suggestion(tmp_path, capsys):
+    path = write(tmp_path, model=MODEL.replace("model: {name: dcn_v2}",
+                                               "model: {name: dcn_v2}\ninput: {batch_sise: 64}"))
+    assert main(["validate", "--config", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert "input.batch_sise: unknown key" in err and 'Did you mean "batch_size"?' in err
+    assert "Traceback" not in err
+
+
+FEATURE_REJECTIONS = [
+    ("dim: 8}", "dim: '8'}", r"tables\.ads\.dim: got '8' \(of type str\); expected an integer"),
+    ("dim: 8}", "dim: 0}", r"tables\.ads\.dim: got 0; expected a value >= 1"),
+    ("max_length: 4}", "max_length: 4, combiner: avg}",
+     r"features\.tags\.combiner: got 'avg'; expected one of 'sum', 'mean', 'sqrtn'"),
+    ("kind: numeric, transform: log1p", "kind: numerc, transform: log1p",
+     r"features\.price\.kind: got 'numerc'.*Did you mean \"numeric\"\?"),
+    ("table: ads}\n  site", "table: adz}\n  site",
+     r"features\.ad\.table: unknown table 'adz'.*Did you mean \"ads\"\?"),
+    ("ad: {kind: categorical, dtype: int64, table: ads}",
+     "ad: {kind: categorical, table: ads}", r"features\.ad\.dtype: missing required key"),
+    ("inputs: [ad, site]", "inputs: [ad, price]",
+     r"features\.ad_x_site\.inputs\[1\]: feature 'price' is numeric; a cross takes categorical"),
+    ("inputs: [ad, site]", "inputs: [ad]", r"features\.ad_x_site\.inputs: got 1 item\(s\); "
+     r"expected at least 2"),
+    ("transform: log1p", "transform: bucketize",
+     r"features\.price: transform 'bucketize' needs 'boundaries'"),
+    ("transform: log1p", "transform: bucketize, boundaries: [1, 1], table: cross",
+     r"features\.price\.boundaries: got \[1\.0, 1\.0\]; expected strictly increasing"),
+    ("transform: log1p", "transform: standardize, mean: 1",
+     r"features\.price: transform 'standardize' needs both 'mean' and 'std'"),
+    ("transform: log1p", "transform: log1p, mean: 1",
+     r"features\.price\.mean: only applies to transform 'standardize'"),
+    ("table: ads}\n  site", "table: ads, hash_buckets: 5000}\n  site",
+     r"features\.ad: needs 5000 rows \(hash_buckets\) but table 'ads' has rows=1000"),
+    ("labels:\n  click: {}\n  conversion: {}\n", "labels: {}\n",
+     r"labels: no labels defined"),
+    ("  click: {}", "  click: {column: price}",
+     r"labels\.click: label column 'price' is also read by feature 'price'"),
+    ("  cross: {rows: 100, dim: 4}\n", "  cross: {rows: 100, dim: 4}\n  unused: {rows: 1, dim: 1}\n",
+     r"tables\.unused: is used by no feature"),
+    ("  ad: {kind", "  ad: {kind: categorical, dtype: int64, table: ads}\n  ad: {kind",
+     r"features\.ad: duplicate key"),
+    ("table: ads}\n  site", "table: ads, vocabulary: missing.txt}\n  site",
+     r"features\.ad\.vocabulary: cannot read vocabulary file .*missing\.txt"),
+]
+
+
+@pytest.mark.parametrize("old,new,pattern", FEATURE_REJECTIONS,
+                         ids=[p.split(":")[0] + str(i) for i, (_, _, p) in
+                              enumerate(FEATURE_REJECTIONS)])
+def test_feature_config_rejections(tmp_path, old, new, pattern):
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_config(features_with(tmp_path, old, new))
+    assert "features.yaml" in str(info.value)
+
+
+MODEL_REJECTIONS = [
+    ("model: {name: dcn_v2}", "model: {name: dcnv2}",
+     r"model\.name: got 'dcnv2'.*Did you mean \"dcn_v2\"\?"),
+    ("model: {name: dcn_v2}", "model: {name: dcn_v2, labels: [clicks]}",
+     r"model\.labels\[0\]: unknown label 'clicks'.*Did you mean \"click\"\?"),
+    ("model: {name: dcn_v2}", "model: {name: dcn_v2, inputs: {deep: [ad, site, price, tags]}}",
+     r"feature 'ad_x_site' of .*features\.yaml is used by no model input"),
+    ("model: {name: dcn_v2}", "model: {name: dcn_v2, inputs: {deep: [ad, sight]}}",
+     r"model\.inputs\.deep\[1\]: unknown feature 'sight'.*Did you mean \"site\"\?"),
+    ("model: {name: dcn_v2}", "model: {name: wide_deep}",
+     r"model\.inputs: model 'wide_deep' needs its input groups wide, deep"),
+    ("model: {name: dcn_v2}", "model: {name: mmoe, labels: [click]}",
+     r"model\.labels: model 'mmoe' is multi-task"),
+    ("features: features.yaml", "features: nope.yaml",
+     r"features: feature config '.*nope\.yaml' does not exist"),
+    ("train: {dates: 2026-01-01..2026-01-03}", "train: {dates: 2026-01-03..2026-01-01}",
+     r"data\.train\.dates: got '2026-01-03\.\.2026-01-01'; the range ends before it starts"),
+    ("train: {dates: 2026-01-01..2026-01-03}", "train: {dates: 2026-01-01, glob: '*'}",
+     r"data\.train: set exactly one of 'dates'"),
+    ("data: {path: /data,", "data: {on_bad_file: ignore, path: /data,",
+     r"data\.on_bad_file: got 'ignore'; expected one of 'fail', 'skip'"),
+]
+
+
+@pytest.mark.parametrize("old,new,pattern", MODEL_REJECTIONS,
+                         ids=[str(i) for i in range(len(MODEL_REJECTIONS))])
+def test_model_config_rejections(tmp_path, old, new, pattern):
+    assert old in MODEL
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(write(tmp_path, model=MODEL.replace(old, new)))
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path):
+    path = write(tmp_path, model="features: features.yaml\nmodel: {name: [\n")
+    with pytest.raises(ConfigError, match=r"model\.yaml:3: invalid YAML"):
+        load_config(path)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_set_overrides_are_validated(tmp_path):
+    path = write(tmp_path)
+    assert load_config(path, ["input.batch_size=64"]).input.batch_size == 64
+    with pytest.raises(ConfigError, match=r"input\.batch_size: got -1; expected a value >= 1"):
+        load_config(path, ["input.batch_size=-1"])
+    with pytest.raises(ConfigError, match=r"--set 'oops': expected key\.path=value"):
+        load_config(path, ["oops"])
+
+
+def test_vocabulary_files(tmp_path):
+    (tmp_path / "ads.txt").write_text("10\n20\n30\n")
+    path = features_with(tmp_path, "table: ads}\n  site", "table: ads, vocabulary: ads.txt}\n  site")
+    config = load_config(path)
+    assert config.features.vocabularies["ad"] == [10, 20, 30]
+    assert config.features.rows_of(config.features.features["ad"]) == 4  # 3 + 1 oov bucket
+    (tmp_path / "ads.txt").write_text("10\nten\n")
+    with pytest.raises(ConfigError, match=r"non-integer id .*dtype int64 needs one integer"):
+        load_config(path)
