@@ -63,3 +63,52 @@ def small_config(tmp_path):
         return str(tmp_path / "model.yaml")
 
     return make
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-protocol server (moto) on 127.0.0.1 with bucket ``recsys-test``.
+
+    Sets the S3 environment variables tensorflow-io and recsys_dist's fsspec layer read,
+    in this process; returns them so cluster fixtures can pass them to server processes.
+    """
+    import os
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"S3_ENDPOINT": f"http://127.0.0.1:{port}", "S3_USE_HTTPS": "0",
+           "S3_VERIFY_SSL": "0", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    client = boto3.client("s3", endpoint_url=env["S3_ENDPOINT"], region_name="us-east-1")
+    client.create_bucket(Bucket="recsys-test")
+    try:
+        yield {"env": env, "client": client, "bucket": "recsys-test"}
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def upload_dir(client, bucket: str, local: pathlib.Path, prefix: str) -> str:
+    """Uploads every file under ``local`` to ``s3://bucket/prefix/``; returns that URL."""
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(local).as_posix()}")
+    return f"s3://{bucket}/{prefix}"

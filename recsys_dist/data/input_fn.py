@@ -76,17 +76,15 @@ class InputPipeline:
         dtypes = {c: tf.as_dtype(transform.column_dtypes[c]) for c in transform.columns}
         shuffle = training and spec.shuffle
 
-        def read_unit(position, file_index, start, stop):
+        def read_unit(file_index, start, stop):
             path = tf.gather(tf.constant(plan.files), file_index)
             shape = tf.reshape(tf.gather(tf.constant(plan.file_rows, tf.int64), file_index), [1])
-            # One tensorflow-io resource per (file, slot): reads of the same file in
-            # parallel slots do not serialise on the resource's mutex.
-            shared = tf.strings.join(
-                [path, "#", tf.strings.as_string(position % spec.read_parallelism)])
+            # tensorflow-io caches one reader per `shared` name process-wide; keying it by
+            # the path lets every column of a unit reuse one parsed footer.
             raw = {}
             for column, dtype in dtypes.items():
                 values = core_ops.io_parquet_readable_read(
-                    input=path, shared=shared, component=column, shape=shape,
+                    input=path, shared=path, component=column, shape=shape,
                     start=start, stop=stop, dtype=dtype)
                 values.set_shape([None])
                 raw[column] = values
@@ -115,9 +113,8 @@ class InputPipeline:
             ds = tf.data.Dataset.from_tensor_slices(units)
             if shuffle:
                 ds = ds.shuffle(len(plan.units), seed=spec.seed, reshuffle_each_iteration=True)
-            ds = ds.enumerate().map(lambda i, u: read_unit(i, *u),
-                                    num_parallel_calls=spec.read_parallelism,
-                                    deterministic=not training)
+            ds = ds.map(read_unit, num_parallel_calls=spec.read_parallelism,
+                        deterministic=not training)
             ds = ds.rebatch(spec.batch_size)
             return ds.prefetch(spec.prefetch_batches)
 

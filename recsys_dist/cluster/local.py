@@ -1,0 +1,400 @@
+"""A local training cluster: one server subprocess per worker and parameter server.
+
+Every task runs ``python -m recsys_dist.cluster.server`` on ``127.0.0.1`` and writes its
+output to ``log_dir/{job}-{index}.log``. The calling process is the coordinator.
+
+No task outlives the coordinator: each child asks the kernel to SIGKILL it when its
+parent dies (``PR_SET_PDEATHSIG``), :meth:`LocalCluster.stop` runs at interpreter exit,
+and :func:`terminate_on_signals` turns SIGTERM / SIGHUP into a normal ``SystemExit`` so
+context managers tear the cluster down.
+
+Example:
+  >>> with terminate_on_signals(), LocalCluster(workers=2, ps=1, log_dir="logs") as c:
+  ...     strategy = tf.distribute.ParameterServerStrategy(c.cluster_resolver())
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import recsys_dist
+from recsys_dist.cluster.server import SERVER_JOBS, ClusterError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+_HOST = "127.0.0.1"
+_PR_SET_PDEATHSIG = 1
+_LOG_TAIL_LINES = 20
+_POLL_SECONDS = 0.2
+_PROJECT_ROOT = str(pathlib.Path(recsys_dist.__file__).resolve().parent.parent)
+
+_TaskKey = tuple[str, int]
+"""``(job, index)`` of one task."""
+
+
+class LocalCluster:
+    """Worker and parameter-server subprocesses on 127.0.0.1 for one coordinator.
+
+    Children die with the thread that started them (``PR_SET_PDEATHSIG`` follows the
+    parent *thread*), so call :meth:`start` and :meth:`restart` from a thread that
+    lives as long as the cluster, normally the main thread.
+
+    Stop the cluster only after the ``ClusterCoordinator`` is idle: ``join()`` can
+    return while TensorFlow is still reconnecting to a restarted worker, and if the
+    servers vanish during that reconnection the coordinator's destructor hangs.
+
+    Args:
+      workers: Number of worker tasks, >= 1.
+      ps: Number of parameter-server tasks, >= 1.
+      log_dir: Directory for the ``{job}-{index}.log`` files; created if missing.
+      env: Extra environment variables for the tasks, merged over ``os.environ``.
+      inter_op_threads: Inter-op threads per server; defaults to ``workers + 2``.
+      start_timeout: Seconds to wait for all tasks to accept connections.
+
+    Raises:
+      ValueError: An argument is out of range.
+
+    Example:
+      >>> with LocalCluster(workers=2, ps=1, log_dir="/tmp/logs") as cluster:
+      ...     print(cluster.cluster_spec["ps"])
+      ['127.0.0.1:41235']
+    """
+
+    def __init__(
+        self,
+        workers: int,
+        ps: int,
+        log_dir: str | os.PathLike,
+        *,
+        env: Mapping[str, str] | None = None,
+        inter_op_threads: int | None = None,
+        start_timeout: float = 90.0,
+    ):
+        _check_count("workers", workers)
+        _check_count("ps", ps)
+        if inter_op_threads is not None:
+            _check_count("inter_op_threads", inter_op_threads)
+        if not start_timeout > 0:
+            raise ValueError(f"start_timeout must be > 0 seconds, got {start_timeout!r}")
+        self._counts = {"worker": workers, "ps": ps}
+        self._log_dir = pathlib.Path(log_dir)
+        self._env = dict(env or {})
+        self._inter_op_threads = inter_op_threads
+        self._start_timeout = start_timeout
+        self._ports: dict[_TaskKey, int] = {}
+        self._processes: dict[_TaskKey, subprocess.Popen] = {}
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> LocalCluster:
+        """Picks free ports, spawns every task and waits until all accept connections.
+
+        Also sets ``GRPC_FAIL_FAST=use_caller`` in this process's environment (unless
+        set) so the coordinator's gRPC channels fail fast on a dead task.
+
+        Returns:
+          self, started.
+
+        Raises:
+          RuntimeError: The cluster is already running.
+          ClusterError: A task exited early or did not come up within
+            ``start_timeout``; every task already started is stopped first.
+        """
+        if any(_running(process) for process in self._processes.values()):
+            raise RuntimeError("LocalCluster is already running; call stop() first")
+        os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        keys = [(job, index) for job in SERVER_JOBS for index in range(self._counts[job])]
+        self._ports = dict(zip(keys, _free_ports(len(keys))))
+        self._processes = {}
+        atexit.register(self.stop)
+        try:
+            for key in keys:
+                self._spawn(key)
+            self._wait_ready(keys)
+        except BaseException:
+            self.stop()
+            self._ports = {}
+            raise
+        return self
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stops every task: SIGTERM, then SIGKILL after ``grace`` seconds; reaps all.
+
+        Safe to call more than once, and on a cluster that never started.
+
+        Args:
+          grace: Seconds the tasks get to exit after SIGTERM.
+        """
+        atexit.unregister(self.stop)
+        running = [process for process in self._processes.values() if _running(process)]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for process in running:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    @property
+    def cluster_spec(self) -> dict[str, list[str]]:
+        """``{"worker": ["127.0.0.1:port", ...], "ps": [...]}`` of the started cluster."""
+        self._require_started()
+        return {
+            job: [_address(self._ports[job, index]) for index in range(self._counts[job])]
+            for job in SERVER_JOBS
+        }
+
+    def cluster_resolver(self) -> tf.distribute.cluster_resolver.SimpleClusterResolver:
+        """Returns a gRPC cluster resolver for ``ParameterServerStrategy``."""
+        import tensorflow as tf
+
+        return tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(self.cluster_spec), rpc_layer="grpc"
+        )
+
+    def pid(self, job: str, index: int) -> int:
+        """Returns the process id of a task (of its latest start)."""
+        return self._process(job, index).pid
+
+    def kill(self, job: str, index: int, sig: int = signal.SIGKILL) -> None:
+        """Sends ``sig`` to a task, e.g. to test fault tolerance.
+
+        With SIGKILL the call returns once the task is dead and reaped, so
+        :meth:`alive` reports it dead right away. Other signals are only sent.
+
+        Args:
+          job: ``"worker"`` or ``"ps"``.
+          index: Task index within its job.
+          sig: Signal number to send.
+        """
+        process = self._process(job, index)
+        process.send_signal(sig)
+        if sig == signal.SIGKILL:
+            process.wait()
+
+    def restart(self, job: str, index: int) -> None:
+        """Starts a dead task again on the same port and waits until it serves.
+
+        Args:
+          job: ``"worker"`` or ``"ps"``.
+          index: Task index within its job.
+
+        Raises:
+          ClusterError: The task is still running, or it did not come back (it is
+            killed then; the rest of the cluster keeps running).
+        """
+        process = self._process(job, index)
+        if _running(process):
+            raise ClusterError(
+                f"{job}:{index} is still running (pid {process.pid}); kill it first"
+            )
+        self._spawn((job, index))
+        try:
+            self._wait_ready([(job, index)])
+        except BaseException:
+            self._processes[job, index].kill()
+            self._processes[job, index].wait()
+            raise
+
+    def alive(self) -> dict[str, list[bool]]:
+        """Returns ``{"worker": [running?, ...], "ps": [...]}``."""
+        self._require_started()
+        return {
+            job: [_running(self._processes[job, index]) for index in range(self._counts[job])]
+            for job in SERVER_JOBS
+        }
+
+    def log_path(self, job: str, index: int) -> pathlib.Path:
+        """Returns the path of a task's combined stdout / stderr log."""
+        self._check_task(job, index)
+        return self._log_dir / f"{job}-{index}.log"
+
+    def _check_task(self, job: str, index: int) -> None:
+        if job not in self._counts:
+            raise ValueError(f"job must be one of {SERVER_JOBS}, got {job!r}")
+        if not 0 <= index < self._counts[job]:
+            raise ValueError(
+                f"index {index} is out of range: "
+                f"the cluster has {self._counts[job]} {job!r} task(s)"
+            )
+
+    def _require_started(self) -> None:
+        if not self._ports:
+            raise RuntimeError("LocalCluster is not started; call start() or use `with`")
+
+    def _process(self, job: str, index: int) -> subprocess.Popen:
+        self._check_task(job, index)
+        self._require_started()
+        return self._processes[job, index]
+
+    def _command(self, key: _TaskKey) -> list[str]:
+        job, index = key
+        command = [
+            sys.executable, "-m", "recsys_dist.cluster.server",
+            "--job", job, "--index", str(index),
+            "--cluster-spec", json.dumps(self.cluster_spec, separators=(",", ":")),
+        ]  # fmt: skip
+        if self._inter_op_threads is not None:
+            command += ["--inter-op-threads", str(self._inter_op_threads)]
+        return command
+
+    def _child_env(self) -> dict[str, str]:
+        env = {**os.environ, **self._env}
+        env.setdefault("GRPC_FAIL_FAST", "use_caller")
+        env.setdefault("CUDA_VISIBLE_DEVICES", "")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # The children must import this very recsys_dist, installed or not.
+        paths = [_PROJECT_ROOT, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        return env
+
+    def _spawn(self, key: _TaskKey) -> None:
+        with open(self.log_path(*key), "ab") as log:
+            self._processes[key] = subprocess.Popen(
+                self._command(key),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._child_env(),
+                preexec_fn=_die_with_parent(os.getpid()),
+                start_new_session=True,  # a terminal's Ctrl-C reaches only the coordinator
+            )
+
+    def _wait_ready(self, keys: list[_TaskKey]) -> None:
+        """Blocks until every task in ``keys`` accepts TCP connections on its port."""
+        deadline = time.monotonic() + self._start_timeout
+        pending = list(keys)
+        while pending:
+            for key in list(pending):
+                returncode = self._processes[key].poll()
+                if returncode is not None:
+                    raise ClusterError(self._failure(key, f"exited with code {returncode}"))
+                if _accepts_connections(self._ports[key]):
+                    pending.remove(key)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    self._failure(pending[0], f"did not serve within {self._start_timeout:g} s")
+                )
+            time.sleep(_POLL_SECONDS)
+
+    def _failure(self, key: _TaskKey, what: str) -> str:
+        job, index = key
+        log_path = self.log_path(job, index)
+        return (
+            f"local cluster task {job}:{index} ({_address(self._ports[key])}) {what}; "
+            f"last lines of {log_path}:\n{_tail(log_path, _LOG_TAIL_LINES)}"
+        )
+
+
+@contextlib.contextmanager
+def terminate_on_signals(
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP),
+) -> Iterator[None]:
+    """Turns SIGTERM and SIGHUP into ``SystemExit(128 + signum)`` while active.
+
+    ``SystemExit`` unwinds the main thread normally, so enclosing context managers
+    (a :class:`LocalCluster`, open checkpoints) clean up. Previous handlers are
+    restored on exit. Must be used in the main thread.
+
+    Args:
+      signals: The signals to convert.
+
+    Example:
+      >>> with terminate_on_signals(), LocalCluster(2, 1, "logs") as cluster:
+      ...     train(cluster)
+    """
+
+    def _exit(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, _exit) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _check_count(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _free_ports(count: int) -> list[int]:
+    """Returns ``count`` distinct ports that are free right now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection((_HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _address(port: int) -> str:
+    return f"{_HOST}:{port}"
+
+
+def _running(process: subprocess.Popen) -> bool:
+    return process.poll() is None
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
+    """Returns a ``preexec_fn`` that makes the child get SIGKILL when its parent dies.
+
+    Returns None where ``prctl`` does not exist (not Linux).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork
+    kill_signal = int(signal.SIGKILL)
+
+    def preexec() -> None:
+        # Runs in the forked child between fork and exec: keep it minimal.
+        prctl(_PR_SET_PDEATHSIG, kill_signal, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os.kill(os.getpid(), kill_signal)
+
+    return preexec
+
+
+def _tail(path: pathlib.Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"<cannot read log: {e}>"
+    return "\n".join(text.splitlines()[-lines:]) or "<empty log>"
