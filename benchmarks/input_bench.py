@@ -48,11 +48,11 @@ def best_rate(run, rows: int, repeats: int) -> float:
 
 
 def input_fn_rate(pipeline: InputPipeline, parallelism: int, repeats: int,
-                  transforms: bool) -> float:
+                  transforms: bool, columns: list[str] | None = None) -> float:
     spec = dataclasses.replace(pipeline.spec, read_parallelism=parallelism)
     pipeline = dataclasses.replace(pipeline, spec=spec)
     if not transforms:
-        pipeline = dataclasses.replace(pipeline, transform=_ReadOnly(pipeline.transform))
+        pipeline = dataclasses.replace(pipeline, transform=_ReadOnly(pipeline.transform, columns))
     dataset = pipeline.dataset_fn(training=False, worker_index=0)()
 
     def run():
@@ -65,8 +65,8 @@ def input_fn_rate(pipeline: InputPipeline, parallelism: int, repeats: int,
 class _ReadOnly:
     """Stands in for the transform: passes raw columns through (for the breakdown only)."""
 
-    def __init__(self, transform):
-        self.columns = transform.columns
+    def __init__(self, transform, columns: list[str] | None = None):
+        self.columns = columns or transform.columns
         self.column_dtypes = transform.column_dtypes
 
     def __call__(self, raw, source, first_row):
@@ -109,6 +109,16 @@ def main() -> None:
             f"input fn, all transforms, parallelism {default_parallelism}":
                 input_fn_rate(pipeline, default_parallelism, args.repeats, True),
         }
+        by_type = {}
+        for kind in ("float32", "int64", "string"):
+            subset = [c for c in columns if pipeline.transform.column_dtypes[c] == kind]
+            by_type[kind] = (len(subset),
+                             input_fn_rate(pipeline, 1, args.repeats, False, subset),
+                             pyarrow_rate(list(plan.files), subset, rows, args.repeats))
+    print("where the read time goes (read only, parallelism 1), per column type:")
+    for kind, (count, tf_rate, pa_rate) in by_type.items():
+        print(f"  {count:2d} {kind:7s} columns: tensorflow-io {tf_rate * count / 1e6:6.1f}M values/s, "
+              f"pyarrow {pa_rate * count / 1e6:6.1f}M values/s (ratio {tf_rate / pa_rate:.2f})")
     print(f"{'pyarrow read_table(use_threads=False)':45s} {arrow:>12,.0f} rows/s  (baseline)")
     for name, rate in results.items():
         print(f"{name:45s} {rate:>12,.0f} rows/s  ratio {rate / arrow:.2f}")
