@@ -126,7 +126,7 @@ def _split_files(config: ExperimentConfig, split: Literal["train", "eval"] | Non
     data = config.data
     if data_path is not None:
         chosen = getattr(data, split) if data is not None and split else None
-        if chosen is not None and chosen.dates is not None and _looks_like_root(data_path):
+        if chosen is not None and _looks_like_root(data_path):
             return discovery.discover_split(data_path, chosen, data.partition_key)
         return discovery.discover_path(data_path)
     if data is None:
@@ -136,7 +136,7 @@ def _split_files(config: ExperimentConfig, split: Literal["train", "eval"] | Non
     if chosen is None:
         if split:
             raise ConfigError(config.file, f"data.{split}", f"missing; set data.{split}.dates "
-                              "(FROM..TO) or data.{split}.glob, or pass --data PATH")
+                              f"(FROM..TO) or data.{split}.glob, or pass --data PATH")
         return discovery.discover_path(data.path)
     return discovery.discover_split(data.path, chosen, data.partition_key)
 
