@@ -4,6 +4,8 @@ Commands:
   data synth   Write synthetic Criteo-like Parquet data with an oracle logit.
   validate     Check a config, then the data's schema (and, with --scan, every value).
   data read    Read one pass of a split on a local cluster through the worker input path.
+  train        Train a model on a parameter-server cluster, then evaluate it held out.
+  server       Run one worker or parameter-server task of a multi-machine cluster.
 
 Errors caused by input (configs, data, arguments) print ``error: <message>`` and exit
 non-zero (2 for configs and arguments, 3 for data); they never print a traceback.
@@ -139,6 +141,83 @@ def _cmd_read(args: argparse.Namespace) -> int:
     return 0
 
 
+def _oracle_columns(labels: list[str], schema_names: list[str]) -> dict[str, str]:
+    """Label -> its true-logit column: ``oracle_logit_<label>``, or ``oracle_logit`` for
+    the first label (the layout of ``recsys-dist data synth``)."""
+    found = {}
+    for i, label in enumerate(labels):
+        if f"oracle_logit_{label}" in schema_names:
+            found[label] = f"oracle_logit_{label}"
+        elif i == 0 and "oracle_logit" in schema_names:
+            found[label] = "oracle_logit"
+    return found
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from recsys_dist.cluster.runtime import connect
+    from recsys_dist.config import load_config
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.data.parquet_meta import read_file_meta
+    from recsys_dist.train.trainer import Trainer
+
+    config = load_config(args.config, args.set)
+    model_dir = args.model_dir or os.path.join(
+        "runs", os.path.splitext(os.path.basename(config.file))[0])
+    workers = config.cluster.workers
+    train_input = prepare_input(config, "train", workers, data_path=args.data)
+    print(f"train    {len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
+          f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
+          f"{', '.join(config.labels)}, model_dir {model_dir}")
+    eval_input = None
+    if not args.no_eval and config.data is not None and config.data.eval is not None:
+        eval_input = prepare_input(config, "eval", workers, data_path=args.data)
+        oracle = _oracle_columns(config.labels,
+                                 read_file_meta(eval_input.plan.files[0]).schema.names)
+        if oracle:
+            eval_input = prepare_input(config, "eval", workers, data_path=args.data,
+                                       extra_columns=tuple(oracle.values()))
+        print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
+              + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
+    os.makedirs(model_dir, exist_ok=True)
+    log_dir = os.path.join(model_dir, "logs")
+    with connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
+        print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "
+              f"({config.cluster.mode}; server logs in {log_dir})")
+        trainer = Trainer(config, runtime, train_input, model_dir)
+        result = trainer.fit()
+        print(f"trained  {result.steps:,} steps, {result.examples:,} examples in "
+              f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s); final loss "
+              f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
+                                                for k, v in result.auc.items()))
+        metrics = None
+        if eval_input is not None:
+            metrics = trainer.evaluate(eval_input, oracle)
+            for label in config.labels:
+                line = (f"eval     {label}: AUC {metrics[f'auc/{label}']:.4f}, logloss "
+                        f"{metrics[f'logloss/{label}']:.4f}")
+                if f"oracle_auc/{label}" in metrics:
+                    line += (f" | oracle AUC {metrics[f'oracle_auc/{label}']:.4f}, logloss "
+                             f"{metrics[f'oracle_logloss/{label}']:.4f}")
+                print(line + f" ({metrics['rows']:,} rows)")
+        trainer.write_run_files(result, metrics)
+    return 0
+
+
+def _cmd_server(args: argparse.Namespace) -> int:
+    from recsys_dist.cluster import server
+
+    argv = []
+    if args.job is not None:
+        argv += ["--job", args.job]
+    if args.index is not None:
+        argv += ["--index", str(args.index)]
+    if args.cluster_spec is not None:
+        argv += ["--cluster-spec", args.cluster_spec]
+    if args.inter_op_threads is not None:
+        argv += ["--inter-op-threads", str(args.inter_op_threads)]
+    return server.main(argv)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``recsys-dist``."""
     parser = argparse.ArgumentParser(
@@ -199,6 +278,30 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--scan", action="store_true",
                           help="also read every row in-graph and check its values")
     validate.set_defaults(func=_cmd_validate)
+
+    train = commands.add_parser(
+        "train", help="train a model on a parameter-server cluster, then evaluate it",
+        description="Trains config.model on the training split with embeddings sharded over "
+                    "the parameter servers and asynchronous steps scheduled on the workers, "
+                    "then evaluates on data.eval (AUC and logloss next to the oracle's when "
+                    "the data has oracle logits). Writes TensorBoard summaries, the resolved "
+                    "config and train_result.json to --model-dir.")
+    add_config_args(train)
+    train.add_argument("--model-dir", help="output directory (default runs/<config name>)")
+    train.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
+    train.set_defaults(func=_cmd_train)
+
+    server = commands.add_parser(
+        "server", help="run one worker or parameter-server task (multi-machine clusters)",
+        description="Runs a TensorFlow server task for cluster.mode: tf_config. Without "
+                    "--job/--index/--cluster-spec it reads them from TF_CONFIG.")
+    server.add_argument("--job", choices=["worker", "ps"], help="task type")
+    server.add_argument("--index", type=int, help="task index")
+    server.add_argument("--cluster-spec", help='JSON, e.g. {"worker": ["h1:2222"], '
+                                               '"ps": ["h2:2222"]}')
+    server.add_argument("--inter-op-threads", type=int,
+                        help="inter-op threads (default: workers + 2)")
+    server.set_defaults(func=_cmd_server)
     return parser
 
 

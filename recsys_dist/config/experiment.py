@@ -31,6 +31,7 @@ from recsys_dist.config.features import FeatureConfig, load_feature_config
 from recsys_dist.config.schema import did_you_mean, parse_dataclass
 from recsys_dist.config.yaml_loader import LocatedYaml, load_yaml
 from recsys_dist.errors import ConfigError
+from recsys_dist.models.params import MODEL_PARAMS
 
 #: Input groups each model of the zoo reads. ``None`` in ``model.inputs`` means all features.
 MODEL_INPUT_GROUPS: dict[str, tuple[str, ...]] = {
@@ -143,11 +144,14 @@ class ModelSpec:
       labels: Labels the model predicts; defaults to every label of the feature config.
       inputs: Feature names per input group of the model (``wide``, ``deep``);
         omitted, every feature goes to each of the model's groups.
+      params: The model's hyper-parameters (``recsys_dist.models.params``); defaults
+        for every key left out.
     """
 
     name: Literal["lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe"]
     labels: list[str] | None = field(default=None, metadata={"min_items": 1})
     inputs: dict[str, list[str]] | None = None
+    params: object = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,12 +171,76 @@ class ClusterSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    """An optimizer and its settings.
+
+    Attributes:
+      name: ``adagrad``, ``ftrl`` or ``sgd`` (embeddings or dense), ``adam`` (dense).
+      learning_rate: Learning rate at ``train.base_batch_size``.
+      initial_accumulator_value: Adagrad and FTRL accumulator start.
+      l1, l2: FTRL regularisation strengths.
+      beta_1, beta_2, epsilon: Adam moments.
+    """
+
+    name: Literal["adagrad", "ftrl", "sgd", "adam"]
+    learning_rate: float = field(metadata={"min": 0.0})
+    initial_accumulator_value: float = field(default=0.1, metadata={"min": 0.0})
+    l1: float = field(default=0.0, metadata={"min": 0.0})
+    l2: float = field(default=0.0, metadata={"min": 0.0})
+    beta_1: float = field(default=0.9, metadata={"min": 0.0, "max": 1.0})
+    beta_2: float = field(default=0.999, metadata={"min": 0.0, "max": 1.0})
+    epsilon: float = field(default=1e-7, metadata={"min": 0.0})
+
+
+#: Settings each optimizer reads besides ``name`` and ``learning_rate``.
+OPTIMIZER_KEYS = {"adagrad": {"initial_accumulator_value"},
+                  "ftrl": {"initial_accumulator_value", "l1", "l2"},
+                  "sgd": set(),
+                  "adam": {"beta_1", "beta_2", "epsilon"}}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSpec:
+    """The training loop.
+
+    Attributes:
+      embedding_optimizer: Optimizer of the embedding tables (on the parameter servers).
+      dense_optimizer: Optimizer of the dense towers.
+      steps_per_call: Training steps packed into each function the coordinator schedules.
+      epochs: Passes over the training split (ignored when ``max_steps`` ends it first).
+      max_steps: Stop after this many steps in total (over all workers).
+      lr_scaling: Scale learning rates with the per-step batch (``input.batch_size`` times
+        the replicas of a worker) relative to ``base_batch_size``: ``linear``, ``sqrt``
+        or ``none``.
+      base_batch_size: The batch size the learning rates are given for.
+      embedding_shard_bytes: Minimum bytes of one embedding shard; a table is split into
+        at most one shard per parameter server.
+      log_every_seconds: Progress line interval.
+      summary_every_seconds: TensorBoard summary interval.
+      seed: Seed of the model initialisers.
+    """
+
+    embedding_optimizer: OptimizerSpec = OptimizerSpec("adagrad", 0.05)
+    dense_optimizer: OptimizerSpec = OptimizerSpec("adam", 0.001)
+    steps_per_call: int = field(default=20, metadata={"min": 1})
+    epochs: int = field(default=1, metadata={"min": 1})
+    max_steps: int | None = field(default=None, metadata={"min": 1})
+    lr_scaling: Literal["none", "linear", "sqrt"] = "none"
+    base_batch_size: int = field(default=512, metadata={"min": 1})
+    embedding_shard_bytes: int = field(default=1 << 20, metadata={"min": 1})
+    log_every_seconds: float = field(default=5.0, metadata={"min": 0.0})
+    summary_every_seconds: float = field(default=10.0, metadata={"min": 0.0})
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class _ConfigFile:
     features: str
     model: ModelSpec
     data: DataSpec | None = None
     input: InputSpec = InputSpec()
     cluster: ClusterSpec = ClusterSpec()
+    train: TrainSpec = TrainSpec()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +250,7 @@ class ExperimentConfig:
     Attributes:
       file: Path of the config YAML.
       features: The feature config it points at.
-      data, input, model, cluster: The config's sections.
+      data, input, model, cluster, train: The config's sections.
       inputs: Resolved feature names per model input group.
       labels: Resolved label names the model predicts.
       raw: The config as plain data after overrides (written next to models).
@@ -194,6 +262,7 @@ class ExperimentConfig:
     input: InputSpec
     model: ModelSpec
     cluster: ClusterSpec
+    train: TrainSpec
     inputs: dict[str, list[str]]
     labels: list[str]
     raw: dict[str, Any]
@@ -277,7 +346,13 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     """Parses a loaded model/training config and the feature config it points at."""
     raw = _parse_dates_as_text(doc.data)
     doc = LocatedYaml(doc.file, raw, doc.lines)
-    parsed = parse_dataclass(_ConfigFile, raw, doc, "")
+    model_raw = raw.get("model") if isinstance(raw, dict) else None
+    params_raw = model_raw.get("params") if isinstance(model_raw, dict) else None
+    without_params = dict(raw, model={k: v for k, v in model_raw.items() if k != "params"}) \
+        if isinstance(model_raw, dict) else raw
+    parsed = parse_dataclass(_ConfigFile, without_params, doc, "")
+    params = parse_dataclass(MODEL_PARAMS[parsed.model.name], params_raw, doc, "model.params")
+    parsed = dataclasses.replace(parsed, model=dataclasses.replace(parsed.model, params=params))
     features_file = parsed.features
     if not os.path.isabs(features_file):
         features_file = os.path.normpath(os.path.join(os.path.dirname(doc.file), features_file))
@@ -294,8 +369,26 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     if parsed.model.name == "mmoe" and len(labels) < 2:
         raise doc.error("model.labels", "model 'mmoe' is multi-task; it needs at least 2 labels")
     inputs = _resolve_inputs(doc, parsed.model, features)
+    _check_optimizers(doc, raw, parsed.train)
     return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
-                            parsed.cluster, inputs, labels, raw)
+                            parsed.cluster, parsed.train, inputs, labels, raw)
+
+
+def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:
+    section = raw.get("train") or {}
+    for key in ("embedding_optimizer", "dense_optimizer"):
+        spec: OptimizerSpec = getattr(train, key)
+        given = section.get(key) or {}
+        for name in given:
+            if name not in ("name", "learning_rate") and name not in OPTIMIZER_KEYS[spec.name]:
+                raise doc.error(f"train.{key}.{name}", f"does not apply to optimizer "
+                                f"{spec.name!r}; it reads "
+                                + (", ".join(sorted(OPTIMIZER_KEYS[spec.name])) or "only "
+                                   "learning_rate"))
+    if train.embedding_optimizer.name == "adam":
+        raise doc.error("train.embedding_optimizer.name", "got 'adam'; embedding tables take "
+                        "'adagrad', 'ftrl' or 'sgd' (Adam's dense moments would double the "
+                        "parameter-server memory and update every row's slots)")
 
 
 def _parse_dates_as_text(data: Any) -> Any:

@@ -11,6 +11,7 @@ Extra per-field rules go in ``dataclasses.field(metadata=...)``:
 
 - ``"min"`` / ``"max"``: inclusive numeric bounds.
 - ``"min_items"``: minimum length of a list or mapping.
+- ``"item_min"``: inclusive lower bound of every item of a list.
 - ``"key_field"``: for ``dict[str, Dataclass]``, the dataclass field that receives the
   mapping key (so ``features: {tags: {...}}`` sets ``name="tags"``).
 """
@@ -106,7 +107,9 @@ def parse_value(annotation: Any, value: Any, doc: LocatedYaml, path: str,
         if not isinstance(value, list):
             raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
         (item_type,) = typing.get_args(annotation)
-        out = [parse_value(item_type, item, doc, _join(path, i)) for i, item in enumerate(value)]
+        item_meta = {"min": meta["item_min"]} if "item_min" in meta else None
+        out = [parse_value(item_type, item, doc, _join(path, i), item_meta)
+               for i, item in enumerate(value)]
         _check_bounds(out, meta, doc, path)
         return out
     if origin is dict:
@@ -176,4 +179,7 @@ def parse_dataclass(cls: type, value: Any, doc: LocatedYaml, path: str,
         elif field.default is _MISSING and field.default_factory is _MISSING:
             raise doc.error(_join(path, name),
                             f"missing required key; expected {_type_name(hints[name])}")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:  # a class's own cross-field check
+        raise doc.error(path, str(exc)) from None

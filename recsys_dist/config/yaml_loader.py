@@ -29,13 +29,13 @@ class LocatedYaml:
         self.lines = lines
 
     def line(self, path: str) -> int | None:
-        """Returns the line of ``path`` or of its nearest located ancestor."""
+        """Returns the line of ``path`` or of its nearest located ancestor key, if any."""
         while path:
             if path in self.lines:
                 return self.lines[path]
             cut = max(path.rfind("."), path.rfind("["))
             path = path[:cut] if cut > 0 else ""
-        return self.lines.get("")
+        return None
 
     def error(self, path: str, message: str) -> ConfigError:
         return ConfigError(self.file, path, message, self.line(path))

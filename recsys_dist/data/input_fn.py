@@ -15,7 +15,8 @@ Each element is a dict::
     {"features": {name: Tensor | {"ids", "weights"}},  # see features.transforms
      "labels": {name: float32 [B]},
      "valid": float32 [B],   # 0 for rows skipped under on_bad_row: skip
-     "row": int64 [B]}       # file_index << 32 | row in file: a row's identity in the plan
+     "row": int64 [B],       # file_index << 32 | row in file: a row's identity in the plan
+     "extra": {column: float32 [B]}}   # extra_columns, e.g. oracle_logit for evaluation
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from recsys_dist.cluster.tfio_kernels import load_tfio_kernels
 from recsys_dist.config.experiment import DataSplit, ExperimentConfig, InputSpec
 from recsys_dist.data import discovery
 from recsys_dist.data.parquet_meta import read_footers
-from recsys_dist.data.schema_check import check_schemas, required_columns
+from recsys_dist.data.schema_check import ColumnNeed, check_schemas, required_columns
 from recsys_dist.data.shard_plan import ShardPlan, plan_shards
 from recsys_dist.errors import ConfigError, DataError
 from recsys_dist.features.transforms import FeatureTransform
@@ -51,11 +52,13 @@ class InputPipeline:
       plan: Which worker reads which units.
       transform: In-graph feature transform.
       spec: Input settings (batch size, parallelism, ...).
+      extra_columns: Numeric columns passed through untransformed (never features).
     """
 
     plan: ShardPlan
     transform: FeatureTransform
     spec: InputSpec
+    extra_columns: tuple[str, ...] = ()
 
     def single_worker(self) -> "InputPipeline":
         """The same units planned for one worker (to read everything in one process)."""
@@ -63,17 +66,21 @@ class InputPipeline:
                                    num_workers=1)
         return dataclasses.replace(self, plan=plan)
 
-    def dataset_fn(self, training: bool, worker_index: int | None = None
+    def dataset_fn(self, training: bool, worker_index: int | None = None, epochs: int = 1
                    ) -> Callable[..., tf.data.Dataset]:
-        """Returns the dataset function for one pass of this worker's units.
+        """Returns the dataset function for ``epochs`` passes over this worker's units.
 
         Args:
-          training: Shuffle units and rows (when ``spec.shuffle``).
+          training: Shuffle units and rows (when ``spec.shuffle``), anew each epoch.
           worker_index: Fixed worker index for use outside a cluster; by default the
             index comes from ``experimental_get_current_worker_index()`` on each worker.
+          epochs: Passes over the units.
         """
         plan, spec, transform = self.plan, self.spec, self.transform
-        dtypes = {c: tf.as_dtype(transform.column_dtypes[c]) for c in transform.columns}
+        extra = self.extra_columns
+        dtypes = {c: tf.as_dtype(transform.column_dtypes[c])
+                  for c in list(transform.columns) + [c for c in extra
+                                                      if c not in transform.columns]}
         shuffle = training and spec.shuffle
 
         def read_unit(file_index, start, stop):
@@ -93,7 +100,8 @@ class InputPipeline:
             features, labels, valid = transform(raw, source, start)
             rows = tf.bitwise.bitwise_or(tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT),
                                          tf.range(start, stop, dtype=tf.int64))
-            element = {"features": features, "labels": labels, "valid": valid, "row": rows}
+            element = {"features": features, "labels": labels, "valid": valid, "row": rows,
+                       "extra": {c: tf.cast(raw[c], tf.float32) for c in extra}}
             if shuffle:
                 order = tf.random.shuffle(tf.range(stop - start), seed=spec.seed)
                 element = tf.nest.map_structure(lambda t: tf.gather(t, order), element)
@@ -113,6 +121,8 @@ class InputPipeline:
             ds = tf.data.Dataset.from_tensor_slices(units)
             if shuffle:
                 ds = ds.shuffle(len(plan.units), seed=spec.seed, reshuffle_each_iteration=True)
+            if epochs > 1:
+                ds = ds.repeat(epochs)
             ds = ds.map(read_unit, num_parallel_calls=spec.read_parallelism,
                         deterministic=not training)
             ds = ds.rebatch(spec.batch_size)
@@ -147,7 +157,8 @@ def _looks_like_root(path: str) -> bool:
 
 def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | None,
                   num_workers: int, data_path: str | None = None,
-                  spec: InputSpec | None = None) -> InputPipeline:
+                  spec: InputSpec | None = None,
+                  extra_columns: tuple[str, ...] = ()) -> InputPipeline:
     """Discovers, checks and plans a split on the coordinator.
 
     Args:
@@ -157,6 +168,7 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
       data_path: Overrides ``data.path``: a root with date partitions (the split's
         dates are applied), a directory, a file or a glob.
       spec: Overrides ``config.input``.
+      extra_columns: Numeric columns to pass through, e.g. ``("oracle_logit",)``.
 
     Raises:
       DataError: no files, bad files or rows under ``fail``, or a schema mismatch.
@@ -171,10 +183,13 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
     feature_names = [n for group in config.inputs.values() for n in group]
     feature_names = list(dict.fromkeys(feature_names))
     needs = required_columns(config.features, config.labels)
+    for column in extra_columns:
+        if column not in needs:
+            needs[column] = ColumnNeed(column, ("number",), ("the evaluation",))
     column_dtypes = check_schemas(metas, needs)
     transform = FeatureTransform(config.features, config.labels, column_dtypes, on_bad_row,
                                  feature_names)
     spec = spec or config.input
-    plan = plan_shards(metas, transform.columns, num_workers, spec.max_unit_rows, on_bad_row,
-                       skipped)
-    return InputPipeline(plan, transform, spec)
+    read = list(dict.fromkeys(list(transform.columns) + list(extra_columns)))
+    plan = plan_shards(metas, read, num_workers, spec.max_unit_rows, on_bad_row, skipped)
+    return InputPipeline(plan, transform, spec, tuple(extra_columns))

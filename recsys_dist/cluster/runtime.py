@@ -1,0 +1,87 @@
+"""The strategy and coordinator of a job, on a local cluster or on a ``TF_CONFIG`` cluster.
+
+``cluster.mode: local`` starts the servers as subprocesses on 127.0.0.1 and tears them
+down when the job ends (also on SIGTERM and Ctrl-C). ``cluster.mode: tf_config`` joins a
+cluster of ``recsys_dist.cluster.server`` tasks started elsewhere (one per machine or
+pod); this process is the chief (coordinator).
+
+Embedding tables are sharded over the parameter servers by a ``MinSizePartitioner``:
+a table is cut into shards of at least ``min_shard_bytes``, at most one per parameter
+server, so small tables stay whole and large ones spread over every server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+
+import tensorflow as tf
+
+from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
+from recsys_dist.cluster.server import ClusterError, parse_tf_config
+from recsys_dist.config.experiment import ClusterSpec
+
+
+@dataclasses.dataclass
+class Runtime:
+    """A connected cluster.
+
+    Attributes:
+      strategy: The ``ParameterServerStrategy``.
+      coordinator: Its ``ClusterCoordinator``.
+      num_workers: Worker tasks.
+      num_ps: Parameter-server tasks.
+      local: The local cluster, in local mode (for fault injection in tests).
+    """
+
+    strategy: tf.distribute.experimental.ParameterServerStrategy
+    coordinator: tf.distribute.experimental.coordinator.ClusterCoordinator
+    num_workers: int
+    num_ps: int
+    local: LocalCluster | None = None
+
+
+def make_strategy(resolver, num_ps: int, min_shard_bytes: int
+                  ) -> tf.distribute.experimental.ParameterServerStrategy:
+    """A ParameterServerStrategy whose variables shard over up to ``num_ps`` servers."""
+    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=min_shard_bytes, max_shards=num_ps)
+    return tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=partitioner)
+
+
+def _tf_config_resolver():
+    spec, task_type, _ = parse_tf_config(os.environ.get("TF_CONFIG"))
+    if task_type != "chief":
+        raise ClusterError(f"this process runs the coordinator, so TF_CONFIG task.type must be "
+                           f"'chief', got {task_type!r}; start workers and parameter servers "
+                           "with python -m recsys_dist.cluster.server")
+    return tf.distribute.cluster_resolver.TFConfigClusterResolver(), spec
+
+
+@contextlib.contextmanager
+def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
+            env: dict[str, str] | None = None) -> Iterator[Runtime]:
+    """Starts or joins the cluster and yields its :class:`Runtime`.
+
+    Args:
+      cluster: The config's cluster section.
+      log_dir: Where a local cluster writes its server logs.
+      min_shard_bytes: Minimum embedding shard size.
+      env: Extra environment for local server processes.
+    """
+    if cluster.mode == "local":
+        with terminate_on_signals(), LocalCluster(cluster.workers, cluster.ps, log_dir,
+                                                  env=env) as local:
+            strategy = make_strategy(local.cluster_resolver(), cluster.ps, min_shard_bytes)
+            coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+            yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, local)
+        return
+    resolver, spec = _tf_config_resolver()
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    with terminate_on_signals():
+        yield Runtime(strategy, coordinator, len(spec["worker"]), len(spec["ps"]))

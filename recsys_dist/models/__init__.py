@@ -1,0 +1,10 @@
+"""The model zoo: embedding lookups, reusable blocks and the registered models.
+
+- :mod:`recsys_dist.models.embedding`: :class:`FeatureEmbeddings`, one table per
+  embedding table of the feature config, ready to be sharded on parameter servers.
+- :mod:`recsys_dist.models.blocks`: MLP, DCN-v2 cross network, FM, DLRM dot interaction,
+  MMoE.
+- :mod:`recsys_dist.models.params`: hyper-parameter dataclasses (no TensorFlow import,
+  so config parsing stays light).
+- :mod:`recsys_dist.models.zoo`: :func:`build_model` and the ``MODELS`` registry.
+"""

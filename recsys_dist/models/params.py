@@ -1,0 +1,179 @@
+"""Hyper-parameters of each model of the zoo, as frozen dataclasses.
+
+The classes parse from YAML with :func:`recsys_dist.config.schema.parse_dataclass`
+(``"min"``, ``"max"`` and ``"min_items"`` metadata are checked there, with file and
+line). Constructing one in Python checks the same bounds, plus ``"item_min"`` (a bound on
+every list item, which the YAML parser does not know), and raises ``ValueError``::
+
+    params = parse_dataclass(MODEL_PARAMS["dcn_v2"], {"cross_layers": 2}, doc, "model.params")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import field
+from typing import Any, Literal
+
+_UNITS = {"min_items": 1, "item_min": 1}
+_DROPOUT = {"min": 0.0, "max": 0.99}
+
+
+def _units(*default: int, min_items: int = 1) -> Any:
+    return field(default_factory=lambda: list(default),
+                 metadata={**_UNITS, "min_items": min_items})
+
+
+def _check_bounds(params: Any) -> None:
+    """Raises ValueError when a field breaks its ``Literal`` type or its
+    ``min``/``max``/``min_items``/``item_min`` metadata."""
+    hints = typing.get_type_hints(type(params))
+    for spec in dataclasses.fields(params):
+        value, meta = getattr(params, spec.name), spec.metadata
+        where = f"{type(params).__name__}.{spec.name}"
+        if value is None:
+            continue
+        if typing.get_origin(hints[spec.name]) is Literal:
+            allowed = typing.get_args(hints[spec.name])
+            if value not in allowed:
+                raise ValueError(f"{where}: got {value!r}; expected one of "
+                                 + ", ".join(repr(a) for a in allowed))
+            continue
+        if isinstance(value, list):
+            if len(value) < meta.get("min_items", 0):
+                raise ValueError(f"{where}: got {value!r}; expected at least "
+                                 f"{meta['min_items']} item(s)")
+            low = meta.get("item_min")
+            if low is not None and any(item < low for item in value):
+                raise ValueError(f"{where}: got {value!r}; every item must be >= {low}")
+            continue
+        if "min" in meta and value < meta["min"]:
+            raise ValueError(f"{where}: got {value!r}; expected a value >= {meta['min']}")
+        if "max" in meta and value > meta["max"]:
+            raise ValueError(f"{where}: got {value!r}; expected a value <= {meta['max']}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LRParams:
+    """Logistic regression has no hyper-parameters beyond its optimizer."""
+
+    def __post_init__(self) -> None:
+        _check_bounds(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class WideDeepParams:
+    """Wide & Deep (Cheng et al., 2016).
+
+    Attributes:
+      hidden_units: Widths of the deep tower.
+      dropout: Dropout rate in the deep tower.
+      batch_norm: Batch norm in the deep tower.
+    """
+
+    hidden_units: list[int] = _units(256, 128)
+    dropout: float = field(default=0.0, metadata=_DROPOUT)
+    batch_norm: bool = False
+
+    def __post_init__(self) -> None:
+        _check_bounds(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeepFMParams:
+    """DeepFM (Guo et al., 2017).
+
+    Attributes:
+      hidden_units: Widths of the deep tower.
+      dropout: Dropout rate in the deep tower.
+      batch_norm: Batch norm in the deep tower.
+    """
+
+    hidden_units: list[int] = _units(256, 128)
+    dropout: float = field(default=0.0, metadata=_DROPOUT)
+    batch_norm: bool = False
+
+    def __post_init__(self) -> None:
+        _check_bounds(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class DCNv2Params:
+    """DCN-v2 (Wang et al., 2021).
+
+    Attributes:
+      cross_layers: Number of cross layers.
+      low_rank: Rank of each cross layer's weight matrix; null for full rank.
+      structure: ``stacked`` (cross network, then MLP) or ``parallel`` (both on x0,
+        outputs concatenated).
+      hidden_units: Widths of the MLP.
+      dropout: Dropout rate in the MLP.
+      batch_norm: Batch norm in the MLP.
+    """
+
+    cross_layers: int = field(default=3, metadata={"min": 1, "max": 16})
+    low_rank: int | None = field(default=None, metadata={"min": 1})
+    structure: Literal["stacked", "parallel"] = "stacked"
+    hidden_units: list[int] = _units(256, 128)
+    dropout: float = field(default=0.0, metadata=_DROPOUT)
+    batch_norm: bool = False
+
+    def __post_init__(self) -> None:
+        _check_bounds(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class DLRMParams:
+    """DLRM (Naumov et al., 2019).
+
+    Attributes:
+      bottom_units: Hidden widths of the bottom MLP over the dense features; a last
+        layer of width D (the common embedding dim) is always appended, so this may be
+        empty.
+      top_units: Widths of the top MLP over the interactions.
+      self_interaction: Include each vector's dot product with itself.
+      dropout: Dropout rate in the top MLP.
+      batch_norm: Batch norm in both MLPs.
+    """
+
+    bottom_units: list[int] = _units(64, min_items=0)
+    top_units: list[int] = _units(256, 128)
+    self_interaction: bool = False
+    dropout: float = field(default=0.0, metadata=_DROPOUT)
+    batch_norm: bool = False
+
+    def __post_init__(self) -> None:
+        _check_bounds(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class MMoEParams:
+    """MMoE (Ma et al., 2018): shared experts, one gate and one tower per label.
+
+    Attributes:
+      num_experts: Number of expert MLPs.
+      expert_units: Widths of every expert.
+      tower_units: Widths of every label's tower.
+      dropout: Dropout rate in experts and towers.
+      batch_norm: Batch norm in experts and towers.
+    """
+
+    num_experts: int = field(default=4, metadata={"min": 1, "max": 64})
+    expert_units: list[int] = _units(128, 64)
+    tower_units: list[int] = _units(64)
+    dropout: float = field(default=0.0, metadata=_DROPOUT)
+    batch_norm: bool = False
+
+    def __post_init__(self) -> None:
+        _check_bounds(self)
+
+
+#: Model name -> its hyper-parameter class.
+MODEL_PARAMS: dict[str, type] = {
+    "lr": LRParams,
+    "wide_deep": WideDeepParams,
+    "deepfm": DeepFMParams,
+    "dcn_v2": DCNv2Params,
+    "dlrm": DLRMParams,
+    "mmoe": MMoEParams,
+}

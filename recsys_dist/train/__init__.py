@@ -1,0 +1,1 @@
+"""Training: optimizers, the coordinator loop and evaluation on the cluster."""
