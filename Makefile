@@ -23,6 +23,7 @@ demo: $(STAMP)
 	$(CLI) data synth --out $(DEMO_DATA) --days 3 --rows-per-day 200000 --seed 7 --quiet
 	$(CLI) validate --config configs/demo.yaml --data $(DEMO_DATA)
 	$(CLI) data read --config configs/demo.yaml --data $(DEMO_DATA) --split train --check
+	$(CLI) train --config configs/demo.yaml --data $(DEMO_DATA) --model-dir runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -39,7 +39,6 @@ from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import bad_data_error
 from recsys_dist.errors import DataError
 from recsys_dist.models.zoo import build_model
-from recsys_dist.progress import Progress
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
 
 AUC_THRESHOLDS = 2000
@@ -165,9 +164,9 @@ class Trainer:
         iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
         total_rows = self.pipeline.plan.total_rows * train.epochs
         writer = tf.summary.create_file_writer(os.path.join(self.model_dir, "train"))
-        progress = Progress("train rows", every=train.log_every_seconds) if show_progress else None
         pending: collections.deque = collections.deque()
         recent: collections.deque = collections.deque(maxlen=max(8, 4 * self.runtime.num_workers))
+        window: collections.deque = collections.deque(maxlen=recent.maxlen)  # (time, rows)
         scheduled = steps = rows = skipped = 0
         stop, idle_results = False, 0
         last_summary = last_log = start = time.perf_counter()
@@ -198,9 +197,10 @@ class Trainer:
             if rows >= total_rows:
                 stop = True
             now = time.perf_counter()
-            if progress is not None and now - last_log >= train.log_every_seconds:
+            window.append((now, rows))
+            if show_progress and now - last_log >= train.log_every_seconds:
                 last_log = now
-                self._log(steps, rows, total_rows, now - start, recent)
+                self._log(steps, rows, total_rows, window, recent)
             if now - last_summary >= train.summary_every_seconds:
                 last_summary = now
                 self._summaries(writer, steps, rows / (now - start), recent)
@@ -211,9 +211,10 @@ class Trainer:
         return TrainResult(steps, rows, skipped, seconds, _mean_loss(recent),
                            {n: float(m.result()) for n, m in self.auc.items()})
 
-    def _log(self, steps, rows, total_rows, elapsed, recent) -> None:
-        rate = rows / elapsed if elapsed else 0.0
-        eta = (total_rows - rows) / rate if rate else float("inf")
+    def _log(self, steps, rows, total_rows, window, recent) -> None:
+        (t0, rows0), (t1, rows1) = window[0], window[-1]
+        rate = (rows1 - rows0) / (t1 - t0) if t1 > t0 else 0.0
+        eta = (total_rows - rows) / rate if rate else float("nan")
         aucs = " ".join(f"auc/{n} {float(m.result()):.4f}" for n, m in self.auc.items())
         print(f"step {steps:,} | {rate:,.0f} ex/s | loss {_mean_loss(recent):.4f} | {aucs} | "
               f"{100 * rows / max(total_rows, 1):.0f}% | ETA {eta:.0f}s", flush=True)
