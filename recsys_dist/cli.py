@@ -178,15 +178,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
                                        extra_columns=tuple(oracle.values()))
         print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
               + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
-    os.makedirs(model_dir, exist_ok=True)
-    log_dir = os.path.join(model_dir, "logs")
+    remote = "://" in model_dir
+    log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if remote else \
+        os.path.join(model_dir, "logs")
     with connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
         print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "
               f"({config.cluster.mode}; server logs in {log_dir})")
         trainer = Trainer(config, runtime, train_input, model_dir)
         result = trainer.fit()
         print(f"trained  {result.steps:,} steps, {result.examples:,} examples in "
-              f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s); final loss "
+              f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
+              f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
               f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
                                                 for k, v in result.auc.items()))
         metrics = None

@@ -18,9 +18,12 @@ import textwrap
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-import recsys_dist
+# isort: off
+import recsys_dist  # sets TF_USE_LEGACY_KERAS, so it must come before TensorFlow
+import tensorflow as tf
+# isort: on
+
 from recsys_dist.config.features import FeatureConfig, load_feature_config
 from recsys_dist.config.schema import parse_dataclass
 from recsys_dist.config.yaml_loader import load_yaml
@@ -373,6 +376,26 @@ def test_feature_embeddings_look_up_sharded_tables(tmp_path):
              tape.gradient(total, layer.trainable_variables[:2])]
     np.testing.assert_allclose(grads[0], [[1, 1], [0, 0]])  # shard 0: rows 0, 1
     np.testing.assert_allclose(grads[1], [[1, 1], [1, 1]])  # shard 1: rows 2, 3
+
+
+def test_eager_lookup_never_concatenates_a_sharded_table(tmp_path, monkeypatch):
+    # tf.nn.embedding_lookup(ShardedVariable) only dispatches per shard inside a graph;
+    # eagerly (e.g. create_variables on the coordinator) it would concat the whole table.
+    from tensorflow.python.ops import array_ops
+
+    cfg = _write_config(tmp_path, POOLING_FEATURES)
+    with tf.variable_creator_scope(_sharding_creator(2)):
+        layer = FeatureEmbeddings(cfg, POOLING_ORDER)
+    concatenated = []
+    original = array_ops.concat
+
+    def spy(values, axis, name="concat"):
+        concatenated.extend(v.name for v in values if isinstance(v, tf.Variable))
+        return original(values, axis, name)
+
+    monkeypatch.setattr(array_ops, "concat", spy)
+    layer(_pooling_batch())
+    assert concatenated == []
 
 
 def test_feature_embeddings_reject_bad_feature_names(tmp_path):

@@ -173,3 +173,30 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data):
     while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in servers):
         time.sleep(0.2)
     assert not [p for p in servers if os.path.exists(f"/proc/{p}")]
+
+
+def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, data):
+    config = write_config(tmp_path, data, "lr", epochs=1)
+    run = tmp_path / "run"
+    result = subprocess.run(
+        [str(pathlib.Path(sys.executable).parent / "recsys-dist"), "train", "--config", config,
+         "--model-dir", str(run), "--set", "input.batch_size=512"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "trained  " in result.stdout and "eval     click: AUC " in result.stdout
+    assert "oracle AUC" in result.stdout
+    import json
+
+    import yaml
+
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["features"] == "features.yaml"
+    assert resolved["input"]["batch_size"] == 512  # the --set override is recorded
+    assert (run / "features.yaml").read_text() == (tmp_path / "features.yaml").read_text()
+    figures = json.loads((run / "train_result.json").read_text())
+    assert figures["examples"] == 12_000 and figures["eval"]["rows"] == 6_000
+    assert list((run / "train").glob("events.out.tfevents.*"))
+    # the resolved config loads again as it is
+    from recsys_dist.config import load_config
+
+    assert load_config(run / "config.yaml").input.batch_size == 512

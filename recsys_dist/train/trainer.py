@@ -53,8 +53,10 @@ class TrainResult:
       examples: Rows trained on (valid and skipped).
       skipped_rows: Rows with weight 0 under ``on_bad_row: skip``.
       seconds: Wall time of the training loop.
-      loss: Mean loss over the run's last 10% of steps (about).
+      loss: Mean loss of the last closures (the last few dozen steps).
       auc: Streaming training AUC per label.
+      warm_examples_per_second: Rate after the first closure came back, which leaves
+        out tracing and server warm-up.
     """
 
     steps: int
@@ -63,6 +65,7 @@ class TrainResult:
     seconds: float
     loss: float
     auc: dict[str, float]
+    warm_examples_per_second: float = float("nan")
 
     @property
     def examples_per_second(self) -> float:
@@ -168,7 +171,7 @@ class Trainer:
         recent: collections.deque = collections.deque(maxlen=max(8, 4 * self.runtime.num_workers))
         window: collections.deque = collections.deque(maxlen=recent.maxlen)  # (time, rows)
         scheduled = steps = rows = skipped = 0
-        stop, idle_results = False, 0
+        stop, idle_results, first = False, 0, None
         last_summary = last_log = start = time.perf_counter()
         while pending or not stop:
             while not stop and len(pending) < 2 * self.runtime.num_workers:
@@ -184,6 +187,8 @@ class Trainer:
             if not pending:
                 break
             loss_sum, weight, n_rows, n_steps = (float(v) for v in _fetch(pending.popleft()))
+            if first is None:
+                first = (time.perf_counter(), rows + int(n_rows))
             steps, rows = steps + int(n_steps), rows + int(n_rows)
             skipped += int(n_rows - weight)
             if n_steps:
@@ -208,8 +213,10 @@ class Trainer:
         seconds = time.perf_counter() - start
         self._summaries(writer, steps, rows / seconds if seconds else 0.0, recent)
         writer.flush()
+        end = time.perf_counter()
+        warm = (rows - first[1]) / (end - first[0]) if first and end > first[0] else float("nan")
         return TrainResult(steps, rows, skipped, seconds, _mean_loss(recent),
-                           {n: float(m.result()) for n, m in self.auc.items()})
+                           {n: float(m.result()) for n, m in self.auc.items()}, warm)
 
     def _log(self, steps, rows, total_rows, window, recent) -> None:
         (t0, rows0), (t1, rows1) = window[0], window[-1]
@@ -302,20 +309,20 @@ class Trainer:
         return metrics
 
     def write_run_files(self, result: TrainResult, eval_metrics: dict | None) -> None:
-        """Writes the resolved config and the run's figures into ``model_dir``."""
-        os.makedirs(self.model_dir, exist_ok=True)
+        """Writes the resolved config and the run's figures into ``model_dir`` (any
+        filesystem ``tf.io.gfile`` knows, e.g. local or ``s3://``)."""
+        gfile = tf.io.gfile
+        gfile.makedirs(self.model_dir)
         with open(self.config.features.file, encoding="utf-8") as handle:
             features_text = handle.read()
-        with open(os.path.join(self.model_dir, "features.yaml"), "w", encoding="utf-8") as out:
-            out.write(features_text)
         resolved = dict(self.config.raw, features="features.yaml")
-        with open(os.path.join(self.model_dir, "config.yaml"), "w", encoding="utf-8") as out:
-            yaml.safe_dump(resolved, out, sort_keys=False)
         summary = dataclasses.asdict(result) | {"examples_per_second": result.examples_per_second,
                                                 "eval": eval_metrics}
-        with open(os.path.join(self.model_dir, "train_result.json"), "w",
-                  encoding="utf-8") as out:
-            json.dump(summary, out, indent=2)
+        for name, text in (("features.yaml", features_text),
+                           ("config.yaml", yaml.safe_dump(resolved, sort_keys=False)),
+                           ("train_result.json", json.dumps(summary, indent=2))):
+            with gfile.GFile(os.path.join(self.model_dir, name), "w") as out:
+                out.write(text)
 
 
 def _mean_loss(recent) -> float:
