@@ -1,0 +1,50 @@
+"""Optimizer construction and learning-rate scaling with the per-step batch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import tensorflow as tf
+
+from recsys_dist.config.experiment import OptimizerSpec, TrainSpec
+from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
+
+
+@pytest.mark.parametrize("scaling,expected", [("none", 0.1), ("linear", 0.4),
+                                              ("sqrt", 0.2)])
+def test_learning_rate_scales_with_the_batch_of_one_worker_step(scaling, expected):
+    train = TrainSpec(lr_scaling=scaling, base_batch_size=512)
+    spec = OptimizerSpec("adagrad", 0.1)
+    # batch 1024 on each of 2 replicas: one step applies 2048 rows, 4x the base batch.
+    assert scaled_learning_rate(spec, train, 1024, 2) == pytest.approx(expected)
+    assert scaled_learning_rate(spec, train, 512, 1) == pytest.approx(0.1)
+    assert math.isclose(scaled_learning_rate(spec, TrainSpec(lr_scaling="sqrt"), 128, 1), 0.05)
+
+
+@pytest.mark.parametrize("spec,cls,config", [
+    (OptimizerSpec("adagrad", 0.05, initial_accumulator_value=0.2), "Adagrad",
+     {"initial_accumulator_value": 0.2}),
+    (OptimizerSpec("ftrl", 0.1, l1=0.01, l2=0.02), "Ftrl",
+     {"l1_regularization_strength": 0.01, "l2_regularization_strength": 0.02}),
+    (OptimizerSpec("sgd", 0.3), "SGD", {}),
+    (OptimizerSpec("adam", 0.001, beta_1=0.8), "Adam", {"beta_1": 0.8}),
+])
+def test_make_optimizer_builds_the_legacy_optimizer_with_its_settings(spec, cls, config):
+    optimizer = make_optimizer(spec, 0.5)
+    assert type(optimizer).__name__ == cls
+    assert "legacy" in type(optimizer).__module__
+    got = optimizer.get_config()
+    assert got["learning_rate"] == pytest.approx(0.5)
+    for key, value in config.items():
+        assert got[key] == pytest.approx(value)
+
+
+def test_sparse_adagrad_step_touches_only_looked_up_rows():
+    table = tf.Variable(tf.ones([5, 2]))
+    optimizer = make_optimizer(OptimizerSpec("adagrad", 0.1), 0.1)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.nn.embedding_lookup(table, [1, 3]))
+    optimizer.apply_gradients([(tape.gradient(loss, table), table)])
+    changed = tf.reduce_any(tf.not_equal(table, 1.0), axis=1).numpy().tolist()
+    assert changed == [False, True, False, True, False]
