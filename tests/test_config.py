@@ -195,3 +195,37 @@ def test_vocabulary_files(tmp_path):
     (tmp_path / "ads.txt").write_text("10\nten\n")
     with pytest.raises(ConfigError, match=r"non-integer id .*dtype int64 needs one integer"):
         load_config(path)
+
+
+TRAIN_REJECTIONS = [
+    ("train.embedding_optimizer={name: adam, learning_rate: 0.01}",
+     r"train\.embedding_optimizer\.name: got 'adam'; embedding tables take 'adagrad', 'ftrl' "
+     r"or 'sgd'"),
+    ("train.dense_optimizer={name: sgd, learning_rate: 0.1, beta_1: 0.5}",
+     r"train\.dense_optimizer\.beta_1: does not apply to optimizer 'sgd'"),
+    ("train.dense_optimizer={name: adamw, learning_rate: 0.1}",
+     r"train\.dense_optimizer\.name: got 'adamw'.*Did you mean \"adam\"\?"),
+    ("train.steps_per_call=0", r"train\.steps_per_call: got 0; expected a value >= 1"),
+    ("train.lr_scaling=quadratic", r"train\.lr_scaling: got 'quadratic'; expected one of 'none', "
+     r"'linear', 'sqrt'"),
+    ("model.params={cross_layer: 2}",
+     r"model\.params\.cross_layer: unknown key.*Did you mean \"cross_layers\"\?"),
+    ("model.params={hidden_units: [64, 0]}",
+     r"model\.params\.hidden_units\[1\]: got 0; expected a value >= 1"),
+]
+
+
+@pytest.mark.parametrize("override,pattern", TRAIN_REJECTIONS,
+                         ids=[o.split("=")[0] + str(i) for i, (o, _) in
+                              enumerate(TRAIN_REJECTIONS)])
+def test_train_and_model_params_rejections(tmp_path, override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(write(tmp_path), [override])
+
+
+def test_train_and_params_defaults(tmp_path):
+    config = load_config(write(tmp_path))
+    assert config.train.embedding_optimizer.name == "adagrad"
+    assert config.train.dense_optimizer.name == "adam"
+    assert type(config.model.params).__name__ == "DCNv2Params"
+    assert config.model.params.cross_layers == 3
