@@ -53,17 +53,21 @@ def _check_bounds(params: Any) -> None:
             raise ValueError(f"{where}: got {value!r}; expected a value <= {meta['max']}")
 
 
+class _Params:
+    """Checks the bounds of every field when a params object is built in Python."""
+
+    def __post_init__(self) -> None:
+        _check_bounds(self)
+
+
 @dataclasses.dataclass(frozen=True)
-class LRParams:
+class LRParams(_Params):
     """Logistic regression has no hyper-parameters beyond its optimizer."""
 
-    def __post_init__(self) -> None:
-        _check_bounds(self)
-
 
 @dataclasses.dataclass(frozen=True)
-class WideDeepParams:
-    """Wide & Deep (Cheng et al., 2016).
+class _DeepTowerParams(_Params):
+    """A deep tower.
 
     Attributes:
       hidden_units: Widths of the deep tower.
@@ -75,30 +79,19 @@ class WideDeepParams:
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
 
-    def __post_init__(self) -> None:
-        _check_bounds(self)
+
+@dataclasses.dataclass(frozen=True)
+class WideDeepParams(_DeepTowerParams):
+    """Wide & Deep (Cheng et al., 2016): the deep tower's settings."""
 
 
 @dataclasses.dataclass(frozen=True)
-class DeepFMParams:
-    """DeepFM (Guo et al., 2017).
-
-    Attributes:
-      hidden_units: Widths of the deep tower.
-      dropout: Dropout rate in the deep tower.
-      batch_norm: Batch norm in the deep tower.
-    """
-
-    hidden_units: list[int] = _units(256, 128)
-    dropout: float = field(default=0.0, metadata=_DROPOUT)
-    batch_norm: bool = False
-
-    def __post_init__(self) -> None:
-        _check_bounds(self)
+class DeepFMParams(_DeepTowerParams):
+    """DeepFM (Guo et al., 2017): the deep tower's settings."""
 
 
 @dataclasses.dataclass(frozen=True)
-class DCNv2Params:
+class DCNv2Params(_Params):
     """DCN-v2 (Wang et al., 2021).
 
     Attributes:
@@ -118,12 +111,9 @@ class DCNv2Params:
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
 
-    def __post_init__(self) -> None:
-        _check_bounds(self)
-
 
 @dataclasses.dataclass(frozen=True)
-class DLRMParams:
+class DLRMParams(_Params):
     """DLRM (Naumov et al., 2019).
 
     Attributes:
@@ -142,12 +132,9 @@ class DLRMParams:
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
 
-    def __post_init__(self) -> None:
-        _check_bounds(self)
-
 
 @dataclasses.dataclass(frozen=True)
-class MMoEParams:
+class MMoEParams(_Params):
     """MMoE (Ma et al., 2018): shared experts, one gate and one tower per label.
 
     Attributes:
@@ -163,9 +150,6 @@ class MMoEParams:
     tower_units: list[int] = _units(64)
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
-
-    def __post_init__(self) -> None:
-        _check_bounds(self)
 
 
 #: Model name -> its hyper-parameter class.
