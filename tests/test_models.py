@@ -714,3 +714,24 @@ def test_models_train_with_sharded_tables_on_parameter_servers(tmp_path):
                                  "GRPC_FAIL_FAST": "use_caller"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert [line.split()[0] for line in result.stdout.splitlines()] == list(MODELS)
+
+
+@pytest.mark.parametrize("name,params", [
+    ("dcn_v2", DCNv2Params(hidden_units=[16], dropout=0.5, batch_norm=True)),
+    ("mmoe", MMoEParams(num_experts=2, expert_units=[8], tower_units=[4], dropout=0.5,
+                        batch_norm=True)),
+])
+def test_models_honour_the_training_flag(tiny, name, params):
+    """Dropout draws anew and batch norm uses batch statistics only with training=True."""
+    model = build_model(name, tiny, _inputs(name, tiny), LABELS, params, seed=3)
+    model.create_variables()
+    features, _ = _tiny_batch()
+    evaluation = [model(features, training=False)["click"].numpy() for _ in range(2)]
+    np.testing.assert_array_equal(evaluation[0], evaluation[1])
+    training = [model(features, training=True)["click"].numpy() for _ in range(2)]
+    assert not np.allclose(training[0], training[1])
+    assert not np.allclose(training[0], evaluation[0])
+    # training=True moved the batch-norm moving statistics; inference stays deterministic.
+    after = model(features, training=False)["click"].numpy()
+    assert not np.allclose(after, evaluation[0])
+    np.testing.assert_array_equal(after, model(features, training=False)["click"].numpy())
