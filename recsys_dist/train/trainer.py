@@ -72,6 +72,30 @@ class TrainResult:
         return self.examples / self.seconds if self.seconds else float("nan")
 
 
+def replica_loss(logits: dict, labels: dict, valid: tf.Tensor, names: list[str],
+                 replicas: int, extra_losses: list | None = None
+                 ) -> tuple[tf.Tensor, tf.Tensor]:
+    """One replica's loss, scaled so the replicas' summed gradients are the batch mean.
+
+    Args:
+      logits, labels: Per label name, ``[B]`` tensors of this replica's rows.
+      valid: ``[B]`` example weights (0 for skipped rows).
+      names: Labels in the loss (their cross-entropies add up).
+      replicas: Replicas of the worker; ``apply_gradients`` sums their gradients once.
+      extra_losses: Regularisation losses of the model, counted once per worker step.
+
+    Returns:
+      ``(loss, per_example)``: the scalar to differentiate, and the weighted ``[B]``
+      cross-entropy (for reporting).
+    """
+    per_example = tf.add_n([tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=labels[name], logits=logits[name]) for name in names]) * valid
+    loss = tf.reduce_sum(per_example) / tf.maximum(tf.reduce_sum(valid), 1.0)
+    if extra_losses:
+        loss += tf.add_n(extra_losses)
+    return loss / replicas, per_example
+
+
 class Trainer:
     """Builds a model on the parameter servers and trains it from the coordinator.
 
@@ -112,12 +136,8 @@ class Trainer:
         valid = batch["valid"]
         with tf.GradientTape() as tape:
             logits = model(batch["features"], training=True)
-            per_example = tf.add_n([tf.nn.sigmoid_cross_entropy_with_logits(
-                labels=batch["labels"][name], logits=logits[name]) for name in labels]) * valid
-            loss = tf.reduce_sum(per_example) / tf.maximum(tf.reduce_sum(valid), 1.0)
-            if model.losses:
-                loss += tf.add_n(model.losses)
-            loss /= self.replicas
+            loss, per_example = replica_loss(logits, batch["labels"], valid, labels,
+                                             self.replicas, model.losses)
         embedding_vars, dense_vars = model.embedding_variables, model.dense_variables
         grads = tape.gradient(loss, embedding_vars + dense_vars)
         self.embedding_optimizer.apply_gradients(zip(grads[:len(embedding_vars)],
