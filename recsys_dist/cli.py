@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import logging
 import os
 import sys
 import tempfile
@@ -225,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recsys-dist",
         description="Train sparse CTR / ranking models on TensorFlow parameter servers.")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="keep TensorFlow's own Python log messages (hidden by default: "
+                             "errors are reported as one clear line)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     data = commands.add_parser("data", help="make or read data")
@@ -311,6 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.verbose:
+        # e.g. ClusterCoordinator logs every failed closure with its graph stack; the
+        # command reports the cause itself.
+        logging.getLogger("tensorflow").setLevel(logging.CRITICAL)
     try:
         return args.func(args)
     except RecsysError as exc:

@@ -200,3 +200,31 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     from recsys_dist.config import load_config
 
     assert load_config(run / "config.yaml").input.batch_size == 512
+
+
+def test_bad_value_on_a_worker_stops_train_with_one_clear_error(tmp_path, data):
+    import shutil
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bad_data = tmp_path / "data"
+    shutil.copytree(data, bad_data)
+    path = sorted(bad_data.glob("dt=2026-01-02/*.parquet"))[1]
+    table = pq.read_table(path)
+    values = table["I1"].to_numpy().copy()
+    values[7] = np.inf
+    table = table.set_column(table.schema.get_field_index("I1"),
+                             pa.field("I1", pa.float32(), nullable=False), pa.array(values))
+    pq.write_table(table, path, row_group_size=1000)
+    config = write_config(tmp_path, bad_data, "lr", epochs=1)
+    result = subprocess.run(
+        [str(pathlib.Path(sys.executable).parent / "recsys-dist"), "train", "--config", config,
+         "--model-dir", str(tmp_path / "run"), "--no-eval"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: numeric column 'I1' (feature 'I1') has an infinite value in {path} "
+        "(rows 0..1000) at row 7 (set data.on_bad_row: skip to skip such rows)")

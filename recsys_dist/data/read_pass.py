@@ -9,6 +9,7 @@ The coordinator stops scheduling once the rows it got back add up to the plan's 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Callable
@@ -95,6 +96,12 @@ def read_pass_on_cluster(pipeline: InputPipeline, strategy, coordinator, *,
         worker = tf.distribute.coordinator.experimental_get_current_worker_index()
         return rows, invalid, ids, worker
 
+    with worker_errors_as_data_errors():
+        return _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress)
+
+
+def _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress
+                ) -> ReadPassResult:
     total = plan.total_rows
     rows = skipped = 0
     per_worker = [0] * plan.num_workers
@@ -106,7 +113,7 @@ def read_pass_on_cluster(pipeline: InputPipeline, strategy, coordinator, *,
                 for _ in range(2 * plan.num_workers)]
         got = 0
         for remote in wave:
-            n, bad, ids, worker = (np.asarray(v) for v in _fetch(remote))
+            n, bad, ids, worker = (np.asarray(v) for v in remote.fetch())
             got += int(n)
             per_worker[int(worker)] += int(n)
             skipped += int(bad)
@@ -146,9 +153,15 @@ def read_pass_local(pipeline: InputPipeline, *, worker_index: int = 0,
     return ReadPassResult(rows, skipped, per_worker, seconds, ids if collect_rows else None)
 
 
-def _fetch(remote):
+@contextlib.contextmanager
+def worker_errors_as_data_errors():
+    """Re-raises a bad-data failure from a worker closure as a clear :class:`DataError`.
+
+    ClusterCoordinator raises a failed closure's error from ``fetch``, or from the next
+    ``schedule`` or ``join``; wrap the whole loop so every path gets the same message.
+    """
     try:
-        return remote.fetch()
+        yield
     except tf.errors.InvalidArgumentError as exc:
         raise bad_data_error(exc) from None
 

@@ -36,7 +36,7 @@ import yaml
 from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import InputPipeline
-from recsys_dist.data.read_pass import bad_data_error
+from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.errors import DataError
 from recsys_dist.models.zoo import build_model
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
@@ -175,7 +175,15 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------
     def fit(self, show_progress: bool = True) -> TrainResult:
-        """Trains until the planned rows of ``train.epochs`` passes or ``max_steps``."""
+        """Trains until the planned rows of ``train.epochs`` passes or ``max_steps``.
+
+        Raises:
+          DataError: a worker hit bad data (the message names file, column and row).
+        """
+        with worker_errors_as_data_errors():
+            return self._fit(show_progress)
+
+    def _fit(self, show_progress: bool) -> TrainResult:
         train = self.config.train
         coordinator, strategy = self.runtime.coordinator, self.runtime.strategy
         dataset_fn = self.pipeline.dataset_fn(training=True, epochs=train.epochs)
@@ -206,7 +214,7 @@ class Trainer:
                 scheduled += budget
             if not pending:
                 break
-            loss_sum, weight, n_rows, n_steps = (float(v) for v in _fetch(pending.popleft()))
+            loss_sum, weight, n_rows, n_steps = (float(v) for v in pending.popleft().fetch())
             if first is None:
                 first = (time.perf_counter(), rows + int(n_rows))
             steps, rows = steps + int(n_steps), rows + int(n_rows)
@@ -240,8 +248,10 @@ class Trainer:
 
     def _log(self, steps, rows, total_rows, window, recent) -> None:
         (t0, rows0), (t1, rows1) = window[0], window[-1]
-        rate = (rows1 - rows0) / (t1 - t0) if t1 > t0 else 0.0
-        eta = (total_rows - rows) / rate if rate else float("nan")
+        if t1 <= t0 or rows1 <= rows0:
+            return  # no rate yet
+        rate = (rows1 - rows0) / (t1 - t0)
+        eta = (total_rows - rows) / rate
         aucs = " ".join(f"auc/{n} {float(m.result()):.4f}" for n, m in self.auc.items())
         print(f"step {steps:,} | {rate:,.0f} ex/s | loss {_mean_loss(recent):.4f} | {aucs} | "
               f"{100 * rows / max(total_rows, 1):.0f}% | ETA {eta:.0f}s", flush=True)
@@ -307,11 +317,16 @@ class Trainer:
                                                      axis=None) for k in sums}
             return sums
 
+        with worker_errors_as_data_errors():
+            return self._evaluate_waves(aucs, eval_call, iterator)
+
+    def _evaluate_waves(self, aucs, eval_call, iterator) -> dict:
+        coordinator = self.runtime.coordinator
         total: collections.Counter = collections.Counter()
         while True:
             wave = [coordinator.schedule(eval_call, args=(iterator,))
                     for _ in range(2 * self.runtime.num_workers)]
-            got = [{k: float(v) for k, v in _fetch(r).items()} for r in wave]
+            got = [{k: float(v) for k, v in r.fetch().items()} for r in wave]
             for g in got:
                 total.update(g)
             if all(g["_weight"] == 0 for g in got):
@@ -351,8 +366,3 @@ def _mean_loss(recent) -> float:
     return loss / weight if weight else float("nan")
 
 
-def _fetch(remote):
-    try:
-        return remote.fetch()
-    except tf.errors.InvalidArgumentError as exc:
-        raise bad_data_error(exc) from None
