@@ -109,26 +109,24 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
-    import tensorflow as tf
-
-    from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
+    from recsys_dist.cluster.runtime import connect
     from recsys_dist.config import load_config
+    from recsys_dist.config.experiment import ClusterSpec
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.data.read_pass import read_pass_on_cluster
     from recsys_dist.progress import Progress
 
     config = load_config(args.config, args.set)
-    workers = args.workers or config.cluster.workers
-    ps = args.ps or config.cluster.ps
-    pipeline = prepare_input(config, args.split, workers, data_path=args.data)
+    cluster = ClusterSpec("local", args.workers or config.cluster.workers,
+                          args.ps or config.cluster.ps)
+    pipeline = prepare_input(config, args.split, cluster.workers, data_path=args.data)
     for line in _describe_plan(pipeline):
         print(line)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="recsys_dist_cluster_")
-    with terminate_on_signals(), LocalCluster(workers, ps, log_dir) as cluster:
-        print(f"cluster  {workers} workers + {ps} ps on 127.0.0.1 (logs in {log_dir})")
-        strategy = tf.distribute.experimental.ParameterServerStrategy(cluster.cluster_resolver())
-        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        result = read_pass_on_cluster(pipeline, strategy, coordinator,
+    with connect(cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
+        print(f"cluster  {cluster.workers} workers + {cluster.ps} ps on 127.0.0.1 "
+              f"(logs in {log_dir})")
+        result = read_pass_on_cluster(pipeline, runtime.strategy, runtime.coordinator,
                                       collect_rows=args.check, progress=Progress("rows"))
     print(f"read     {result.rows:,} rows in {result.seconds:.1f}s "
           f"({result.rows_per_second:,.0f} rows/s); per worker "
