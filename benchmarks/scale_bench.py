@@ -21,6 +21,8 @@ import tempfile
 import threading
 import time
 
+from recsys_dist.cluster.local import child_pids
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
 
@@ -56,19 +58,6 @@ def _peak_kib(pid: int) -> int:
     return 0
 
 
-def _servers(parent: int) -> list[int]:
-    found = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
-                found.append(int(entry.name))
-    return found
-
-
 def _label(pid: int, coordinator: int) -> str:
     if pid == coordinator:
         return "coordinator"
@@ -94,7 +83,7 @@ def run(rows: int, steps: int, data: str, tmp: pathlib.Path) -> dict:
 
     def watch() -> None:
         while not stop.is_set():
-            for pid in [process.pid] + _servers(process.pid):
+            for pid in [process.pid] + child_pids(process.pid):
                 label = _label(pid, process.pid)
                 if not label.isdigit():  # only the coordinator and the server tasks
                     peaks[label] = max(peaks.get(label, 0), _peak_kib(pid))

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from recsys_dist.cluster.local import child_pids
 from recsys_dist.data.synth import synthesize
 
 pytestmark = pytest.mark.cluster
@@ -139,19 +140,6 @@ def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data
         assert slot.device == variable.device
 
 
-def _children(pid: int) -> set[int]:
-    found = set()
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(entry.name))
-    return found
-
-
 def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data):
     config = write_config(tmp_path, data, "lr", epochs=1000)
     process = subprocess.Popen(
@@ -163,7 +151,7 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data):
         lines.append(line)
         if line.startswith("cluster "):
             break
-    servers = _children(process.pid)
+    servers = set(child_pids(process.pid))
     assert len(servers) == 4, "".join(lines)
     time.sleep(3)  # training is under way
     process.send_signal(signal.SIGTERM)

@@ -398,3 +398,21 @@ def _tail(path: pathlib.Path, lines: int) -> str:
     except OSError as e:
         return f"<cannot read log: {e}>"
     return "\n".join(text.splitlines()[-lines:]) or "<empty log>"
+
+
+def child_pids(parent: int) -> list[int]:
+    """Pids of the live child processes of ``parent`` (from /proc, Linux).
+
+    Used to check from outside that a coordinator's servers are gone after it ends.
+    """
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # the process ended while we looked
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found.append(int(entry.name))
+    return found
