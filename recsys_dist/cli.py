@@ -140,15 +140,20 @@ def _cmd_read(args: argparse.Namespace) -> int:
     return 0
 
 
-def _oracle_columns(labels: list[str], schema_names: list[str]) -> dict[str, str]:
-    """Label -> its true-logit column: ``oracle_logit_<label>``, or ``oracle_logit`` for
-    the first label (the layout of ``recsys-dist data synth``)."""
+def _oracle_candidates(labels: list[str]) -> dict[str, list[str]]:
+    """Label -> its possible true-logit columns, preferred first: ``oracle_logit_<label>``,
+    and ``oracle_logit`` for the first label (the layout of ``recsys-dist data synth``)."""
+    return {label: [f"oracle_logit_{label}"] + (["oracle_logit"] if i == 0 else [])
+            for i, label in enumerate(labels)}
+
+
+def _oracle_columns(labels: list[str], present: tuple[str, ...]) -> dict[str, str]:
+    """Label -> the first of its candidate oracle columns that the data has."""
     found = {}
-    for i, label in enumerate(labels):
-        if f"oracle_logit_{label}" in schema_names:
-            found[label] = f"oracle_logit_{label}"
-        elif i == 0 and "oracle_logit" in schema_names:
-            found[label] = "oracle_logit"
+    for label, candidates in _oracle_candidates(labels).items():
+        column = next((c for c in candidates if c in present), None)
+        if column is not None:
+            found[label] = column
     return found
 
 
@@ -156,7 +161,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from recsys_dist.cluster.runtime import connect
     from recsys_dist.config import load_config
     from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.data.parquet_meta import read_file_meta
     from recsys_dist.train.trainer import Trainer
 
     config = load_config(args.config, args.set)
@@ -169,12 +173,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
           f"{', '.join(config.labels)}, model_dir {model_dir}")
     eval_input = None
     if not args.no_eval and config.data is not None and config.data.eval is not None:
-        eval_input = prepare_input(config, "eval", workers, data_path=args.data)
-        oracle = _oracle_columns(config.labels,
-                                 read_file_meta(eval_input.plan.files[0]).schema.names)
-        if oracle:
-            eval_input = prepare_input(config, "eval", workers, data_path=args.data,
-                                       extra_columns=tuple(oracle.values()))
+        candidates = [c for cs in _oracle_candidates(config.labels).values() for c in cs]
+        eval_input = prepare_input(config, "eval", workers, data_path=args.data,
+                                   optional_extra_columns=tuple(candidates))
+        oracle = _oracle_columns(config.labels, eval_input.extra_columns)
         print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
               + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
     remote = "://" in model_dir

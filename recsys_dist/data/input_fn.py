@@ -66,6 +66,22 @@ class InputPipeline:
                                    num_workers=1)
         return dataclasses.replace(self, plan=plan)
 
+    def per_worker_iterator(self, strategy, coordinator, training: bool, epochs: int = 1):
+        """An iterator over every worker's own dataset, for closures the coordinator schedules.
+
+        Args:
+          strategy: The ``ParameterServerStrategy`` (one replica per GPU of a worker).
+          coordinator: Its ``ClusterCoordinator``.
+          training, epochs: As for :meth:`dataset_fn`.
+        """
+        dataset_fn = self.dataset_fn(training=training, epochs=epochs)
+
+        @tf.function
+        def per_worker_dataset_fn():
+            return strategy.distribute_datasets_from_function(dataset_fn)
+
+        return iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+
     def dataset_fn(self, training: bool, worker_index: int | None = None, epochs: int = 1
                    ) -> Callable[..., tf.data.Dataset]:
         """Returns the dataset function for ``epochs`` passes over this worker's units.
@@ -158,7 +174,8 @@ def _looks_like_root(path: str) -> bool:
 def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | None,
                   num_workers: int, data_path: str | None = None,
                   spec: InputSpec | None = None,
-                  extra_columns: tuple[str, ...] = ()) -> InputPipeline:
+                  extra_columns: tuple[str, ...] = (),
+                  optional_extra_columns: tuple[str, ...] = ()) -> InputPipeline:
     """Discovers, checks and plans a split on the coordinator.
 
     Args:
@@ -169,6 +186,8 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
         dates are applied), a directory, a file or a glob.
       spec: Overrides ``config.input``.
       extra_columns: Numeric columns to pass through, e.g. ``("oracle_logit",)``.
+      optional_extra_columns: Passed through too when every file has them (the
+        pipeline's ``extra_columns`` says which were found).
 
     Raises:
       DataError: no files, bad files or rows under ``fail``, or a schema mismatch.
@@ -182,6 +201,9 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
                         + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5]))
     feature_names = [n for group in config.inputs.values() for n in group]
     feature_names = list(dict.fromkeys(feature_names))
+    extra_columns = tuple(extra_columns) + tuple(
+        c for c in optional_extra_columns
+        if c not in extra_columns and all(c in m.schema.names for m in metas))
     needs = required_columns(config.features, config.labels)
     for column in extra_columns:
         if column not in needs:

@@ -82,13 +82,7 @@ def read_pass_on_cluster(pipeline: InputPipeline, strategy, coordinator, *,
         workers ran dry before the planned rows arrived.
     """
     plan = pipeline.plan
-    dataset_fn = pipeline.dataset_fn(training=False)
-
-    @tf.function
-    def per_worker_dataset_fn():
-        return strategy.distribute_datasets_from_function(dataset_fn)
-
-    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+    iterator = pipeline.per_worker_iterator(strategy, coordinator, training=False)
 
     @tf.function
     def read_step(iterator):

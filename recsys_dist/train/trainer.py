@@ -186,13 +186,8 @@ class Trainer:
     def _fit(self, show_progress: bool) -> TrainResult:
         train = self.config.train
         coordinator, strategy = self.runtime.coordinator, self.runtime.strategy
-        dataset_fn = self.pipeline.dataset_fn(training=True, epochs=train.epochs)
-
-        @tf.function
-        def per_worker_dataset_fn():
-            return strategy.distribute_datasets_from_function(dataset_fn)
-
-        iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+        iterator = self.pipeline.per_worker_iterator(strategy, coordinator, training=True,
+                                                     epochs=train.epochs)
         total_rows = self.pipeline.plan.total_rows * train.epochs
         writer = tf.summary.create_file_writer(os.path.join(self.model_dir, "train"))
         pending: collections.deque = collections.deque()
@@ -281,13 +276,7 @@ class Trainer:
                                                       from_logits=True)
                     for n in labels for kind in ("", "oracle/")
                     if kind == "" or n in oracle_columns}
-        dataset_fn = pipeline.dataset_fn(training=False)
-
-        @tf.function
-        def per_worker_dataset_fn():
-            return strategy.distribute_datasets_from_function(dataset_fn)
-
-        iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+        iterator = pipeline.per_worker_iterator(strategy, coordinator, training=False)
 
         def replica_eval(batch):
             logits = self.model(batch["features"], training=False)
@@ -303,11 +292,12 @@ class Trainer:
                     out[f"{kind}{name}"] = tf.reduce_sum(
                         tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z) * valid)
             out["_weight"] = tf.reduce_sum(valid)
+            out["_rows"] = tf.cast(tf.size(valid), tf.float32)
             return out
 
         @tf.function
         def eval_call(iterator):
-            sums = {k: tf.constant(0.0) for k in list(aucs) + ["_weight"]}
+            sums = {k: tf.constant(0.0) for k in list(aucs) + ["_weight", "_rows"]}
             for _ in tf.range(self.config.train.steps_per_call):
                 optional = iterator.get_next_as_optional()
                 if not optional.has_value():
@@ -318,19 +308,20 @@ class Trainer:
             return sums
 
         with worker_errors_as_data_errors():
-            return self._evaluate_waves(aucs, eval_call, iterator)
+            return self._evaluate_waves(aucs, eval_call, iterator, pipeline.plan.total_rows)
 
-    def _evaluate_waves(self, aucs, eval_call, iterator) -> dict:
+    def _evaluate_waves(self, aucs, eval_call, iterator, planned_rows: int) -> dict:
         coordinator = self.runtime.coordinator
         total: collections.Counter = collections.Counter()
-        while True:
+        while total["_rows"] < planned_rows:
             wave = [coordinator.schedule(eval_call, args=(iterator,))
                     for _ in range(2 * self.runtime.num_workers)]
             got = [{k: float(v) for k, v in r.fetch().items()} for r in wave]
             for g in got:
                 total.update(g)
-            if all(g["_weight"] == 0 for g in got):
-                break
+            if all(g["_rows"] == 0 for g in got) and total["_rows"] < planned_rows:
+                raise DataError(f"the workers ran out of evaluation data after "
+                                f"{int(total['_rows']):,} of {planned_rows:,} planned rows")
         coordinator.join()
         weight = total["_weight"]
         if weight == 0:
