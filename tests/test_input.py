@@ -289,3 +289,15 @@ def test_narrow_and_wide_physical_types_are_read_and_cast(tmp_path, small_config
     assert batch["features"]["ad"].numpy().tolist() == _splitmix_bucket(
         np.arange(1, 7), 1000).tolist()
     assert batch["labels"]["click"].numpy().tolist() == [1.0, 0.0] * 3
+
+
+def test_optional_extra_columns_are_passed_through_only_when_every_file_has_them(
+        tmp_path, small_config):
+    oracle = pa.array(np.arange(6, dtype=np.float32))
+    _day(tmp_path, "2026-01-01", [small_table(6, oracle_logit=oracle)], 6)
+    config = load_config(small_config(train="{dates: 2026-01-01}"))
+    pipeline = prepare_input(config, "train", 1,
+                             optional_extra_columns=("oracle_logit", "oracle_logit_click"))
+    assert pipeline.extra_columns == ("oracle_logit",)
+    (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0)())
+    assert batch["extra"]["oracle_logit"].numpy().tolist() == list(range(6))
