@@ -73,8 +73,9 @@ def main() -> None:
         for model in args.models.split(","):
             result = train(model, data, str(pathlib.Path(tmp) / model), args.epochs)
             ev = result["eval"]
-            rows.append((model, ev["auc/click"], ev["logloss/click"], ev["oracle_auc/click"],
-                         ev["oracle_logloss/click"], result["examples_per_second"],
+            click = ev["labels"]["click"]
+            rows.append((model, click["auc"], click["logloss"], click["oracle"]["auc"],
+                         click["oracle"]["logloss"], result["examples_per_second"],
                          result["wall_seconds"]))
     header = (f"Synthetic data, seed 11, {args.rows_per_day:,} rows/day: train on days 1-6 "
               f"({6 * args.rows_per_day:,} rows, {args.epochs} epoch(s)), evaluate on day 7. "

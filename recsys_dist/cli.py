@@ -157,15 +157,33 @@ def _oracle_columns(labels: list[str], present: tuple[str, ...]) -> dict[str, st
     return found
 
 
+#: Exit code of a ``train`` attempt that asks ``run()`` to start it again (lost ps).
+RESTART_EXIT = 75
+_restart_as: int | None = None  # set by _cmd_train: the restart number to exec as
+
+
+def _print_eval(labels: list[str], metrics: dict) -> None:
+    for label in labels:
+        m = metrics["labels"][label]
+        line = f"eval     {label}: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}"
+        if "oracle" in m:
+            line += (f" | oracle AUC {m['oracle']['auc']:.4f}, logloss "
+                     f"{m['oracle']['logloss']:.4f}")
+        print(line + f" ({metrics['rows']:,} rows)")
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
+    global _restart_as
     from recsys_dist.cluster.runtime import connect
     from recsys_dist.config import load_config
     from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.train.trainer import Trainer
+    from recsys_dist.errors import ClusterLost
+    from recsys_dist.train.trainer import Trainer, completed_run
 
     config = load_config(args.config, args.set)
     model_dir = args.model_dir or os.path.join(
         "runs", os.path.splitext(os.path.basename(config.file))[0])
+    restart = int(os.environ.get("RECSYS_DIST_RESTART", "0"))
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers, data_path=args.data)
     print(f"train    {len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
@@ -179,30 +197,47 @@ def _cmd_train(args: argparse.Namespace) -> int:
         oracle = _oracle_columns(config.labels, eval_input.extra_columns)
         print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
               + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
+    done = completed_run(config, train_input, model_dir)
+    if done is not None:
+        saved, position = done
+        print(f"done     {model_dir} already holds a complete run (checkpoint step "
+              f"{saved.step:,}, {position.finished_rows:,} of {position.total_rows:,} rows); "
+              "nothing to do. Train into a new --model-dir, or raise train.epochs or "
+              "train.max_steps to go on")
+        return 0
     remote = "://" in model_dir
     log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if remote else \
         os.path.join(model_dir, "logs")
-    with connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
-        print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "
-              f"({config.cluster.mode}; server logs in {log_dir})")
-        trainer = Trainer(config, runtime, train_input, model_dir)
-        result = trainer.fit()
-        print(f"trained  {result.steps:,} steps, {result.examples:,} examples in "
-              f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
-              f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
-              f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
-                                                for k, v in result.auc.items()))
-        metrics = None
-        if eval_input is not None:
-            metrics = trainer.evaluate(eval_input, oracle)
-            for label in config.labels:
-                line = (f"eval     {label}: AUC {metrics[f'auc/{label}']:.4f}, logloss "
-                        f"{metrics[f'logloss/{label}']:.4f}")
-                if f"oracle_auc/{label}" in metrics:
-                    line += (f" | oracle AUC {metrics[f'oracle_auc/{label}']:.4f}, logloss "
-                             f"{metrics[f'oracle_logloss/{label}']:.4f}")
-                print(line + f" ({metrics['rows']:,} rows)")
-        trainer.write_run_files(result, metrics)
+    try:
+        with connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
+            print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "
+                  f"({config.cluster.mode}; server logs in {log_dir})")
+            trainer = Trainer(config, runtime, train_input, model_dir)
+            saved = trainer.resume()
+            if saved is not None:
+                position = trainer.position
+                print(f"resume   from {saved.directory}: step {saved.step:,}, "
+                      f"{position.finished_rows:,} of {position.total_rows:,} rows done")
+            result = trainer.fit()
+            print(f"trained  {result.steps:,} steps, {result.examples:,} examples in "
+                  f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
+                  f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
+                  f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
+                                                    for k, v in result.auc.items()))
+            metrics = None
+            if eval_input is not None:
+                metrics = trainer.evaluate(eval_input, oracle)
+                _print_eval(config.labels, metrics)
+            trainer.write_run_files(result, metrics)
+    except ClusterLost as exc:
+        if restart >= config.train.max_restarts:
+            raise ClusterLost(f"{exc} (gave up after train.max_restarts = "
+                              f"{config.train.max_restarts} restarts)") from None
+        print(f"restart  {exc}; starting the cluster again and resuming from the last "
+              f"checkpoint (restart {restart + 1} of at most {config.train.max_restarts})",
+              flush=True)
+        _restart_as = restart + 1
+        return RESTART_EXIT
     return 0
 
 
@@ -339,6 +374,10 @@ def run() -> None:
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
+    if code == RESTART_EXIT and _restart_as is not None:
+        # A fresh process: the lost cluster's coordinator state cannot be reused.
+        os.environ["RECSYS_DIST_RESTART"] = str(_restart_as)
+        os.execv(sys.executable, [sys.executable, "-m", "recsys_dist.cli", *sys.argv[1:]])
     os._exit(code)
 
 

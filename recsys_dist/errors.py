@@ -37,3 +37,13 @@ class DataError(RecsysError):
     """Input data is missing, unreadable or does not match the feature config."""
 
     exit_code = 3
+
+
+class ClusterLost(RecsysError):
+    """A parameter server (or the cluster) was lost; state on the servers is gone.
+
+    The ``train`` command restarts itself from its last checkpoint on this error (up to
+    ``train.max_restarts`` times); everything else reports it and exits 4.
+    """
+
+    exit_code = 4

@@ -118,9 +118,11 @@ def test_every_model_trains_and_held_out_logloss_goes_down(tmp_path, data, runti
     after = trainer.evaluate(evaluation, oracle)
     assert result.examples == 2 * 12_000 and result.steps >= 2 * 12_000 // 256
     for label in trainer.config.labels:
-        assert after[f"logloss/{label}"] < before[f"logloss/{label}"] - 0.01, (before, after)
-    assert after["auc/click"] > max(0.55, before["auc/click"] + 0.02), (before, after)
-    assert after["oracle_auc/click"] > after["auc/click"]
+        assert (after["labels"][label]["logloss"]
+                < before["labels"][label]["logloss"] - 0.01), (before, after)
+    click_before, click_after = before["labels"]["click"], after["labels"]["click"]
+    assert click_after["auc"] > max(0.55, click_before["auc"] + 0.02), (before, after)
+    assert click_after["oracle"]["auc"] > click_after["auc"]
     assert int(trainer.global_step.numpy()) == result.steps
 
 

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType
@@ -97,6 +98,9 @@ class LocalCluster:
         self._start_timeout = start_timeout
         self._ports: dict[_TaskKey, int] = {}
         self._processes: dict[_TaskKey, subprocess.Popen] = {}
+        self._supervisor: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.restarts: list[tuple[float, str, int, int]] = []  # (time, job, index, exit code)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -145,6 +149,10 @@ class LocalCluster:
           grace: Seconds the tasks get to exit after SIGTERM.
         """
         atexit.unregister(self.stop)
+        self._stopping.set()
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(timeout=grace)
+        self._supervisor = None
         running = [process for process in self._processes.values() if _running(process)]
         for process in running:
             process.send_signal(signal.SIGTERM)
@@ -216,6 +224,44 @@ class LocalCluster:
             self._processes[job, index].kill()
             self._processes[job, index].wait()
             raise
+
+    def supervise_workers(self, interval: float = 0.5,
+                          on_restart: Callable[[str], None] | None = None) -> None:
+        """Restarts any worker that dies, from a background thread, until :meth:`stop`.
+
+        ``ClusterCoordinator`` re-runs a lost worker's closures on the others and lets
+        the worker rejoin once it serves again. Parameter servers are not restarted
+        here: their variables are gone, so the coordinator must restart from a
+        checkpoint (the ``train`` command does).
+
+        Args:
+          interval: Seconds between checks.
+          on_restart: Called with a message after each restart.
+        """
+        self._require_started()
+        self._stopping.clear()
+
+        def loop() -> None:
+            while not self._stopping.wait(interval):
+                for index in range(self._counts["worker"]):
+                    process = self._processes["worker", index]
+                    code = process.poll()
+                    if code is None or self._stopping.is_set():
+                        continue
+                    try:
+                        self.restart("worker", index)
+                    except ClusterError as exc:
+                        if on_restart:
+                            on_restart(f"worker {index} exited ({code}) and did not come "
+                                       f"back: {exc}")
+                        continue
+                    self.restarts.append((time.time(), "worker", index, code))
+                    if on_restart:
+                        on_restart(f"worker {index} exited with code {code}; restarted it "
+                                   f"(pid {self._processes['worker', index].pid})")
+
+        self._supervisor = threading.Thread(target=loop, name="worker-supervisor", daemon=True)
+        self._supervisor.start()
 
     def alive(self) -> dict[str, list[bool]]:
         """Returns ``{"worker": [running?, ...], "ps": [...]}``."""

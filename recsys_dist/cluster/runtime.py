@@ -7,7 +7,8 @@ pod); this process is the chief (coordinator).
 
 Embedding tables are sharded over the parameter servers by a ``MinSizePartitioner``:
 a table is cut into shards of at least ``min_shard_bytes``, at most one per parameter
-server, so small tables stay whole and large ones spread over every server.
+server, so small tables stay whole and large ones spread over every server. Dense
+variables are never sharded (``models/sharding.py`` says why).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import tensorflow as tf
 from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.config.experiment import ClusterSpec
+from recsys_dist.models.sharding import TablePartitioner
 
 
 @dataclasses.dataclass
@@ -46,8 +48,7 @@ class Runtime:
 def make_strategy(resolver, num_ps: int, min_shard_bytes: int
                   ) -> tf.distribute.experimental.ParameterServerStrategy:
     """A ParameterServerStrategy whose variables shard over up to ``num_ps`` servers."""
-    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=min_shard_bytes, max_shards=num_ps)
+    partitioner = TablePartitioner(min_shard_bytes=min_shard_bytes, max_shards=num_ps)
     return tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=partitioner)
 
@@ -75,6 +76,7 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
     if cluster.mode == "local":
         with terminate_on_signals(), LocalCluster(cluster.workers, cluster.ps, log_dir,
                                                   env=env) as local:
+            local.supervise_workers(on_restart=lambda message: print(message, flush=True))
             strategy = make_strategy(local.cluster_resolver(), cluster.ps, min_shard_bytes)
             coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
             yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, local)

@@ -218,6 +218,12 @@ class TrainSpec:
       log_every_seconds: Progress line interval.
       summary_every_seconds: TensorBoard summary interval.
       seed: Seed of the model initialisers.
+      checkpoint_every_steps: Save a checkpoint after this many steps (``null``: off).
+      checkpoint_every_seconds: Save a checkpoint after this many seconds (``null``:
+        off). Whichever comes first triggers; a run always saves at its end.
+      keep_checkpoints: Complete checkpoints kept in ``model_dir/checkpoints``.
+      max_restarts: Times one ``train`` command restarts itself from its last
+        checkpoint after losing a parameter server, before giving up.
     """
 
     embedding_optimizer: OptimizerSpec = OptimizerSpec("adagrad", 0.05)
@@ -231,6 +237,10 @@ class TrainSpec:
     log_every_seconds: float = field(default=5.0, metadata={"min": 0.0})
     summary_every_seconds: float = field(default=10.0, metadata={"min": 0.0})
     seed: int = 0
+    checkpoint_every_steps: int | None = field(default=None, metadata={"min": 1})
+    checkpoint_every_seconds: float | None = field(default=600.0, metadata={"min": 0.0})
+    keep_checkpoints: int = field(default=3, metadata={"min": 1})
+    max_restarts: int = field(default=3, metadata={"min": 0})
 
 
 @dataclasses.dataclass(frozen=True)

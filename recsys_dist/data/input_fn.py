@@ -16,7 +16,8 @@ Each element is a dict::
      "labels": {name: float32 [B]},
      "valid": float32 [B],   # 0 for rows skipped under on_bad_row: skip
      "row": int64 [B],       # file_index << 32 | row in file: a row's identity in the plan
-     "extra": {column: float32 [B]}}   # extra_columns, e.g. oracle_logit for evaluation
+     "extra": {column: float32 [B]},   # extra_columns, e.g. oracle_logit for evaluation
+     "keep": {column: Tensor [B]}}     # keep_columns as read (e.g. user id, slices)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from recsys_dist.config.experiment import DataSplit, ExperimentConfig, InputSpec
 from recsys_dist.data import discovery
 from recsys_dist.data.parquet_meta import read_footers
 from recsys_dist.data.schema_check import ColumnNeed, check_schemas, required_columns
-from recsys_dist.data.shard_plan import ShardPlan, plan_shards
+from recsys_dist.data.shard_plan import ShardPlan, Unit, plan_shards, split_rows
 from recsys_dist.errors import ConfigError, DataError
 from recsys_dist.features.transforms import FeatureTransform
 
@@ -52,19 +53,43 @@ class InputPipeline:
       plan: Which worker reads which units.
       transform: In-graph feature transform.
       spec: Input settings (batch size, parallelism, ...).
-      extra_columns: Numeric columns passed through untransformed (never features).
+      extra_columns: Numeric columns passed through untransformed as float32.
+      keep_columns: Columns passed through as read, any type (evaluation groups and
+        slices).
     """
 
     plan: ShardPlan
     transform: FeatureTransform
     spec: InputSpec
     extra_columns: tuple[str, ...] = ()
+    keep_columns: tuple[str, ...] = ()
 
     def single_worker(self) -> "InputPipeline":
         """The same units planned for one worker (to read everything in one process)."""
         plan = dataclasses.replace(self.plan, workers=tuple(0 for _ in self.plan.units),
                                    num_workers=1)
         return dataclasses.replace(self, plan=plan)
+
+    def work_items(self, max_rows: int) -> tuple[Unit, ...]:
+        """The plan's units cut into items of at most ``max_rows`` rows, in plan order.
+
+        An item is what one scheduled closure reads; finished items are the data
+        position a checkpoint records.
+        """
+        items = []
+        for unit in self.plan.units:
+            items.extend(Unit(unit.file, a, b) for a, b in split_rows(unit.start, unit.stop,
+                                                                        max_rows))
+        return tuple(items)
+
+    def item_dataset(self, file_index: tf.Tensor, start: tf.Tensor, stop: tf.Tensor,
+                     training: bool) -> tf.data.Dataset:
+        """The batches of rows ``[start, stop)`` of file ``file_index``, read in-graph on
+        the worker that runs the closure building it (rows shuffled when training)."""
+        # The rows are read by ops of the calling function itself: a `map` would make
+        # tf.data instantiate (and optimise) the whole transform graph for every item.
+        element = self._unit_reader(training)(file_index, start, stop)
+        return tf.data.Dataset.from_tensors(element).rebatch(self.spec.batch_size)
 
     def per_worker_iterator(self, strategy, coordinator, training: bool, epochs: int = 1):
         """An iterator over every worker's own dataset, for closures the coordinator schedules.
@@ -82,26 +107,18 @@ class InputPipeline:
 
         return iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
-    def dataset_fn(self, training: bool, worker_index: int | None = None, epochs: int = 1
-                   ) -> Callable[..., tf.data.Dataset]:
-        """Returns the dataset function for ``epochs`` passes over this worker's units.
-
-        Args:
-          training: Shuffle units and rows (when ``spec.shuffle``), anew each epoch.
-          worker_index: Fixed worker index for use outside a cluster; by default the
-            index comes from ``experimental_get_current_worker_index()`` on each worker.
-          epochs: Passes over the units.
-        """
+    def _unit_reader(self, training: bool) -> Callable:
+        """``read_unit(file_index, start, stop) -> element`` for rows ``[start, stop)``."""
         plan, spec, transform = self.plan, self.spec, self.transform
-        extra = self.extra_columns
+        extra, keep = self.extra_columns, self.keep_columns
         dtypes = {c: tf.as_dtype(transform.column_dtypes[c])
-                  for c in list(transform.columns) + [c for c in extra
-                                                      if c not in transform.columns]}
+                  for c in dict.fromkeys(list(transform.columns) + list(extra) + list(keep))}
         shuffle = training and spec.shuffle
 
         def read_unit(file_index, start, stop):
             path = tf.gather(tf.constant(plan.files), file_index)
             shape = tf.reshape(tf.gather(tf.constant(plan.file_rows, tf.int64), file_index), [1])
+            load_tfio_kernels()
             # tensorflow-io caches one reader per `shared` name process-wide; keying it by
             # the path lets every column of a unit reuse one parsed footer.
             raw = {}
@@ -117,11 +134,28 @@ class InputPipeline:
             rows = tf.bitwise.bitwise_or(tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT),
                                          tf.range(start, stop, dtype=tf.int64))
             element = {"features": features, "labels": labels, "valid": valid, "row": rows,
-                       "extra": {c: tf.cast(raw[c], tf.float32) for c in extra}}
+                       "extra": {c: tf.cast(raw[c], tf.float32) for c in extra},
+                       "keep": {c: raw[c] for c in keep}}
             if shuffle:
                 order = tf.random.shuffle(tf.range(stop - start), seed=spec.seed)
                 element = tf.nest.map_structure(lambda t: tf.gather(t, order), element)
             return element
+
+        return read_unit
+
+    def dataset_fn(self, training: bool, worker_index: int | None = None, epochs: int = 1
+                   ) -> Callable[..., tf.data.Dataset]:
+        """Returns the dataset function for ``epochs`` passes over this worker's units.
+
+        Args:
+          training: Shuffle units and rows (when ``spec.shuffle``), anew each epoch.
+          worker_index: Fixed worker index for use outside a cluster; by default the
+            index comes from ``experimental_get_current_worker_index()`` on each worker.
+          epochs: Passes over the units.
+        """
+        plan, spec = self.plan, self.spec
+        shuffle = training and spec.shuffle
+        read_unit = self._unit_reader(training)
 
         def dataset_fn(input_context=None) -> tf.data.Dataset:
             load_tfio_kernels()
@@ -175,7 +209,8 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
                   num_workers: int, data_path: str | None = None,
                   spec: InputSpec | None = None,
                   extra_columns: tuple[str, ...] = (),
-                  optional_extra_columns: tuple[str, ...] = ()) -> InputPipeline:
+                  optional_extra_columns: tuple[str, ...] = (),
+                  keep_columns: dict[str, str] | None = None) -> InputPipeline:
     """Discovers, checks and plans a split on the coordinator.
 
     Args:
@@ -188,6 +223,8 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
       extra_columns: Numeric columns to pass through, e.g. ``("oracle_logit",)``.
       optional_extra_columns: Passed through too when every file has them (the
         pipeline's ``extra_columns`` says which were found).
+      keep_columns: Column -> what uses it (for messages), passed through as read:
+        integer, string or boolean keys such as the user id of GAUC or slice columns.
 
     Raises:
       DataError: no files, bad files or rows under ``fail``, or a schema mismatch.
@@ -208,10 +245,18 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
     for column in extra_columns:
         if column not in needs:
             needs[column] = ColumnNeed(column, ("number",), ("the evaluation",))
+    keep_columns = dict(keep_columns or {})
+    for column, user in keep_columns.items():
+        if column in needs:
+            needs[column] = dataclasses.replace(needs[column],
+                                                users=needs[column].users + (user,))
+        else:
+            needs[column] = ColumnNeed(column, ("key",), (user,))
     column_dtypes = check_schemas(metas, needs)
     transform = FeatureTransform(config.features, config.labels, column_dtypes, on_bad_row,
                                  feature_names)
     spec = spec or config.input
-    read = list(dict.fromkeys(list(transform.columns) + list(extra_columns)))
+    read = list(dict.fromkeys(list(transform.columns) + list(extra_columns)
+                              + list(keep_columns)))
     plan = plan_shards(metas, read, num_workers, spec.max_unit_rows, on_bad_row, skipped)
-    return InputPipeline(plan, transform, spec, tuple(extra_columns))
+    return InputPipeline(plan, transform, spec, tuple(extra_columns), tuple(keep_columns))

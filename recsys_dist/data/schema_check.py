@@ -18,7 +18,7 @@ from recsys_dist.config.schema import did_you_mean
 from recsys_dist.data.parquet_meta import FileMeta
 from recsys_dist.errors import DataError
 
-Need = Literal["integer id", "string", "number", "binary label"]
+Need = Literal["integer id", "string", "number", "binary label", "key"]
 
 #: Parquet physical type -> TensorFlow dtype name tensorflow-io returns for it.
 PHYSICAL_TO_TF = {"INT32": "int32", "INT64": "int64", "FLOAT": "float32", "DOUBLE": "float64",
@@ -29,12 +29,14 @@ _ACCEPTED: dict[Need, tuple[str, ...]] = {
     "string": ("string",),
     "number": ("integer", "float"),
     "binary label": ("integer", "float", "bool"),
+    "key": ("integer", "string", "bool"),
 }
 _EXPECTED_TEXT: dict[Need, str] = {
     "integer id": "an integer column (int8..int64)",
     "string": "a string column",
     "number": "an integer or floating-point column",
     "binary label": "an integer, boolean or floating-point column holding 0/1",
+    "key": "an integer, string or boolean column (a group or slice key)",
 }
 
 

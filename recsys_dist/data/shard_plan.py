@@ -84,7 +84,8 @@ def _null_problem(meta: FileMeta, group: int, columns: list[str]) -> str | None:
     return None
 
 
-def _split(start: int, stop: int, max_rows: int) -> list[tuple[int, int]]:
+def split_rows(start: int, stop: int, max_rows: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` cut into the fewest near-equal ranges of at most ``max_rows``."""
     pieces = -(-(stop - start) // max_rows)
     bounds = [start + (stop - start) * i // pieces for i in range(pieces + 1)]
     return list(zip(bounds, bounds[1:]))
@@ -109,7 +110,7 @@ def plan_units(metas: list[FileMeta], columns: list[str], max_unit_rows: int,
                 skipped.append(Skipped(meta.path, rows, problem))
             elif rows > 0:
                 units.extend(Unit(index, a, b)
-                             for a, b in _split(offset, offset + rows, max_unit_rows))
+                             for a, b in split_rows(offset, offset + rows, max_unit_rows))
             offset += rows
     return units, skipped
 

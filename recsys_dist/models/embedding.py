@@ -26,6 +26,7 @@ import tensorflow as tf
 from recsys_dist.config.features import FeatureConfig, MultiCategoricalFeature, NumericFeature
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
+from recsys_dist.models.sharding import embedding_tables
 
 
 def table_of(feature: Any) -> str | None:
@@ -127,7 +128,7 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         self._dims = {t: dim_override or features.tables[t].dim
                       for t in self._feature_tables.values()}
         self._tables: dict[str, tf.Variable] = {}
-        with tf.name_scope(self.name):
+        with tf.name_scope(self.name), embedding_tables():
             for table, dim in self._dims.items():
                 self._tables[table] = self.add_weight(
                     name=f"embedding/{table}", shape=(features.tables[table].rows, dim),

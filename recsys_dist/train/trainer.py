@@ -8,18 +8,24 @@ Where things live:
 - Dense towers are also variables on the parameter servers; each worker reads them
   at the start of a step and sends gradients back (asynchronous: no worker waits for
   another).
-- The data of a step never leaves its worker: the worker reads its own units of the
-  shard plan in-graph (``data/input_fn.py``).
+- The data of a step never leaves its worker: the closure the coordinator schedules
+  carries only an item's address (file, first and last row), and the worker reads
+  those rows in-graph with a ``tf.data`` pipeline (``InputPipeline.item_dataset``).
 
-The coordinator schedules closures of ``steps_per_call`` steps each. A closure pulls
-batches with ``get_next_as_optional``, so a worker whose shard is finished returns
-``steps = 0`` instead of raising ``OutOfRangeError``. Training stops after the planned
-rows of ``epochs`` passes have come back, or after ``max_steps`` steps.
+Dynamic sharding: the coordinator hands out work items (row ranges of at most
+``steps_per_call * batch_size`` rows) one per closure, to whichever worker is free. An
+item is finished when its closure returns, which makes the data position exact (see
+``train/data_position.py``): a checkpoint records the finished items, a killed worker's
+closure is re-run elsewhere by ``ClusterCoordinator`` (its item is read again from the
+start: at least once, at most one item per kill), and a resumed run schedules only
+what is left. Training stops when every item has run ``epochs`` times, or after
+``max_steps`` steps; there is no end-of-data ``OutOfRangeError`` to handle.
 
 Loss scaling: a replica's loss is the mean over its valid rows divided by the number
 of replicas of its worker; ``apply_gradients`` sums the replicas' gradients once, so a
 worker step applies the mean gradient over the worker's batch, whatever the number of
-replicas (one on a CPU worker, one per GPU otherwise).
+replicas (one on a CPU worker, one per GPU otherwise; each replica takes its own
+slice of the batch, :func:`replica_slice`).
 """
 
 from __future__ import annotations
@@ -36,12 +42,19 @@ import yaml
 from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import InputPipeline
+from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.errors import DataError
 from recsys_dist.models.zoo import build_model
+from recsys_dist.train.checkpoints import (CheckpointManager, SavedCheckpoint,
+                                           check_signature, create_slots, model_signature,
+                                           restore)
+from recsys_dist.train.data_position import DataPosition
+from recsys_dist.train.replicas import replica_slice
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
 
 AUC_THRESHOLDS = 2000
+RESULT_FILE = "train_result.json"  # written last by a finished run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,14 +109,52 @@ def replica_loss(logits: dict, labels: dict, valid: tf.Tensor, names: list[str],
     return loss / replicas, per_example
 
 
+@dataclasses.dataclass
+class _Progress:
+    """Counters of one attempt of a run (the coordinator's view)."""
+
+    steps: int = 0
+    rows: int = 0
+    skipped: int = 0
+    rows_at_checkpoint: int = 0
+
+
+def data_position(config: ExperimentConfig, pipeline: InputPipeline) -> DataPosition:
+    """A fresh data position over ``pipeline``'s items (one closure each)."""
+    train = config.train
+    items = pipeline.work_items(train.steps_per_call * pipeline.spec.batch_size)
+    return DataPosition(pipeline.plan.files, items, train.epochs, pipeline.spec.shuffle,
+                        train.seed)
+
+
+def _complete(config: ExperimentConfig, position: DataPosition, step: int) -> bool:
+    max_steps = config.train.max_steps
+    return position.finished or (max_steps is not None and step >= max_steps)
+
+
+def completed_run(config: ExperimentConfig, pipeline: InputPipeline, model_dir: str
+                  ) -> tuple[SavedCheckpoint, DataPosition] | None:
+    """The newest checkpoint of ``model_dir`` if it already completes this run, else None.
+
+    Needs no cluster, so a finished run is recognised before any server starts.
+    """
+    saved = CheckpointManager(model_dir).latest()
+    if saved is None or not tf.io.gfile.exists(os.path.join(model_dir, RESULT_FILE)):
+        return None  # (a run killed after training but before its evaluation goes on)
+    check_signature(saved, config)
+    position = data_position(config, pipeline)
+    position.restore(saved.state["position"], saved.directory)
+    return (saved, position) if _complete(config, position, saved.step) else None
+
+
 class Trainer:
     """Builds a model on the parameter servers and trains it from the coordinator.
 
     Args:
       config: The experiment config.
       runtime: The connected cluster.
-      pipeline: The planned training split (for ``runtime.num_workers`` workers).
-      model_dir: Where summaries and the resolved config go.
+      pipeline: The planned training split.
+      model_dir: Where checkpoints, summaries and the resolved config go.
     """
 
     def __init__(self, config: ExperimentConfig, runtime: Runtime, pipeline: InputPipeline,
@@ -123,15 +174,61 @@ class Trainer:
             self.embedding_optimizer, self.dense_optimizer = (
                 make_optimizer(spec, scaled_learning_rate(spec, train, batch, self.replicas))
                 for spec in (train.embedding_optimizer, train.dense_optimizer))
+            # Slots exist before any restore (checkpoints.py says why).
+            create_slots(self.embedding_optimizer, self.model.embedding_variables)
+            create_slots(self.dense_optimizer, self.model.dense_variables)
             self.auc = {label: tf.keras.metrics.AUC(num_thresholds=AUC_THRESHOLDS,
                                                     from_logits=True, name=f"auc_{label}")
                         for label in config.labels}
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name="global_step")
-        self._train_call = self._make_train_call()
+        self.checkpoint = tf.train.Checkpoint(
+            model=self.model, embedding_optimizer=self.embedding_optimizer,
+            dense_optimizer=self.dense_optimizer, global_step=self.global_step)
+        self.checkpoints = CheckpointManager(model_dir, train.keep_checkpoints)
+        self.position = data_position(config, pipeline)
+        self.items = self.position.items
+        self.restored: SavedCheckpoint | None = None
+        self._rows_before = 0  # rows trained by earlier attempts (from the checkpoint)
+        self._train_item = self._make_train_item()
+
+    # ---- checkpoints --------------------------------------------------------------------
+    def resume(self) -> SavedCheckpoint | None:
+        """Restores the newest complete checkpoint of ``model_dir`` and its data position.
+
+        Raises:
+          CheckpointError: it was written for another model or feature config.
+          PositionMismatch: its data position counts other data.
+        """
+        saved = self.checkpoints.latest()
+        if saved is None:
+            return None
+        check_signature(saved, self.config)
+        restore(self.checkpoint, saved)
+        self.position.restore(saved.state["position"], saved.directory)
+        self._rows_before = int(saved.state.get("rows_trained", 0))
+        self.restored = saved
+        return saved
+
+    @property
+    def step(self) -> int:
+        return int(self.global_step.numpy())
+
+    def is_complete(self) -> bool:
+        """Every item ran ``epochs`` times, or the step budget is spent."""
+        return _complete(self.config, self.position, self.step)
+
+    def save_checkpoint(self, rows_this_attempt: int = 0) -> SavedCheckpoint:
+        """Saves weights, slots, step and data position (call with no closure in flight)."""
+        state = {"position": self.position.to_json(),
+                 "signature": model_signature(self.config),
+                 "rows_trained": self._rows_before + rows_this_attempt,
+                 "complete": self.is_complete()}
+        return self.checkpoints.save(self.checkpoint, self.step, state)
 
     # ---- the step -----------------------------------------------------------------------
     def _replica_step(self, batch):
+        batch = replica_slice(batch)
         model, labels = self.model, self.config.labels
         valid = batch["valid"]
         with tf.GradientTape() as tape:
@@ -148,16 +245,19 @@ class Trainer:
         return (tf.reduce_sum(per_example), tf.reduce_sum(valid),
                 tf.cast(tf.size(valid), tf.float32))
 
-    def _make_train_call(self):
-        strategy = self.runtime.strategy
+    def _make_train_item(self):
+        strategy, pipeline = self.runtime.strategy, self.pipeline
 
         def total(value):
             return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
         @tf.function
-        def train_call(iterator, max_steps):
+        def train_item(file_index, start, stop, max_steps):
             loss_sum, weight, rows = tf.constant(0.0), tf.constant(0.0), tf.constant(0.0)
             steps = tf.constant(0, tf.int64)
+            # An explicit iterator keeps the steps in this function's own while loop; a
+            # `for batch in dataset` would run them inside tf.data's reduce (4x slower).
+            iterator = iter(pipeline.item_dataset(file_index, start, stop, training=True))
             for _ in tf.range(max_steps):
                 optional = iterator.get_next_as_optional()
                 if not optional.has_value():
@@ -171,85 +271,118 @@ class Trainer:
             self.global_step.assign_add(steps)
             return loss_sum, weight, rows, steps
 
-        return train_call
+        return train_item
 
     # ---- the loop -----------------------------------------------------------------------
     def fit(self, show_progress: bool = True) -> TrainResult:
-        """Trains until the planned rows of ``train.epochs`` passes or ``max_steps``.
+        """Trains what the data position has left, checkpointing on the way and at the end.
 
         Raises:
           DataError: a worker hit bad data (the message names file, column and row).
+          ClusterLost: a parameter server was lost (restart from the last checkpoint).
         """
-        with worker_errors_as_data_errors():
+        with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost():
             return self._fit(show_progress)
 
     def _fit(self, show_progress: bool) -> TrainResult:
-        train = self.config.train
-        coordinator, strategy = self.runtime.coordinator, self.runtime.strategy
-        iterator = self.pipeline.per_worker_iterator(strategy, coordinator, training=True,
-                                                     epochs=train.epochs)
-        total_rows = self.pipeline.plan.total_rows * train.epochs
+        train, spec = self.config.train, self.pipeline.spec
+        coordinator = self.runtime.coordinator
         writer = tf.summary.create_file_writer(os.path.join(self.model_dir, "train"))
+        progress = _Progress()
         pending: collections.deque = collections.deque()
         recent: collections.deque = collections.deque(maxlen=max(8, 4 * self.runtime.num_workers))
         window: collections.deque = collections.deque(maxlen=recent.maxlen)  # (time, rows)
-        scheduled = steps = rows = skipped = 0
-        stop, idle_results, first = False, 0, None
-        last_summary = last_log = start = time.perf_counter()
-        while pending or not stop:
-            while not stop and len(pending) < 2 * self.runtime.num_workers:
-                budget = train.steps_per_call
-                if train.max_steps is not None:
-                    budget = min(budget, train.max_steps - scheduled)
-                if budget <= 0:
-                    stop = True
-                    break
-                pending.append(coordinator.schedule(
-                    self._train_call, args=(iterator, tf.constant(budget, tf.int64))))
-                scheduled += budget
-            if not pending:
-                break
-            loss_sum, weight, n_rows, n_steps = (float(v) for v in pending.popleft().fetch())
-            if first is None:
-                first = (time.perf_counter(), rows + int(n_rows))
-            steps, rows = steps + int(n_steps), rows + int(n_rows)
-            skipped += int(n_rows - weight)
+        todo = self.position.schedule()
+        scheduled_steps = first_step = self.step
+        exhausted, first = False, None
+        last_summary = last_log = start = last_save = time.perf_counter()
+        last_save_step = first_step
+
+        def collect(index: int, budget: int, remote) -> None:
+            loss_sum, weight, n_rows, n_steps = (float(v) for v in remote.fetch())
+            item = self.items[index]
+            full = -(-item.rows // spec.batch_size)
+            if budget >= full:
+                if int(n_rows) != item.rows:
+                    raise DataError(f"{self.pipeline.plan.files[item.file]} rows {item.start}.."
+                                    f"{item.stop}: a worker read {int(n_rows):,} rows, the "
+                                    f"footer says {item.rows:,}")
+                self.position.complete(index)
+            progress.steps += int(n_steps)
+            progress.rows += int(n_rows)
+            progress.skipped += int(n_rows - weight)
             if n_steps:
                 recent.append((loss_sum, weight))
-                idle_results = 0
-            else:
-                idle_results += 1
-                if idle_results > 4 * self.runtime.num_workers and rows < total_rows:
-                    raise DataError(f"the workers ran out of data after {rows:,} of "
-                                    f"{total_rows:,} planned rows")
-            if rows >= total_rows:
-                stop = True
+
+        while True:
+            while not exhausted and len(pending) < 2 * self.runtime.num_workers:
+                index = next(todo, None)
+                budget = -(-self.items[index].rows // spec.batch_size) if index is not None else 0
+                if train.max_steps is not None:
+                    budget = min(budget, train.max_steps - scheduled_steps)
+                if index is None or budget <= 0:
+                    exhausted = True
+                    break
+                item = self.items[index]
+                pending.append((index, budget, coordinator.schedule(
+                    self._train_item, args=tuple(tf.constant(v, tf.int64) for v in (
+                        item.file, item.start, item.stop, budget)))))
+                scheduled_steps += budget
+            if not pending:
+                break
+            collect(*pending.popleft())
+            if first is None:
+                first = (time.perf_counter(), progress.rows)
             now = time.perf_counter()
-            window.append((now, rows))
+            window.append((now, progress.rows))
             if show_progress and now - last_log >= train.log_every_seconds:
                 last_log = now
-                self._log(steps, rows, total_rows, window, recent)
+                self._log(first_step + progress.steps, window, recent)
             if now - last_summary >= train.summary_every_seconds:
                 last_summary = now
-                self._summaries(writer, steps, rows / (now - start), recent)
+                self._summaries(writer, first_step + progress.steps,
+                                progress.rows / (now - start), recent)
+            steps_now = first_step + progress.steps
+            if ((train.checkpoint_every_steps is not None
+                 and steps_now - last_save_step >= train.checkpoint_every_steps)
+                    or (train.checkpoint_every_seconds is not None
+                        and now - last_save >= train.checkpoint_every_seconds)):
+                while pending:  # the checkpoint must match the finished items exactly
+                    collect(*pending.popleft())
+                self._checkpoint(progress, show_progress)
+                last_save, last_save_step = time.perf_counter(), first_step + progress.steps
         coordinator.join()
         seconds = time.perf_counter() - start
-        self._summaries(writer, steps, rows / seconds if seconds else 0.0, recent)
+        self._summaries(writer, first_step + progress.steps,
+                        progress.rows / seconds if seconds else 0.0, recent)
         writer.flush()
+        if progress.steps or self.restored is None:  # never rewrite the restored one
+            self._checkpoint(progress, show_progress)
         end = time.perf_counter()
-        warm = (rows - first[1]) / (end - first[0]) if first and end > first[0] else float("nan")
-        return TrainResult(steps, rows, skipped, seconds, _mean_loss(recent),
+        warm = ((progress.rows - first[1]) / (end - first[0])
+                if first and end > first[0] else float("nan"))
+        return TrainResult(progress.steps, progress.rows, progress.skipped, seconds,
+                           _mean_loss(recent),
                            {n: float(m.result()) for n, m in self.auc.items()}, warm)
 
-    def _log(self, steps, rows, total_rows, window, recent) -> None:
+    def _checkpoint(self, progress: _Progress, show_progress: bool) -> None:
+        saved = self.save_checkpoint(progress.rows)
+        if show_progress:
+            position = self.position
+            print(f"checkpoint step {saved.step:,}: {position.finished_rows:,} of "
+                  f"{position.total_rows:,} rows done, saved in "
+                  f"{saved.state['save_seconds']:.1f}s to {saved.directory}", flush=True)
+
+    def _log(self, steps, window, recent) -> None:
         (t0, rows0), (t1, rows1) = window[0], window[-1]
         if t1 <= t0 or rows1 <= rows0:
             return  # no rate yet
         rate = (rows1 - rows0) / (t1 - t0)
-        eta = (total_rows - rows) / rate
+        done, total = self.position.finished_rows, self.position.total_rows
+        eta = (total - done) / rate
         aucs = " ".join(f"auc/{n} {float(m.result()):.4f}" for n, m in self.auc.items())
         print(f"step {steps:,} | {rate:,.0f} ex/s | loss {_mean_loss(recent):.4f} | {aucs} | "
-              f"{100 * rows / max(total_rows, 1):.0f}% | ETA {eta:.0f}s", flush=True)
+              f"{100 * done / max(total, 1):.0f}% | ETA {eta:.0f}s", flush=True)
 
     def _summaries(self, writer, steps, rate, recent) -> None:
         with writer.as_default(step=steps):
@@ -260,78 +393,11 @@ class Trainer:
 
     # ---- evaluation ---------------------------------------------------------------------
     def evaluate(self, pipeline: InputPipeline, oracle_columns: dict[str, str]) -> dict:
-        """Held-out AUC and logloss per label, next to the oracle's when its logit is there.
+        """Exact held-out metrics of the current weights (see ``evaluation/evaluate.py``)."""
+        from recsys_dist.evaluation.evaluate import evaluate_split
 
-        AUC is the streaming estimate of ``tf.keras.metrics.AUC`` with
-        ``AUC_THRESHOLDS`` thresholds, for the model and the oracle alike.
-
-        Args:
-          pipeline: The planned evaluation split, with the oracle columns as extras.
-          oracle_columns: Label name -> column holding the true logit.
-        """
-        strategy, coordinator = self.runtime.strategy, self.runtime.coordinator
-        labels = self.config.labels
-        with strategy.scope():
-            aucs = {f"{kind}{n}": tf.keras.metrics.AUC(num_thresholds=AUC_THRESHOLDS,
-                                                      from_logits=True)
-                    for n in labels for kind in ("", "oracle/")
-                    if kind == "" or n in oracle_columns}
-        iterator = pipeline.per_worker_iterator(strategy, coordinator, training=False)
-
-        def replica_eval(batch):
-            logits = self.model(batch["features"], training=False)
-            valid = batch["valid"]
-            out = {}
-            for name in labels:
-                y = batch["labels"][name]
-                scored = {"": logits[name]}
-                if name in oracle_columns:
-                    scored["oracle/"] = batch["extra"][oracle_columns[name]]
-                for kind, z in scored.items():
-                    aucs[f"{kind}{name}"].update_state(y, z, sample_weight=valid)
-                    out[f"{kind}{name}"] = tf.reduce_sum(
-                        tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z) * valid)
-            out["_weight"] = tf.reduce_sum(valid)
-            out["_rows"] = tf.cast(tf.size(valid), tf.float32)
-            return out
-
-        @tf.function
-        def eval_call(iterator):
-            sums = {k: tf.constant(0.0) for k in list(aucs) + ["_weight", "_rows"]}
-            for _ in tf.range(self.config.train.steps_per_call):
-                optional = iterator.get_next_as_optional()
-                if not optional.has_value():
-                    break
-                result = strategy.run(replica_eval, args=(optional.get_value(),))
-                sums = {k: sums[k] + strategy.reduce(tf.distribute.ReduceOp.SUM, result[k],
-                                                     axis=None) for k in sums}
-            return sums
-
-        with worker_errors_as_data_errors():
-            return self._evaluate_waves(aucs, eval_call, iterator, pipeline.plan.total_rows)
-
-    def _evaluate_waves(self, aucs, eval_call, iterator, planned_rows: int) -> dict:
-        coordinator = self.runtime.coordinator
-        total: collections.Counter = collections.Counter()
-        while total["_rows"] < planned_rows:
-            wave = [coordinator.schedule(eval_call, args=(iterator,))
-                    for _ in range(2 * self.runtime.num_workers)]
-            got = [{k: float(v) for k, v in r.fetch().items()} for r in wave]
-            for g in got:
-                total.update(g)
-            if all(g["_rows"] == 0 for g in got) and total["_rows"] < planned_rows:
-                raise DataError(f"the workers ran out of evaluation data after "
-                                f"{int(total['_rows']):,} of {planned_rows:,} planned rows")
-        coordinator.join()
-        weight = total["_weight"]
-        if weight == 0:
-            raise DataError("the evaluation split has no valid rows")
-        metrics: dict = {"rows": int(weight)}
-        for key, metric in aucs.items():
-            prefix = "oracle_" if key.startswith("oracle/") else ""
-            name = key.removeprefix("oracle/")
-            metrics[f"{prefix}auc/{name}"] = float(metric.result())
-            metrics[f"{prefix}logloss/{name}"] = total[key] / weight
+        metrics, _ = evaluate_split(self.runtime, self.model, pipeline, self.config.labels,
+                                    oracle_columns)
         return metrics
 
     def write_run_files(self, result: TrainResult, eval_metrics: dict | None) -> None:
@@ -346,7 +412,7 @@ class Trainer:
                                                 "eval": eval_metrics}
         for name, text in (("features.yaml", features_text),
                            ("config.yaml", yaml.safe_dump(resolved, sort_keys=False)),
-                           ("train_result.json", json.dumps(summary, indent=2))):
+                           (RESULT_FILE, json.dumps(summary, indent=2))):
             with gfile.GFile(os.path.join(self.model_dir, name), "w") as out:
                 out.write(text)
 

@@ -1,0 +1,49 @@
+"""Which variables the parameter-server strategy may shard: embedding tables only.
+
+``ParameterServerStrategy`` asks its ``variable_partitioner`` about every variable
+created under its scope, dense kernels included. Sharding a dense kernel buys nothing
+(the towers are small and read whole every step) and changes training: tf-keras
+initialisers draw each shard on its own, so a Glorot kernel cut in 3 starts with a
+different scale than one cut in 2 (measured: held-out AUC 0.592 with 3 parameter
+servers against 0.600 with 2 on the fault-tolerance test data, 0.600 for both once
+only tables are sharded). :class:`TablePartitioner` therefore shards only variables
+created inside :func:`embedding_tables`, which the embedding layers use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator
+
+import tensorflow as tf
+
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def embedding_tables() -> Iterator[None]:
+    """Variables created inside may be sharded by :class:`TablePartitioner`."""
+    _scope.depth = getattr(_scope, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _scope.depth -= 1
+
+
+class TablePartitioner:
+    """A ``MinSizePartitioner`` for embedding tables; every other variable stays whole.
+
+    Args:
+      min_shard_bytes: Minimum bytes of one shard.
+      max_shards: At most this many shards (the number of parameter servers).
+    """
+
+    def __init__(self, min_shard_bytes: int, max_shards: int):
+        self._tables = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=min_shard_bytes, max_shards=max_shards)
+
+    def __call__(self, shape, dtype, axis: int = 0) -> list[int]:
+        if getattr(_scope, "depth", 0) == 0:
+            return [1] * len(shape)
+        return self._tables(shape, dtype, axis)

@@ -1,0 +1,217 @@
+"""Atomic checkpoints in a model directory, local or ``s3://``.
+
+Layout::
+
+    MODEL_DIR/checkpoints/ckpt-000000001200/
+        variables.index, variables.data-*   # tf.train.Checkpoint: embeddings (as whole
+                                            # tables), dense weights, optimizer slots,
+                                            # global step
+        state.json                          # data position, model signature, figures
+        _COMPLETE                           # written last
+
+A checkpoint counts only once its ``_COMPLETE`` marker exists, and the marker is the
+last file written, so a save cut short by a kill (or an S3 upload that never finished:
+S3 has no atomic rename) is never restored; the next save or cleanup removes it. The
+newest ``keep`` complete checkpoints are kept.
+
+Sharded tables are saved as whole tables (``ShardedVariable`` saves each shard as a
+slice of the full tensor), slots included, so a checkpoint restores into any number of
+parameter servers. One catch, found the hard way: tf-keras' legacy optimizers restore a
+sharded table's slots only if the slots exist before the restore; :func:`restore`
+creates them first (``Trainer.__init__`` does), otherwise a resumed Adagrad would
+silently restart from its initial accumulator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+
+import tensorflow as tf
+
+from recsys_dist.errors import RecsysError
+
+CHECKPOINTS = "checkpoints"
+VARIABLES = "variables"
+STATE = "state.json"
+COMPLETE = "_COMPLETE"
+_NAME = re.compile(r"^ckpt-(\d{12})$")
+
+
+class CheckpointError(RecsysError):
+    """A checkpoint cannot be used by this run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedCheckpoint:
+    """A complete checkpoint.
+
+    Attributes:
+      directory: Its directory.
+      step: Global step it holds.
+      state: Its ``state.json``.
+    """
+
+    directory: str
+    step: int
+    state: dict
+
+    @property
+    def prefix(self) -> str:
+        """The ``tf.train.Checkpoint`` prefix to read."""
+        return _join(self.directory, VARIABLES)
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p.rstrip("/") for p in parts)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return [name.rstrip("/") for name in tf.io.gfile.listdir(path)]
+    except tf.errors.NotFoundError:
+        return []
+
+
+def _remove(directory: str) -> None:
+    marker = _join(directory, COMPLETE)
+    if tf.io.gfile.exists(marker):
+        tf.io.gfile.remove(marker)  # un-complete first: a cut cleanup leaves no torn ckpt
+    if tf.io.gfile.exists(directory):
+        tf.io.gfile.rmtree(directory)
+
+
+class CheckpointManager:
+    """Saves, finds and prunes the checkpoints of one model directory.
+
+    Args:
+      model_dir: The run's directory (local path or ``s3://``).
+      keep: Complete checkpoints to keep.
+    """
+
+    def __init__(self, model_dir: str, keep: int = 3):
+        self.model_dir = model_dir
+        self.root = _join(model_dir, CHECKPOINTS)
+        self.keep = keep
+
+    def _entries(self) -> list[tuple[int, str, bool]]:
+        """(step, directory, complete) of every checkpoint directory, oldest first."""
+        entries = []
+        for name in _listdir(self.root):
+            match = _NAME.match(name)
+            if match:
+                directory = _join(self.root, name)
+                complete = tf.io.gfile.exists(_join(directory, COMPLETE))
+                entries.append((int(match.group(1)), directory, complete))
+        return sorted(entries)
+
+    def all_complete(self) -> list[SavedCheckpoint]:
+        return [self._load(step, directory) for step, directory, complete in self._entries()
+                if complete]
+
+    def latest(self) -> SavedCheckpoint | None:
+        """The newest complete checkpoint, or None."""
+        for step, directory, complete in reversed(self._entries()):
+            if complete:
+                return self._load(step, directory)
+        return None
+
+    def _load(self, step: int, directory: str) -> SavedCheckpoint:
+        path = _join(directory, STATE)
+        try:
+            with tf.io.gfile.GFile(path) as handle:
+                state = json.load(handle)
+        except (tf.errors.OpError, ValueError) as exc:
+            raise CheckpointError(f"{path}: unreadable checkpoint state ({exc}); the "
+                                  "checkpoint is marked complete, so its files were changed "
+                                  "after it was written") from None
+        return SavedCheckpoint(directory, step, state)
+
+    def save(self, checkpoint: tf.train.Checkpoint, step: int, state: dict) -> SavedCheckpoint:
+        """Writes a checkpoint at ``step``; returns it once it is complete.
+
+        The variables and ``state.json`` go first, the ``_COMPLETE`` marker last, then
+        older checkpoints beyond ``keep`` (and torn ones) are removed.
+        """
+        directory = _join(self.root, f"ckpt-{step:012d}")
+        _remove(directory)  # a torn save at this step from an earlier attempt
+        tf.io.gfile.makedirs(directory)
+        start = time.perf_counter()
+        checkpoint.write(_join(directory, VARIABLES))
+        state = dict(state, step=step, saved_at=time.time(),
+                     save_seconds=round(time.perf_counter() - start, 3))
+        with tf.io.gfile.GFile(_join(directory, STATE), "w") as handle:
+            handle.write(json.dumps(state, indent=1))
+        with tf.io.gfile.GFile(_join(directory, COMPLETE), "w") as handle:
+            handle.write(f"{step}\n")
+        self._prune()
+        return SavedCheckpoint(directory, step, state)
+
+    def _prune(self) -> None:
+        entries = self._entries()
+        complete = [e for e in entries if e[2]]
+        newest = complete[-1][0] if complete else -1
+        keep = {e[1] for e in complete[-self.keep:]}
+        for step, directory, is_complete in entries:
+            if directory in keep:
+                continue
+            if is_complete or step < newest:
+                _remove(directory)
+
+
+def create_slots(optimizer, variables: list) -> None:
+    """Creates ``optimizer``'s slots for ``variables`` now (call under the strategy scope).
+
+    Needed before a restore: see the module docstring.
+    """
+    optimizer._create_all_weights(variables)  # pylint: disable=protected-access
+
+
+def restore(checkpoint: tf.train.Checkpoint, saved: SavedCheckpoint | str) -> None:
+    """Reads a checkpoint into ``checkpoint``'s objects (slots must already exist)."""
+    prefix = saved.prefix if isinstance(saved, SavedCheckpoint) else saved
+    try:
+        checkpoint.read(prefix).expect_partial()
+    except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+        raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
+                              f"{exc.message.splitlines()[0]}") from None
+
+
+def model_signature(config) -> dict:
+    """What a checkpoint's variables depend on: model, labels and table shapes.
+
+    Restoring into a model with another signature would put rows in the wrong places,
+    so :func:`check_signature` refuses it with a message naming the difference.
+    """
+    features = config.features
+    return {"model": config.model.name, "labels": list(config.labels),
+            "tables": {name: [t.rows, t.dim] for name, t in sorted(features.tables.items())}}
+
+
+def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> None:
+    """Raises :class:`CheckpointError` if ``saved`` was written for another model."""
+    theirs = saved.state.get("signature")
+    ours = model_signature(config)
+    if theirs is None or theirs == ours:
+        return
+    problems = []
+    for key in ("model", "labels"):
+        if theirs.get(key) != ours[key]:
+            problems.append(f"{key} {theirs.get(key)!r} in the checkpoint, {ours[key]!r} in "
+                            f"{config.file}")
+    their_tables, our_tables = theirs.get("tables", {}), ours["tables"]
+    for name in sorted(set(their_tables) | set(our_tables)):
+        a, b = their_tables.get(name), our_tables.get(name)
+        if a is None:
+            problems.append(f"table {name!r} is new in {config.features.file}")
+        elif b is None:
+            problems.append(f"table {name!r} is in the checkpoint but not in "
+                            f"{config.features.file}")
+        elif list(a) != list(b):
+            problems.append(f"table {name!r} is {a[0]} x {a[1]} in the checkpoint but "
+                            f"{b[0]} x {b[1]} in {config.features.file}")
+    raise CheckpointError(f"{saved.directory}: written for a different feature or model "
+                          f"config than {what}: " + "; ".join(problems))
