@@ -23,7 +23,12 @@ demo: $(STAMP)
 	$(CLI) data synth --out $(DEMO_DATA) --days 3 --rows-per-day 200000 --seed 7 --quiet
 	$(CLI) validate --config configs/demo.yaml --data $(DEMO_DATA)
 	$(CLI) data read --config configs/demo.yaml --data $(DEMO_DATA) --split train --check
-	$(CLI) train --config configs/demo.yaml --data $(DEMO_DATA) --model-dir runs/demo
+	rm -rf runs/demo
+	$(CLI) train --config configs/demo.yaml --data $(DEMO_DATA) --model-dir runs/demo --no-eval
+	$(CLI) evaluate --config configs/demo.yaml --model-dir runs/demo --data $(DEMO_DATA) \
+		--out runs/demo/eval --set evaluation.group_column=user_id --quiet
+	$(CLI) export --config configs/demo.yaml --model-dir runs/demo --out runs/demo/export
+	@echo "demo done: report runs/demo/eval/report.html, SavedModel runs/demo/export"
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -33,6 +38,8 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/input_bench.py
+	$(PY) benchmarks/checkpoint_bench.py
+	$(PY) benchmarks/eval_bench.py
 
 clean-demo:
 	rm -rf $(DEMO_DATA)

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from typing import Sequence
 
 import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
@@ -140,23 +141,6 @@ def _cmd_read(args: argparse.Namespace) -> int:
     return 0
 
 
-def _oracle_candidates(labels: list[str]) -> dict[str, list[str]]:
-    """Label -> its possible true-logit columns, preferred first: ``oracle_logit_<label>``,
-    and ``oracle_logit`` for the first label (the layout of ``recsys-dist data synth``)."""
-    return {label: [f"oracle_logit_{label}"] + (["oracle_logit"] if i == 0 else [])
-            for i, label in enumerate(labels)}
-
-
-def _oracle_columns(labels: list[str], present: tuple[str, ...]) -> dict[str, str]:
-    """Label -> the first of its candidate oracle columns that the data has."""
-    found = {}
-    for label, candidates in _oracle_candidates(labels).items():
-        column = next((c for c in candidates if c in present), None)
-        if column is not None:
-            found[label] = column
-    return found
-
-
 #: Exit code of a ``train`` attempt that asks ``run()`` to start it again (lost ps).
 RESTART_EXIT = 75
 _restart_as: int | None = None  # set by _cmd_train: the restart number to exec as
@@ -177,7 +161,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from recsys_dist.cluster.runtime import connect
     from recsys_dist.config import load_config
     from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
     from recsys_dist.errors import ClusterLost
+    from recsys_dist.evaluation.job import oracle_candidates, oracle_columns
     from recsys_dist.train.trainer import Trainer, completed_run
 
     config = load_config(args.config, args.set)
@@ -191,10 +177,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
           f"{', '.join(config.labels)}, model_dir {model_dir}")
     eval_input = None
     if not args.no_eval and config.data is not None and config.data.eval is not None:
-        candidates = [c for cs in _oracle_candidates(config.labels).values() for c in cs]
         eval_input = prepare_input(config, "eval", workers, data_path=args.data,
-                                   optional_extra_columns=tuple(candidates))
-        oracle = _oracle_columns(config.labels, eval_input.extra_columns)
+                                   optional_extra_columns=oracle_candidates(config.labels))
+        oracle = oracle_columns(config.labels, eval_input.extra_columns)
         print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
               + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
     done = completed_run(config, train_input, model_dir)
@@ -209,7 +194,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if remote else \
         os.path.join(model_dir, "logs")
     try:
-        with connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
+        with cluster_failures_as_cluster_lost(), \
+                connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
             print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "
                   f"({config.cluster.mode}; server logs in {log_dir})")
             trainer = Trainer(config, runtime, train_input, model_dir)
@@ -237,7 +223,56 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"checkpoint (restart {restart + 1} of at most {config.train.max_restarts})",
               flush=True)
         _restart_as = restart + 1
+        time.sleep(min(30, 2 ** restart))  # let an orchestrator bring the servers back
         return RESTART_EXIT
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from recsys_dist.config import load_config
+    from recsys_dist.evaluation.job import run_evaluation
+    from recsys_dist.progress import Progress
+
+    overrides = list(args.set)
+    if args.dates is not None:
+        overrides.append(f"data.eval={{dates: '{args.dates}'}}")
+    config = load_config(args.config, overrides)
+    result = run_evaluation(config, args.model_dir, args.out, checkpoint=args.checkpoint,
+                            data_path=args.data, baseline=args.baseline,
+                            progress=None if args.quiet else Progress("scored rows"))
+    metrics = result.metrics
+    print(f"evaluated {metrics['rows']:,} rows of checkpoint {metrics['checkpoint']} "
+          f"(step {metrics['step']:,}) at {result.rows_per_second:,.0f} rows/s")
+    for label, m in metrics["labels"].items():
+        line = (f"  {label}: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}, NE "
+                f"{m['normalized_entropy']:.4f}, calibration {m['calibration']['ratio']:.3f}")
+        if "gauc" in m:
+            g = m["gauc"]
+            line += (f", GAUC {g['gauc']:.4f} ({g['groups']:,} groups; "
+                     f"{g['skipped_groups']:,} single-class groups skipped)")
+        if "oracle" in m:
+            line += f" | oracle AUC {m['oracle']['auc']:.4f}, logloss {m['oracle']['logloss']:.4f}"
+        print(line)
+        delta = metrics.get("comparison", {}).get("labels", {}).get(label)
+        if delta:
+            boot = delta.get("bootstrap")
+            print(f"  vs baseline: AUC {delta['delta']['auc']:+.4f}"
+                  + (f" (95% CI {boot['low']:+.4f}..{boot['high']:+.4f})" if boot else "")
+                  + f", logloss {delta['delta']['logloss']:+.4f}")
+    print(f"report   {result.report}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from recsys_dist.config import load_config
+    from recsys_dist.export import export_model
+
+    config = load_config(args.config, args.set)
+    result = export_model(config, args.model_dir, args.out, checkpoint=args.checkpoint)
+    inputs = ", ".join(f"{c}:{d}" for c, d in result.inputs.items())
+    print(f"exported step {result.step:,} of {result.checkpoint} to {result.out_dir}\n"
+          f"  serving_default inputs ({len(result.inputs)}): {inputs}\n"
+          f"  outputs: {', '.join(result.outputs)} (probabilities)")
     return 0
 
 
@@ -331,6 +366,47 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--model-dir", help="output directory (default runs/<config name>)")
     train.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
     train.set_defaults(func=_cmd_train)
+
+    evaluate = commands.add_parser(
+        "evaluate", help="score a checkpoint on a split and write metrics and an HTML report",
+        description="Scores every row of the evaluation data once with a checkpoint "
+                    "(training=False) on the config's cluster, and writes metrics.json, "
+                    "predictions.parquet and a self-contained report.html to --out: AUC, "
+                    "GAUC, logloss, normalised entropy, calibration, slices and the oracle's "
+                    "AUC/logloss when the data has its logit. See docs/evaluation.md.")
+    evaluate.add_argument("--config", required=True, help="model/training config YAML")
+    evaluate.add_argument("--model-dir", required=True, help="the run to evaluate")
+    evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
+                                               "complete one of --model-dir)")
+    where = evaluate.add_mutually_exclusive_group()
+    where.add_argument("--data", help="evaluation data: a root with date partitions (the "
+                                      "config's data.eval dates apply), a directory, a file "
+                                      "or a glob")
+    where.add_argument("--dates", help="FROM..TO (or one date) of partitions under data.path "
+                                       "(default: the config's data.eval)")
+    evaluate.add_argument("--out", required=True, help="output directory (local)")
+    evaluate.add_argument("--baseline", help="compare against: another run's model dir, or a "
+                                             "metrics.json written by evaluate")
+    evaluate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                          help="override a config value, e.g. evaluation.group_column=user_id")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress lines")
+    evaluate.set_defaults(func=_cmd_evaluate)
+
+    export = commands.add_parser(
+        "export", help="write a SavedModel that stock TensorFlow Serving serves",
+        description="Writes a SavedModel whose serving_default signature takes the raw "
+                    "Parquet columns (same names and types) and returns a probability per "
+                    "label. Feature transforms run in-graph; sharded tables become plain "
+                    "variables, so serving needs no parameter server. See docs/export.md.")
+    export.add_argument("--config", required=True, help="model/training config YAML")
+    export.add_argument("--model-dir", required=True, help="the run to export")
+    export.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
+                                             "complete one of --model-dir)")
+    export.add_argument("--out", required=True, help="output directory (must not exist or "
+                                                     "be empty)")
+    export.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value")
+    export.set_defaults(func=_cmd_export)
 
     server = commands.add_parser(
         "server", help="run one worker or parameter-server task (multi-machine clusters)",

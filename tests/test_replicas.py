@@ -20,6 +20,7 @@ SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from recsys_dist.train.trainer import replica_loss
+    from recsys_dist.train.replicas import replica_slice
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(8, 3)).astype("float32")
@@ -44,14 +45,21 @@ SCRIPT = textwrap.dedent("""
         with strategy.scope():
             w2, o2 = make(optimizer_cls)
         assert strategy.num_replicas_in_sync == 2
-        dataset = tf.data.Dataset.from_tensor_slices((x, y, valid)).batch(8)
-        batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+        # The worker batch goes to every replica whole; replica_slice gives each its half.
+        batch = {"x": tf.constant(x), "y": tf.constant(y), "valid": tf.constant(valid)}
+        seen = []
+
+        def replica_fn(batch):
+            mine = replica_slice(batch)
+            seen.append(mine["x"].shape[0])
+            step(w2, o2, mine["x"], mine["y"], mine["valid"], 2)
 
         @tf.function
         def run(batch):
-            strategy.run(lambda xb, yb, vb: step(w2, o2, xb, yb, vb, 2), args=batch)
+            strategy.run(replica_fn, args=(batch,))
 
         run(batch)
+        assert seen and set(seen) == {4}, seen  # each replica got its half
         np.testing.assert_allclose(w2.numpy(), w1.numpy(), rtol=1e-5, atol=1e-6)
         assert not np.allclose(w1.numpy(), init)
     print("OK")

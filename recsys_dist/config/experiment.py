@@ -244,6 +244,27 @@ class TrainSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvaluationSpec:
+    """Offline evaluation (``recsys-dist evaluate`` and the held-out eval of ``train``).
+
+    Attributes:
+      slice_columns: Columns to break AUC and logloss down by (integer, string or
+        boolean), e.g. a country or a device type.
+      group_column: Column grouping impressions for GAUC, e.g. ``user_id``.
+      calibration_bins: Bins of the reliability curve.
+      max_slices: Largest slices reported per column; the rest are merged.
+      bootstrap_replicates: Poisson-bootstrap replicates for the AUC delta against
+        a baseline.
+    """
+
+    slice_columns: list[str] = dataclasses.field(default_factory=list)
+    group_column: str | None = None
+    calibration_bins: int = field(default=20, metadata={"min": 2, "max": 1000})
+    max_slices: int = field(default=20, metadata={"min": 1})
+    bootstrap_replicates: int = field(default=200, metadata={"min": 10})
+
+
+@dataclasses.dataclass(frozen=True)
 class _ConfigFile:
     features: str
     model: ModelSpec
@@ -251,6 +272,7 @@ class _ConfigFile:
     input: InputSpec = InputSpec()
     cluster: ClusterSpec = ClusterSpec()
     train: TrainSpec = TrainSpec()
+    evaluation: EvaluationSpec = EvaluationSpec()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +298,7 @@ class ExperimentConfig:
     inputs: dict[str, list[str]]
     labels: list[str]
     raw: dict[str, Any]
+    evaluation: EvaluationSpec = EvaluationSpec()
 
 
 def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:
@@ -381,7 +404,8 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     inputs = _resolve_inputs(doc, parsed.model, features)
     _check_optimizers(doc, raw, parsed.train)
     return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
-                            parsed.cluster, parsed.train, inputs, labels, raw)
+                            parsed.cluster, parsed.train, inputs, labels, raw,
+                            parsed.evaluation)
 
 
 def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:

@@ -83,13 +83,16 @@ class InputPipeline:
         return tuple(items)
 
     def item_dataset(self, file_index: tf.Tensor, start: tf.Tensor, stop: tf.Tensor,
-                     training: bool) -> tf.data.Dataset:
+                     training: bool, batch_size: int | None = None) -> tf.data.Dataset:
         """The batches of rows ``[start, stop)`` of file ``file_index``, read in-graph on
-        the worker that runs the closure building it (rows shuffled when training)."""
+        the worker that runs the closure building it (rows shuffled when training).
+
+        ``batch_size`` overrides ``spec.batch_size`` (scoring uses larger batches)."""
         # The rows are read by ops of the calling function itself: a `map` would make
         # tf.data instantiate (and optimise) the whole transform graph for every item.
         element = self._unit_reader(training)(file_index, start, stop)
-        return tf.data.Dataset.from_tensors(element).rebatch(self.spec.batch_size)
+        return tf.data.Dataset.from_tensors(element).rebatch(
+            batch_size or self.spec.batch_size)
 
     def per_worker_iterator(self, strategy, coordinator, training: bool, epochs: int = 1):
         """An iterator over every worker's own dataset, for closures the coordinator schedules.

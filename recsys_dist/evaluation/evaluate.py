@@ -17,7 +17,8 @@ from recsys_dist.evaluation.predict import predict_split
 
 def evaluate_split(runtime, model, pipeline, labels: list[str], oracle_columns: dict[str, str],
                    group_column: str | None = None, slice_columns: tuple[str, ...] = (),
-                   progress=None) -> tuple[dict, EvalData]:
+                   progress=None, bins: int = 20, max_slices: int = 20
+                   ) -> tuple[dict, EvalData]:
     """Scores ``pipeline``'s rows with ``model`` and computes the metrics.
 
     Args:
@@ -30,6 +31,7 @@ def evaluate_split(runtime, model, pipeline, labels: list[str], oracle_columns: 
       group_column: Column grouping rows for GAUC (e.g. the user id), or None.
       slice_columns: Columns to break metrics down by.
       progress: Called with (rows scored, total rows).
+      bins, max_slices: Calibration bins; largest slices reported per column.
 
     Returns:
       ``(metrics, data)``: the metrics dict and the per-row arrays behind it.
@@ -53,7 +55,8 @@ def evaluate_split(runtime, model, pipeline, labels: list[str], oracle_columns: 
     data = accumulator.finish()
     if data.rows == 0 or float(np.sum(data.weights)) == 0:
         raise DataError("the evaluation split has no valid rows")
-    return compute_metrics(data, labels, list(slice_columns)), data
+    return compute_metrics(data, labels, list(slice_columns), bins=bins,
+                           max_slices=max_slices), data
 
 
 def _group_ids(values: np.ndarray) -> np.ndarray:

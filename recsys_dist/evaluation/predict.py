@@ -28,6 +28,8 @@ from recsys_dist.train.replicas import replica_slice
 
 #: Rows one prediction closure reads at most.
 PREDICT_ITEM_ROWS = 65536
+#: Rows per forward pass when scoring (no gradients, so larger batches are cheap).
+PREDICT_BATCH_ROWS = 8192
 
 
 def _concat_replicas(strategy, value):
@@ -102,7 +104,9 @@ def _make_predict_item(strategy, pipeline: InputPipeline, replica_predict):
 
     @tf.function
     def predict_item(file_index, start, stop):
-        dataset = pipeline.item_dataset(file_index, start, stop, training=False)
+        dataset = pipeline.item_dataset(file_index, start, stop, training=False,
+                                        batch_size=max(PREDICT_BATCH_ROWS,
+                                                       pipeline.spec.batch_size))
         iterator = iter(dataset)
         first = strategy.run(replica_predict, args=(next(iterator),))
         flat_first = [_concat_replicas(strategy, t) for t in tf.nest.flatten(first)]

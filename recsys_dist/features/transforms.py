@@ -18,6 +18,7 @@ Outputs for a chunk of N rows (B in a batch):
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Literal
 
@@ -234,3 +235,28 @@ class FeatureTransform:
         with tf.control_dependencies(asserts):
             valid = tf.cast(tf.identity(valid), tf.float32)
         return out, labels, valid
+
+    def features_only(self, raw: dict[str, tf.Tensor], source: tf.Tensor,
+                      first_row: tf.Tensor) -> dict:
+        """Transforms one chunk into model inputs only: no label columns needed.
+
+        For serving, where requests carry the feature columns but no labels. Under
+        ``on_bad_row: fail`` every returned tensor depends on the in-graph checks, so a
+        bad value (e.g. an infinite numeric) raises the same error as in training rather
+        than producing a prediction. Under ``skip`` a bad row gets the same safe
+        replacement values as in training (use :meth:`__call__` to see ``valid``).
+
+        Args:
+          raw: Column name -> 1-D tensor for every column the features read (label
+            columns are not needed; extra columns are ignored).
+          source: Scalar string naming where the rows come from (for error messages).
+          first_row: Scalar int64 row number of the chunk's first row (for messages).
+
+        Returns:
+          The ``features`` of :meth:`__call__`.
+        """
+        unlabeled = copy.copy(self)
+        unlabeled.labels = []
+        features, _, valid = unlabeled(raw, source, first_row)
+        with tf.control_dependencies([valid]):
+            return tf.nest.map_structure(tf.identity, features)

@@ -215,3 +215,38 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
                             f"{b[0]} x {b[1]} in {config.features.file}")
     raise CheckpointError(f"{saved.directory}: written for a different feature or model "
                           f"config than {what}: " + "; ".join(problems))
+
+
+def find_checkpoint(model_dir: str, checkpoint: str | None = None) -> SavedCheckpoint:
+    """``checkpoint`` if given, else the newest complete checkpoint of ``model_dir``.
+
+    Args:
+      model_dir: The training run's directory.
+      checkpoint: A checkpoint directory (``.../checkpoints/ckpt-000000000123``) or its
+        variables prefix (``.../ckpt-000000000123/variables``).
+
+    Raises:
+      CheckpointError: No complete checkpoint in ``model_dir``, or ``checkpoint`` does not
+        exist or is not complete (no ``_COMPLETE`` marker).
+    """
+    if checkpoint is None:
+        manager = CheckpointManager(model_dir)
+        saved = manager.latest()
+        if saved is None:
+            raise CheckpointError(f"{model_dir}: no complete checkpoint in {manager.root}; "
+                                  "train the model first (recsys-dist train)")
+        return saved
+    path = checkpoint.rstrip("/")
+    directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    if not tf.io.gfile.isdir(directory) or not (
+            tf.io.gfile.exists(_join(directory, STATE))
+            or tf.io.gfile.exists(_join(directory, COMPLETE))):
+        raise CheckpointError(f"{checkpoint}: no such checkpoint (expected a checkpoint "
+                              "directory like MODEL_DIR/checkpoints/ckpt-000000000123 or its "
+                              "'variables' prefix)")
+    if not tf.io.gfile.exists(_join(directory, COMPLETE)):
+        raise CheckpointError(f"{directory}: not a complete checkpoint (no {COMPLETE} marker: "
+                              "its save was cut short or is still running)")
+    match = _NAME.match(os.path.basename(directory))
+    manager = CheckpointManager(os.path.dirname(os.path.dirname(directory)))
+    return manager._load(int(match.group(1)) if match else -1, directory)

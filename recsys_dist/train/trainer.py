@@ -220,8 +220,15 @@ class Trainer:
 
     def save_checkpoint(self, rows_this_attempt: int = 0) -> SavedCheckpoint:
         """Saves weights, slots, step and data position (call with no closure in flight)."""
+        transform = self.pipeline.transform
+        label_columns = {self.config.features.column_of(self.config.features.labels[n])
+                         for n in self.config.labels}
         state = {"position": self.position.to_json(),
                  "signature": model_signature(self.config),
+                 # the raw columns the features read, as the Parquet files store them
+                 # (an export's serving signature takes exactly these)
+                 "feature_columns": {c: transform.column_dtypes[c] for c in transform.columns
+                                     if c not in label_columns},
                  "rows_trained": self._rows_before + rows_this_attempt,
                  "complete": self.is_complete()}
         return self.checkpoints.save(self.checkpoint, self.step, state)

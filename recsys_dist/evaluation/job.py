@@ -1,0 +1,192 @@
+"""The ``recsys-dist evaluate`` job: a checkpoint scored on a split, written as a report.
+
+1. Pick the checkpoint (the newest complete one of ``--model-dir``, or ``--checkpoint``)
+   and refuse it if it was written for another model or feature config.
+2. Plan the split (``--data PATH`` or ``--dates FROM..TO`` over ``data.path``) and
+   score every row once on the cluster with ``training=False``.
+3. Compute exact metrics (``evaluation/metrics.py``) and write ``metrics.json``,
+   ``predictions.parquet`` (row id, labels, logits: what a later ``--baseline`` pairs
+   rows with) and a self-contained ``report.html``.
+
+With a baseline, the comparison holds the metric deltas and, when the baseline's
+per-row predictions on the same rows are available (a baseline model directory, or a
+``metrics.json`` next to its ``predictions.parquet``), a paired bootstrap confidence
+interval for the AUC delta.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import tensorflow as tf
+
+from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.errors import RecsysError
+from recsys_dist.evaluation import metrics as M
+from recsys_dist.evaluation.evaluate import evaluate_split
+from recsys_dist.evaluation.report import write_report
+from recsys_dist.train.checkpoints import (SavedCheckpoint, check_signature, find_checkpoint,
+                                           restore)
+
+PREDICTIONS = "predictions.parquet"
+METRICS = "metrics.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationResult:
+    """What an evaluation wrote: the metrics and the report's path."""
+
+    metrics: dict
+    report: str
+    out_dir: str
+    rows_per_second: float
+
+
+def oracle_columns(labels: list[str], present: tuple[str, ...]) -> dict[str, str]:
+    """Label -> the first of its candidate true-logit columns that the data has."""
+    found = {}
+    for i, label in enumerate(labels):
+        for column in [f"oracle_logit_{label}"] + (["oracle_logit"] if i == 0 else []):
+            if column in present:
+                found[label] = column
+                break
+    return found
+
+
+def oracle_candidates(labels: list[str]) -> tuple[str, ...]:
+    """Columns that may hold a label's true logit (synthetic data): ``oracle_logit_<label>``,
+    and ``oracle_logit`` for the first label (the layout of ``recsys-dist data synth``)."""
+    return tuple(c for i, label in enumerate(labels)
+                 for c in [f"oracle_logit_{label}"] + (["oracle_logit"] if i == 0 else []))
+
+
+def _restored_model(config: ExperimentConfig, runtime, saved: SavedCheckpoint):
+    from recsys_dist.models.zoo import build_model
+
+    with runtime.strategy.scope():
+        model = build_model(config.model.name, config.features, config.inputs, config.labels,
+                            config.model.params, seed=config.train.seed)
+        model.create_variables()
+    restore(tf.train.Checkpoint(model=model), saved)
+    return model
+
+
+def _save_predictions(path: str, data: M.EvalData, labels: list[str]) -> None:
+    columns = {"row_id": data.row_ids, "weight": data.weights}
+    for label in labels:
+        columns[f"label_{label}"] = data.labels[label]
+        columns[f"logit_{label}"] = data.logits[label]
+    pq.write_table(pa.table(columns), path)
+
+
+def _load_predictions(path: str, labels: list[str]) -> dict[str, np.ndarray]:
+    table = pq.read_table(path)
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def _aligned(row_ids: np.ndarray, other_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices pairing rows of two runs by row id; raises if they are not the same rows."""
+    a, b = np.argsort(row_ids, kind="stable"), np.argsort(other_ids, kind="stable")
+    if len(a) != len(b) or not np.array_equal(row_ids[a], other_ids[b]):
+        raise RecsysError("the baseline's predictions cover other rows than this evaluation "
+                          f"({len(other_ids):,} vs {len(row_ids):,} rows); evaluate both on "
+                          "the same data to compare them row by row")
+    return a, b
+
+
+def _bootstrap(config: ExperimentConfig, data: M.EvalData, base_logits: dict[str, np.ndarray],
+               base_ids: np.ndarray) -> dict:
+    mine, theirs = _aligned(data.row_ids, base_ids)
+    return {label: M.paired_bootstrap_auc_delta(
+        data.labels[label][mine], data.logits[label][mine], base_logits[label][theirs],
+        weights=data.weights[mine], replicates=config.evaluation.bootstrap_replicates)
+        for label in config.labels if label in base_logits}
+
+
+def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
+                   checkpoint: str | None = None, data_path: str | None = None,
+                   baseline: str | None = None, progress=None) -> EvaluationResult:
+    """Evaluates a checkpoint of ``model_dir`` on the config's eval split (or ``data_path``).
+
+    Raises:
+      CheckpointError: no usable checkpoint, or one of another model or feature config.
+      DataError: the split is empty or bad, or a slice/group column is missing.
+    """
+    import time
+
+    from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
+    from recsys_dist.cluster.runtime import connect
+    from recsys_dist.data.input_fn import prepare_input
+
+    saved = find_checkpoint(model_dir, checkpoint)
+    check_signature(saved, config, what=config.file)
+    base_saved = None
+    base_metrics_path = None
+    if baseline is not None:
+        if baseline.endswith(".json"):
+            base_metrics_path = baseline
+        elif tf.io.gfile.exists(f"{baseline}/{METRICS}") and not tf.io.gfile.exists(
+                f"{baseline}/checkpoints"):
+            base_metrics_path = f"{baseline}/{METRICS}"
+        else:
+            base_saved = find_checkpoint(baseline)
+            check_signature(base_saved, config, what=f"{config.file} (baseline {baseline})")
+    spec = config.evaluation
+    keep = {c: f"evaluation.slice_columns ({c})" for c in spec.slice_columns}
+    if spec.group_column:
+        keep[spec.group_column] = f"evaluation.group_column ({spec.group_column})"
+    pipeline = prepare_input(config, "eval", config.cluster.workers, data_path=data_path,
+                             optional_extra_columns=oracle_candidates(config.labels),
+                             keep_columns=keep)
+    oracle = oracle_columns(config.labels, pipeline.extra_columns)
+    log_dir = os.path.join(out_dir, "logs") if "://" not in out_dir else None
+    if log_dir is None:
+        import tempfile
+        log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_")
+    with cluster_failures_as_cluster_lost(), \
+            connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
+        model = _restored_model(config, runtime, saved)
+        start = time.perf_counter()
+        metrics, data = evaluate_split(runtime, model, pipeline, config.labels, oracle,
+                                       spec.group_column, tuple(spec.slice_columns),
+                                       progress=progress, bins=spec.calibration_bins,
+                                       max_slices=spec.max_slices)
+        seconds = time.perf_counter() - start
+        base = None
+        if base_saved is not None:
+            base_model = _restored_model(config, runtime, base_saved)
+            base_metrics, base_data = evaluate_split(
+                runtime, base_model, pipeline, config.labels, oracle, spec.group_column,
+                tuple(spec.slice_columns), bins=spec.calibration_bins,
+                max_slices=spec.max_slices)
+            base = (base_metrics, base_data.logits, base_data.row_ids, base_saved.directory)
+    if base_metrics_path is not None:
+        with tf.io.gfile.GFile(base_metrics_path) as handle:
+            base_metrics = json.load(handle)
+        predictions = os.path.join(os.path.dirname(base_metrics_path), PREDICTIONS)
+        logits, ids = {}, None
+        if tf.io.gfile.exists(predictions):
+            columns = _load_predictions(predictions, config.labels)
+            ids = columns["row_id"]
+            logits = {l: columns[f"logit_{l}"] for l in config.labels
+                      if f"logit_{l}" in columns}
+        base = (base_metrics, logits, ids, base_metrics_path)
+    comparison = None
+    if base is not None:
+        base_metrics, base_logits, base_ids, description = base
+        boot = _bootstrap(config, data, base_logits, base_ids) if base_ids is not None else None
+        comparison = M.build_comparison(description, metrics, base_metrics, boot)
+    metrics = dict(metrics, checkpoint=saved.directory, step=saved.step,
+                   data=list(pipeline.plan.files), rows_per_second=data.rows / seconds)
+    tf.io.gfile.makedirs(out_dir)
+    _save_predictions(os.path.join(out_dir, PREDICTIONS), data, config.labels)
+    title = (f"{config.model.name} ({', '.join(config.labels)}) at step {saved.step:,} on "
+             f"{data.rows:,} rows")
+    report = write_report(out_dir, metrics, M.curves(data, config.labels), title, comparison)
+    return EvaluationResult(metrics | ({"comparison": comparison} if comparison else {}),
+                            report, out_dir, data.rows / seconds)

@@ -1,0 +1,313 @@
+"""Export a trained model as a SavedModel that stock TensorFlow serves.
+
+What the export contains (``OUT_DIR``)::
+
+    saved_model.pb, variables/         # one tf.Module: every model weight + `serve`
+    assets.extra/export.json           # where it came from: checkpoint, step, config,
+                                       # model, labels, input columns and dtypes
+
+The ``serving_default`` signature takes the **raw Parquet columns** the features read,
+one 1-D tensor per column, named exactly like the column and typed as training read it
+(``float32``, ``int64``, ``string``...; the checkpoint's ``state.json`` records them).
+It runs the same in-graph :class:`~recsys_dist.features.transforms.FeatureTransform` as
+the training input pipeline (hashing, vocabularies, crosses, ``log1p``, multi-valued
+splitting), then the model with ``training=False``, and returns ``{label: probability}``
+(float32 ``[N]``, the sigmoid of the logit) for every label the model predicts. A bad
+value (e.g. an infinite numeric) raises the transform's error, as ``on_bad_row: fail``
+does in training, instead of returning a made-up prediction; a request missing a column
+or giving one with the wrong dtype is refused by the signature itself.
+
+Why the tables are materialised: in training each embedding table is a
+``ShardedVariable`` split over the parameter servers. A serving process has no
+parameter servers, so the export builds the model **without** a distribution strategy,
+where every table is one plain variable, and restores the checkpoint into it (a sharded
+table is checkpointed as slices of the whole table, so it restores into one variable).
+The result depends on nothing but standard TensorFlow ops: ``tf.saved_model.load`` in a
+process that never imports ``recsys_dist`` serves it, and so does TF Serving.
+
+Example:
+  >>> from recsys_dist.config import load_config
+  >>> result = export_model(load_config("model.yaml"), "runs/ctr", "exports/ctr/1")
+  >>> result.inputs, result.outputs
+  ({'I1': 'float32', 'C1': 'int64', 'tags': 'string'}, ['click'])
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import json
+import os
+import posixpath
+import re
+import shutil
+from typing import Any
+
+import tensorflow as tf
+
+from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.errors import RecsysError
+from recsys_dist.features.transforms import FeatureTransform
+from recsys_dist.models.zoo import RankingModel, build_model
+from recsys_dist.train.checkpoints import (CheckpointError, SavedCheckpoint, check_signature,
+                                           find_checkpoint)
+
+#: The signature a serving request names (TF Serving's default).
+SIGNATURE_KEY = "serving_default"
+#: The export's description, inside the SavedModel directory.
+EXPORT_INFO = posixpath.join("assets.extra", "export.json")
+#: ``source`` of the transform's error messages at serving time.
+SERVING_SOURCE = "the serving request"
+
+# What a signature input may be named: TensorFlow's node-name rule (tested: any other
+# name fails the save, e.g. a leading "_", a space, ":" or a non-ASCII letter).
+_INPUT_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*$")
+
+
+class ExportError(RecsysError):
+    """The model cannot be exported to the requested place."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportResult:
+    """A finished export.
+
+    Attributes:
+      out_dir: The SavedModel directory.
+      step: Global step of the exported checkpoint.
+      checkpoint: Directory of the exported checkpoint.
+      inputs: Raw column name -> TensorFlow dtype name, the signature's inputs.
+      outputs: Label names, the signature's outputs (probabilities).
+    """
+
+    out_dir: str
+    step: int
+    checkpoint: str
+    inputs: dict[str, str]
+    outputs: list[str]
+
+
+# ---- finding the checkpoint -----------------------------------------------------------
+# ---- building and restoring the model -------------------------------------------------
+def _feature_names(config: ExperimentConfig) -> list[str]:
+    return list(dict.fromkeys(n for group in config.inputs.values() for n in group))
+
+
+def _input_columns(saved: SavedCheckpoint, config: ExperimentConfig
+                   ) -> tuple[FeatureTransform, dict[str, str]]:
+    """The serving transform and its raw input columns (column -> dtype name)."""
+    recorded = saved.state.get("feature_columns")
+    if not isinstance(recorded, dict) or not recorded:
+        raise CheckpointError(f"{saved.directory}: its state.json records no 'feature_columns' "
+                              "(the raw columns and dtypes the features read), so the serving "
+                              "signature cannot be built; export a checkpoint written by a "
+                              "newer recsys-dist")
+    try:
+        transform = FeatureTransform(config.features, [], recorded, "fail",
+                                     _feature_names(config))
+    except ValueError as exc:
+        raise CheckpointError(f"{saved.directory}: the features of {config.features.file} read "
+                              f"columns the checkpoint's training did not: {exc}") from None
+    extra = sorted(set(recorded) - set(transform.columns))
+    if extra:
+        raise CheckpointError(f"{saved.directory}: the checkpoint's features read column(s) "
+                              f"{extra} that the features of {config.file} do not; export "
+                              "with the config the model was trained with")
+    inputs = {c: str(recorded[c]) for c in transform.columns}
+    bad = [c for c in inputs if not _INPUT_NAME.match(c)]
+    if bad:
+        raise ExportError(f"column name(s) {bad} cannot name a SavedModel signature input "
+                          "(TensorFlow allows ASCII letters, digits and _ . - / \\ >, but "
+                          "none of _ - / \\ > first); rename the column")
+    return transform, inputs
+
+
+def _restore(model: RankingModel, saved: SavedCheckpoint, config: ExperimentConfig) -> None:
+    """Restores ``model``'s weights from ``saved`` and checks every weight was restored.
+
+    Raises:
+      CheckpointError: The checkpoint cannot be read, or a weight of the model is not in
+        it (or has another shape there).
+    """
+    prefix = saved.prefix
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+        raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
+                              f"{exc.message.splitlines()[0]}") from None
+    # First, before any restore: the checkpoint holds the model's weights, shape by shape.
+    stored = collections.Counter(
+        tuple(shape) for key, shape in reader.get_variable_to_shape_map().items()
+        if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
+        and "/.OPTIMIZER_SLOT/" not in key)
+    ours = collections.Counter(tuple(v.shape.as_list()) for v in model.variables)
+    if stored != ours:
+        missing = [f"{v.name} {v.shape.as_list()}" for v in model.variables
+                   if stored[tuple(v.shape.as_list())] == 0]
+        detail = ("model weight(s) with no weight of that shape in the checkpoint: "
+                  + ", ".join(missing) if missing else
+                  f"the checkpoint has {sum(stored.values())} model weights, the model "
+                  f"{sum(ours.values())}; shapes only in the checkpoint: "
+                  f"{sorted(map(list, (stored - ours).elements()))}")
+        raise CheckpointError(f"{saved.directory}: does not fit the model of {config.file} "
+                              f"(was it trained with other model params?): {detail}")
+    try:
+        status = tf.train.Checkpoint(model=model).read(prefix)
+    except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+        raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
+                              f"{exc.message.splitlines()[0]}") from None
+    except ValueError as exc:  # a weight with another shape in the checkpoint
+        raise CheckpointError(f"{saved.directory}: does not fit the model of {config.file}: "
+                              f"{str(exc).splitlines()[0]}") from None
+    status.expect_partial()  # the optimizer slots and the global step are not exported
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as exc:
+        raise CheckpointError(f"{saved.directory}: some weights of the model are not in the "
+                              "checkpoint (was it trained with other model params than "
+                              f"{config.file}?): {str(exc).splitlines()[0]}") from None
+
+
+def build_serving_module(model: RankingModel, transform: FeatureTransform,
+                         inputs: dict[str, str], labels: list[str]) -> tf.Module:
+    """A ``tf.Module`` holding ``model``'s weights and the ``serve`` function.
+
+    ``serve(raw)`` takes ``{column: [N] tensor}`` for every column of ``inputs`` and
+    returns ``{label: float32 [N] probability}``. Only the weights are tracked, not the
+    Keras model object, so the SavedModel holds plain variables and functions and no
+    Keras metadata.
+
+    Args:
+      model: The model, weights restored, built without a distribution strategy.
+      transform: The feature transform (``on_bad_row: fail``).
+      inputs: Column -> TensorFlow dtype name.
+      labels: Labels to return.
+    """
+    module = tf.Module(name="recsys_serving")
+    module.model_variables = list(model.variables)
+    spec = {column: tf.TensorSpec([None], tf.as_dtype(dtype), name=column)
+            for column, dtype in inputs.items()}
+
+    @tf.function(input_signature=[spec])
+    def serve(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        features = transform.features_only(raw, tf.constant(SERVING_SOURCE),
+                                           tf.constant(0, tf.int64))
+        logits = model(features, training=False)
+        return {label: tf.sigmoid(tf.cast(logits[label], tf.float32), name=label)
+                for label in labels}
+
+    module.serve = serve
+    return module
+
+
+def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel:
+    """Builds the config's model without a strategy and restores ``saved`` into it.
+
+    Every embedding table is one plain variable here, whatever its sharding in training.
+
+    Raises:
+      CheckpointError: ``saved`` was written for another model, or lacks some weight.
+    """
+    if tf.distribute.has_strategy():
+        raise ExportError("export builds the model without a distribution strategy; do not "
+                          "call it inside strategy.scope()")
+    check_signature(saved, config, what=f"the export config {config.file}")
+    model = build_model(config.model.name, config.features, config.inputs, config.labels,
+                        config.model.params, seed=config.train.seed)
+    model.create_variables()
+    _restore(model, saved, config)
+    return model
+
+
+# ---- writing -----------------------------------------------------------------------------
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _check_out_dir(out_dir: str) -> None:
+    if tf.io.gfile.exists(out_dir):
+        if not tf.io.gfile.isdir(out_dir):
+            raise ExportError(f"{out_dir}: exists and is not a directory; choose another "
+                              "export directory")
+        if tf.io.gfile.listdir(out_dir):
+            raise ExportError(f"{out_dir}: exists and is not empty; an export never overwrites "
+                              "one (choose a new directory, e.g. a new version number)")
+
+
+def _write_info(directory: str, info: dict[str, Any]) -> None:
+    path = posixpath.join(directory, EXPORT_INFO)
+    tf.io.gfile.makedirs(posixpath.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as handle:
+        handle.write(json.dumps(info, indent=1) + "\n")
+
+
+def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
+    """Saves ``module`` to ``out_dir``: via a temporary sibling renamed at the end if local."""
+    signatures = {SIGNATURE_KEY: module.serve.get_concrete_function()}
+    if not _is_local(out_dir):  # object stores have no rename; export.json goes last
+        tf.saved_model.save(module, out_dir, signatures=signatures)
+        _write_info(out_dir, info)
+        return
+    local = out_dir[len("file://"):] if out_dir.startswith("file://") else out_dir
+    local = local.rstrip("/") or "/"
+    tmp = f"{local}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+    try:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        _write_info(tmp, info)
+        if os.path.isdir(local):
+            os.rmdir(local)  # empty (checked before); fails if something appeared meanwhile
+        os.rename(tmp, local)
+    except OSError as exc:
+        raise ExportError(f"{out_dir}: cannot write the export: {exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def export_model(config: ExperimentConfig, model_dir: str, out_dir: str,
+                 checkpoint: str | None = None) -> ExportResult:
+    """Exports a checkpoint of ``model_dir`` as a servable SavedModel in ``out_dir``.
+
+    Args:
+      config: The experiment config the model was trained with (``load_config``).
+      model_dir: The training run's directory.
+      out_dir: The SavedModel directory to create (local or ``s3://``); must not exist or
+        be empty.
+      checkpoint: A checkpoint directory or prefix to export instead of the newest one.
+
+    Returns:
+      What was exported.
+
+    Raises:
+      CheckpointError: No complete checkpoint, or it was written for another feature or
+        model config, or it lacks a weight of the model.
+      ExportError: ``out_dir`` exists and is not empty, or cannot be written.
+    """
+    _check_out_dir(out_dir)
+    saved = find_checkpoint(model_dir, checkpoint)
+    check_signature(saved, config, what=f"the export config {config.file}")
+    transform, inputs = _input_columns(saved, config)
+    model = load_model(config, saved)
+    labels = list(config.labels)
+    module = build_serving_module(model, transform, inputs, labels)
+    info = {
+        "format": "recsys_dist SavedModel export, version 1",
+        "signature": SIGNATURE_KEY,
+        "checkpoint": saved.directory,
+        "step": saved.step,
+        "model_dir": model_dir,
+        "config": config.file,
+        "features_config": config.features.file,
+        "model": config.model.name,
+        "labels": labels,
+        "inputs": inputs,
+        "outputs": {label: "float32 probability (sigmoid of the logit)" for label in labels},
+        "tables": {name: [t.rows, t.dim] for name, t in sorted(config.features.tables.items())},
+        "tensorflow_version": tf.__version__,
+        "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    _save(module, out_dir, info)
+    return ExportResult(out_dir=out_dir, step=saved.step, checkpoint=saved.directory,
+                        inputs=inputs, outputs=labels)
