@@ -146,85 +146,37 @@ RESTART_EXIT = 75
 _restart_as: int | None = None  # set by _cmd_train: the restart number to exec as
 
 
-def _print_eval(labels: list[str], metrics: dict) -> None:
-    for label in labels:
-        m = metrics["labels"][label]
-        line = f"eval     {label}: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}"
-        if "oracle" in m:
-            line += (f" | oracle AUC {m['oracle']['auc']:.4f}, logloss "
-                     f"{m['oracle']['logloss']:.4f}")
-        print(line + f" ({metrics['rows']:,} rows)")
+def restart_after(exc, config) -> int:
+    """Handles a lost parameter server: returns RESTART_EXIT so :func:`run` starts this
+    command again (which resumes from the last checkpoint), or re-raises past
+    ``train.max_restarts``."""
+    global _restart_as
+    from recsys_dist.errors import ClusterLost
+
+    restart = int(os.environ.get("RECSYS_DIST_RESTART", "0"))
+    if restart >= config.train.max_restarts:
+        raise ClusterLost(f"{exc} (gave up after train.max_restarts = "
+                          f"{config.train.max_restarts} restarts)") from None
+    print(f"restart  {exc}; starting the cluster again and resuming from the last "
+          f"checkpoint (restart {restart + 1} of at most {config.train.max_restarts})",
+          flush=True)
+    _restart_as = restart + 1
+    time.sleep(min(30, 2 ** restart))  # let an orchestrator bring the servers back
+    return RESTART_EXIT
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    global _restart_as
-    from recsys_dist.cluster.runtime import connect
     from recsys_dist.config import load_config
-    from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
     from recsys_dist.errors import ClusterLost
-    from recsys_dist.evaluation.job import oracle_candidates, oracle_columns
-    from recsys_dist.train.trainer import Trainer, completed_run
+    from recsys_dist.train.run import train_run
 
     config = load_config(args.config, args.set)
     model_dir = args.model_dir or os.path.join(
         "runs", os.path.splitext(os.path.basename(config.file))[0])
-    restart = int(os.environ.get("RECSYS_DIST_RESTART", "0"))
-    workers = config.cluster.workers
-    train_input = prepare_input(config, "train", workers, data_path=args.data)
-    print(f"train    {len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
-          f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
-          f"{', '.join(config.labels)}, model_dir {model_dir}")
-    eval_input = None
-    if not args.no_eval and config.data is not None and config.data.eval is not None:
-        eval_input = prepare_input(config, "eval", workers, data_path=args.data,
-                                   optional_extra_columns=oracle_candidates(config.labels))
-        oracle = oracle_columns(config.labels, eval_input.extra_columns)
-        print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
-              + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
-    done = completed_run(config, train_input, model_dir)
-    if done is not None:
-        saved, position = done
-        print(f"done     {model_dir} already holds a complete run (checkpoint step "
-              f"{saved.step:,}, {position.finished_rows:,} of {position.total_rows:,} rows); "
-              "nothing to do. Train into a new --model-dir, or raise train.epochs or "
-              "train.max_steps to go on")
-        return 0
-    remote = "://" in model_dir
-    log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if remote else \
-        os.path.join(model_dir, "logs")
     try:
-        with cluster_failures_as_cluster_lost(), \
-                connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
-            print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "
-                  f"({config.cluster.mode}; server logs in {log_dir})")
-            trainer = Trainer(config, runtime, train_input, model_dir)
-            saved = trainer.resume()
-            if saved is not None:
-                position = trainer.position
-                print(f"resume   from {saved.directory}: step {saved.step:,}, "
-                      f"{position.finished_rows:,} of {position.total_rows:,} rows done")
-            result = trainer.fit()
-            print(f"trained  {result.steps:,} steps, {result.examples:,} examples in "
-                  f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
-                  f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
-                  f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
-                                                    for k, v in result.auc.items()))
-            metrics = None
-            if eval_input is not None:
-                metrics = trainer.evaluate(eval_input, oracle)
-                _print_eval(config.labels, metrics)
-            trainer.write_run_files(result, metrics)
+        train_run(config, model_dir, data_path=args.data, evaluate=not args.no_eval)
     except ClusterLost as exc:
-        if restart >= config.train.max_restarts:
-            raise ClusterLost(f"{exc} (gave up after train.max_restarts = "
-                              f"{config.train.max_restarts} restarts)") from None
-        print(f"restart  {exc}; starting the cluster again and resuming from the last "
-              f"checkpoint (restart {restart + 1} of at most {config.train.max_restarts})",
-              flush=True)
-        _restart_as = restart + 1
-        time.sleep(min(30, 2 ** restart))  # let an orchestrator bring the servers back
-        return RESTART_EXIT
+        return restart_after(exc, config)
     return 0
 
 
@@ -273,6 +225,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(f"exported step {result.step:,} of {result.checkpoint} to {result.out_dir}\n"
           f"  serving_default inputs ({len(result.inputs)}): {inputs}\n"
           f"  outputs: {', '.join(result.outputs)} (probabilities)")
+    return 0
+
+
+def _cmd_retrain(args: argparse.Namespace) -> int:
+    from recsys_dist.config import load_config
+    from recsys_dist.errors import ClusterLost
+    from recsys_dist.retrain.daily import backfill, retrain_day
+
+    try:
+        if args.command == "retrain":
+            return retrain_day(args.config, args.set, args.date, args.data).exit_code
+        outcomes = backfill(args.config, args.set, args.first, args.last, args.data)
+    except ClusterLost as exc:
+        return restart_after(exc, load_config(args.config, args.set))
+    print("backfill " + ", ".join(f"{o.date} {o.status}" for o in outcomes))
     return 0
 
 
@@ -391,6 +358,37 @@ def build_parser() -> argparse.ArgumentParser:
                           help="override a config value, e.g. evaluation.group_column=user_id")
     evaluate.add_argument("--quiet", action="store_true", help="no progress lines")
     evaluate.set_defaults(func=_cmd_evaluate)
+
+    retrain = commands.add_parser(
+        "retrain", help="retrain on a date's partitions, gate against the previous model, "
+                        "publish",
+        description="One day of scheduled retraining (the config's retrain: section): "
+                    "train on the date's window (warm-started from the previous published "
+                    "model), evaluate against that model on the held-out partition, and "
+                    "publish (export, manifest, _SUCCESS) only if it is not worse by more "
+                    "than retrain.gate.max_drop. Rerunning a date is idempotent. Exit "
+                    "codes: 0 published or held, 5 gated, 2 config, 3 data, 4 cluster lost. "
+                    "Same as pipelines/daily_retrain.py. See docs/retrain.md.")
+    retrain.add_argument("--config", required=True, help="model/training config YAML")
+    retrain.add_argument("--date", required=True, type=_date, help="run date, YYYY-MM-DD")
+    retrain.add_argument("--data", help="override data.path (the root of date partitions)")
+    retrain.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config value")
+    retrain.set_defaults(func=_cmd_retrain)
+
+    backfill = commands.add_parser(
+        "backfill", help="run retrain for every date of a range, in order",
+        description="Runs recsys-dist retrain for each date from --from to --to, oldest "
+                    "first; published or gated days are skipped quickly on a rerun.")
+    backfill.add_argument("--config", required=True, help="model/training config YAML")
+    backfill.add_argument("--from", dest="first", required=True, type=_date,
+                          help="first date, YYYY-MM-DD")
+    backfill.add_argument("--to", dest="last", required=True, type=_date,
+                          help="last date, YYYY-MM-DD")
+    backfill.add_argument("--data", help="override data.path")
+    backfill.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                          help="override a config value")
+    backfill.set_defaults(func=_cmd_retrain)
 
     export = commands.add_parser(
         "export", help="write a SavedModel that stock TensorFlow Serving serves",

@@ -265,6 +265,48 @@ class EvaluationSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class GateSpec:
+    """When a retrained model may replace the published one.
+
+    Attributes:
+      label: Label whose metric decides (default: the model's first label).
+      metric: ``auc`` (higher is better) or ``logloss`` (lower is better).
+      max_drop: How much worse than the previous model, on the same held-out
+        partition, the new one may be and still be published.
+    """
+
+    label: str | None = None
+    metric: Literal["auc", "logloss"] = "auc"
+    max_drop: float = field(default=0.002, metadata={"min": 0.0})
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrainSpec:
+    """Scheduled daily retraining (``recsys-dist retrain --date D``).
+
+    Attributes:
+      root: Directory holding ``runs/<date>/``, ``published/<date>/`` and ``CURRENT``.
+      train_dates: Training window as a date template relative to ``--date``:
+        ``"{date}"``, ``"{date-1}"``, ``"{date-6}..{date}"``.
+      eval_dates: Held-out partition(s), a template too (default: the next day).
+      warm_start: Start from the previous published model (weights, optimizer state).
+      on_table_resize: A table whose size changed since the previous model: ``fail``
+        (the default) or ``reinitialize`` (start that table fresh).
+      missing_eval: When the held-out partition is not there yet: ``hold`` (train,
+        publish nothing; rerun once it lands) or ``publish`` (publish ungated).
+      gate: The publication gate.
+    """
+
+    root: str
+    train_dates: str = "{date}"
+    eval_dates: str = "{date+1}"
+    warm_start: bool = True
+    on_table_resize: Literal["fail", "reinitialize"] = "fail"
+    missing_eval: Literal["hold", "publish"] = "hold"
+    gate: GateSpec = GateSpec()
+
+
+@dataclasses.dataclass(frozen=True)
 class _ConfigFile:
     features: str
     model: ModelSpec
@@ -273,6 +315,7 @@ class _ConfigFile:
     cluster: ClusterSpec = ClusterSpec()
     train: TrainSpec = TrainSpec()
     evaluation: EvaluationSpec = EvaluationSpec()
+    retrain: RetrainSpec | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,6 +342,7 @@ class ExperimentConfig:
     labels: list[str]
     raw: dict[str, Any]
     evaluation: EvaluationSpec = EvaluationSpec()
+    retrain: RetrainSpec | None = None
 
 
 def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:
@@ -405,7 +449,7 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     _check_optimizers(doc, raw, parsed.train)
     return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
                             parsed.cluster, parsed.train, inputs, labels, raw,
-                            parsed.evaluation)
+                            parsed.evaluation, parsed.retrain)
 
 
 def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:

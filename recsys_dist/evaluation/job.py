@@ -89,6 +89,35 @@ def _load_predictions(path: str, labels: list[str]) -> dict[str, np.ndarray]:
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
+def _load_evaluation(directory: str, labels: list[str]
+                     ) -> tuple[dict, dict[str, np.ndarray], np.ndarray | None]:
+    """(metrics, label -> logits, row ids) of an evaluate output directory; the per-row
+    parts are empty when its predictions.parquet is missing."""
+    with tf.io.gfile.GFile(os.path.join(directory, METRICS)) as handle:
+        metrics = json.load(handle)
+    predictions = os.path.join(directory, PREDICTIONS)
+    if not tf.io.gfile.exists(predictions):
+        return metrics, {}, None
+    columns = _load_predictions(predictions, labels)
+    logits = {l: columns[f"logit_{l}"] for l in labels if f"logit_{l}" in columns}
+    return metrics, logits, columns["row_id"]
+
+
+def compare_evaluations(config: ExperimentConfig, new_dir: str, base_dir: str) -> dict:
+    """The comparison of two evaluate outputs of the same rows: metric deltas and a paired
+    bootstrap interval of each label's AUC delta."""
+    new_metrics, new_logits, new_ids = _load_evaluation(new_dir, config.labels)
+    base_metrics, base_logits, base_ids = _load_evaluation(base_dir, config.labels)
+    boot = None
+    if new_ids is not None and base_ids is not None:
+        table = pq.read_table(os.path.join(new_dir, PREDICTIONS))
+        data = M.EvalData(labels={l: table.column(f"label_{l}").to_numpy() for l in config.labels},
+                          logits=new_logits, weights=table.column("weight").to_numpy(),
+                          row_ids=new_ids)
+        boot = _bootstrap(config, data, base_logits, base_ids)
+    return M.build_comparison(base_dir, new_metrics, base_metrics, boot)
+
+
 def _aligned(row_ids: np.ndarray, other_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Indices pairing rows of two runs by row id; raises if they are not the same rows."""
     a, b = np.argsort(row_ids, kind="stable"), np.argsort(other_ids, kind="stable")
@@ -166,16 +195,8 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
                 max_slices=spec.max_slices)
             base = (base_metrics, base_data.logits, base_data.row_ids, base_saved.directory)
     if base_metrics_path is not None:
-        with tf.io.gfile.GFile(base_metrics_path) as handle:
-            base_metrics = json.load(handle)
-        predictions = os.path.join(os.path.dirname(base_metrics_path), PREDICTIONS)
-        logits, ids = {}, None
-        if tf.io.gfile.exists(predictions):
-            columns = _load_predictions(predictions, config.labels)
-            ids = columns["row_id"]
-            logits = {l: columns[f"logit_{l}"] for l in config.labels
-                      if f"logit_{l}" in columns}
-        base = (base_metrics, logits, ids, base_metrics_path)
+        base = (*_load_evaluation(os.path.dirname(base_metrics_path), config.labels),
+                base_metrics_path)
     comparison = None
     if base is not None:
         base_metrics, base_logits, base_ids, description = base

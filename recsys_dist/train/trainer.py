@@ -35,6 +35,7 @@ import dataclasses
 import json
 import os
 import time
+from typing import Literal
 
 import tensorflow as tf
 import yaml
@@ -45,12 +46,14 @@ from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.errors import DataError
+from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.zoo import build_model
 from recsys_dist.train.checkpoints import (CheckpointManager, SavedCheckpoint,
                                            check_signature, create_slots, model_signature,
                                            restore)
 from recsys_dist.train.data_position import DataPosition
 from recsys_dist.train.replicas import replica_slice
+from recsys_dist.train.warm_start import WarmStartReport, warm_start
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
 
 AUC_THRESHOLDS = 2000
@@ -209,6 +212,19 @@ class Trainer:
         self._rows_before = int(saved.state.get("rows_trained", 0))
         self.restored = saved
         return saved
+
+    def warm_start(self, saved: SavedCheckpoint,
+                   on_table_resize: Literal["fail", "reinitialize"] = "fail") -> WarmStartReport:
+        """Seeds weights, slots and step from another run's checkpoint (not its data
+        position); see ``train/warm_start.py`` for how feature drift is handled."""
+        tables = {}
+        for module in self.model.submodules:
+            if isinstance(module, FeatureEmbeddings):
+                for name, variable in module.tables.items():
+                    tables.setdefault(name, variable)
+        return warm_start(self.checkpoint, saved.prefix, tables,
+                          [self.embedding_optimizer, self.dense_optimizer], on_table_resize,
+                          source=saved.directory)
 
     @property
     def step(self) -> int:

@@ -1,0 +1,1 @@
+"""Daily retraining and offline evaluation pipelines."""

@@ -1,0 +1,238 @@
+"""``recsys-dist retrain --date D``: one day of scheduled retraining, and ``backfill``.
+
+For run date ``D`` (with ``retrain:`` in the config):
+
+1. Resolve the windows from the date templates: train on ``retrain.train_dates``
+   (default ``{date}``), hold out ``retrain.eval_dates`` (default ``{date+1}``).
+2. If ``D`` is already published, or was already decided (gated), do nothing and say
+   so: reruns are idempotent.
+3. Train into ``ROOT/runs/D``. A crashed run resumes from its own checkpoint;
+   otherwise it warm-starts from the newest model published before ``D``
+   (embeddings, dense weights, optimizer state and global step).
+4. Evaluate the new model and the previous one on the held-out partition, the same
+   rows for both; the comparison has a paired bootstrap interval of the AUC delta.
+5. Gate: publish only if the new model is not worse than the previous one by more
+   than ``retrain.gate.max_drop`` on ``retrain.gate.metric``.
+6. Publish: export (SavedModel), config, manifest, then ``_SUCCESS``, then ``CURRENT``.
+
+A missing or empty training partition fails before anything is trained or published.
+A held-out partition that is not there yet holds the day (trained, not published;
+rerun once it lands) unless ``retrain.missing_eval: publish``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+
+import tensorflow as tf
+import yaml
+
+import recsys_dist
+from recsys_dist.config import load_config
+from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.errors import ConfigError, DataError, RecsysError
+from recsys_dist.retrain.publish import Publications
+from recsys_dist.retrain.templates import render
+
+#: Exit code of a day whose model the gate rejected (the previous one stays current).
+GATED_EXIT = 5
+DECISION = "decision.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class DayOutcome:
+    """How a day ended: ``published``, ``gated``, ``held``, or already done."""
+
+    date: datetime.date
+    status: str
+    message: str
+    exit_code: int = 0
+
+
+def _windows(config: ExperimentConfig, date: datetime.date):
+    spec = config.retrain
+    windows = []
+    for key in ("train_dates", "eval_dates"):
+        try:
+            windows.append(render(getattr(spec, key), date))
+        except ValueError as exc:
+            raise ConfigError(config.file, f"retrain.{key}", str(exc)) from None
+    return windows
+
+
+def _code_version() -> str:
+    version = recsys_dist.__version__
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10,
+                                cwd=os.path.dirname(os.path.dirname(recsys_dist.__file__)))
+        if commit.returncode == 0:
+            version += f"+g{commit.stdout.strip()}"
+    except OSError:
+        pass
+    return version
+
+
+def _config_texts(config: ExperimentConfig) -> dict[str, str]:
+    with open(config.features.file, encoding="utf-8") as handle:
+        features = handle.read()
+    resolved = dict(config.raw, features="features.yaml")
+    return {"config.yaml": yaml.safe_dump(resolved, sort_keys=False), "features.yaml": features}
+
+
+def _eval_present(config: ExperimentConfig) -> bool:
+    from recsys_dist.data import discovery
+
+    try:
+        discovery.discover_split(config.data.path, config.data.eval, config.data.partition_key)
+    except DataError:
+        return False
+    return True
+
+
+def _gate(config: ExperimentConfig, new: dict, old: dict | None) -> tuple[bool, str]:
+    gate = config.retrain.gate
+    label = gate.label or config.labels[0]
+    if label not in new["labels"]:
+        raise ConfigError(config.file, "retrain.gate.label", f"unknown label {label!r}; the "
+                          f"model predicts {', '.join(config.labels)}")
+    mine = new["labels"][label][gate.metric]
+    if old is None:
+        return True, f"first model: {gate.metric}/{label} {mine:.4f}, nothing to compare with"
+    theirs = old["labels"][label][gate.metric]
+    worse = theirs - mine if gate.metric == "auc" else mine - theirs
+    verdict = worse <= gate.max_drop
+    return verdict, (f"{gate.metric}/{label} {mine:.4f} vs previous {theirs:.4f}: "
+                     + ("better" if worse <= 0 else f"worse by {worse:.4f}")
+                     + f" (max_drop {gate.max_drop})")
+
+
+def _write_json(path: str, value: dict) -> None:
+    with tf.io.gfile.GFile(path, "w") as handle:
+        handle.write(json.dumps(value, indent=2))
+
+
+def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
+                data_path: str | None = None) -> DayOutcome:
+    """Runs (or recognises as done) the retraining of ``date``.
+
+    Raises:
+      ConfigError: no ``retrain`` section, or a bad template.
+      DataError: a training partition is missing or empty (nothing is published).
+      ClusterLost: a parameter server was lost (rerun to resume).
+    """
+    from recsys_dist.evaluation.job import compare_evaluations, run_evaluation
+    from recsys_dist.export import export_model
+    from recsys_dist.train.checkpoints import find_checkpoint
+    from recsys_dist.train.run import train_run
+
+    base = load_config(config_path, overrides)
+    if base.retrain is None:
+        raise ConfigError(base.file, "retrain", "missing; add retrain: {root: DIR} (and "
+                          "optionally train_dates, eval_dates, gate) to retrain daily")
+    if base.data is None:
+        raise ConfigError(base.file, "data", "missing; retrain needs data.path with date "
+                          "partitions")
+    spec = base.retrain
+    train_range, eval_range = _windows(base, date)
+    pubs = Publications(spec.root)
+    if pubs.is_published(date):
+        message = f"{date} is already published in {pubs.directory(date)}; nothing to do"
+        print(f"done     {message}")
+        return DayOutcome(date, "already_published", message)
+    run_dir = pubs.run_dir(date)
+    decision_path = f"{run_dir}/{DECISION}"
+    if tf.io.gfile.exists(decision_path):
+        with tf.io.gfile.GFile(decision_path) as handle:
+            decision = json.load(handle)
+        message = f"{date} was already decided: {decision['message']}; nothing to do"
+        print(f"done     {message}")
+        return DayOutcome(date, "already_" + decision["status"], message,
+                          decision.get("exit_code", 0))
+    day = [f"data.train={{dates: '{train_range}'}}", f"data.eval={{dates: '{eval_range}'}}"]
+    if data_path is not None:
+        day.append(f"data.path={data_path}")
+    config = load_config(config_path, list(overrides) + day)
+    parent = pubs.latest_before(date)
+    parent_manifest = pubs.manifest(parent) if parent else None
+    parent_checkpoint = None
+    if parent_manifest is not None and spec.warm_start:
+        parent_checkpoint = find_checkpoint(pubs.run_dir(parent), parent_manifest["checkpoint"])
+    eval_present = _eval_present(config)
+    print(f"retrain  {date}: train on {train_range}, hold out {eval_range}"
+          + ("" if eval_present else " (not there yet)")
+          + f"; previous published model: {parent or 'none'}")
+    outcome = train_run(config, run_dir, evaluate=False, warm_start_from=parent_checkpoint,
+                        on_table_resize=spec.on_table_resize)
+    new_metrics, comparison, gate_message = None, None, "ungated"
+    if not eval_present:
+        if spec.missing_eval == "hold":
+            message = (f"{date} trained (step {outcome.step:,}) but not published: the "
+                       f"held-out partition {eval_range} is not there yet; rerun the same "
+                       "command once it lands")
+            print(f"held     {message}")
+            return DayOutcome(date, "held", message)
+    else:
+        new_eval = run_evaluation(config, run_dir, f"{run_dir}/eval")
+        new_metrics = new_eval.metrics
+        old_metrics = None
+        if parent_manifest is not None:
+            parent_config = load_config(
+                f"{pubs.directory(parent)}/config.yaml",
+                [f"data.eval={{dates: '{eval_range}'}}", f"data.path={config.data.path}"])
+            old_metrics = run_evaluation(parent_config, pubs.run_dir(parent),
+                                         f"{run_dir}/eval_previous",
+                                         checkpoint=parent_manifest["checkpoint"]).metrics
+            comparison = compare_evaluations(config, f"{run_dir}/eval", f"{run_dir}/eval_previous")
+        passed, gate_message = _gate(config, new_metrics, old_metrics)
+        if not passed:
+            message = (f"{date} NOT published: {gate_message}; {parent} stays current "
+                       f"(report {run_dir}/eval/report.html)")
+            _write_json(decision_path, {"status": "gated", "message": message,
+                                        "exit_code": GATED_EXIT, "comparison": comparison})
+            print(f"gated    {message}")
+            return DayOutcome(date, "gated", message, GATED_EXIT)
+    saved = find_checkpoint(run_dir)
+    directory = pubs.begin(date)
+    export_model(config, run_dir, f"{directory}/export")
+    texts = _config_texts(config)
+    manifest = {
+        "date": date.isoformat(), "published_at": datetime.datetime.now(
+            datetime.timezone.utc).isoformat(timespec="seconds"),
+        "model": config.model.name, "labels": config.labels,
+        "train_dates": str(train_range), "eval_dates": str(eval_range),
+        "metrics": {l: {k: v for k, v in m.items() if k not in ("slices", "calibration")}
+                    for l, m in (new_metrics or {}).get("labels", {}).items()},
+        "gate": gate_message, "comparison": comparison,
+        "parent": parent.isoformat() if parent else None,
+        "parent_checkpoint": parent_checkpoint.directory if parent_checkpoint else None,
+        "warm_started": outcome.warm_started_from is not None or outcome.resumed_from is not None,
+        "checkpoint": saved.directory, "step": saved.step,
+        "config_sha256": hashlib.sha256("".join(texts.values()).encode()).hexdigest(),
+        "code_version": _code_version(),
+    }
+    pubs.finish(date, manifest, texts)
+    message = f"{date} published to {directory} ({gate_message})"
+    print(f"publish  {message}")
+    return DayOutcome(date, "published", message)
+
+
+def backfill(config_path: str, overrides: list[str], first: datetime.date,
+             last: datetime.date, data_path: str | None = None) -> list[DayOutcome]:
+    """Runs ``retrain_day`` for every date from ``first`` to ``last``, in order.
+
+    A gated or held day does not stop the backfill (the next day warm-starts from the
+    newest published model); an error does.
+    """
+    if last < first:
+        raise RecsysError(f"--to {last} is before --from {first}")
+    outcomes = []
+    for offset in range((last - first).days + 1):
+        outcomes.append(retrain_day(config_path, overrides, first + datetime.timedelta(offset),
+                                    data_path))
+    return outcomes

@@ -1,0 +1,116 @@
+"""One training run end to end: plan, resume or warm start, train, evaluate, record.
+
+``recsys-dist train`` and the daily ``retrain`` both run this. A lost parameter server
+surfaces as :class:`~recsys_dist.errors.ClusterLost`; the command decides whether to
+restart (the CLI starts itself again, which resumes from the last checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from typing import Literal
+
+from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.train.checkpoints import SavedCheckpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended.
+
+    Attributes:
+      already_complete: The model dir held a finished run; nothing was done.
+      step: Global step of the run's final checkpoint.
+      resumed_from: Checkpoint directory it resumed from (a crashed run), if any.
+      warm_started_from: Checkpoint directory it was seeded from, if any.
+      metrics: Held-out metrics, when evaluated.
+    """
+
+    already_complete: bool
+    step: int
+    resumed_from: str | None = None
+    warm_started_from: str | None = None
+    metrics: dict | None = None
+
+
+def print_eval(labels: list[str], metrics: dict) -> None:
+    for label in labels:
+        m = metrics["labels"][label]
+        line = f"eval     {label}: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}"
+        if "oracle" in m:
+            line += (f" | oracle AUC {m['oracle']['auc']:.4f}, logloss "
+                     f"{m['oracle']['logloss']:.4f}")
+        print(line + f" ({metrics['rows']:,} rows)")
+
+
+def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None = None,
+              evaluate: bool = True, warm_start_from: SavedCheckpoint | None = None,
+              on_table_resize: Literal["fail", "reinitialize"] = "fail") -> RunOutcome:
+    """Trains ``config`` into ``model_dir``: resumes its own checkpoint if it has one,
+    else starts from ``warm_start_from`` (if given), else from scratch.
+
+    Raises:
+      ClusterLost: a parameter server was lost (restart to resume).
+      DataError, ConfigError, CheckpointError, WarmStartError: bad input.
+    """
+    from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
+    from recsys_dist.cluster.runtime import connect
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.evaluation.job import oracle_candidates, oracle_columns
+    from recsys_dist.train.trainer import Trainer, completed_run
+
+    workers = config.cluster.workers
+    train_input = prepare_input(config, "train", workers, data_path=data_path)
+    print(f"train    {len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
+          f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
+          f"{', '.join(config.labels)}, model_dir {model_dir}")
+    eval_input, oracle = None, {}
+    if evaluate and config.data is not None and config.data.eval is not None:
+        eval_input = prepare_input(config, "eval", workers, data_path=data_path,
+                                   optional_extra_columns=oracle_candidates(config.labels))
+        oracle = oracle_columns(config.labels, eval_input.extra_columns)
+        print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
+              + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
+    done = completed_run(config, train_input, model_dir)
+    if done is not None:
+        saved, position = done
+        print(f"done     {model_dir} already holds a complete run (checkpoint step "
+              f"{saved.step:,}, {position.finished_rows:,} of {position.total_rows:,} rows); "
+              "nothing to do. Train into a new --model-dir, or raise train.epochs or "
+              "train.max_steps to go on")
+        return RunOutcome(True, saved.step)
+    log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if "://" in model_dir else \
+        os.path.join(model_dir, "logs")
+    with cluster_failures_as_cluster_lost(), \
+            connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
+        print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "
+              f"({config.cluster.mode}; server logs in {log_dir})")
+        trainer = Trainer(config, runtime, train_input, model_dir)
+        resumed = trainer.resume()
+        warm = None
+        if resumed is not None:
+            position = trainer.position
+            print(f"resume   from {resumed.directory}: step {resumed.step:,}, "
+                  f"{position.finished_rows:,} of {position.total_rows:,} rows done")
+        elif warm_start_from is not None:
+            report = trainer.warm_start(warm_start_from, on_table_resize)
+            warm = warm_start_from.directory
+            print(f"warm     start from {warm}: step {trainer.step:,}, "
+                  f"{len(report.restored)} variables restored")
+            for line in report.warnings():
+                print(f"warning  {line}")
+        result = trainer.fit()
+        print(f"trained  {result.steps:,} steps, {result.examples:,} examples in "
+              f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
+              f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
+              f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
+                                                for k, v in result.auc.items()))
+        metrics = None
+        if eval_input is not None:
+            metrics = trainer.evaluate(eval_input, oracle)
+            print_eval(config.labels, metrics)
+        trainer.write_run_files(result, metrics)
+        return RunOutcome(False, trainer.step, resumed.directory if resumed else None, warm,
+                          metrics)

@@ -1,0 +1,214 @@
+"""Warm start: a new run begins from another run's checkpoint, variable by variable.
+
+Daily retraining starts each day from the previous day's published model: embeddings,
+dense weights, optimizer slots and iteration counters, and the global step (so a warm
+start shows in the step count). The data position is not taken over: the new run
+trains on its own data.
+
+The feature config may drift between days, so this is not a plain
+``tf.train.Checkpoint.read`` (which fails on the first shape that differs). The
+checkpoint's object graph is walked next to the live one, and each live variable takes
+its value only if the checkpoint has a variable of the same shape at the same place:
+
+- a new feature's table is not in the checkpoint: it starts fresh;
+- a removed feature's table is in the checkpoint only: it is ignored, with a warning;
+- a table whose size changed fails the warm start with a clear error, unless the policy
+  is ``reinitialize`` (then that table and its slots start fresh);
+- a dense weight whose shape changed (the first layer of a tower grows with a new
+  feature) starts fresh, with a warning;
+- learning rates and other optimizer hyperparameters come from the new config.
+
+Values are read with ``RestoreV2`` slice by slice, one shard at a time, so a table
+restores into any number of parameter servers without ever being whole in memory
+(except as its largest shard).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from recsys_dist.errors import RecsysError
+
+_VALUE = "VARIABLE_VALUE"
+_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+
+class WarmStartError(RecsysError):
+    """The checkpoint cannot seed this model under the configured policy."""
+
+
+@dataclasses.dataclass
+class WarmStartReport:
+    """What a warm start did.
+
+    Attributes:
+      restored: Variables (and slots) that took the checkpoint's value.
+      fresh: Live variables with no counterpart in the checkpoint (e.g. a new table).
+      ignored: Checkpoint variables no live variable took (e.g. a removed feature).
+      reinitialized: Variables whose shape changed, started fresh.
+    """
+
+    restored: list[str] = dataclasses.field(default_factory=list)
+    fresh: list[str] = dataclasses.field(default_factory=list)
+    ignored: list[str] = dataclasses.field(default_factory=list)
+    reinitialized: list[str] = dataclasses.field(default_factory=list)
+
+    def warnings(self) -> list[str]:
+        lines = []
+        if self.ignored:
+            lines.append(f"ignored {len(self.ignored)} checkpoint variable(s) the new model "
+                         "does not have (removed features?): " + ", ".join(self.ignored[:8]))
+        if self.reinitialized:
+            lines.append(f"started {len(self.reinitialized)} variable(s) fresh because their "
+                         "shape changed: " + ", ".join(self.reinitialized[:8]))
+        if self.fresh:
+            lines.append(f"{len(self.fresh)} variable(s) are new and start fresh: "
+                         + ", ".join(self.fresh[:8]))
+        return lines
+
+
+def _is_variable(obj) -> bool:
+    return isinstance(obj, (tf.Variable, tf.__internal__.distribute.ShardedVariable))
+
+
+def _shards(variable) -> list[tf.Variable]:
+    if isinstance(variable, tf.__internal__.distribute.ShardedVariable):
+        return list(variable.variables)
+    return [variable]
+
+
+def _children(obj) -> dict:
+    try:
+        return dict(obj._trackable_children(save_type="checkpoint"))  # pylint: disable=protected-access
+    except (AttributeError, TypeError, ValueError):
+        return {}
+
+
+def _match(root, graph) -> dict[int, object]:
+    """Checkpoint node id -> live object, by walking child names from the roots."""
+    matched: dict[int, object] = {}
+    stack = [(root, 0)]
+    while stack:
+        obj, node_id = stack.pop()
+        if node_id in matched:
+            continue
+        matched[node_id] = obj
+        live_children = _children(obj)
+        for child in graph.nodes[node_id].children:
+            live = live_children.get(child.local_name)
+            if live is not None:
+                stack.append((live, child.node_id))
+    return matched
+
+
+def _value_key(node) -> str | None:
+    for attribute in node.attributes:
+        if attribute.name == _VALUE:
+            return attribute.checkpoint_key
+    return None
+
+
+def _assign(prefix: str, key: str, saved_shape: list[int], variable) -> None:
+    offset = 0
+    for shard in _shards(variable):
+        rows = int(shard.shape[0]) if shard.shape.rank else 0
+        if len(_shards(variable)) == 1:
+            spec = ""
+        else:
+            rest = ":".join("-" for _ in saved_shape[1:])
+            spec = (" ".join(str(d) for d in saved_shape) + f" {offset},{rows}"
+                    + (":" + rest if rest else ""))
+        value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key],
+                                     shape_and_slices=[spec], dtypes=[shard.dtype])[0]
+        shard.assign(tf.reshape(value, shard.shape))
+        offset += rows
+
+
+def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, tables: dict[str, object],
+               optimizers: list, on_table_resize: Literal["fail", "reinitialize"] = "fail",
+               source: str = "") -> WarmStartReport:
+    """Seeds the live objects of ``checkpoint`` from the checkpoint at ``prefix``.
+
+    Args:
+      checkpoint: The live root (same structure the checkpoint was saved with).
+      prefix: The checkpoint to read (a ``variables`` prefix).
+      tables: Table name -> its live variable (to apply ``on_table_resize``).
+      optimizers: The live optimizers (their slots must exist already; their
+        hyperparameters are left as configured).
+      on_table_resize: What a table whose shape changed does.
+      source: Name of the checkpoint, for messages.
+
+    Raises:
+      WarmStartError: a table changed size under ``on_table_resize: fail``.
+    """
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor(_GRAPH_KEY))
+    matched = _match(checkpoint, graph)
+    table_of = {id(v): name for name, v in tables.items()}
+    hyper = {id(v) for opt in optimizers
+             for v in getattr(opt, "_hyper", {}).values() if isinstance(v, tf.Variable)}
+    report = WarmStartReport()
+    taken: set[str] = set()
+    targets: list[tuple[str, object, str]] = []  # (key, live variable, what)
+    for node_id, node in enumerate(graph.nodes):
+        key = _value_key(node)
+        live = matched.get(node_id)
+        if key is not None and live is not None and _is_variable(live):
+            targets.append((key, live, getattr(live, "name", key)))
+        for slot in node.slot_variables:
+            original = matched.get(slot.original_variable_node_id)
+            optimizer = matched.get(node_id)
+            slot_key = _value_key(graph.nodes[slot.slot_variable_node_id])
+            if original is None or optimizer is None or slot_key is None:
+                continue
+            try:
+                live_slot = optimizer.get_slot(original, slot.slot_name)
+            except (KeyError, AttributeError):
+                continue
+            name = f"{getattr(original, 'name', '?')}/{slot.slot_name}"
+            targets.append((slot_key, live_slot, name))
+            table = table_of.get(id(original))
+            if table is not None:
+                table_of[id(live_slot)] = table
+    resized = {}
+    for key, live, name in targets:
+        if id(live) in hyper:
+            taken.add(key)
+            continue
+        saved_shape = shapes.get(key)
+        if saved_shape is None:
+            continue
+        taken.add(key)
+        if list(saved_shape) != live.shape.as_list():
+            table = table_of.get(id(live))
+            if table is not None and on_table_resize == "fail":
+                resized[table] = (saved_shape, live.shape.as_list())
+                continue
+            report.reinitialized.append(name)
+            continue
+        _assign(prefix, key, list(saved_shape), live)
+        report.restored.append(name)
+    if resized:
+        detail = "; ".join(f"table {t!r} is {a[0]} x {a[1]} in {source or prefix} but "
+                           f"{b[0]} x {b[1]} now" for t, (a, b) in sorted(resized.items()))
+        raise WarmStartError(f"cannot warm start: {detail}. A resized table loses its rows' "
+                             "meaning; set retrain.on_table_resize: reinitialize to start it "
+                             "fresh, or keep its size")
+    restored_ids = set()
+    for key, live, name in targets:
+        if name in report.restored:
+            restored_ids.add(id(live))
+    for table, variable in tables.items():
+        if id(variable) not in restored_ids and not any(
+                name.startswith(getattr(variable, "name", "\0")) for name in report.reinitialized):
+            report.fresh.append(f"table {table}")
+    report.ignored = sorted(k.split("/.ATTRIBUTES")[0] for k in shapes
+                            if k not in taken and k != _GRAPH_KEY and "/.ATTRIBUTES/" in k
+                            and "OPTIMIZER_SLOT" not in k and "/.OBJECT_CONFIG" not in k)
+    return report

@@ -1,0 +1,158 @@
+"""Daily retraining on a real local cluster: three consecutive synthetic days.
+
+Day 1 publishes the first model; day 2 warm-starts from it and publishes; day 3 trains
+on shuffled labels and the gate keeps day 2 current. Reruns change nothing, a missing
+partition fails without publishing, and feature-config drift is handled as
+documented (new table fresh, removed table ignored with a warning, resized table
+refused by default).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from recsys_dist.data.synth import synthesize
+from tests.test_fault_tolerance import FEATURES, write_config
+
+pytestmark = pytest.mark.cluster
+
+CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
+PIPELINE = str(pathlib.Path(__file__).resolve().parents[1] / "pipelines" / "daily_retrain.py")
+
+
+def retrain(config: str, date: str, *extra: str, pipeline: bool = False
+            ) -> subprocess.CompletedProcess:
+    command = ([sys.executable, PIPELINE] if pipeline else [CLI, "retrain"])
+    return subprocess.run([*command, "--config", config, "--date", date, *extra],
+                          capture_output=True, text=True, timeout=600)
+
+
+def snapshot(root: pathlib.Path) -> dict[str, bytes]:
+    """Every file under published/ and CURRENT, with its bytes."""
+    files = {p: p.read_bytes() for p in (root / "published").rglob("*") if p.is_file()}
+    files[root / "CURRENT"] = (root / "CURRENT").read_bytes()
+    return {str(p.relative_to(root)): b for p, b in files.items()}
+
+
+@pytest.fixture(scope="module")
+def days(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("retrain")
+    data = tmp / "data"
+    synthesize(data, days=4, rows_per_day=8_000, seed=4, rows_per_file=4_000,
+               row_groups_per_file=2)
+    shuffled = tmp / "shuffled"  # day 3 with its click labels permuted
+    shutil.copytree(data, shuffled)
+    rng = np.random.default_rng(0)
+    for path in sorted((shuffled / "dt=2026-01-03").glob("*.parquet")):
+        table = pq.read_table(path)
+        index = table.schema.get_field_index("click")
+        table = table.set_column(index, "click",
+                                 pa.array(rng.permutation(table.column("click").to_numpy())))
+        pq.write_table(table, path, row_group_size=2_000)
+    config = write_config(tmp, data)
+    text = pathlib.Path(config).read_text().replace("  epochs: 2\n", "  epochs: 1\n")
+    root = tmp / "root"
+    pathlib.Path(config).write_text(text + f"retrain:\n  root: {root}\n"
+                                           "  gate: {max_drop: 0.002}\n")
+    outputs = {}
+    outputs[1] = retrain(config, "2026-01-01")
+    outputs[2] = retrain(config, "2026-01-02", pipeline=True)  # the pipeline script
+    outputs[3] = retrain(config, "2026-01-03", "--data", str(shuffled),
+                         "--set", "train.epochs=3")
+    return tmp, config, root, shuffled, outputs
+
+
+def test_day_two_warm_starts_from_day_one_and_publishes(days):
+    _, _, root, _, outputs = days
+    for day in (1, 2):
+        assert outputs[day].returncode == 0, outputs[day].stdout[-3000:] + outputs[day].stderr
+    first = json.loads((root / "published/2026-01-01/manifest.json").read_text())
+    second = json.loads((root / "published/2026-01-02/manifest.json").read_text())
+    assert first["parent"] is None and second["parent"] == "2026-01-01"
+    warm = re.search(r"^warm +start from (\S+): step ([\d,]+)", outputs[2].stdout, re.M)
+    assert warm and warm.group(1) == first["checkpoint"]
+    assert int(warm.group(2).replace(",", "")) == first["step"] > 0  # restored step
+    assert second["step"] == 2 * first["step"]  # same rows per day: it went on from there
+    for name in ("export/saved_model.pb", "manifest.json", "config.yaml", "_SUCCESS"):
+        assert (root / "published/2026-01-02" / name).exists()
+    assert second["train_dates"] == "2026-01-02" and second["eval_dates"] == "2026-01-03"
+    assert second["config_sha256"] and second["code_version"].startswith("0.1.0")
+    assert "auc" in second["metrics"]["click"] and second["comparison"]["labels"]["click"]
+
+
+def test_a_model_trained_on_shuffled_labels_is_not_published(days):
+    _, _, root, _, outputs = days
+    assert outputs[3].returncode == 5, outputs[3].stdout[-3000:] + outputs[3].stderr
+    assert "NOT published" in outputs[3].stdout and "2026-01-02 stays current" in outputs[3].stdout
+    assert not (root / "published/2026-01-03").exists()
+    assert (root / "CURRENT").read_text().strip() == "2026-01-02"
+
+
+def test_rerunning_a_day_changes_nothing(days):
+    _, config, root, shuffled, _ = days
+    before = snapshot(root)
+    again = retrain(config, "2026-01-02")
+    assert again.returncode == 0 and "already published" in again.stdout
+    gated = retrain(config, "2026-01-03", "--data", str(shuffled), "--set", "train.epochs=3")
+    assert gated.returncode == 5 and "already decided" in gated.stdout
+    assert "cluster " not in again.stdout + gated.stdout  # nothing started
+    assert snapshot(root) == before
+
+
+def test_a_missing_partition_fails_and_publishes_nothing(days):
+    _, config, root, _, _ = days
+    before = snapshot(root)
+    missing = retrain(config, "2026-01-09")
+    assert missing.returncode == 3, missing.stdout + missing.stderr
+    assert "dt=2026-01-09" in missing.stderr
+    assert not (root / "published/2026-01-09").exists() and snapshot(root) == before
+
+
+def test_feature_drift_new_table_fresh_removed_ignored_resized_refused(days, tmp_path):
+    tmp, config, root, _, _ = days
+    drift_root = tmp_path / "root"
+    fresh_day = shutil.ignore_patterns("2026-01-03")  # the gated day-3 run is not copied
+    shutil.copytree(root, drift_root, ignore=fresh_day)
+    drifted = tmp_path / "drift"
+    drifted.mkdir()
+    features = FEATURES.replace("  tag: {rows: 500, dim: 8}\n", "  extra: {rows: 700, dim: 8}\n")
+    features = features.replace("  tags: {kind: multi_categorical, table: tag, max_length: 4}\n",
+                                "  C5: {kind: categorical, dtype: int64, table: extra}\n")
+    (drifted / "features.yaml").write_text(features)
+    text = pathlib.Path(config).read_text().replace(str(root), str(drift_root))
+    (drifted / "ft.yaml").write_text(text)
+    result = retrain(str(drifted / "ft.yaml"), "2026-01-03")
+    assert result.returncode in (0, 5), result.stdout[-3000:] + result.stderr
+    assert re.search(r"^warning .*new and start fresh: .*table extra", result.stdout, re.M)
+    assert re.search(r"^warning  ignored .*tag", result.stdout, re.M)
+    resized = tmp_path / "resized"
+    resized.mkdir()
+    (resized / "features.yaml").write_text(FEATURES.replace("big: {rows: 4000", "big: {rows: 5000"))
+    (resized / "ft.yaml").write_text(text.replace(str(drift_root), str(tmp_path / "root2")))
+    shutil.copytree(root, tmp_path / "root2", ignore=fresh_day)
+    refused = retrain(str(resized / "ft.yaml"), "2026-01-03")
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr
+    assert ("table 'big' is 4000 x 8 in" in refused.stderr
+            and "set retrain.on_table_resize: reinitialize" in refused.stderr)
+    assert not (tmp_path / "root2/published/2026-01-03").exists()
+
+
+def test_retrain_rejections_name_the_key(days, tmp_path):
+    tmp, config, _, _, _ = days
+    no_section = tmp_path / "plain.yaml"
+    no_section.write_text(pathlib.Path(config).read_text().split("retrain:")[0])
+    shutil.copy(tmp / "features.yaml", tmp_path / "features.yaml")
+    result = retrain(str(no_section), "2026-01-02")
+    assert result.returncode == 2 and "retrain: missing" in result.stderr, result.stderr
+    bad = retrain(config, "2026-01-02", "--set", "retrain.train_dates={day-1}")
+    assert bad.returncode == 2 and "retrain.train_dates" in bad.stderr, bad.stderr
