@@ -9,6 +9,7 @@ refused by default).
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 import re
@@ -156,3 +157,22 @@ def test_retrain_rejections_name_the_key(days, tmp_path):
     assert result.returncode == 2 and "retrain: missing" in result.stderr, result.stderr
     bad = retrain(config, "2026-01-02", "--set", "retrain.train_dates={day-1}")
     assert bad.returncode == 2 and "retrain.train_dates" in bad.stderr, bad.stderr
+
+
+def test_a_held_day_is_gated_and_published_by_the_next_run(days):
+    """Default windows hold out the next day, which lands a day later: the run for D
+    trains D and holds it; the run for D+1 first gates and publishes D."""
+    tmp, config, root, _, _ = days
+    held = retrain(config, "2026-01-04")  # its held-out day 2026-01-05 is not there yet
+    assert held.returncode == 0, held.stdout[-3000:] + held.stderr
+    assert "held     2026-01-04 trained" in held.stdout
+    assert not (root / "published/2026-01-04").exists()
+    synthesize(tmp / "data", days=1, rows_per_day=8_000, seed=4, rows_per_file=4_000,
+               row_groups_per_file=2, start_date=datetime.date(2026, 1, 5))  # it lands
+    nxt = retrain(config, "2026-01-05")
+    assert nxt.returncode == 0, nxt.stdout[-3000:] + nxt.stderr
+    assert "finish   2026-01-04 was held" in nxt.stdout
+    decided = ((root / "published/2026-01-04/_SUCCESS").exists()
+               or (root / "runs/2026-01-04/decision.json").exists())
+    assert decided, nxt.stdout[-3000:]
+    assert "held     2026-01-05 trained" in nxt.stdout  # and 2026-01-05 waits for 01-06

@@ -117,9 +117,17 @@ def _write_json(path: str, value: dict) -> None:
         handle.write(json.dumps(value, indent=2))
 
 
+def _held(pubs: Publications, date: datetime.date) -> bool:
+    """``date`` finished training but was neither published nor gated."""
+    run_dir = pubs.run_dir(date)
+    return (not pubs.is_published(date) and tf.io.gfile.exists(f"{run_dir}/train_result.json")
+            and not tf.io.gfile.exists(f"{run_dir}/{DECISION}"))
+
+
 def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
-                data_path: str | None = None) -> DayOutcome:
-    """Runs (or recognises as done) the retraining of ``date``.
+                data_path: str | None = None, finish_held: bool = True) -> DayOutcome:
+    """Runs (or recognises as done) the retraining of ``date``; first finishes the day
+    before if it was held for its held-out partition (``finish_held``).
 
     Raises:
       ConfigError: no ``retrain`` section, or a bad template.
@@ -154,6 +162,12 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
         print(f"done     {message}")
         return DayOutcome(date, "already_" + decision["status"], message,
                           decision.get("exit_code", 0))
+    previous = date - datetime.timedelta(days=1)
+    if finish_held and _held(pubs, previous):
+        # The default schedule holds out the next day, which exists only a day later: a
+        # day is trained on its date and gated and published on the next run.
+        print(f"finish   {previous} was held for its held-out partition; finishing it first")
+        retrain_day(config_path, overrides, previous, data_path, finish_held=False)
     day = [f"data.train={{dates: '{train_range}'}}", f"data.eval={{dates: '{eval_range}'}}"]
     if data_path is not None:
         day.append(f"data.path={data_path}")

@@ -273,7 +273,10 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
     selected = _select(root, models, last)
     current_path = _join(root, CURRENT)
     current = (_read_text(current_path).strip() or None) if _exists(current_path) else None
-    # Check every publication before the first (slow) evaluation starts.
+    overrides = [f"data.eval={{dates: '{evaluated}'}}"]
+    if data_path is not None:
+        overrides.append(f"data.path={data_path}")
+    # Check every publication and config before the first (slow) evaluation starts.
     plans = []
     scratch = tempfile.mkdtemp(prefix="recsys_dist_offline_eval_")
     try:
@@ -281,16 +284,13 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
             directory = _join(root, "published", date)
             manifest = _manifest(directory)
             checkpoint = _checkpoint(root, date, manifest, _join(directory, MANIFEST))
-            plans.append((date, manifest, checkpoint, _local_config(directory, scratch)))
+            config = load_config(_local_config(directory, scratch), overrides)
+            plans.append((date, manifest, checkpoint, config))
         os.makedirs(out_dir, exist_ok=True)
         reference = selected[0]
         reference_metrics = os.path.join(out_dir, reference, METRICS)
         entries = []
-        for index, (date, manifest, checkpoint, config_path) in enumerate(plans):
-            overrides = [f"data.eval={{dates: '{evaluated}'}}"]
-            if data_path is not None:
-                overrides.append(f"data.path={data_path}")
-            config = load_config(config_path, overrides)
+        for index, (date, manifest, checkpoint, config) in enumerate(plans):
             if log is not None:
                 log(f"evaluate {date} ({index + 1} of {len(plans)}): step "
                     f"{manifest.get('step', '?')} on {evaluated}"
