@@ -23,11 +23,11 @@ stops the chain instead of being skipped over.
 
 When it runs: a daily DAG run for ``ds`` starts once ``ds`` is over (at ``ds + 1 day``
 00:00 in the DAG's timezone), so partition ``ds`` must have landed by then (add a sensor
-in front of ``retrain`` if it lands later). The gate needs a held-out partition newer
-than the training window that exists at run time: configure
-``retrain: {train_dates: "{date-1}", eval_dates: "{date}"}`` (train on the day before
-``ds``, gate on ``ds``). With the defaults (``{date}`` / ``{date+1}``) every run holds
-until ``ds + 1`` lands and has to be cleared a day later. See docs/scheduling.md.
+in front of ``retrain`` if it lands later). With the default windows (train ``{date}``,
+gate on ``{date+1}``) the run for ``ds`` trains ``ds`` and holds it, and the run for
+``ds + 1`` first gates and publishes it; with
+``retrain: {train_dates: "{date-1}", eval_dates: "{date}"}`` each run gates and publishes
+at once. See docs/scheduling.md.
 
 Airflow is not a dependency of recsys_dist; this file only needs it where it is
 deployed. Settings come from environment variables read when the scheduler parses

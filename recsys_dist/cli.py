@@ -195,15 +195,18 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     metrics = result.metrics
     print(f"evaluated {metrics['rows']:,} rows of checkpoint {metrics['checkpoint']} "
           f"(step {metrics['step']:,}) at {result.rows_per_second:,.0f} rows/s")
+    def f(value, digits: int = 4) -> str:  # a metric is null when one class is absent
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
     for label, m in metrics["labels"].items():
-        line = (f"  {label}: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}, NE "
-                f"{m['normalized_entropy']:.4f}, calibration {m['calibration']['ratio']:.3f}")
+        line = (f"  {label}: AUC {f(m['auc'])}, logloss {f(m['logloss'])}, NE "
+                f"{f(m['normalized_entropy'])}, calibration {f(m['calibration']['ratio'], 3)}")
         if "gauc" in m:
             g = m["gauc"]
-            line += (f", GAUC {g['gauc']:.4f} ({g['groups']:,} groups; "
+            line += (f", GAUC {f(g['gauc'])} ({g['groups']:,} groups; "
                      f"{g['skipped_groups']:,} single-class groups skipped)")
         if "oracle" in m:
-            line += f" | oracle AUC {m['oracle']['auc']:.4f}, logloss {m['oracle']['logloss']:.4f}"
+            line += f" | oracle AUC {f(m['oracle']['auc'])}, logloss {f(m['oracle']['logloss'])}"
         print(line)
         delta = metrics.get("comparison", {}).get("labels", {}).get(label)
         if delta:

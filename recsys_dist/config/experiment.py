@@ -245,7 +245,9 @@ class TrainSpec:
 
 @dataclasses.dataclass(frozen=True)
 class EvaluationSpec:
-    """Offline evaluation (``recsys-dist evaluate`` and the held-out eval of ``train``).
+    """Offline evaluation by ``recsys-dist evaluate`` (and ``retrain``'s gate).
+
+    ``train``'s own held-out evaluation reports the plain metrics only.
 
     Attributes:
       slice_columns: Columns to break AUC and logloss down by (integer, string or

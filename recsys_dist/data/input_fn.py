@@ -38,8 +38,6 @@ from recsys_dist.errors import ConfigError, DataError
 from recsys_dist.features.transforms import FeatureTransform
 
 ROW_FILE_SHIFT = 32
-#: Batches per chunk an item is read in (rows are shuffled within a chunk).
-CHUNK_BATCHES = 8
 
 
 def row_id(file_index: int, row: int) -> int:
@@ -90,18 +88,13 @@ class InputPipeline:
         the worker that runs the closure building it (rows shuffled when training).
 
         ``batch_size`` overrides ``spec.batch_size`` (scoring uses larger batches)."""
-        # Chunks of a few batches, read in parallel and prefetched, so the first step
-        # waits for one chunk only and reading overlaps training on the rest.
-        spec = self.spec
-        batch = batch_size or spec.batch_size
-        chunk = CHUNK_BATCHES * batch
-        read_unit = self._unit_reader(training)
-        starts = tf.data.Dataset.range(start, stop, chunk)
-        if training and spec.shuffle:
-            starts = starts.shuffle(1024, seed=spec.seed)
-        ds = starts.map(lambda s: read_unit(file_index, s, tf.minimum(s + chunk, stop)),
-                        num_parallel_calls=spec.read_parallelism, deterministic=not training)
-        return ds.rebatch(batch).prefetch(spec.prefetch_batches)
+        # The item is read and transformed by ops of the calling function itself, where
+        # the executor runs the columns in parallel. Measured: a `map` over chunks of the
+        # item (tf.data runs a map function's ops one by one) made a 49-step closure take
+        # 3.2 s instead of 1.0 s.
+        element = self._unit_reader(training)(file_index, start, stop)
+        return tf.data.Dataset.from_tensors(element).rebatch(
+            batch_size or self.spec.batch_size)
 
     def per_worker_iterator(self, strategy, coordinator, training: bool, epochs: int = 1):
         """An iterator over every worker's own dataset, for closures the coordinator schedules.

@@ -147,6 +147,9 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
         raise ConfigError(base.file, "data", "missing; retrain needs data.path with date "
                           "partitions")
     spec = base.retrain
+    if spec.gate.label is not None and spec.gate.label not in base.labels:
+        raise ConfigError(base.file, "retrain.gate.label", f"unknown label "
+                          f"{spec.gate.label!r}; the model predicts {', '.join(base.labels)}")
     train_range, eval_range = _windows(base, date)
     pubs = Publications(spec.root)
     if pubs.is_published(date):

@@ -379,9 +379,9 @@ class Trainer:
         self._summaries(writer, first_step + progress.steps,
                         progress.rows / seconds if seconds else 0.0, recent)
         writer.flush()
+        end = time.perf_counter()  # the rates leave out the final checkpoint
         if progress.steps or self.restored is None:  # never rewrite the restored one
             self._checkpoint(progress, show_progress)
-        end = time.perf_counter()
         warm = ((progress.rows - first[1]) / (end - first[0])
                 if first and end > first[0] else float("nan"))
         return TrainResult(progress.steps, progress.rows, progress.skipped, seconds,
