@@ -244,6 +244,7 @@ def test_kill_during_a_checkpoint_write_never_restores_the_torn_checkpoint(setup
                 break
         time.sleep(0.002)
     assert torn is not None, run.output[-2000:]
+    seen = run.last_step()
     run.process.send_signal(signal.SIGKILL)  # the coordinator writes checkpoints
     run.finish()
     assert torn.exists() and not (torn / "_COMPLETE").exists()
@@ -252,6 +253,8 @@ def test_kill_during_a_checkpoint_write_never_restores_the_torn_checkpoint(setup
     restored = resumed_step(rerun)
     assert rerun.finish() == 0, rerun.output[-3000:]
     assert f"ckpt-{restored:012d}" == complete[-1]  # the newest complete one, not the torn
+    # the torn save held one interval of work; what is redone is that interval
+    assert seen - restored <= EVERY + IN_FLIGHT, (seen, restored)
     assert not torn.exists() or (torn / "_COMPLETE").exists()  # cleaned up or redone
     assert_complete_and_close(model_dir, baseline)
 
@@ -260,10 +263,12 @@ def test_resume_with_a_different_number_of_parameter_servers(setup, tmp_path):
     config, baseline = setup
     first = TrainRun(config, tmp_path / "run")
     saved = int(first.wait_for(r"^checkpoint step ([\d,]+)", count=2).group(1).replace(",", ""))
+    seen = first.last_step()
     first.process.send_signal(signal.SIGKILL)
     first.finish()
     second = TrainRun(config, tmp_path / "run", "--set", "cluster.ps=3")
     restored = resumed_step(second)
     assert second.finish() == 0, second.output[-3000:]
     assert "2 workers + 3 ps" in second.output and restored >= saved
+    assert seen - restored <= EVERY + IN_FLIGHT, (saved, seen, restored)
     assert_complete_and_close(tmp_path / "run", baseline)

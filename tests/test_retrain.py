@@ -80,6 +80,8 @@ def test_day_two_warm_starts_from_day_one_and_publishes(days):
     first = json.loads((root / "published/2026-01-01/manifest.json").read_text())
     second = json.loads((root / "published/2026-01-02/manifest.json").read_text())
     assert first["parent"] is None and second["parent"] == "2026-01-01"
+    assert first["warm_started_from"] is None
+    assert second["warm_started_from"] == first["checkpoint"]
     warm = re.search(r"^warm +start from (\S+): step ([\d,]+)", outputs[2].stdout, re.M)
     assert warm and warm.group(1) == first["checkpoint"]
     assert int(warm.group(2).replace(",", "")) == first["step"] > 0  # restored step
@@ -88,7 +90,9 @@ def test_day_two_warm_starts_from_day_one_and_publishes(days):
         assert (root / "published/2026-01-02" / name).exists()
     assert second["train_dates"] == "2026-01-02" and second["eval_dates"] == "2026-01-03"
     assert second["config_sha256"] and second["code_version"].startswith("0.1.0")
-    assert "auc" in second["metrics"]["click"] and second["comparison"]["labels"]["click"]
+    assert "auc" in second["metrics"]["click"]
+    boot = second["comparison"]["labels"]["click"]["bootstrap"]  # same rows, both models
+    assert boot["low"] <= boot["delta"] <= boot["high"]
 
 
 def test_a_model_trained_on_shuffled_labels_is_not_published(days):
@@ -108,6 +112,21 @@ def test_rerunning_a_day_changes_nothing(days):
     assert gated.returncode == 5 and "already decided" in gated.stdout
     assert "cluster " not in again.stdout + gated.stdout  # nothing started
     assert snapshot(root) == before
+
+
+def test_backfill_runs_days_in_order_and_skips_what_is_done(days):
+    _, config, root, _, _ = days
+    before = snapshot(root)
+    result = subprocess.run([CLI, "backfill", "--config", config, "--from", "2026-01-01",
+                             "--to", "2026-01-02"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.index("2026-01-01 is already published") < \
+        result.stdout.index("2026-01-02 is already published")
+    assert "backfill 2026-01-01 already_published, 2026-01-02 already_published" in result.stdout
+    assert snapshot(root) == before
+    backwards = subprocess.run([CLI, "backfill", "--config", config, "--from", "2026-01-03",
+                                "--to", "2026-01-01"], capture_output=True, text=True)
+    assert backwards.returncode == 2 and "before --from" in backwards.stderr
 
 
 def test_a_missing_partition_fails_and_publishes_nothing(days):

@@ -72,7 +72,7 @@ def _restored_model(config: ExperimentConfig, runtime, saved: SavedCheckpoint):
         model = build_model(config.model.name, config.features, config.inputs, config.labels,
                             config.model.params, seed=config.train.seed)
         model.create_variables()
-    restore(tf.train.Checkpoint(model=model), saved)
+    restore(tf.train.Checkpoint(model=model), saved, require_all=True)
     return model
 
 
@@ -89,33 +89,18 @@ def _load_predictions(path: str, labels: list[str]) -> dict[str, np.ndarray]:
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
-def _load_evaluation(directory: str, labels: list[str]
+def _load_evaluation(metrics_path: str, labels: list[str]
                      ) -> tuple[dict, dict[str, np.ndarray], np.ndarray | None]:
-    """(metrics, label -> logits, row ids) of an evaluate output directory; the per-row
-    parts are empty when its predictions.parquet is missing."""
-    with tf.io.gfile.GFile(os.path.join(directory, METRICS)) as handle:
+    """(metrics, label -> logits, row ids) of an evaluate output (its metrics.json); the
+    per-row parts are empty when no predictions.parquet lies next to it."""
+    with tf.io.gfile.GFile(metrics_path) as handle:
         metrics = json.load(handle)
-    predictions = os.path.join(directory, PREDICTIONS)
+    predictions = os.path.join(os.path.dirname(metrics_path), PREDICTIONS)
     if not tf.io.gfile.exists(predictions):
         return metrics, {}, None
     columns = _load_predictions(predictions, labels)
     logits = {l: columns[f"logit_{l}"] for l in labels if f"logit_{l}" in columns}
     return metrics, logits, columns["row_id"]
-
-
-def compare_evaluations(config: ExperimentConfig, new_dir: str, base_dir: str) -> dict:
-    """The comparison of two evaluate outputs of the same rows: metric deltas and a paired
-    bootstrap interval of each label's AUC delta."""
-    new_metrics, new_logits, new_ids = _load_evaluation(new_dir, config.labels)
-    base_metrics, base_logits, base_ids = _load_evaluation(base_dir, config.labels)
-    boot = None
-    if new_ids is not None and base_ids is not None:
-        table = pq.read_table(os.path.join(new_dir, PREDICTIONS))
-        data = M.EvalData(labels={l: table.column(f"label_{l}").to_numpy() for l in config.labels},
-                          logits=new_logits, weights=table.column("weight").to_numpy(),
-                          row_ids=new_ids)
-        boot = _bootstrap(config, data, base_logits, base_ids)
-    return M.build_comparison(base_dir, new_metrics, base_metrics, boot)
 
 
 def _aligned(row_ids: np.ndarray, other_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -195,8 +180,7 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
                 max_slices=spec.max_slices)
             base = (base_metrics, base_data.logits, base_data.row_ids, base_saved.directory)
     if base_metrics_path is not None:
-        base = (*_load_evaluation(os.path.dirname(base_metrics_path), config.labels),
-                base_metrics_path)
+        base = (*_load_evaluation(base_metrics_path, config.labels), base_metrics_path)
     comparison = None
     if base is not None:
         base_metrics, base_logits, base_ids, description = base

@@ -42,6 +42,7 @@ from recsys_dist.retrain.templates import render
 #: Exit code of a day whose model the gate rejected (the previous one stays current).
 GATED_EXIT = 5
 DECISION = "decision.json"
+WARM_START = "warm_start.json"  # what a fresh day's run started from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,9 +135,9 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
       DataError: a training partition is missing or empty (nothing is published).
       ClusterLost: a parameter server was lost (rerun to resume).
     """
-    from recsys_dist.evaluation.job import compare_evaluations, run_evaluation
+    from recsys_dist.evaluation.job import run_evaluation
     from recsys_dist.export import export_model
-    from recsys_dist.train.checkpoints import find_checkpoint
+    from recsys_dist.train.checkpoints import CheckpointManager, find_checkpoint
     from recsys_dist.train.run import train_run
 
     base = load_config(config_path, overrides)
@@ -184,8 +185,17 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
     print(f"retrain  {date}: train on {train_range}, hold out {eval_range}"
           + ("" if eval_present else " (not there yet)")
           + f"; previous published model: {parent or 'none'}")
+    warm_path = f"{run_dir}/{WARM_START}"
+    if parent_checkpoint is not None and CheckpointManager(run_dir).latest() is None:
+        tf.io.gfile.makedirs(run_dir)  # a fresh run: record what it starts from
+        _write_json(warm_path, {"from": parent_checkpoint.directory, "parent": str(parent),
+                                "step": parent_checkpoint.step})
     outcome = train_run(config, run_dir, evaluate=False, warm_start_from=parent_checkpoint,
                         on_table_resize=spec.on_table_resize)
+    warm = None
+    if tf.io.gfile.exists(warm_path):
+        with tf.io.gfile.GFile(warm_path) as handle:
+            warm = json.load(handle)
     new_metrics, comparison, gate_message = None, None, "ungated"
     if not eval_present:
         if spec.missing_eval == "hold":
@@ -195,17 +205,18 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
             print(f"held     {message}")
             return DayOutcome(date, "held", message)
     else:
-        new_eval = run_evaluation(config, run_dir, f"{run_dir}/eval")
-        new_metrics = new_eval.metrics
-        old_metrics = None
-        if parent_manifest is not None:
+        old_metrics, baseline = None, None
+        if parent_manifest is not None:  # scored with its own config (features may drift)
             parent_config = load_config(
                 f"{pubs.directory(parent)}/config.yaml",
                 [f"data.eval={{dates: '{eval_range}'}}", f"data.path={config.data.path}"])
             old_metrics = run_evaluation(parent_config, pubs.run_dir(parent),
                                          f"{run_dir}/eval_previous",
                                          checkpoint=parent_manifest["checkpoint"]).metrics
-            comparison = compare_evaluations(config, f"{run_dir}/eval", f"{run_dir}/eval_previous")
+            baseline = f"{run_dir}/eval_previous/metrics.json"
+        new_metrics = run_evaluation(config, run_dir, f"{run_dir}/eval",
+                                     baseline=baseline).metrics
+        comparison = new_metrics.get("comparison")
         passed, gate_message = _gate(config, new_metrics, old_metrics)
         if not passed:
             message = (f"{date} NOT published: {gate_message}; {parent} stays current "
@@ -227,8 +238,7 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
                     for l, m in (new_metrics or {}).get("labels", {}).items()},
         "gate": gate_message, "comparison": comparison,
         "parent": parent.isoformat() if parent else None,
-        "parent_checkpoint": parent_checkpoint.directory if parent_checkpoint else None,
-        "warm_started": outcome.warm_started_from is not None or outcome.resumed_from is not None,
+        "warm_started_from": warm["from"] if warm else None,
         "checkpoint": saved.directory, "step": saved.step,
         "config_sha256": hashlib.sha256("".join(texts.values()).encode()).hexdigest(),
         "code_version": _code_version(),

@@ -170,14 +170,27 @@ def create_slots(optimizer, variables: list) -> None:
     optimizer._create_all_weights(variables)  # pylint: disable=protected-access
 
 
-def restore(checkpoint: tf.train.Checkpoint, saved: SavedCheckpoint | str) -> None:
-    """Reads a checkpoint into ``checkpoint``'s objects (slots must already exist)."""
+def restore(checkpoint: tf.train.Checkpoint, saved: SavedCheckpoint | str,
+            require_all: bool = False) -> None:
+    """Reads a checkpoint into ``checkpoint``'s objects (slots must already exist).
+
+    Args:
+      require_all: Every live object must take a value from the checkpoint (for a
+        model-only root, e.g. scoring); else the checkpoint is refused.
+    """
     prefix = saved.prefix if isinstance(saved, SavedCheckpoint) else saved
     try:
-        checkpoint.read(prefix).expect_partial()
+        status = checkpoint.read(prefix)
+        if require_all:
+            status.assert_existing_objects_matched()
+        status.expect_partial()
     except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
         raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
                               f"{exc.message.splitlines()[0]}") from None
+    except (AssertionError, ValueError) as exc:
+        raise CheckpointError(f"{prefix}: does not fit this model (model.params or the "
+                              f"feature config differ from the run that wrote it): "
+                              f"{str(exc).splitlines()[0][:300]}") from None
 
 
 def model_signature(config) -> dict:
