@@ -31,7 +31,7 @@ except ImportError:  # run from a checkout without the package installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import recsys_dist  # noqa: F401
 
-from recsys_dist.errors import RecsysError
+from recsys_dist.cli import exit_now, reporting_errors  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,19 +87,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recsys_dist.retrain.offline_eval import evaluate_published
 
     models = [m for m in args.models.split(",") if m.strip()] if args.models else None
-    try:
+
+    def evaluate() -> int:
         comparison = evaluate_published(
             args.root, args.dates, args.out, models=models, data_path=args.data, last=args.last,
             log=lambda line: print(line, file=sys.stderr, flush=True))
-    except RecsysError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    print_table(comparison)
-    print(f"report   {comparison['html']}")
-    return 0
+        print_table(comparison)
+        print(f"report   {comparison['html']}")
+        return 0
+
+    return reporting_errors(evaluate)
 
 
 def run() -> None:
@@ -109,9 +106,7 @@ def run() -> None:
         code = main()
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(code)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
 from recsys_dist.errors import RecsysError
@@ -291,12 +291,15 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--quiet", action="store_true", help="no per-file progress lines")
     synth.set_defaults(func=_cmd_synth)
 
-    def add_config_args(sub: argparse.ArgumentParser) -> None:
+    def add_config_and_set(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--config", required=True, help="model/training config YAML")
-        sub.add_argument("--data", help="data path overriding data.path: a root of dt= "
-                         "partitions, a directory, a Parquet file or a glob; local or s3://")
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key, e.g. --set input.batch_size=1024")
+
+    def add_config_args(sub: argparse.ArgumentParser) -> None:
+        add_config_and_set(sub)
+        sub.add_argument("--data", help="data path overriding data.path: a root of dt= "
+                         "partitions, a directory, a Parquet file or a glob; local or s3://")
 
     read = data_commands.add_parser(
         "read", help="read one pass of a split on a local cluster through the worker input path")
@@ -344,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "predictions.parquet and a self-contained report.html to --out: AUC, "
                     "GAUC, logloss, normalised entropy, calibration, slices and the oracle's "
                     "AUC/logloss when the data has its logit. See docs/evaluation.md.")
-    evaluate.add_argument("--config", required=True, help="model/training config YAML")
+    add_config_and_set(evaluate)
     evaluate.add_argument("--model-dir", required=True, help="the run to evaluate")
     evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
                                                "complete one of --model-dir)")
@@ -357,8 +360,6 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", required=True, help="output directory (local)")
     evaluate.add_argument("--baseline", help="compare against: another run's model dir, or a "
                                              "metrics.json written by evaluate")
-    evaluate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                          help="override a config value, e.g. evaluation.group_column=user_id")
     evaluate.add_argument("--quiet", action="store_true", help="no progress lines")
     evaluate.set_defaults(func=_cmd_evaluate)
 
@@ -372,25 +373,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "than retrain.gate.max_drop. Rerunning a date is idempotent. Exit "
                     "codes: 0 published or held, 5 gated, 2 config, 3 data, 4 cluster lost. "
                     "Same as pipelines/daily_retrain.py. See docs/retrain.md.")
-    retrain.add_argument("--config", required=True, help="model/training config YAML")
+    add_config_and_set(retrain)
     retrain.add_argument("--date", required=True, type=_date, help="run date, YYYY-MM-DD")
     retrain.add_argument("--data", help="override data.path (the root of date partitions)")
-    retrain.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="override a config value")
     retrain.set_defaults(func=_cmd_retrain)
 
     backfill = commands.add_parser(
         "backfill", help="run retrain for every date of a range, in order",
         description="Runs recsys-dist retrain for each date from --from to --to, oldest "
                     "first; published or gated days are skipped quickly on a rerun.")
-    backfill.add_argument("--config", required=True, help="model/training config YAML")
+    add_config_and_set(backfill)
     backfill.add_argument("--from", dest="first", required=True, type=_date,
                           help="first date, YYYY-MM-DD")
     backfill.add_argument("--to", dest="last", required=True, type=_date,
                           help="last date, YYYY-MM-DD")
-    backfill.add_argument("--data", help="override data.path")
-    backfill.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                          help="override a config value")
+    backfill.add_argument("--data", help="override data.path (the root of date partitions)")
     backfill.set_defaults(func=_cmd_retrain)
 
     export = commands.add_parser(
@@ -399,14 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "Parquet columns (same names and types) and returns a probability per "
                     "label. Feature transforms run in-graph; sharded tables become plain "
                     "variables, so serving needs no parameter server. See docs/export.md.")
-    export.add_argument("--config", required=True, help="model/training config YAML")
+    add_config_and_set(export)
     export.add_argument("--model-dir", required=True, help="the run to export")
     export.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
                                              "complete one of --model-dir)")
     export.add_argument("--out", required=True, help="output directory (must not exist or "
                                                      "be empty)")
-    export.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value")
     export.set_defaults(func=_cmd_export)
 
     server = commands.add_parser(
@@ -431,14 +426,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         # e.g. ClusterCoordinator logs every failed closure with its graph stack; the
         # command reports the cause itself.
         logging.getLogger("tensorflow").setLevel(logging.CRITICAL)
+    return reporting_errors(lambda: args.func(args))
+
+
+def reporting_errors(action: Callable[[], int]) -> int:
+    """Runs ``action``; a :class:`RecsysError` becomes ``error: <message>`` on stderr and
+    its exit code (never a traceback), Ctrl-C exit code 130."""
     try:
-        return args.func(args)
+        return action()
     except RecsysError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+def exit_now(code: int) -> None:
+    """Flushes and exits through ``os._exit`` (see :func:`run`)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def run() -> None:
@@ -449,13 +457,13 @@ def run() -> None:
     134), which would hide the command's real exit status.
     """
     code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
     if code == RESTART_EXIT and _restart_as is not None:
         # A fresh process: the lost cluster's coordinator state cannot be reused.
+        sys.stdout.flush()
+        sys.stderr.flush()
         os.environ["RECSYS_DIST_RESTART"] = str(_restart_as)
         os.execv(sys.executable, [sys.executable, "-m", "recsys_dist.cli", *sys.argv[1:]])
-    os._exit(code)
+    exit_now(code)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ calibration, slices, and the oracle's AUC and logloss when its logit is in the d
 from __future__ import annotations
 
 import numpy as np
+import tensorflow as tf
 
 from recsys_dist.errors import DataError
+from recsys_dist.features import hashing
 from recsys_dist.evaluation.metrics import EvalAccumulator, EvalData, compute_metrics
 from recsys_dist.evaluation.predict import predict_split
 
@@ -60,10 +62,8 @@ def evaluate_split(runtime, model, pipeline, labels: list[str], oracle_columns: 
 
 
 def _group_ids(values: np.ndarray) -> np.ndarray:
-    """int64 group keys: integers as they are, strings by a stable 64-bit hash."""
+    """int64 group keys: integers as they are, strings by the features' 64-bit string
+    hash (vectorised; the same on every item)."""
     if values.dtype.kind in "iub":
         return values.astype(np.int64)
-    import hashlib
-    return np.array([int.from_bytes(hashlib.blake2b(v if isinstance(v, bytes) else
-                                                    str(v).encode(), digest_size=8).digest(),
-                                    "little", signed=True) for v in values], np.int64)
+    return tf.bitcast(hashing.hash_string(tf.constant(values)), tf.int64).numpy()

@@ -84,7 +84,7 @@ def _save_predictions(path: str, data: M.EvalData, labels: list[str]) -> None:
     pq.write_table(pa.table(columns), path)
 
 
-def _load_predictions(path: str, labels: list[str]) -> dict[str, np.ndarray]:
+def _load_predictions(path: str) -> dict[str, np.ndarray]:
     table = pq.read_table(path)
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
@@ -98,7 +98,7 @@ def _load_evaluation(metrics_path: str, labels: list[str]
     predictions = os.path.join(os.path.dirname(metrics_path), PREDICTIONS)
     if not tf.io.gfile.exists(predictions):
         return metrics, {}, None
-    columns = _load_predictions(predictions, labels)
+    columns = _load_predictions(predictions)
     logits = {l: columns[f"logit_{l}"] for l in labels if f"logit_{l}" in columns}
     return metrics, logits, columns["row_id"]
 
