@@ -120,6 +120,10 @@ def test_evaluate_rejections_name_the_problem(trained, tmp_path):
                   "--out", str(tmp_path / "c"))
     assert changed.returncode == 2
     assert "table 'big' is 4000 x 8 in the checkpoint but 5000 x 8" in changed.stderr
+    wider = cli("evaluate", "--config", config, "--model-dir", model, "--out",
+                str(tmp_path / "e"), "--set", "model.params.hidden_units=[64, 16]")
+    assert wider.returncode == 2 and "does not fit the model of" in wider.stderr, wider.stderr
+    assert "dcn_v2/deep/dense_0/kernel" in wider.stderr
     none = cli("evaluate", "--config", config, "--model-dir", str(tmp_path / "nothing"),
                "--out", str(tmp_path / "d"))
     assert none.returncode == 2 and "no complete checkpoint" in none.stderr

@@ -31,7 +31,7 @@ from recsys_dist.evaluation import metrics as M
 from recsys_dist.evaluation.evaluate import evaluate_split
 from recsys_dist.evaluation.report import write_report
 from recsys_dist.train.checkpoints import (SavedCheckpoint, check_signature, find_checkpoint,
-                                           restore)
+                                           restore_model)
 
 PREDICTIONS = "predictions.parquet"
 METRICS = "metrics.json"
@@ -72,7 +72,7 @@ def _restored_model(config: ExperimentConfig, runtime, saved: SavedCheckpoint):
         model = build_model(config.model.name, config.features, config.inputs, config.labels,
                             config.model.params, seed=config.train.seed)
         model.create_variables()
-    restore(tf.train.Checkpoint(model=model), saved, require_all=True)
+    restore_model(model, saved, config.file)
     return model
 
 

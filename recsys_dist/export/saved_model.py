@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime
 import json
@@ -51,7 +50,7 @@ from recsys_dist.errors import RecsysError
 from recsys_dist.features.transforms import FeatureTransform
 from recsys_dist.models.zoo import RankingModel, build_model
 from recsys_dist.train.checkpoints import (CheckpointError, SavedCheckpoint, check_signature,
-                                           find_checkpoint)
+                                           find_checkpoint, restore_model)
 
 #: The signature a serving request names (TF Serving's default).
 SIGNATURE_KEY = "serving_default"
@@ -123,52 +122,6 @@ def _input_columns(saved: SavedCheckpoint, config: ExperimentConfig
     return transform, inputs
 
 
-def _restore(model: RankingModel, saved: SavedCheckpoint, config: ExperimentConfig) -> None:
-    """Restores ``model``'s weights from ``saved`` and checks every weight was restored.
-
-    Raises:
-      CheckpointError: The checkpoint cannot be read, or a weight of the model is not in
-        it (or has another shape there).
-    """
-    prefix = saved.prefix
-    try:
-        reader = tf.train.load_checkpoint(prefix)
-    except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
-        raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
-                              f"{exc.message.splitlines()[0]}") from None
-    # First, before any restore: the checkpoint holds the model's weights, shape by shape.
-    stored = collections.Counter(
-        tuple(shape) for key, shape in reader.get_variable_to_shape_map().items()
-        if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
-        and "/.OPTIMIZER_SLOT/" not in key)
-    ours = collections.Counter(tuple(v.shape.as_list()) for v in model.variables)
-    if stored != ours:
-        missing = [f"{v.name} {v.shape.as_list()}" for v in model.variables
-                   if stored[tuple(v.shape.as_list())] == 0]
-        detail = ("model weight(s) with no weight of that shape in the checkpoint: "
-                  + ", ".join(missing) if missing else
-                  f"the checkpoint has {sum(stored.values())} model weights, the model "
-                  f"{sum(ours.values())}; shapes only in the checkpoint: "
-                  f"{sorted(map(list, (stored - ours).elements()))}")
-        raise CheckpointError(f"{saved.directory}: does not fit the model of {config.file} "
-                              f"(was it trained with other model params?): {detail}")
-    try:
-        status = tf.train.Checkpoint(model=model).read(prefix)
-    except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
-        raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
-                              f"{exc.message.splitlines()[0]}") from None
-    except ValueError as exc:  # a weight with another shape in the checkpoint
-        raise CheckpointError(f"{saved.directory}: does not fit the model of {config.file}: "
-                              f"{str(exc).splitlines()[0]}") from None
-    status.expect_partial()  # the optimizer slots and the global step are not exported
-    try:
-        status.assert_existing_objects_matched()
-    except AssertionError as exc:
-        raise CheckpointError(f"{saved.directory}: some weights of the model are not in the "
-                              "checkpoint (was it trained with other model params than "
-                              f"{config.file}?): {str(exc).splitlines()[0]}") from None
-
-
 def build_serving_module(model: RankingModel, transform: FeatureTransform,
                          inputs: dict[str, str], labels: list[str]) -> tf.Module:
     """A ``tf.Module`` holding ``model``'s weights and the ``serve`` function.
@@ -216,7 +169,7 @@ def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel
     model = build_model(config.model.name, config.features, config.inputs, config.labels,
                         config.model.params, seed=config.train.seed)
     model.create_variables()
-    _restore(model, saved, config)
+    restore_model(model, saved, config.file)
     return model
 
 

@@ -24,6 +24,7 @@ silently restart from its initial accumulator.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -263,3 +264,49 @@ def find_checkpoint(model_dir: str, checkpoint: str | None = None) -> SavedCheck
     match = _NAME.match(os.path.basename(directory))
     manager = CheckpointManager(os.path.dirname(os.path.dirname(directory)))
     return manager._load(int(match.group(1)) if match else -1, directory)
+
+
+def _whole_variables(model) -> list:
+    """``model``'s variables as saved: a sharded table counts once, whole."""
+    found, seen = [], set()
+    for variable in model.variables:
+        container = getattr(variable, "_sharded_container", None)
+        whole = container() if container is not None else variable
+        if id(whole) not in seen:
+            seen.add(id(whole))
+            found.append(whole)
+    return found
+
+
+def restore_model(model, saved: SavedCheckpoint, config_file: str) -> None:
+    """Restores a model's weights alone (scoring, export) and checks every weight fits.
+
+    A plain restore would not notice a weight of another shape under a strategy, so the
+    checkpoint's model weights are first compared with the model's, shape by shape.
+
+    Raises:
+      CheckpointError: the checkpoint cannot be read, or does not fit the model (e.g. it
+        was trained with other ``model.params``).
+    """
+    try:
+        reader = tf.train.load_checkpoint(saved.prefix)
+    except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+        raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: "
+                              f"{exc.message.splitlines()[0]}") from None
+    stored = collections.Counter(
+        tuple(shape) for key, shape in reader.get_variable_to_shape_map().items()
+        if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
+        and "/.OPTIMIZER_SLOT/" not in key)
+    variables = _whole_variables(model)
+    ours = collections.Counter(tuple(v.shape.as_list()) for v in variables)
+    if stored != ours:
+        missing = [f"{v.name} {v.shape.as_list()}" for v in variables
+                   if stored[tuple(v.shape.as_list())] == 0]
+        detail = ("model weight(s) with no weight of that shape in the checkpoint: "
+                  + ", ".join(missing) if missing else
+                  f"the checkpoint has {sum(stored.values())} model weights, the model "
+                  f"{sum(ours.values())}; shapes only in the checkpoint: "
+                  f"{sorted(map(list, (stored - ours).elements()))}")
+        raise CheckpointError(f"{saved.directory}: does not fit the model of {config_file} "
+                              f"(was it trained with other model params?): {detail}")
+    restore(tf.train.Checkpoint(model=model), saved, require_all=True)
