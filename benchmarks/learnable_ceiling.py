@@ -9,7 +9,8 @@ model trained on days ``1..D-1`` can reach on day ``D``:
   days, and replaces each per-id effect ``e`` of a day-``D`` row by its posterior mean
   ``e * n s^2 v / (1 + n s^2 v)``. Here ``s`` is the effect's standard deviation, ``n`` the
   id's training count and ``v = p (1 - p)`` at the base click rate: the Gaussian
-  approximation of the logistic likelihood of one effect on its own.
+  approximation of the logistic likelihood of one effect on its own. A pairwise
+  interaction is the product of both ids' factors, each from that id's own count.
 - Numeric, tag and topic terms are kept whole (thousands of rows inform each of them).
 
 It is an optimistic estimate: it treats every effect as if all the others were known.
@@ -43,10 +44,11 @@ def effect_terms(generator, seed: int, batch) -> dict[str, tuple]:
         terms[field] = (ids, sigma * scale(slots) * normal(key(seed, "click", field), ids),
                         sigma * scale(slots))
     for (f, g), sigma in synth._CLICK_PAIR_SIGMAS.items():
-        ids = synth._hash(1, batch.categorical[f], batch.categorical[g]).astype(np.int64)
-        s = sigma * scale(batch.slots[f] * batch.slots[g])
-        terms[f"{f} x {g}"] = (ids, s * normal(key(seed, "click", f, g), batch.categorical[f],
-                                               batch.categorical[g]), s)
+        s = sigma * np.sqrt(scale(batch.slots[f]) * scale(batch.slots[g]))
+        effect = s * synth._affinity(key(seed, "click", f, g), batch.categorical[f],
+                                     batch.categorical[g])
+        # each id's latent vector is learned from that id's own rows
+        terms[f"{f} x {g}"] = ((batch.categorical[f], batch.categorical[g]), effect, s)
     s = synth._USER_SIGMA * scale(batch.user_slot)
     terms["user"] = (batch.user_id, s * normal(key(seed, "click", "user"), batch.user_id), s)
     return terms
@@ -69,8 +71,9 @@ def main() -> None:
     for day in range(args.days - 1):
         for batch, _ in day_batches(day):
             for name, (ids, _, _) in effect_terms(generator, args.seed, batch).items():
-                values, n = np.unique(ids, return_counts=True)
-                counts[name].update(dict(zip(values.tolist(), n.tolist())))
+                for part, part_ids in enumerate(ids if isinstance(ids, tuple) else (ids,)):
+                    values, n = np.unique(part_ids, return_counts=True)
+                    counts[(name, part)].update(dict(zip(values.tolist(), n.tolist())))
         print(f"counted day {day + 1} of {args.days - 1}", flush=True)
     oracle, learnable, labels, left = [], [], [], collections.defaultdict(list)
     for batch, rng in day_batches(args.days - 1):
@@ -79,9 +82,13 @@ def main() -> None:
         logit = logit.astype(np.float64)
         estimate = logit.copy()
         for name, (ids, effect, sigma) in effect_terms(generator, args.seed, batch).items():
-            seen = np.array([counts[name].get(i, 0) for i in ids.tolist()], dtype=np.float64)
-            information = seen * sigma**2 * LOGIT_VARIANCE
-            unlearned = effect / (1.0 + information)
+            learned = np.ones(batch.n)  # an interaction needs both ids' vectors
+            for part, part_ids in enumerate(ids if isinstance(ids, tuple) else (ids,)):
+                seen = np.array([counts[(name, part)].get(i, 0) for i in part_ids.tolist()],
+                                dtype=np.float64)
+                information = seen * sigma**2 * LOGIT_VARIANCE
+                learned *= information / (1.0 + information)
+            unlearned = effect * (1.0 - learned)
             estimate -= unlearned
             left[name].append(unlearned.var())
         oracle.append(logit)

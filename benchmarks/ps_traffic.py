@@ -5,7 +5,9 @@ For the demo model on real batches of the synthetic data, it counts per worker s
 - dense weights read (every dense variable, each step) and their gradients written;
 - embedding rows read: the distinct ids each feature looks up (the embedding layer
   de-duplicates ids before the lookup), times the table's dim;
-- embedding gradients written: the same rows, plus their int64 indices.
+- embedding gradients written: the same rows, plus their int64 indices;
+- how many variables (table shards and dense variables) one step reads and updates on the
+  parameter servers: each is at least one remote operation per step, whatever its size.
 
 It prints the bytes per step and, given the measured step rate of ``recsys-dist train``
 (``--examples-per-second``, e.g. from ``benchmarks/train_bench.py`` way a), the traffic per
@@ -28,6 +30,7 @@ from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.synth import synthesize  # noqa: E402
 from recsys_dist.models.embedding import table_of  # noqa: E402
+from recsys_dist.models.sharding import TablePartitioner, embedding_tables  # noqa: E402
 from recsys_dist.models.zoo import build_model  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -79,6 +82,15 @@ def main() -> None:
           "features)")
     print(f"embedding gradients written / step: {emb_write / 1e6:8.2f} MB (rows + int64 indices)")
     print(f"total per step:                     {per_step / 1e6:8.2f} MB")
+    partitioner = TablePartitioner(config.train.embedding_shard_bytes, config.cluster.ps)
+    import tensorflow as tf  # noqa: E402  (already loaded by the model)
+
+    with embedding_tables():
+        shards = sum(partitioner(tf.TensorShape([t.rows, t.dim]), tf.float32)[0]
+                     for t in config.features.tables.values())
+    print(f"variables touched per step:         {len(config.features.tables)} tables in "
+          f"{shards} shards on {config.cluster.ps} ps (gather + sparse update each), "
+          f"{len(model.dense_variables)} dense variables (read + update each)")
     print(f"at {args.examples_per_second:,.0f} examples/s ({steps_per_second:,.0f} steps/s over "
           f"all workers): {per_step * steps_per_second / 1e6:,.0f} MB/s through the parameter "
           "servers")

@@ -16,7 +16,7 @@ measured about 1.4k examples/s for (c)). (a) uses Adagrad for the tables and Ada
 small dense towers. Prints every rate
 and the ratios a/b (target >= 1.0) and a/c (target >= 1.3).
 
-Usage: ``python benchmarks/train_bench.py [--rows 300000]``; ``--way a|b|c`` runs one
+Usage: ``python benchmarks/train_bench.py [--rows 300000] [--set KEY=VALUE ...]``; ``--way a|b|c`` runs one
 way only and prints its rate as JSON (used internally: each cluster way runs in its own
 process).
 """
@@ -43,7 +43,8 @@ OVERRIDES = ["data.train={dates: 2026-01-01}", "train.log_every_seconds=1000"]
 def _config():
     from recsys_dist.config import load_config
 
-    return load_config(CONFIG, OVERRIDES)
+    extra = json.loads(os.environ.get("TRAIN_BENCH_SET", "[]"))
+    return load_config(CONFIG, OVERRIDES + extra)
 
 
 def way_a(data: str) -> float:
@@ -138,7 +139,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=300_000, help="rows of training data")
     parser.add_argument("--data", help="existing synthetic data with dt=2026-01-01")
     parser.add_argument("--way", choices=sorted(WAYS), help="run one way, print JSON")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for every way, e.g. features=OTHER.yaml")
     args = parser.parse_args()
+    if args.set:
+        os.environ["TRAIN_BENCH_SET"] = json.dumps(args.set)
     if args.way:
         print(json.dumps({"way": args.way, "examples_per_second": WAYS[args.way](args.data)}))
         sys.stdout.flush()

@@ -23,7 +23,7 @@ so every effect is a function of what is stored in the row)::
     click_logit = b
         + sum_{f in F}        s_f  * w(p_f)       * z(seed, f, c_f)            # ~15 fields
         + s_u                      * w(p_u)       * z(seed, "user", user_id)
-        + sum_{(f,g) in P}    s_fg * w(p_f * p_g) * z(seed, f, g, c_f, c_g)    # interactions
+        + sum_{(f,g) in P}    s_fg * sqrt(w(p_f) w(p_g)) * a_fg(c_f, c_g)      # interactions
         + s_tag   * mean_{t in tags} z(seed, "tag", t)      (m_tag if no tags)
         + s_topic * sum_{(k, w) in topics} w * z(seed, "topic", k)
         + sum_j g_j(x_j)                                    (m_j if x_j is NaN)
@@ -33,16 +33,19 @@ so every effect is a function of what is stored in the row)::
 Rare ids carry smaller effects, as in real logs where the long tail sits close to its
 field's average: ``p_f`` is the popularity slot of ``c_f`` (0 for the most popular id and
 for a missing value, see below), ``p_u`` the user's popularity rank, and
-``w(p) = (1 + p / 300) ** -0.5``. A pair is as popular as the product of its slots. So
+``w(p) = (1 + p / 300) ** -0.5``. So
 the ids a few million rows show often carry most of the signal, and a model trained on
 such data can get close to the oracle: on 7 days x 500k rows, an estimate of what is
-learnable from days 1-6 (``benchmarks/learnable_ceiling.py``) is within 0.003 AUC of the
+learnable from days 1-6 (``benchmarks/learnable_ceiling.py``) is within 0.002 AUC of the
 oracle on day 7. (Without ``w``, most of the signal sat in ids seen a handful of times,
 and the learnable part was 0.012 AUC below the oracle.)
 
-The interaction effects ``P = {(C2,C17), (C5,C8), (C6,C14), (C9,C13)}`` are
-independent of the per-field effects, so a linear model over the ids cannot express
-them; the numeric terms are non-monotone or non-linear::
+The interactions ``P = {(C2,C17), (C5,C8), (C6,C14), (C9,C13)}`` are affinities of
+rank 4, like a user's taste for an item: ``a_fg(c, d) = sum_k u_k(c) v_k(d) / 2`` with
+``u_k(c) = z(seed, f, g, "u", k, c)`` and ``v_k(d) = z(seed, f, g, "v", k, d)``. They are
+independent of the per-field effects, so a linear model over the ids cannot express them,
+while models with embeddings (FM, cross layers, dot interactions) can learn them from each
+id's own rows. The numeric terms are non-monotone or non-linear::
 
     g_1(x)  = 0.55 * sin(1.7 * log1p(x))                        # oscillating
     g_2(x)  = 0.25 * tanh(log1p(max(x, 0)) - 2) - 0.4 * [x < 0] # saturating + sign
@@ -165,6 +168,7 @@ _CLICK_PAIR_SIGMAS = {("C2", "C17"): 0.38, ("C5", "C8"): 0.38, ("C6", "C14"): 0.
                       ("C9", "C13"): 0.38}
 _USER_SIGMA = 0.42
 _EFFECT_HEAD, _EFFECT_DECAY = 300.0, 0.5  # rare ids carry smaller effects
+_AFFINITY_RANK = 4  # latent dimensions of each pairwise interaction
 _TAG_SIGMA, _NO_TAG_EFFECT = 0.55, -0.25
 _TOPIC_SIGMA = 0.4
 _CVR_FIELD_SIGMAS = {"C4": 0.4, "C11": 0.35, "C16": 0.4, "C24": 0.35}
@@ -515,8 +519,8 @@ class _Generator:
             logit += (sigma * _effect_scale(b.slots[field])
                       * _normal(_key(seed, "click", field), b.categorical[field]))
         for (f, g), sigma in _CLICK_PAIR_SIGMAS.items():
-            logit += (sigma * _effect_scale(b.slots[f] * b.slots[g])
-                      * _normal(_key(seed, "click", f, g), b.categorical[f], b.categorical[g]))
+            logit += (sigma * np.sqrt(_effect_scale(b.slots[f]) * _effect_scale(b.slots[g]))
+                      * _affinity(_key(seed, "click", f, g), b.categorical[f], b.categorical[g]))
         logit += (_USER_SIGMA * _effect_scale(b.user_slot)
                   * _normal(_key(seed, "click", "user"), b.user_id))
         tag_effect = np.bincount(b.tag_rows, minlength=b.n, weights=_normal(
@@ -557,6 +561,15 @@ class _Generator:
         cvr_bias = _solve_bias(lambda b: (p_click * _sigmoid(cvr_raw + b)).mean(),
                                _TARGET_CONVERSION_RATE)
         return click_bias, cvr_bias
+
+
+def _affinity(key: int, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """``<u(first), v(second)> / sqrt(K)``: a rank-``K`` interaction of two ids whose latent
+    vectors are standard normals hashed from ``key`` (unit variance, mean 0)."""
+    total = np.zeros(first.shape)
+    for k in range(_AFFINITY_RANK):
+        total += _normal(_key(key, "u", k), first) * _normal(_key(key, "v", k), second)
+    return total / math.sqrt(_AFFINITY_RANK)
 
 
 def _effect_scale(slot: np.ndarray) -> np.ndarray:
