@@ -1,7 +1,7 @@
 """Daily retraining on a real local cluster: three consecutive synthetic days.
 
 Day 1 publishes the first model; day 2 warm-starts from it and publishes; day 3 trains
-on shuffled labels and the gate keeps day 2 current. Reruns change nothing, a missing
+on inverted labels and the gate keeps day 2 current. Reruns change nothing, a missing
 partition fails without publishing, and feature-config drift is handled as
 documented (new table fresh, removed table ignored with a warning, resized table
 refused by default).
@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -51,14 +50,16 @@ def days(tmp_path_factory):
     data = tmp / "data"
     synthesize(data, days=4, rows_per_day=8_000, seed=4, rows_per_file=4_000,
                row_groups_per_file=2)
-    shuffled = tmp / "shuffled"  # day 3 with its click labels permuted
-    shutil.copytree(data, shuffled)
-    rng = np.random.default_rng(0)
-    for path in sorted((shuffled / "dt=2026-01-03").glob("*.parquet")):
+    # Day 3 with its click labels inverted: a model trained on it learns the signal
+    # backwards, so it is clearly worse on day 4 however weak the honest model is
+    # (permuted labels were tried first: on 8k rows a day the honest model is close
+    # enough to chance that a permuted one sometimes passed the gate).
+    inverted = tmp / "inverted"
+    shutil.copytree(data, inverted)
+    for path in sorted((inverted / "dt=2026-01-03").glob("*.parquet")):
         table = pq.read_table(path)
         index = table.schema.get_field_index("click")
-        table = table.set_column(index, "click",
-                                 pa.array(rng.permutation(table.column("click").to_numpy())))
+        table = table.set_column(index, "click", pa.array(1 - table.column("click").to_numpy()))
         pq.write_table(table, path, row_group_size=2_000)
     config = write_config(tmp, data)
     text = pathlib.Path(config).read_text().replace("  epochs: 2\n", "  epochs: 1\n")
@@ -68,9 +69,9 @@ def days(tmp_path_factory):
     outputs = {}
     outputs[1] = retrain(config, "2026-01-01")
     outputs[2] = retrain(config, "2026-01-02", pipeline=True)  # the pipeline script
-    outputs[3] = retrain(config, "2026-01-03", "--data", str(shuffled),
+    outputs[3] = retrain(config, "2026-01-03", "--data", str(inverted),
                          "--set", "train.epochs=3")
-    return tmp, config, root, shuffled, outputs
+    return tmp, config, root, inverted, outputs
 
 
 def test_day_two_warm_starts_from_day_one_and_publishes(days):
@@ -95,7 +96,7 @@ def test_day_two_warm_starts_from_day_one_and_publishes(days):
     assert boot["low"] <= boot["delta"] <= boot["high"]
 
 
-def test_a_model_trained_on_shuffled_labels_is_not_published(days):
+def test_a_model_trained_on_inverted_labels_is_not_published(days):
     _, _, root, _, outputs = days
     assert outputs[3].returncode == 5, outputs[3].stdout[-3000:] + outputs[3].stderr
     assert "NOT published" in outputs[3].stdout and "2026-01-02 stays current" in outputs[3].stdout
@@ -104,11 +105,11 @@ def test_a_model_trained_on_shuffled_labels_is_not_published(days):
 
 
 def test_rerunning_a_day_changes_nothing(days):
-    _, config, root, shuffled, _ = days
+    _, config, root, inverted, _ = days
     before = snapshot(root)
     again = retrain(config, "2026-01-02")
     assert again.returncode == 0 and "already published" in again.stdout
-    gated = retrain(config, "2026-01-03", "--data", str(shuffled), "--set", "train.epochs=3")
+    gated = retrain(config, "2026-01-03", "--data", str(inverted), "--set", "train.epochs=3")
     assert gated.returncode == 5 and "already decided" in gated.stdout
     assert "cluster " not in again.stdout + gated.stdout  # nothing started
     assert snapshot(root) == before
