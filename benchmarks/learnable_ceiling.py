@@ -31,27 +31,7 @@ import numpy as np
 from recsys_dist.data import synth
 from recsys_dist.evaluation.metrics import auc
 
-FILES_PER_DAY = 5
 LOGIT_VARIANCE = 0.25 * 0.75  # p (1 - p) at the 25% click rate
-
-
-def effect_terms(generator, seed: int, batch) -> dict[str, tuple]:
-    """Per term: (id key per row, effect per row, effect standard deviation per row)."""
-    scale, normal, key = synth._effect_scale, synth._normal, synth._key
-    terms = {}
-    for field, sigma in synth._CLICK_FIELD_SIGMAS.items():
-        ids, slots = batch.categorical[field], batch.slots[field]
-        terms[field] = (ids, sigma * scale(slots) * normal(key(seed, "click", field), ids),
-                        sigma * scale(slots))
-    for (f, g), sigma in synth._CLICK_PAIR_SIGMAS.items():
-        s = sigma * np.sqrt(scale(batch.slots[f]) * scale(batch.slots[g]))
-        effect = s * synth._affinity(key(seed, "click", f, g), batch.categorical[f],
-                                     batch.categorical[g])
-        # each id's latent vector is learned from that id's own rows
-        terms[f"{f} x {g}"] = ((batch.categorical[f], batch.categorical[g]), effect, s)
-    s = synth._USER_SIGMA * scale(batch.user_slot)
-    terms["user"] = (batch.user_id, s * normal(key(seed, "click", "user"), batch.user_id), s)
-    return terms
 
 
 def main() -> None:
@@ -61,40 +41,36 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     generator = synth._Generator(args.seed)
+    file_rows = synth.rows_per_file_of_day(args.rows_per_day)  # as `data synth` writes them
 
-    def day_batches(day):
-        for index in range(FILES_PER_DAY):
-            rng = np.random.default_rng([args.seed, day, index])
-            yield generator._features(day, rng, args.rows_per_day // FILES_PER_DAY), rng
-
-    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    counts: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
     for day in range(args.days - 1):
-        for batch, _ in day_batches(day):
-            for name, (ids, _, _) in effect_terms(generator, args.seed, batch).items():
-                for part, part_ids in enumerate(ids if isinstance(ids, tuple) else (ids,)):
-                    values, n = np.unique(part_ids, return_counts=True)
-                    counts[(name, part)].update(dict(zip(values.tolist(), n.tolist())))
+        for index, n in enumerate(file_rows):
+            batch = generator._features(day, np.random.default_rng([args.seed, day, index]), n)
+            for name, term in generator.click_id_terms(batch).items():
+                for part, ids in enumerate(term.ids):
+                    values, seen = np.unique(ids, return_counts=True)
+                    counts[(name, part)].update(dict(zip(values.tolist(), seen.tolist())))
         print(f"counted day {day + 1} of {args.days - 1}", flush=True)
     oracle, learnable, labels, left = [], [], [], collections.defaultdict(list)
-    for batch, rng in day_batches(args.days - 1):
-        logit = (generator._click_logit(batch) + generator._click_bias).astype(np.float32)
-        labels.append(rng.random(batch.n) < synth._sigmoid(logit.astype(np.float64)))
+    for index, n in enumerate(file_rows):
+        batch, logit, click, _ = generator.clicks(args.days - 1, index, n)
         logit = logit.astype(np.float64)
         estimate = logit.copy()
-        for name, (ids, effect, sigma) in effect_terms(generator, args.seed, batch).items():
-            learned = np.ones(batch.n)  # an interaction needs both ids' vectors
-            for part, part_ids in enumerate(ids if isinstance(ids, tuple) else (ids,)):
-                seen = np.array([counts[(name, part)].get(i, 0) for i in part_ids.tolist()],
+        for name, term in generator.click_id_terms(batch).items():
+            learned = np.ones(n)  # an interaction needs both ids' vectors
+            for part, ids in enumerate(term.ids):
+                seen = np.array([counts[(name, part)].get(i, 0) for i in ids.tolist()],
                                 dtype=np.float64)
-                information = seen * sigma**2 * LOGIT_VARIANCE
+                information = seen * term.scale**2 * LOGIT_VARIANCE
                 learned *= information / (1.0 + information)
-            unlearned = effect * (1.0 - learned)
+            unlearned = term.effect * (1.0 - learned)
             estimate -= unlearned
             left[name].append(unlearned.var())
         oracle.append(logit)
         learnable.append(estimate)
-    oracle, learnable = np.concatenate(oracle), np.concatenate(learnable)
-    labels = np.concatenate(labels)  # the day's stored click labels
+        labels.append(click)  # the day's stored click labels
+    oracle, learnable, labels = (np.concatenate(a) for a in (oracle, learnable, labels))
     oracle_auc, learnable_auc = auc(labels, oracle), auc(labels, learnable)
     print(f"day {args.days}, {oracle.size:,} rows: oracle AUC {oracle_auc:.4f}, learnable "
           f"estimate {learnable_auc:.4f} (gap {oracle_auc - learnable_auc:.4f})")

@@ -254,17 +254,15 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     started = time.perf_counter()
     generator = _Generator(int(seed))
-    n_files = min(rows_per_day, max(2, math.ceil(rows_per_day / rows_per_file)))
-    base, extra = divmod(rows_per_day, n_files)
+    file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)
     dts, files = [], []
     clicks = conversions = 0
     for day in range(days):
         dt = (start_date + datetime.timedelta(days=day)).isoformat()
         day_dir = os.path.join(os.fspath(out_dir), f"dt={dt}")
         os.makedirs(day_dir, exist_ok=True)
-        _remove_stale_parts(day_dir, keep=n_files)
-        for index in range(n_files):
-            n = base + (index < extra)
+        _remove_stale_parts(day_dir, keep=len(file_rows))
+        for index, n in enumerate(file_rows):
             table = generator.table(day, index, n)
             name = f"part-{index:05d}.parquet"
             path = os.path.join(day_dir, name)
@@ -279,6 +277,13 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
     return SynthReport(out_dir=os.fspath(out_dir), days=dts, files=files, rows=rows,
                        click_rate=clicks / rows, conversion_rate=conversions / rows,
                        seconds=time.perf_counter() - started)
+
+
+def rows_per_file_of_day(rows_per_day: int, rows_per_file: int = 100_000) -> list[int]:
+    """The row count of each file :func:`synthesize` writes for one day, in file order."""
+    n_files = min(rows_per_day, max(2, math.ceil(rows_per_day / rows_per_file)))
+    base, extra = divmod(rows_per_day, n_files)
+    return [base + (index < extra) for index in range(n_files)]
 
 
 def _remove_stale_parts(day_dir: str, keep: int) -> None:
@@ -370,6 +375,22 @@ class _Batch:
     topic_counts: np.ndarray
 
 
+@dataclasses.dataclass(frozen=True)
+class IdTerm:
+    """One per-id term of the click logit, per row.
+
+    Attributes:
+      ids: The id arrays the term is a function of: one for a field or the user, two for
+        an interaction (each id has its own latent vector).
+      scale: The term's standard deviation for the row's ids (``s * w(p)``).
+      effect: The term's value.
+    """
+
+    ids: tuple[np.ndarray, ...]
+    scale: np.ndarray
+    effect: np.ndarray
+
+
 class _Generator:
     """Samples rows and labels for one seed, caching per-run tables."""
 
@@ -381,13 +402,20 @@ class _Generator:
                               [*CARDINALITIES.items(), ("user_id", _USERS), ("tags", _TAGS)]}
         self._click_bias, self._cvr_bias = self._calibrate()
 
-    def table(self, day: int, file_index: int, n: int) -> pa.Table:
-        """Generates file ``file_index`` of ``day`` with ``n`` rows as an Arrow table."""
+    def clicks(self, day: int, file_index: int, n: int
+               ) -> tuple[_Batch, np.ndarray, np.ndarray, np.random.Generator]:
+        """The features, float32 click logits and click labels of file ``file_index`` of
+        ``day`` (``n`` rows), and the file's random generator for what is drawn next."""
         rng = np.random.default_rng([self._seed, day, file_index])
         batch = self._features(day, rng, n)
         click_logit = (self._click_logit(batch) + self._click_bias).astype(np.float32)
-        cvr_logit = self._cvr_logit(batch) + self._cvr_bias
         click = rng.random(n) < _sigmoid(click_logit.astype(np.float64))
+        return batch, click_logit, click, rng
+
+    def table(self, day: int, file_index: int, n: int) -> pa.Table:
+        """Generates file ``file_index`` of ``day`` with ``n`` rows as an Arrow table."""
+        batch, click_logit, click, rng = self.clicks(day, file_index, n)
+        cvr_logit = self._cvr_logit(batch) + self._cvr_bias
         conversion = click & (rng.random(n) < _sigmoid(cvr_logit))
         log_p = -_softplus(-click_logit.astype(np.float64)) - _softplus(-cvr_logit)
         conversion_logit = log_p - np.log(-np.expm1(log_p))
@@ -511,18 +539,28 @@ class _Generator:
 
     # -- labels
 
+    def click_id_terms(self, b: _Batch) -> dict[str, IdTerm]:
+        """The click logit's per-id terms: every field, interaction and user effect."""
+        seed, terms = self._seed, {}
+        for field, sigma in _CLICK_FIELD_SIGMAS.items():
+            ids, scale = b.categorical[field], sigma * _effect_scale(b.slots[field])
+            terms[field] = IdTerm((ids,), scale, scale * _normal(_key(seed, "click", field), ids))
+        for (f, g), sigma in _CLICK_PAIR_SIGMAS.items():
+            scale = sigma * np.sqrt(_effect_scale(b.slots[f]) * _effect_scale(b.slots[g]))
+            terms[f"{f} x {g}"] = IdTerm(
+                (b.categorical[f], b.categorical[g]), scale,
+                scale * _affinity(_key(seed, "click", f, g), b.categorical[f], b.categorical[g]))
+        scale = _USER_SIGMA * _effect_scale(b.user_slot)
+        terms["user"] = IdTerm((b.user_id,), scale,
+                               scale * _normal(_key(seed, "click", "user"), b.user_id))
+        return terms
+
     def _click_logit(self, b: _Batch) -> np.ndarray:
         """The click logit without the bias (see the module docstring)."""
         seed = self._seed
         logit = np.zeros(b.n)
-        for field, sigma in _CLICK_FIELD_SIGMAS.items():
-            logit += (sigma * _effect_scale(b.slots[field])
-                      * _normal(_key(seed, "click", field), b.categorical[field]))
-        for (f, g), sigma in _CLICK_PAIR_SIGMAS.items():
-            logit += (sigma * np.sqrt(_effect_scale(b.slots[f]) * _effect_scale(b.slots[g]))
-                      * _affinity(_key(seed, "click", f, g), b.categorical[f], b.categorical[g]))
-        logit += (_USER_SIGMA * _effect_scale(b.user_slot)
-                  * _normal(_key(seed, "click", "user"), b.user_id))
+        for term in self.click_id_terms(b).values():
+            logit += term.effect
         tag_effect = np.bincount(b.tag_rows, minlength=b.n, weights=_normal(
             _key(seed, "click", "tag"), b.tag_ids))
         logit += np.where(b.tag_counts > 0,
