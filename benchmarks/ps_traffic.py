@@ -25,6 +25,7 @@ import tempfile
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 
 import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
@@ -83,8 +84,6 @@ def main() -> None:
     print(f"embedding gradients written / step: {emb_write / 1e6:8.2f} MB (rows + int64 indices)")
     print(f"total per step:                     {per_step / 1e6:8.2f} MB")
     partitioner = TablePartitioner(config.train.embedding_shard_bytes, config.cluster.ps)
-    import tensorflow as tf  # noqa: E402  (already loaded by the model)
-
     with embedding_tables():
         shards = sum(partitioner(tf.TensorShape([t.rows, t.dim]), tf.float32)[0]
                      for t in config.features.tables.values())

@@ -16,9 +16,9 @@ measured about 1.4k examples/s for (c)). (a) uses Adagrad for the tables and Ada
 small dense towers. Prints every rate
 and the ratios a/b (target >= 1.0) and a/c (target >= 1.3).
 
-Usage: ``python benchmarks/train_bench.py [--rows 300000] [--set KEY=VALUE ...]``; ``--way a|b|c`` runs one
-way only and prints its rate as JSON (used internally: each cluster way runs in its own
-process).
+Usage: ``python benchmarks/train_bench.py [--rows 300000] [--set KEY=VALUE ...]``;
+``--set`` overrides the config of every way; ``--way a|b|c`` runs one way only and prints
+its rate as JSON (used internally: each cluster way runs in its own process).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import tempfile
 import time
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
+from recsys_dist.errors import RecsysError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "demo.yaml")
@@ -43,8 +44,7 @@ OVERRIDES = ["data.train={dates: 2026-01-01}", "train.log_every_seconds=1000"]
 def _config():
     from recsys_dist.config import load_config
 
-    extra = json.loads(os.environ.get("TRAIN_BENCH_SET", "[]"))
-    return load_config(CONFIG, OVERRIDES + extra)
+    return load_config(CONFIG, OVERRIDES)
 
 
 def way_a(data: str) -> float:
@@ -142,8 +142,11 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every way, e.g. features=OTHER.yaml")
     args = parser.parse_args()
-    if args.set:
-        os.environ["TRAIN_BENCH_SET"] = json.dumps(args.set)
+    OVERRIDES.extend(args.set)  # every way, in this process or the child ones
+    try:
+        _config()  # a bad --set fails here, with the config's own message
+    except RecsysError as exc:
+        sys.exit(f"error: {exc}")
     if args.way:
         print(json.dumps({"way": args.way, "examples_per_second": WAYS[args.way](args.data)}))
         sys.stdout.flush()
@@ -156,7 +159,8 @@ def main() -> None:
             synthesize(tmp, days=1, rows_per_day=args.rows, seed=2)
         rates = {}
         for way in "abc":
-            done = subprocess.run([sys.executable, __file__, "--way", way, "--data", data],
+            sets = [part for item in args.set for part in ("--set", item)]
+            done = subprocess.run([sys.executable, __file__, "--way", way, "--data", data, *sets],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 sys.exit(f"way {way} failed:\n{done.stderr[-3000:]}")
