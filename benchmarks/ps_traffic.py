@@ -30,7 +30,7 @@ import tensorflow as tf  # noqa: E402
 from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.synth import synthesize  # noqa: E402
-from recsys_dist.models.embedding import table_of  # noqa: E402
+from recsys_dist.models.embedding import FeatureEmbeddings, table_of  # noqa: E402
 from recsys_dist.models.sharding import TablePartitioner, embedding_tables  # noqa: E402
 from recsys_dist.models.zoo import build_model  # noqa: E402
 
@@ -84,12 +84,13 @@ def main() -> None:
     print(f"embedding gradients written / step: {emb_write / 1e6:8.2f} MB (rows + int64 indices)")
     print(f"total per step:                     {per_step / 1e6:8.2f} MB")
     partitioner = TablePartitioner(config.train.embedding_shard_bytes, config.cluster.ps)
+    stacks = [s for m in model.submodules if isinstance(m, FeatureEmbeddings) for s in m.stacks]
     with embedding_tables():
-        shards = sum(partitioner(tf.TensorShape([t.rows, t.dim]), tf.float32)[0]
-                     for t in config.features.tables.values())
-    print(f"variables touched per step:         {len(config.features.tables)} tables in "
-          f"{shards} shards on {config.cluster.ps} ps (gather + sparse update each), "
-          f"{len(model.dense_variables)} dense variables (read + update each)")
+        shards = sum(partitioner(s.variable.shape, tf.float32)[0] for s in stacks)
+    print(f"variables touched per step:         {len(config.features.tables)} tables stacked "
+          f"into {len(stacks)} weight(s), {shards} shard(s) on {config.cluster.ps} ps "
+          f"(gather + sparse update each), {len(model.dense_variables)} dense variables "
+          "(read + update each)")
     print(f"at {args.examples_per_second:,.0f} examples/s ({steps_per_second:,.0f} steps/s over "
           f"all workers): {per_step * steps_per_second / 1e6:,.0f} MB/s through the parameter "
           "servers")

@@ -16,7 +16,12 @@ measured about 1.4k examples/s for (c)). (a) uses Adagrad for the tables and Ada
 small dense towers. Prints every rate
 and the ratios a/b (target >= 1.0) and a/c (target >= 1.3).
 
-Usage: ``python benchmarks/train_bench.py [--rows 300000] [--set KEY=VALUE ...]``;
+The host's speed drifts by up to 2x within minutes (measured: (b) at 23.6k and 13.2k
+examples/s in two runs 5 minutes apart), so a single a/b from one pass can mislead. The
+ways therefore run interleaved, ``--rounds`` times (a, b, c, a, b, c, ...), and the ratios
+are taken from each way's median; every round's figures are printed too.
+
+Usage: ``python benchmarks/train_bench.py [--rows 300000] [--rounds 3] [--set KEY=VALUE ...]``;
 ``--set`` overrides the config of every way; ``--way a|b|c`` runs one way only and prints
 its rate as JSON (used internally: each cluster way runs in its own process).
 """
@@ -27,6 +32,7 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -138,6 +144,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=300_000, help="rows of training data")
     parser.add_argument("--data", help="existing synthetic data with dt=2026-01-01")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds of the three ways (median is reported)")
     parser.add_argument("--way", choices=sorted(WAYS), help="run one way, print JSON")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every way, e.g. features=OTHER.yaml")
@@ -157,23 +165,29 @@ def main() -> None:
             from recsys_dist.data.synth import synthesize
 
             synthesize(tmp, days=1, rows_per_day=args.rows, seed=2)
-        rates = {}
-        for way in "abc":
-            sets = [part for item in args.set for part in ("--set", item)]
-            done = subprocess.run([sys.executable, __file__, "--way", way, "--data", data, *sets],
-                                  capture_output=True, text=True)
-            if done.returncode != 0:
-                sys.exit(f"way {way} failed:\n{done.stderr[-3000:]}")
-            rates[way] = json.loads(done.stdout.strip().splitlines()[-1])["examples_per_second"]
-            print(f"way {way}: {rates[way]:,.0f} examples/s", flush=True)
+        runs: dict[str, list[float]] = {way: [] for way in WAYS}
+        for round_ in range(1, args.rounds + 1):
+            for way in WAYS:
+                sets = [part for item in args.set for part in ("--set", item)]
+                done = subprocess.run([sys.executable, __file__, "--way", way, "--data", data,
+                                       *sets], capture_output=True, text=True)
+                if done.returncode != 0:
+                    sys.exit(f"way {way} failed:\n{done.stderr[-3000:]}")
+                rate = json.loads(done.stdout.strip().splitlines()[-1])["examples_per_second"]
+                runs[way].append(rate)
+                print(f"round {round_}/{args.rounds} way {way}: {rate:,.0f} examples/s",
+                      flush=True)
     names = {"a": "(a) recsys-dist, 2 workers + 2 ps",
              "b": "(b) single-process model.fit on numpy",
              "c": "(c) PSS + model.fit + DatasetCreator, 2w+2ps"}
+    rates = {way: statistics.median(values) for way, values in runs.items()}
     for way, rate in rates.items():
-        print(f"{names[way]:48s} {rate:>10,.0f} examples/s")
+        each = " / ".join(f"{v:,.0f}" for v in runs[way])
+        print(f"{names[way]:48s} {rate:>10,.0f} examples/s (median of {each})")
     print(f"a/b = {rates['a'] / rates['b']:.2f} (target >= 1.0), "
-          f"a/c = {rates['a'] / rates['c']:.2f} (target >= 1.3)")
-
+          f"a/c = {rates['a'] / rates['c']:.2f} (target >= 1.3); per round: "
+          + ", ".join(f"a/b {a / b:.2f} a/c {a / c:.2f}"
+                      for a, b, c in zip(runs["a"], runs["b"], runs["c"])))
 
 if __name__ == "__main__":
     main()

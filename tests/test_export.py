@@ -250,17 +250,18 @@ def test_export_result_and_info(trained, exported):
         assert [p.name for p in directory.parent.iterdir()] == ["1"]
 
 
-def test_export_holds_each_table_as_one_plain_variable(exported):
+def test_export_holds_the_table_stack_as_one_plain_variable(exported):
     import collections
 
     import tensorflow as tf
 
-    # In training `big` (4000 x 8 floats) was split over both parameter servers.
+    # In training the stack of the 4 tables of dim 8 (4000 + 300 + 500 + 2000 rows) was
+    # split over both parameter servers.
     reader = tf.train.load_checkpoint(str(exported["dcn_v2"][1] / "variables" / "variables"))
     shapes = collections.Counter(tuple(shape) for key, shape in
                                  reader.get_variable_to_shape_map().items()
                                  if key.endswith("VARIABLE_VALUE") and shape[0] >= 300)
-    assert shapes == {(4000, 8): 1, (300, 8): 1, (500, 8): 1, (2000, 8): 1}, shapes
+    assert shapes == {(6800, 8): 1}, shapes
 
 
 # ---- serving in a process without recsys_dist ---------------------------------------------

@@ -294,9 +294,13 @@ def test_feature_embeddings_pool_exactly_and_share_tables(tmp_path):
     cfg = _write_config(tmp_path, POOLING_FEATURES)
     layer = FeatureEmbeddings(cfg, POOLING_ORDER, seed=0)
     assert list(layer.tables) == ["t", "b"]
-    assert len(layer.trainable_variables) == 2  # four features share table t
+    # Both tables (dim 2) are stacked in one weight, t's 4 rows then b's 3; four
+    # features share table t.
     assert [v.name for v in layer.trainable_variables] == [
-        "feature_embeddings/embedding/t:0", "feature_embeddings/embedding/b:0"]
+        "feature_embeddings/embedding/stack_d2:0"]
+    (stack,) = layer.stacks
+    assert stack.layout == {"t": (0, 4), "b": (4, 3)}
+    assert stack.key == "feature_embeddings/embedding/stack_d2"
     assert layer.sparse_feature_names == ["cat", "tags_sum", "tags_mean", "tags_sqrtn", "bucket"]
     assert layer.dense_feature_names == ["x2", "x1"]
     assert layer.embedding_dims == dict.fromkeys(layer.sparse_feature_names, 2)
@@ -317,10 +321,24 @@ def test_feature_embeddings_never_read_padding(tmp_path):
     assert sorted(grad.indices.numpy()) == [1, 2, 3]  # id 0 only appears as padding
 
 
+def test_tables_of_different_dims_get_their_own_stacks(tmp_path):
+    cfg = _write_config(tmp_path, POOLING_FEATURES.replace("b: {rows: 3, dim: 2}",
+                                                           "b: {rows: 3, dim: 3}"))
+    layer = FeatureEmbeddings(cfg, POOLING_ORDER)
+    assert [(s.key, s.layout) for s in layer.stacks] == [
+        ("feature_embeddings/embedding/stack_d2", {"t": (0, 4)}),
+        ("feature_embeddings/embedding/stack_d3", {"b": (0, 3)})]
+    sparse, _ = layer(_pooling_batch())
+    assert sparse["cat"].shape == (3, 2) and sparse["bucket"].shape == (3, 3)
+    with pytest.raises(ValueError, match=r"shape \(4, 2\) cannot take a value of shape"):
+        layer.tables["t"].assign(np.zeros((3, 2)))
+
+
 def test_feature_embeddings_dim_override(tmp_path):
     cfg = _write_config(tmp_path, POOLING_FEATURES)
     layer = FeatureEmbeddings(cfg, POOLING_ORDER, dim_override=1)
     assert {n: tuple(v.shape) for n, v in layer.tables.items()} == {"t": (4, 1), "b": (3, 1)}
+    assert [tuple(v.shape) for v in layer.trainable_variables] == [(7, 1)]
     sparse, _ = layer(_pooling_batch())
     assert all(v.shape == (3, 1) for v in sparse.values())
     assert set(layer.embedding_dims.values()) == {1}
@@ -361,10 +379,10 @@ def test_feature_embeddings_look_up_sharded_tables(tmp_path):
     with tf.variable_creator_scope(_sharding_creator(2)):
         layer = FeatureEmbeddings(cfg, POOLING_ORDER)
     sharded = tf.__internal__.distribute.ShardedVariable
-    assert all(isinstance(v, sharded) for v in layer.tables.values())
-    # Keras tracks the shards: t (4 rows) -> 2 + 2, b (3 rows) -> 2 + 1.
-    assert [tuple(v.shape) for v in layer.trainable_variables] == [(2, 2), (2, 2), (2, 2),
-                                                                   (1, 2)]
+    assert all(isinstance(s.variable, sharded) for s in layer.stacks)
+    # Keras tracks the shards: the stack of t (4 rows) and b (3 rows) -> 4 + 3, so
+    # b's rows are all on shard 1.
+    assert [tuple(v.shape) for v in layer.trainable_variables] == [(4, 2), (3, 2)]
     layer.tables["t"].assign(T_VALUES)
     layer.tables["b"].assign(B_VALUES)
     _check_pooled(layer)
@@ -373,9 +391,9 @@ def test_feature_embeddings_look_up_sharded_tables(tmp_path):
         sparse, _ = layer(_pooling_batch())
         total = tf.reduce_sum(sparse["cat"])  # reads rows 3, 0 and 2 of t
     grads = [tf.convert_to_tensor(g).numpy() for g in
-             tape.gradient(total, layer.trainable_variables[:2])]
-    np.testing.assert_allclose(grads[0], [[1, 1], [0, 0]])  # shard 0: rows 0, 1
-    np.testing.assert_allclose(grads[1], [[1, 1], [1, 1]])  # shard 1: rows 2, 3
+             tape.gradient(total, layer.trainable_variables)]
+    np.testing.assert_allclose(grads[0], [[1, 1], [0, 0], [1, 1], [1, 1]])  # t on shard 0
+    np.testing.assert_allclose(grads[1], np.zeros((3, 2)))  # b untouched
 
 
 def test_eager_lookup_never_concatenates_a_sharded_table(tmp_path, monkeypatch):
@@ -456,9 +474,9 @@ def test_model_trains_with_split_optimizers(tiny, name, params):
     assert embedding and dense
     assert not _refs(embedding) & _refs(dense)
     assert _refs(embedding) | _refs(dense) == _refs(model.trainable_variables)
-    tables = [v for m in model.submodules if isinstance(m, FeatureEmbeddings)
-              for v in m.tables.values()]
-    assert _refs(embedding) == _refs(tables)
+    stacks = [s.variable for m in model.submodules if isinstance(m, FeatureEmbeddings)
+              for s in m.stacks]
+    assert _refs(embedding) == _refs(stacks)
 
     with tf.GradientTape() as tape:
         loss = _loss(model(batch, training=True), labels)
@@ -496,8 +514,8 @@ def test_wide_deep_groups_can_differ(tiny):
     model = build_model("wide_deep", tiny, inputs, LABELS)
     model.create_variables()
     assert sorted(v.name for v in model.embedding_variables) == sorted([
-        "deep_embeddings/embedding/tag:0", "deep_embeddings/embedding/user:0",
-        "wide_embeddings/embedding/ad:0", "wide_embeddings/embedding/cross:0"])
+        "deep_embeddings/embedding/stack_d4:0", "wide_embeddings/embedding/stack_d2:0"])
+    assert [list(s.layout) for s in model.wide.embeddings.stacks] == [["ad", "cross"]]
     assert model.wide.embeddings.tables["ad"].shape == (50, 2)  # one column per label
 
 
@@ -667,7 +685,7 @@ with strategy.scope():
         optimizers[name] = (tf.keras.optimizers.legacy.Adagrad(0.5),
                             tf.keras.optimizers.legacy.Adam(0.01))
 for name, model in models.items():
-    tables = [v for m in model.submodules if hasattr(m, "tables") for v in m.tables.values()]
+    tables = [s.variable for m in model.submodules if hasattr(m, "stacks") for s in m.stacks]
     assert all(isinstance(t, tf.__internal__.distribute.ShardedVariable)
                and len(t.variables) == 2 for t in tables), name
     assert ({{v.ref() for v in model.embedding_variables}}

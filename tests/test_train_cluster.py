@@ -19,6 +19,7 @@ import pytest
 
 from recsys_dist.cluster.local import child_pids
 from recsys_dist.data.synth import synthesize
+from recsys_dist.models.embedding import FeatureEmbeddings
 
 pytestmark = pytest.mark.cluster
 
@@ -128,13 +129,14 @@ def test_every_model_trains_and_held_out_logloss_goes_down(tmp_path, data, runti
 
 def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data, runtime):
     trainer, _ = _trainer(tmp_path, data, runtime, "dcn_v2")
-    devices = {}
-    for variable in trainer.model.embedding_variables:
-        table = variable.name.split("/embedding/")[-1].split("/")[0].split(":")[0]
-        devices.setdefault(table, []).append(variable.device)
-    big = devices["big"]
-    assert len(big) == 2, devices
-    assert {d.split("/job:ps/replica:0/task:")[1][0] for d in big} == {"0", "1"}, big
+    stacks = [s for m in trainer.model.submodules if isinstance(m, FeatureEmbeddings)
+              for s in m.stacks]
+    (big,) = [s for s in stacks if "big" in s.layout]
+    devices = [shard.device for shard in big.variable.variables]
+    assert len(devices) == 2, devices
+    assert {d.split("/job:ps/replica:0/task:")[1][0] for d in devices} == {"0", "1"}, devices
+    assert ({v.ref() for v in trainer.model.embedding_variables}
+            == {shard.ref() for s in stacks for shard in s.variable.variables})
     # Optimizer slots live with their shard.
     trainer.fit(show_progress=False)
     for variable in trainer.model.embedding_variables:

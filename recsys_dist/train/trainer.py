@@ -46,14 +46,14 @@ from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.errors import DataError
-from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
 from recsys_dist.models.zoo import build_model
 from recsys_dist.train.checkpoints import (CheckpointManager, SavedCheckpoint,
                                            check_signature, create_slots, model_signature,
                                            restore)
 from recsys_dist.train.data_position import DataPosition
 from recsys_dist.train.replicas import replica_slice
-from recsys_dist.train.warm_start import WarmStartReport, warm_start
+from recsys_dist.train.warm_start import WarmStartReport, stack_layouts, warm_start
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
 
 AUC_THRESHOLDS = 2000
@@ -217,14 +217,14 @@ class Trainer:
                    on_table_resize: Literal["fail", "reinitialize"] = "fail") -> WarmStartReport:
         """Seeds weights, slots and step from another run's checkpoint (not its data
         position); see ``train/warm_start.py`` for how feature drift is handled."""
-        tables = {}
-        for module in self.model.submodules:
-            if isinstance(module, FeatureEmbeddings):
-                for name, variable in module.tables.items():
-                    tables.setdefault(name, variable)
-        return warm_start(self.checkpoint, saved.prefix, tables,
+        return warm_start(self.checkpoint, saved.prefix, self._stacks(),
+                          saved.state.get("embedding_stacks", {}),
                           [self.embedding_optimizer, self.dense_optimizer], on_table_resize,
                           source=saved.directory)
+
+    def _stacks(self) -> list[TableStack]:
+        return [stack for module in self.model.submodules
+                if isinstance(module, FeatureEmbeddings) for stack in module.stacks]
 
     @property
     def step(self) -> int:
@@ -241,6 +241,8 @@ class Trainer:
                          for n in self.config.labels}
         state = {"position": self.position.to_json(),
                  "signature": model_signature(self.config),
+                 # where each table sits in its stack (a warm start finds rows by table)
+                 "embedding_stacks": stack_layouts(self._stacks()),
                  # the raw columns the features read, as the Parquet files store them
                  # (an export's serving signature takes exactly these)
                  "feature_columns": {c: transform.column_dtypes[c] for c in transform.columns

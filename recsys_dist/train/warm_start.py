@@ -8,12 +8,16 @@ trains on its own data.
 The feature config may drift between days, so this is not a plain
 ``tf.train.Checkpoint.read`` (which fails on the first shape that differs). The
 checkpoint's object graph is walked next to the live one, and each live variable takes
-its value only if the checkpoint has a variable of the same shape at the same place:
+its value only if the checkpoint has a variable of the same shape at the same place.
+Embedding tables are stacked (``models/embedding.py``: one weight per embedding dim), so
+a stack and its optimizer slots are restored **table by table**: the checkpoint's
+``state.json`` records each stack's layout (:func:`stack_layouts`), and each live table
+takes the rows its name had in the checkpoint, wherever they sat in the old stack:
 
 - a new feature's table is not in the checkpoint: it starts fresh;
 - a removed feature's table is in the checkpoint only: it is ignored, with a warning;
-- a table whose size changed fails the warm start with a clear error, unless the policy
-  is ``reinitialize`` (then that table and its slots start fresh);
+- a table whose size (rows or dim) changed fails the warm start with a clear error,
+  unless the policy is ``reinitialize`` (then that table and its slots start fresh);
 - a dense weight whose shape changed (the first layer of a tower grows with a new
   feature) starts fresh, with a warning;
 - learning rates and other optimizer hyperparameters come from the new config.
@@ -32,6 +36,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from recsys_dist.errors import RecsysError
+from recsys_dist.models.embedding import TableStack, assign_shard_rows, shard_rows
 
 _VALUE = "VARIABLE_VALUE"
 _GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -128,15 +133,76 @@ def _assign(prefix: str, key: str, saved_shape: list[int], variable) -> None:
         offset += rows
 
 
-def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, tables: dict[str, object],
-               optimizers: list, on_table_resize: Literal["fail", "reinitialize"] = "fail",
+def _assign_rows(prefix: str, key: str, saved_shape: list[int], variable, saved_first: int,
+                 first: int, rows: int) -> None:
+    """Copies checkpoint rows ``[saved_first, saved_first + rows)`` of ``key`` into rows
+    ``[first, first + rows)`` of ``variable``, shard by shard."""
+    for shard, start, stop in shard_rows(variable):
+        a, b = max(start, first), min(stop, first + rows)
+        if a >= b:
+            continue
+        spec = (" ".join(str(d) for d in saved_shape)
+                + f" {saved_first + a - first},{b - a}"
+                + "".join(":-" for _ in saved_shape[1:]))
+        value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key],
+                                     shape_and_slices=[spec], dtypes=[shard.dtype])[0]
+        assign_shard_rows(shard, a - start, value)
+
+
+def stack_layouts(stacks: list[TableStack]) -> dict[str, dict[str, list[int]]]:
+    """What a checkpoint records of its embedding stacks: key -> table -> [first, rows, dim]."""
+    return {s.key: {t: [first, rows, int(s.variable.shape[1])]
+                    for t, (first, rows) in s.layout.items()} for s in stacks}
+
+
+def _layer_of(stack_key: str) -> str:
+    return stack_key.rsplit("/embedding/", 1)[0]
+
+
+def _restore_stack(prefix: str, key: str, saved_shape: list[int], live, name: str,
+                   stack: TableStack, saved: dict[str, dict[str, list[int]]], is_slot: bool,
+                   on_table_resize: str, report: WarmStartReport,
+                   resized: dict[str, tuple]) -> None:
+    """Restores a stack (or one of its slots) table by table, by the saved layouts."""
+    old = saved.get(stack.key)
+    if old is None:  # no layout recorded: only an identical stack can be taken whole
+        if list(saved_shape) == live.shape.as_list():
+            _assign(prefix, key, list(saved_shape), live)
+            report.restored.append(name)
+        else:
+            report.reinitialized.append(name)
+        return
+    dim = int(live.shape[1])
+    elsewhere = {t: entry for k, layout in saved.items() if _layer_of(k) == _layer_of(stack.key)
+                 for t, entry in layout.items()}
+    for table, (first, rows) in stack.layout.items():
+        where = f"{name}: table {table}"
+        entry = old.get(table) or elsewhere.get(table)
+        if entry is None:
+            if not is_slot:
+                report.fresh.append(f"table {table}")
+        elif table not in old or entry[1] != rows:
+            if on_table_resize == "fail":
+                resized[table] = ((entry[1], entry[2]), (rows, dim))
+            else:
+                report.reinitialized.append(where)
+        else:
+            _assign_rows(prefix, key, list(saved_shape), live, entry[0], first, rows)
+            report.restored.append(where)
+
+
+def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableStack],
+               saved_stacks: dict[str, dict[str, list[int]]], optimizers: list,
+               on_table_resize: Literal["fail", "reinitialize"] = "fail",
                source: str = "") -> WarmStartReport:
     """Seeds the live objects of ``checkpoint`` from the checkpoint at ``prefix``.
 
     Args:
       checkpoint: The live root (same structure the checkpoint was saved with).
       prefix: The checkpoint to read (a ``variables`` prefix).
-      tables: Table name -> its live variable (to apply ``on_table_resize``).
+      stacks: The live model's embedding stacks; each is restored table by table.
+      saved_stacks: The checkpoint's stack layouts (:func:`stack_layouts`, recorded in
+        its ``state.json``).
       optimizers: The live optimizers (their slots must exist already; their
         hyperparameters are left as configured).
       on_table_resize: What a table whose shape changed does.
@@ -150,17 +216,17 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, tables: dict[str, o
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor(_GRAPH_KEY))
     matched = _match(checkpoint, graph)
-    table_of = {id(v): name for name, v in tables.items()}
+    stack_of = {id(s.variable): s for s in stacks}
     hyper = {id(v) for opt in optimizers
              for v in getattr(opt, "_hyper", {}).values() if isinstance(v, tf.Variable)}
     report = WarmStartReport()
     taken: set[str] = set()
-    targets: list[tuple[str, object, str]] = []  # (key, live variable, what)
+    targets: list[tuple[str, object, str, bool]] = []  # (key, live variable, what, slot?)
     for node_id, node in enumerate(graph.nodes):
         key = _value_key(node)
         live = matched.get(node_id)
         if key is not None and live is not None and _is_variable(live):
-            targets.append((key, live, getattr(live, "name", key)))
+            targets.append((key, live, _name(live, key), False))
         for slot in node.slot_variables:
             original = matched.get(slot.original_variable_node_id)
             optimizer = matched.get(node_id)
@@ -171,13 +237,13 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, tables: dict[str, o
                 live_slot = optimizer.get_slot(original, slot.slot_name)
             except (KeyError, AttributeError):
                 continue
-            name = f"{getattr(original, 'name', '?')}/{slot.slot_name}"
-            targets.append((slot_key, live_slot, name))
-            table = table_of.get(id(original))
-            if table is not None:
-                table_of[id(live_slot)] = table
-    resized = {}
-    for key, live, name in targets:
+            targets.append((slot_key, live_slot, f"{_name(original, '?')}/{slot.slot_name}",
+                            True))
+            if id(original) in stack_of:
+                stack_of[id(live_slot)] = stack_of[id(original)]
+    resized: dict[str, tuple] = {}
+    seen_stacks = set()
+    for key, live, name, is_slot in targets:
         if id(live) in hyper:
             taken.add(key)
             continue
@@ -185,30 +251,40 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, tables: dict[str, o
         if saved_shape is None:
             continue
         taken.add(key)
-        if list(saved_shape) != live.shape.as_list():
-            table = table_of.get(id(live))
-            if table is not None and on_table_resize == "fail":
-                resized[table] = (saved_shape, live.shape.as_list())
-                continue
+        stack = stack_of.get(id(live))
+        if stack is not None:
+            seen_stacks.add(stack.key)
+            _restore_stack(prefix, key, saved_shape, live, name, stack, saved_stacks,
+                           is_slot, on_table_resize, report, resized)
+        elif list(saved_shape) != live.shape.as_list():
             report.reinitialized.append(name)
-            continue
-        _assign(prefix, key, list(saved_shape), live)
-        report.restored.append(name)
+        else:
+            _assign(prefix, key, list(saved_shape), live)
+            report.restored.append(name)
     if resized:
         detail = "; ".join(f"table {t!r} is {a[0]} x {a[1]} in {source or prefix} but "
                            f"{b[0]} x {b[1]} now" for t, (a, b) in sorted(resized.items()))
         raise WarmStartError(f"cannot warm start: {detail}. A resized table loses its rows' "
                              "meaning; set retrain.on_table_resize: reinitialize to start it "
                              "fresh, or keep its size")
-    restored_ids = set()
-    for key, live, name in targets:
-        if name in report.restored:
-            restored_ids.add(id(live))
-    for table, variable in tables.items():
-        if id(variable) not in restored_ids and not any(
-                name.startswith(getattr(variable, "name", "\0")) for name in report.reinitialized):
-            report.fresh.append(f"table {table}")
-    report.ignored = sorted(k.split("/.ATTRIBUTES")[0] for k in shapes
-                            if k not in taken and k != _GRAPH_KEY and "/.ATTRIBUTES/" in k
-                            and "OPTIMIZER_SLOT" not in k and "/.OBJECT_CONFIG" not in k)
+    live_tables: dict[str, set[str]] = {}
+    for stack in stacks:
+        live_tables.setdefault(_layer_of(stack.key), set()).update(stack.layout)
+        if stack.key not in seen_stacks:  # the checkpoint has no such stack: all fresh
+            report.fresh.extend(f"table {t}" for t in stack.layout)
+    for key, layout in saved_stacks.items():  # tables of a live layer no longer used
+        kept = live_tables.get(_layer_of(key))
+        if kept is not None:
+            report.ignored.extend(f"table {t}" for t in layout if t not in kept)
+    report.ignored.extend(sorted(
+        k.split("/.ATTRIBUTES")[0] for k in shapes
+        if k not in taken and k != _GRAPH_KEY and "/.ATTRIBUTES/" in k
+        and "OPTIMIZER_SLOT" not in k and "/.OBJECT_CONFIG" not in k))
     return report
+
+
+def _name(variable, default: str) -> str:
+    """A variable's name for messages (a ShardedVariable's is its first shard's)."""
+    if isinstance(variable, tf.__internal__.distribute.ShardedVariable):
+        return variable.variables[0].name.rsplit("/part_", 1)[0]
+    return getattr(variable, "name", default).split(":")[0]
