@@ -34,7 +34,7 @@ from recsys_dist.data.synth import synthesize
 pytestmark = pytest.mark.cluster
 
 CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
-EVERY = 60  # checkpoint_every_steps
+EVERY = 30  # checkpoint_every_steps: a kill replays up to this many steps (+ in flight)
 IN_FLIGHT = 4 * 10  # 2 closures per worker x 2 workers x steps_per_call
 EPOCHS = 2
 AUC_TOLERANCE = 0.005
