@@ -119,3 +119,13 @@ def test_a_resized_table_fails_or_starts_fresh_by_policy(tmp_path, saved):
     np.testing.assert_array_equal(layer.tables["a"].numpy(), fresh_a)
     np.testing.assert_array_equal(layer.tables["b"].numpy(), values["b"])
     assert any(name.endswith(": table a") for name in report.reinitialized), report
+
+
+def test_a_table_whose_dim_changed_counts_as_resized(tmp_path, saved):
+    prefix, layouts, _ = saved
+    # w moves from the dim-3 stack to the dim-2 one: same rows, other dim.
+    layer, optimizer = _layer(tmp_path, NEW.replace("w: {rows: 6, dim: 3}", "w: {rows: 6, dim: 2}"),
+                              shards=2, name="redim")
+    with pytest.raises(WarmStartError, match=r"table 'w' is 6 x 3 in .* but 6 x 2 now"):
+        warm_start(tf.train.Checkpoint(embeddings=layer, optimizer=optimizer), prefix,
+                   layer.stacks, layouts, [optimizer])

@@ -80,12 +80,6 @@ def _is_variable(obj) -> bool:
     return isinstance(obj, (tf.Variable, tf.__internal__.distribute.ShardedVariable))
 
 
-def _shards(variable) -> list[tf.Variable]:
-    if isinstance(variable, tf.__internal__.distribute.ShardedVariable):
-        return list(variable.variables)
-    return [variable]
-
-
 def _children(obj) -> dict:
     try:
         return dict(obj._trackable_children(save_type="checkpoint"))  # pylint: disable=protected-access
@@ -117,20 +111,24 @@ def _value_key(node) -> str | None:
     return None
 
 
+def _read_rows(prefix: str, key: str, saved_shape: list[int], first: int, count: int,
+               dtype: tf.DType) -> tf.Tensor:
+    """Rows ``[first, first + count)`` of the checkpoint tensor ``key``."""
+    spec = (" ".join(str(d) for d in saved_shape) + f" {first},{count}"
+            + "".join(":-" for _ in saved_shape[1:]))
+    return tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key], shape_and_slices=[spec],
+                                dtypes=[dtype])[0]
+
+
 def _assign(prefix: str, key: str, saved_shape: list[int], variable) -> None:
-    offset = 0
-    for shard in _shards(variable):
-        rows = int(shard.shape[0]) if shard.shape.rank else 0
-        if len(_shards(variable)) == 1:
-            spec = ""
-        else:
-            rest = ":".join("-" for _ in saved_shape[1:])
-            spec = (" ".join(str(d) for d in saved_shape) + f" {offset},{rows}"
-                    + (":" + rest if rest else ""))
-        value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key],
-                                     shape_and_slices=[spec], dtypes=[shard.dtype])[0]
-        shard.assign(tf.reshape(value, shard.shape))
-        offset += rows
+    """Copies the whole checkpoint tensor ``key`` into ``variable``, shard by shard."""
+    if not isinstance(variable, tf.__internal__.distribute.ShardedVariable):
+        value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key], shape_and_slices=[""],
+                                     dtypes=[variable.dtype])[0]
+        variable.assign(tf.reshape(value, variable.shape))
+        return
+    for shard, start, stop in shard_rows(variable):
+        shard.assign(_read_rows(prefix, key, saved_shape, start, stop - start, shard.dtype))
 
 
 def _assign_rows(prefix: str, key: str, saved_shape: list[int], variable, saved_first: int,
@@ -139,14 +137,9 @@ def _assign_rows(prefix: str, key: str, saved_shape: list[int], variable, saved_
     ``[first, first + rows)`` of ``variable``, shard by shard."""
     for shard, start, stop in shard_rows(variable):
         a, b = max(start, first), min(stop, first + rows)
-        if a >= b:
-            continue
-        spec = (" ".join(str(d) for d in saved_shape)
-                + f" {saved_first + a - first},{b - a}"
-                + "".join(":-" for _ in saved_shape[1:]))
-        value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key],
-                                     shape_and_slices=[spec], dtypes=[shard.dtype])[0]
-        assign_shard_rows(shard, a - start, value)
+        if a < b:
+            assign_shard_rows(shard, a - start, _read_rows(
+                prefix, key, saved_shape, saved_first + a - first, b - a, shard.dtype))
 
 
 def stack_layouts(stacks: list[TableStack]) -> dict[str, dict[str, list[int]]]:
