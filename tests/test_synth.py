@@ -148,6 +148,16 @@ def test_labels_and_oracle(day0):
     assert 0.72 <= _auc(logit, click) <= 0.88
 
 
+def test_click_terms_sum_to_the_stored_oracle_logit():
+    """The named terms benchmarks/quality_terms.py regresses on are the whole logit."""
+    generator = synth._Generator(5)
+    batch, logit, _, _ = generator.clicks(2, 0, 2_000)
+    terms = generator.click_terms(batch)
+    assert {"C5 x C8", "user", "tags", "topics", "num I1"} <= set(terms)
+    total = sum(terms.values()) + generator._click_bias
+    np.testing.assert_array_equal(total.astype(np.float32), logit)
+
+
 def test_numeric_values(day0):
     for name in NUMERIC:
         values = day0[name].to_numpy()

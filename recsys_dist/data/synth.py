@@ -555,23 +555,30 @@ class _Generator:
                                scale * _normal(_key(seed, "click", "user"), b.user_id))
         return terms
 
-    def _click_logit(self, b: _Batch) -> np.ndarray:
-        """The click logit without the bias (see the module docstring)."""
+    def click_terms(self, b: _Batch) -> dict[str, np.ndarray]:
+        """Every term of the click logit (without the bias), by name: the per-id terms of
+        :meth:`click_id_terms`, ``tags``, ``topics`` and ``num Ij`` per numeric field."""
         seed = self._seed
-        logit = np.zeros(b.n)
-        for term in self.click_id_terms(b).values():
-            logit += term.effect
+        terms = {name: term.effect for name, term in self.click_id_terms(b).items()}
         tag_effect = np.bincount(b.tag_rows, minlength=b.n, weights=_normal(
             _key(seed, "click", "tag"), b.tag_ids))
-        logit += np.where(b.tag_counts > 0,
-                          _TAG_SIGMA * tag_effect / np.maximum(b.tag_counts, 1),
-                          _NO_TAG_EFFECT)
-        logit += _TOPIC_SIGMA * np.bincount(b.topic_rows, minlength=b.n, weights=(
+        terms["tags"] = np.where(b.tag_counts > 0,
+                                 _TAG_SIGMA * tag_effect / np.maximum(b.tag_counts, 1),
+                                 _NO_TAG_EFFECT)
+        terms["topics"] = _TOPIC_SIGMA * np.bincount(b.topic_rows, minlength=b.n, weights=(
             b.topic_cents / 100 * _normal(_key(seed, "click", "topic"), b.topic_ids)))
         for field, (effect, missing_effect) in _NUMERIC_EFFECTS.items():
             x = b.numeric[field].astype(np.float64)
             missing = np.isnan(x)
-            logit += np.where(missing, missing_effect, effect(np.where(missing, 0.0, x)))
+            terms[f"num {field}"] = np.where(missing, missing_effect,
+                                             effect(np.where(missing, 0.0, x)))
+        return terms
+
+    def _click_logit(self, b: _Batch) -> np.ndarray:
+        """The click logit without the bias (see the module docstring)."""
+        logit = np.zeros(b.n)
+        for effect in self.click_terms(b).values():
+            logit += effect
         return logit
 
     def _cvr_logit(self, b: _Batch) -> np.ndarray:

@@ -1,0 +1,158 @@
+"""Where the CPU time of a local-cluster run goes: coordinator, workers, parameter servers.
+
+Runs a command (by default way (a) of ``train_bench.py``: ``recsys-dist``'s trainer on a
+local cluster of 2 workers and 2 parameter servers) and samples ``/proc`` every
+``--interval`` seconds for the command's whole process tree. Each process is put in a
+role by its command line (``--job ps`` / ``--job worker`` of
+``recsys_dist.cluster.server``; anything else is the coordinator) and its CPU seconds
+(user + system) are summed per role, up to the last sample before the process ended.
+It reports the whole run, and the longest stretch in which the workers together ran at
+half their peak CPU rate or more: the training, without start-up, tracing and shutdown.
+
+On a 2-core machine every process shares the same 2 cores, so CPU seconds are the cost
+that matters: time the parameter servers spend serving reads and applying updates is
+time the workers cannot compute.
+
+Usage: ``python benchmarks/cpu_by_process.py [--rows 300000] [--interval 0.5]
+[-- COMMAND ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def _role(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return None
+    if b"recsys_dist.cluster.server" in argv:
+        job = argv[argv.index(b"--job") + 1].decode() if b"--job" in argv else "?"
+        index = argv[argv.index(b"--index") + 1].decode() if b"--index" in argv else "?"
+        return f"{job} {index}"
+    return "coordinator"
+
+
+def measure(command: list[str], interval: float
+            ) -> tuple[list[tuple[float, dict[str, float]]], int]:
+    """Samples ``command``'s process tree until it exits: ``(wall seconds, CPU seconds per
+    role so far)`` per sample, and the command's exit code."""
+    start = time.perf_counter()
+    root = subprocess.Popen(command)
+    last: dict[int, tuple[str, float]] = {}
+    samples = []
+    while root.poll() is None:
+        for pid in [root.pid, *_children(root.pid)]:
+            seconds = _cpu_seconds(pid)
+            role = _role(pid)  # re-read: a child's first sample may precede its exec
+            if seconds is not None and role is not None:
+                last[pid] = (role, seconds)
+        totals: dict[str, float] = collections.defaultdict(float)
+        for role, seconds in last.values():
+            totals[role] += seconds
+        samples.append((time.perf_counter() - start, dict(totals)))
+        time.sleep(interval)
+    return samples, root.returncode
+
+
+def busy_window(samples: list[tuple[float, dict[str, float]]]) -> tuple[int, int]:
+    """First and last sample of the longest stretch in which the workers together ran at
+    half their peak CPU rate or more: training, as opposed to start-up, variable
+    initialisation, tracing and shutdown."""
+    def workers(i):
+        return sum(v for role, v in samples[i][1].items() if role.startswith("worker"))
+
+    rates = [(workers(i) - workers(i - 1)) / (samples[i][0] - samples[i - 1][0])
+             for i in range(1, len(samples))]
+    peak = max(rates, default=0.0)
+    best, start = (0, len(samples) - 1), None
+    for i, rate in enumerate(rates + [-1.0], start=1):
+        if rate >= 0.5 * peak > 0 and start is None:
+            start = i - 1
+        elif rate < 0.5 * peak and start is not None:
+            if i - 1 - start > best[1] - best[0] or best == (0, len(samples) - 1):
+                best = (start, i - 1)
+            start = None
+    return best
+
+
+def _report(title: str, first, last) -> None:
+    wall = last[0] - first[0]
+    cpu = {role: last[1].get(role, 0.0) - first[1].get(role, 0.0) for role in last[1]}
+    total = sum(cpu.values())
+    print(f"{title}: {wall:.1f} s wall, {total:.1f} s CPU ({total / max(wall, 1e-9):.2f} "
+          f"cores busy on average)")
+    groups: dict[str, float] = collections.defaultdict(float)
+    for role, seconds in sorted(cpu.items()):
+        groups[role.split()[0]] += seconds
+        print(f"  {role:12s} {seconds:7.1f} s CPU  {100 * seconds / total:5.1f}%")
+    print("  by role: " + ", ".join(f"{role} {100 * s / total:.1f}%"
+                                    for role, s in sorted(groups.items())))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=300_000,
+                        help="rows of synthetic data for the default command")
+    parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
+    parser.add_argument("command", nargs="*", help="command to measure (after --)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cpu_by_process_") as tmp:
+        command = args.command
+        if not command:
+            from recsys_dist.data.synth import synthesize
+
+            synthesize(tmp, days=1, rows_per_day=args.rows, seed=2)
+            command = [sys.executable, str(ROOT / "benchmarks" / "train_bench.py"),
+                       "--way", "a", "--data", tmp]
+        samples, code = measure(command, args.interval)
+    if code != 0:
+        sys.exit(f"error: the command failed with exit code {code}: {' '.join(command)}")
+    if len(samples) < 3:
+        sys.exit("error: the command ended before two samples; lower --interval")
+    _report("whole run", (0.0, {}), samples[-1])
+    first, last = busy_window(samples)
+    _report("training (the workers' busy stretch)", samples[first], samples[last])
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Which parts of the synthetic label model a trained model learned, and how much noise it adds.
+
+The click logit of ``recsys-dist data synth`` is a sum of known terms: one per id field,
+per interacting pair, the user, tags, topics and each numeric field
+(``synth._Generator.click_terms``). This script regenerates those terms for the rows of
+one evaluated day and regresses the model's logits on them (least squares, with an
+intercept). Per term it prints:
+
+- ``coef``: how much of the term the model reproduces (1 = all of it, 0 = none; a
+  well-calibrated model of a term it learned only partly shrinks it below 1);
+- ``lost``: the logit variance the model misses, ``std**2 * (1 - coef)**2``.
+
+The residual is what the model's logit holds that none of the terms explains: noise from
+rarely seen ids, hash collisions and an unconverged network. Together with the lost
+variance it says where the AUC gap to the oracle comes from.
+
+Usage: ``recsys-dist evaluate ... --out OUT`` on one day of synthetic data, then
+``python benchmarks/quality_terms.py OUT/predictions.parquet --seed 11 --day 7
+--rows-per-day 500000`` (the data's ``synth`` arguments; ``--day`` counts from 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from recsys_dist.data import synth
+from recsys_dist.data.input_fn import row_id
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("predictions", help="predictions.parquet written by recsys-dist evaluate")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--day", type=int, default=7, help="the evaluated day, from 1")
+    parser.add_argument("--rows-per-day", type=int, default=500_000)
+    parser.add_argument("--label", default="click")
+    args = parser.parse_args()
+    table = pq.read_table(args.predictions)
+    column = f"logit_{args.label}"
+    if column not in table.column_names or "row_id" not in table.column_names:
+        sys.exit(f"error: {args.predictions} has no row_id and {column} columns "
+                 f"(columns: {', '.join(table.column_names)}); pass the predictions.parquet "
+                 "that recsys-dist evaluate writes")
+    generator = synth._Generator(args.seed)
+    terms: dict[str, list[np.ndarray]] = {}
+    ids = []
+    for index, n in enumerate(synth.rows_per_file_of_day(args.rows_per_day)):
+        batch, _, _, _ = generator.clicks(args.day - 1, index, n)
+        for name, effect in generator.click_terms(batch).items():
+            terms.setdefault(name, []).append(effect)
+        ids.append(row_id(index, 0) + np.arange(n, dtype=np.int64))
+    row_ids = np.concatenate(ids)
+    wanted = table.column("row_id").to_numpy()
+    order = np.argsort(row_ids)
+    where = np.searchsorted(row_ids, wanted, sorter=order)
+    found = order[np.minimum(where, len(order) - 1)]
+    if len(wanted) != len(row_ids) or not np.array_equal(row_ids[found], wanted):
+        sys.exit(f"error: the rows of {args.predictions} are not day {args.day} of synthetic "
+                 f"data with seed {args.seed} and {args.rows_per_day:,} rows per day")
+    names = list(terms)
+    x = np.column_stack([np.concatenate(terms[n])[found] for n in names] + [np.ones(len(found))])
+    y = table.column(column).to_numpy().astype(np.float64)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual = y - x @ coef
+    rows = []
+    for name, c, values in zip(names, coef, x.T):
+        std = values.std()
+        rows.append((std**2 * (1.0 - c) ** 2, name, c, std))
+    rows.sort(reverse=True)
+    print(f"{len(y):,} rows: model logit std {y.std():.3f}, residual std {residual.std():.3f} "
+          f"(variance {residual.var():.4f}); lost variance of all terms "
+          f"{sum(r[0] for r in rows):.4f}")
+    print(f"{'term':12s} {'std':>6s} {'coef':>6s} {'lost':>7s}")
+    for lost, name, c, std in rows:
+        print(f"{name:12s} {std:6.3f} {c:6.3f} {lost:7.4f}")
+
+
+if __name__ == "__main__":
+    main()
