@@ -58,7 +58,7 @@ def main() -> None:
                     counts[(name, part)].update(dict(zip(values.tolist(), seen.tolist())))
         print(f"counted day {day + 1} of {args.days - 1}", flush=True)
     oracle, learnable, noise_free, labels = [], [], [], []
-    left = collections.defaultdict(list)
+    left, noise_left = collections.defaultdict(list), collections.defaultdict(list)
     for index, n in enumerate(file_rows):
         batch, logit, click, _ = generator.clicks(args.days - 1, index, n)
         logit = logit.astype(np.float64)
@@ -76,8 +76,8 @@ def main() -> None:
             estimate += (learned - 1.0) * term.effect + (
                 np.sqrt(learned * (1.0 - learned)) * term.scale * noise)
             shrunk -= term.effect * (1.0 - learned)
-            left[name].append((term.effect * (1.0 - learned)).var()
-                              + (learned * (1.0 - learned) * term.scale**2).mean())
+            noise_left[name].append((learned * (1.0 - learned) * term.scale**2).mean())
+            left[name].append((term.effect * (1.0 - learned)).var() + noise_left[name][-1])
         oracle.append(logit)
         learnable.append(estimate)
         noise_free.append(shrunk)
@@ -88,7 +88,10 @@ def main() -> None:
     print(f"day {args.days}, {oracle.size:,} rows: oracle AUC {oracle_auc:.4f}, learnable "
           f"estimate {learnable_auc:.4f} (gap {oracle_auc - learnable_auc:.4f}); without "
           f"the estimation noise (shrinkage only) {auc(labels, noise_free):.4f}")
-    print("logit error variance per term, shrinkage + noise (largest first):")
+    total = sum(np.mean(values) for values in left.values())
+    noise = sum(np.mean(values) for values in noise_left.values())
+    print(f"logit error variance of all per-id terms: {total:.4f} (of which label noise "
+          f"{noise:.4f}); per term, shrinkage + noise (largest first):")
     for name, values in sorted(left.items(), key=lambda kv: -np.mean(kv[1]))[:8]:
         print(f"  {name:12s} {np.mean(values):.4f}")
 

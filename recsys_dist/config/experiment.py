@@ -207,6 +207,10 @@ class TrainSpec:
       embedding_optimizer: Optimizer of the embedding tables (on the parameter servers).
       dense_optimizer: Optimizer of the dense towers.
       steps_per_call: Training steps packed into each function the coordinator schedules.
+      dense_refresh_steps: Read the dense weights from the parameter servers every this
+        many steps instead of every step (``train/dense_cache.py``): a step's dense
+        weights may then miss up to ``dense_refresh_steps - 1`` earlier steps of its
+        worker. ``null``: read them every step, without the cache.
       epochs: Passes over the training split (ignored when ``max_steps`` ends it first).
       max_steps: Stop after this many steps in total (over all workers).
       lr_scaling: Scale learning rates with the per-step batch (``input.batch_size`` times
@@ -229,6 +233,7 @@ class TrainSpec:
     embedding_optimizer: OptimizerSpec = OptimizerSpec("adagrad", 0.05)
     dense_optimizer: OptimizerSpec = OptimizerSpec("adam", 0.001)
     steps_per_call: int = field(default=20, metadata={"min": 1})
+    dense_refresh_steps: int | None = field(default=None, metadata={"min": 1})
     epochs: int = field(default=1, metadata={"min": 1})
     max_steps: int | None = field(default=None, metadata={"min": 1})
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"

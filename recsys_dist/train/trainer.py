@@ -6,8 +6,9 @@ Where things live:
   are variables on the parameter servers. Tables are sharded by the strategy's
   partitioner (see ``cluster/runtime.py``).
 - Dense towers are also variables on the parameter servers; each worker reads them
-  at the start of a step and sends gradients back (asynchronous: no worker waits for
-  another).
+  at the start of a step (or, with ``train.dense_refresh_steps``, every that many steps:
+  ``train/dense_cache.py``) and sends gradients back every step (asynchronous: no
+  worker waits for another).
 - The data of a step never leaves its worker: the closure the coordinator schedules
   carries only an item's address (file, first and last row), and the worker reads
   those rows in-graph with a ``tf.data`` pipeline (``InputPipeline.item_dataset``).
@@ -31,6 +32,7 @@ slice of the batch, :func:`replica_slice`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -52,6 +54,7 @@ from recsys_dist.train.checkpoints import (CheckpointManager, SavedCheckpoint,
                                            check_signature, create_slots, model_signature,
                                            restore)
 from recsys_dist.train.data_position import DataPosition
+from recsys_dist.train.dense_cache import DenseWeightCache, check_dense_refresh, watched
 from recsys_dist.train.replicas import replica_slice
 from recsys_dist.train.warm_start import WarmStartReport, stack_layouts, warm_start
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
@@ -252,16 +255,20 @@ class Trainer:
         return self.checkpoints.save(self.checkpoint, self.step, state)
 
     # ---- the step -----------------------------------------------------------------------
-    def _replica_step(self, batch):
+    def _replica_step(self, batch, dense_copies=()):
         batch = replica_slice(batch)
         model, labels = self.model, self.config.labels
         valid = batch["valid"]
+        embedding_vars, dense_vars = model.embedding_variables, model.dense_variables
+        # With cached dense weights the model reads these copies, not the variables.
+        dense_sources = watched(dense_copies) if dense_copies else dense_vars
         with tf.GradientTape() as tape:
+            if dense_copies:
+                tape.watch(dense_sources)
             logits = model(batch["features"], training=True)
             loss, per_example = replica_loss(logits, batch["labels"], valid, labels,
                                              self.replicas, model.losses)
-        embedding_vars, dense_vars = model.embedding_variables, model.dense_variables
-        grads = tape.gradient(loss, embedding_vars + dense_vars)
+        grads = tape.gradient(loss, embedding_vars + list(dense_sources))
         self.embedding_optimizer.apply_gradients(zip(grads[:len(embedding_vars)],
                                                      embedding_vars))
         self.dense_optimizer.apply_gradients(zip(grads[len(embedding_vars):], dense_vars))
@@ -272,6 +279,8 @@ class Trainer:
 
     def _make_train_item(self):
         strategy, pipeline = self.runtime.strategy, self.pipeline
+        refresh_steps = self.config.train.dense_refresh_steps
+        check_dense_refresh(self.config.file, refresh_steps, self.replicas)
 
         def total(value):
             return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
@@ -283,16 +292,21 @@ class Trainer:
             # An explicit iterator keeps the steps in this function's own while loop; a
             # `for batch in dataset` would run them inside tf.data's reduce (4x slower).
             iterator = iter(pipeline.item_dataset(file_index, start, stop, training=True))
-            for _ in tf.range(max_steps):
-                optional = iterator.get_next_as_optional()
-                if not optional.has_value():
-                    break
-                step_loss, step_weight, step_rows = strategy.run(
-                    self._replica_step, args=(optional.get_value(),))
-                loss_sum += total(step_loss)
-                weight += total(step_weight)
-                rows += total(step_rows)
-                steps += 1
+            cache = (DenseWeightCache(self.model.dense_variables, refresh_steps)
+                     if refresh_steps is not None else None)
+            with cache.scope() if cache else contextlib.nullcontext([]) as dense_copies:
+                for step in tf.range(max_steps):
+                    if cache:
+                        dense_copies = cache.refresh(dense_copies, step)
+                    optional = iterator.get_next_as_optional()
+                    if not optional.has_value():
+                        break
+                    step_loss, step_weight, step_rows = strategy.run(
+                        self._replica_step, args=(optional.get_value(), dense_copies))
+                    loss_sum += total(step_loss)
+                    weight += total(step_weight)
+                    rows += total(step_rows)
+                    steps += 1
             self.global_step.assign_add(steps)
             return loss_sum, weight, rows, steps
 
