@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from recsys_dist.errors import ConfigError
-from recsys_dist.train.dense_cache import check_dense_refresh
+from recsys_dist.train.dense_cache import (DenseWeightCache, caching_variable,
+                                           check_dense_refresh)
 from tests.test_train_cluster import write_config
 
 pytestmark = pytest.mark.cluster
@@ -67,7 +68,7 @@ def test_refresh_every_step_equals_the_uncached_step_and_every_4_steps_differs(
         np.testing.assert_allclose(cached[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     # The cache never copies a table: only dense variables get a cached read.
     for variable in every_step.model.embedding_variables:
-        assert getattr(variable, "_cache", None) is None, variable.name
+        assert caching_variable(variable)._cache is None, variable.name  # noqa: SLF001
 
     stale = _weights(_train(tmp_path, data, runtime, 4))
     dense = {v.name for v in every_step.model.dense_variables}
@@ -83,3 +84,12 @@ def test_several_replicas_per_worker_are_refused():
     assert str(error.value) == (
         "train.yaml: train.dense_refresh_steps: 8 is not supported with 2 replicas per worker "
         "(one per GPU); set it to null")
+
+
+def test_variables_outside_a_parameter_server_strategy_are_refused():
+    import tensorflow as tf
+
+    with pytest.raises(ValueError) as error:
+        DenseWeightCache([tf.Variable(1.0, name="kernel")], 4)
+    assert str(error.value) == ("train.dense_refresh_steps needs ParameterServerStrategy "
+                                "variables; kernel:0 is a ResourceVariable")

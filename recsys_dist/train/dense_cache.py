@@ -47,11 +47,17 @@ def check_dense_refresh(config_file: str, refresh_steps: int | None, replicas: i
                           "worker (one per GPU); set it to null")
 
 
-def _caching_variable(variable: tf.Variable) -> ps_values.CachingVariable:
+def caching_variable(variable: tf.Variable) -> ps_values.CachingVariable:
+    """The ``CachingVariable`` ParameterServerStrategy keeps for ``variable``, whose reads
+    the cache redirects.
+
+    Raises:
+      ValueError: ``variable`` was not created under a ParameterServerStrategy scope.
+    """
     if isinstance(variable, ps_values.AggregatingVariable):
         variable = variable.get()
     if not isinstance(variable, ps_values.CachingVariable):
-        raise ValueError(f"train.cache_dense_weights needs ParameterServerStrategy variables; "
+        raise ValueError(f"train.dense_refresh_steps needs ParameterServerStrategy variables; "
                          f"{variable.name} is a {type(variable).__name__}")
     return variable
 
@@ -72,7 +78,7 @@ class DenseWeightCache:
     """
 
     def __init__(self, variables: Sequence[tf.Variable], refresh_steps: int):
-        self._variables = [_caching_variable(v) for v in variables]
+        self._variables = [caching_variable(v) for v in variables]
         self._refresh_steps = refresh_steps
 
     @contextlib.contextmanager
@@ -90,16 +96,14 @@ class DenseWeightCache:
 
     def refresh(self, copies: list[tf.Tensor], step: tf.Tensor) -> list[tf.Tensor]:
         """The weights for step ``step`` (0-based within the call): ``copies``, or a
-        fresh read when ``step`` is a positive multiple of ``refresh_steps``. The model's
-        reads of the variables return the result until the next call."""
-        if self._refresh_steps > 1:
-            def read():
-                return [tf.identity(v.get().read_value()) for v in self._variables]
+        fresh read when ``step`` is a positive multiple of ``refresh_steps`` (step 0 uses
+        the read :meth:`scope` made). The model's reads of the variables return the result
+        until the next call."""
+        def read():
+            return [tf.identity(v.get().read_value()) for v in self._variables]
 
-            copies = tf.cond((step > 0) & (step % self._refresh_steps == 0), read,
-                             lambda: [tf.identity(c) for c in copies])
-        else:
-            copies = [tf.identity(v.get().read_value()) for v in self._variables]
+        copies = tf.cond((step > 0) & (step % self._refresh_steps == 0), read,
+                         lambda: [tf.identity(c) for c in copies])
         for variable, copy in zip(self._variables, copies):
             variable._cache = copy  # noqa: SLF001  (what the variable's reads return)
         return copies
