@@ -452,11 +452,20 @@ def exit_now(code: int) -> None:
 def run() -> None:
     """Console-script entry point.
 
-    Exits through ``os._exit`` after flushing: a process that touched ``s3://`` through
-    tensorflow-io aborts in its exit handlers ("pure virtual method called", status
-    134), which would hide the command's real exit status.
+    Exits through ``os._exit`` after flushing, also on ``SystemExit`` (SIGTERM and
+    SIGHUP raise it, see ``cluster/local.py``; so does argparse):
+    - a process that touched ``s3://`` through tensorflow-io aborts in its exit handlers
+      ("pure virtual method called", status 134), which would hide the real exit status;
+    - after its servers are gone, a ``ClusterCoordinator`` hangs in its destructor at
+      interpreter exit (its failure handler holds a lock while it waits for the lost
+      workers to come back), so a SIGTERM mid-training never ended the process.
     """
-    code = main()
+    try:
+        code = main()
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     if code == RESTART_EXIT and _restart_as is not None:
         # A fresh process: the lost cluster's coordinator state cannot be reused.
         sys.stdout.flush()

@@ -62,7 +62,13 @@ def days(tmp_path_factory):
         table = table.set_column(index, "click", pa.array(1 - table.column("click").to_numpy()))
         pq.write_table(table, path, row_group_size=2_000)
     config = write_config(tmp, data)
-    text = pathlib.Path(config).read_text().replace("  epochs: 2\n", "  epochs: 1\n")
+    # One worker and one parameter server: these tests are about the daily cycle (warm
+    # start, gate, publish); cluster sizes are covered by test_train_cluster.py and
+    # test_fault_tolerance.py, and every server process costs seconds of start-up.
+    text = (pathlib.Path(config).read_text().replace("  epochs: 2\n", "  epochs: 1\n")
+            .replace("cluster: {mode: local, workers: 2, ps: 2}",
+                     "cluster: {mode: local, workers: 1, ps: 1}"))
+    assert "workers: 1, ps: 1" in text
     root = tmp / "root"
     pathlib.Path(config).write_text(text + f"retrain:\n  root: {root}\n"
                                            "  gate: {max_drop: 0.002}\n")

@@ -82,6 +82,8 @@ class InputPipeline:
                                                                         max_rows))
         return tuple(items)
 
+    # Plain TensorFlow: AutoGraph must not convert it (see Trainer._replica_step).
+    @tf.autograph.experimental.do_not_convert
     def item_dataset(self, file_index: tf.Tensor, start: tf.Tensor, stop: tf.Tensor,
                      training: bool, batch_size: int | None = None) -> tf.data.Dataset:
         """The batches of rows ``[start, stop)`` of file ``file_index``, read in-graph on

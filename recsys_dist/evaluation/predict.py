@@ -59,6 +59,7 @@ def predict_split(strategy, coordinator, num_workers: int, model, pipeline: Inpu
     items = pipeline.work_items(PREDICT_ITEM_ROWS)
     total_rows = sum(item.rows for item in items)
 
+    @tf.autograph.experimental.do_not_convert  # plain TensorFlow (see Trainer._replica_step)
     def replica_predict(batch):
         batch = replica_slice(batch)
         logits = model(batch["features"], training=False)

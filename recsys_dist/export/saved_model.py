@@ -142,7 +142,9 @@ def build_serving_module(model: RankingModel, transform: FeatureTransform,
     spec = {column: tf.TensorSpec([None], tf.as_dtype(dtype), name=column)
             for column, dtype in inputs.items()}
 
-    @tf.function(input_signature=[spec])
+    # autograph=False: the transform and the model are plain TensorFlow (see
+    # Trainer._replica_step), and converting them only slows the trace.
+    @tf.function(input_signature=[spec], autograph=False)
     def serve(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         features = transform.features_only(raw, tf.constant(SERVING_SOURCE),
                                            tf.constant(0, tf.int64))

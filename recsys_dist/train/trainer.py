@@ -255,6 +255,10 @@ class Trainer:
         return self.checkpoints.save(self.checkpoint, self.step, state)
 
     # ---- the step -----------------------------------------------------------------------
+    # Model code is plain TensorFlow (no Python control flow on tensors), so AutoGraph
+    # must not convert it: converting every layer's call (and tf-keras' own __call__
+    # wrappers) took most of the first step's tracing time.
+    @tf.autograph.experimental.do_not_convert
     def _replica_step(self, batch, dense_copies=()):
         batch = replica_slice(batch)
         model, labels = self.model, self.config.labels
@@ -336,6 +340,7 @@ class Trainer:
         exhausted, first = False, None
         last_summary = last_log = start = last_save = time.perf_counter()
         last_save_step = first_step
+        saved_at = None  # the step of this attempt's latest checkpoint
 
         def collect(index: int, budget: int, remote) -> None:
             loss_sum, weight, n_rows, n_steps = (float(v) for v in remote.fetch())
@@ -390,13 +395,15 @@ class Trainer:
                     collect(*pending.popleft())
                 self._checkpoint(progress, show_progress)
                 last_save, last_save_step = time.perf_counter(), first_step + progress.steps
+                saved_at = last_save_step
         coordinator.join()
         seconds = time.perf_counter() - start
         self._summaries(writer, first_step + progress.steps,
                         progress.rows / seconds if seconds else 0.0, recent)
         writer.flush()
         end = time.perf_counter()  # the rates leave out the final checkpoint
-        if progress.steps or self.restored is None:  # never rewrite the restored one
+        # Never rewrite the restored checkpoint, nor one this attempt just wrote.
+        if (progress.steps or self.restored is None) and saved_at != first_step + progress.steps:
             self._checkpoint(progress, show_progress)
         warm = ((progress.rows - first[1]) / (end - first[0])
                 if first and end > first[0] else float("nan"))
