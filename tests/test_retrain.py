@@ -84,6 +84,10 @@ def test_day_two_warm_starts_from_day_one_and_publishes(days):
     _, _, root, _, outputs = days
     for day in (1, 2):
         assert outputs[day].returncode == 0, outputs[day].stdout[-3000:] + outputs[day].stderr
+        # A step-interval checkpoint on the last step is not written again at the end
+        # (day 1's 32 steps with checkpoint_every_steps 30 end on such a checkpoint).
+        saves = re.findall(r"^checkpoint step ([\d,]+):", outputs[day].stdout, re.M)
+        assert saves and len(saves) == len(set(saves)), outputs[day].stdout
     first = json.loads((root / "published/2026-01-01/manifest.json").read_text())
     second = json.loads((root / "published/2026-01-02/manifest.json").read_text())
     assert first["parent"] is None and second["parent"] == "2026-01-01"
