@@ -10,13 +10,21 @@ intercept). Per term it prints:
   well-calibrated model of a term it learned only partly shrinks it below 1);
 - ``lost``: the logit variance the model misses, ``std**2 * (1 - coef)**2``.
 
-The residual is what the model's logit holds that none of the terms explains: noise from
-rarely seen ids, hash collisions and an unconverged network. Together with the lost
-variance it says where the AUC gap to the oracle comes from.
+The residual is what the model's logit holds that none of the terms explains. Together
+with the lost variance it says where the AUC gap to the oracle comes from.
+
+``--groups`` then splits the residual by what it depends on. For each grouping of the
+rows (the id of a field, the user, an interacting pair of ids, a numeric field's bucket
+of width 0.25 in ``log1p``) it estimates the part of the residual's variance shared by
+rows of the same group: the mean over rows of ``residual * (mean residual of the other
+rows of its group)``. It is about 0 for a grouping the residual does not depend on. Rows
+alone in their group add nothing, so for fields with many ids seen once on the day it is a
+lower bound. Groupings nest (a pair of ids contains each of its ids' shares).
 
 Usage: ``recsys-dist evaluate ... --out OUT`` on one day of synthetic data, then
 ``python benchmarks/quality_terms.py OUT/predictions.parquet --seed 11 --day 7
---rows-per-day 500000`` (the data's ``synth`` arguments; ``--day`` counts from 1).
+--rows-per-day 500000 [--groups]`` (the data's ``synth`` arguments; ``--day`` counts
+from 1).
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ def main() -> None:
     parser.add_argument("--day", type=int, default=7, help="the evaluated day, from 1")
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--label", default="click")
+    parser.add_argument("--groups", action="store_true",
+                        help="also split the residual by field id, user, pair and numeric bucket")
     args = parser.parse_args()
     table = pq.read_table(args.predictions)
     column = f"logit_{args.label}"
@@ -47,11 +57,14 @@ def main() -> None:
                  "that recsys-dist evaluate writes")
     generator = synth._Generator(args.seed)
     terms: dict[str, list[np.ndarray]] = {}
+    groups: dict[str, list[np.ndarray]] = {}
     ids = []
     for index, n in enumerate(synth.rows_per_file_of_day(args.rows_per_day)):
         batch, _, _, _ = generator.clicks(args.day - 1, index, n)
         for name, effect in generator.click_terms(batch).items():
             terms.setdefault(name, []).append(effect)
+        for name, key in _group_keys(batch).items():
+            groups.setdefault(name, []).append(key)
         ids.append(row_id(index, 0) + np.arange(n, dtype=np.int64))
     row_ids = np.concatenate(ids)
     wanted = table.column("row_id").to_numpy()
@@ -77,6 +90,35 @@ def main() -> None:
     print(f"{'term':12s} {'std':>6s} {'coef':>6s} {'lost':>7s}")
     for lost, name, c, std in rows:
         print(f"{name:12s} {std:6.3f} {c:6.3f} {lost:7.4f}")
+    if args.groups:
+        shares = sorted(((_shared_variance(residual, np.concatenate(keys)[found]), name)
+                         for name, keys in groups.items()), reverse=True)
+        print(f"\nresidual variance shared within groups of rows (of {residual.var():.4f}):")
+        print(f"{'grouping':12s} {'shared':>7s}")
+        for share, name in shares:
+            print(f"{name:12s} {share:7.4f}")
+
+
+def _group_keys(batch) -> dict[str, np.ndarray]:
+    """One int64 group key per row for each grouping ``--groups`` reports."""
+    keys = {f: batch.categorical[f].astype(np.int64) for f in synth.CATEGORICAL_FIELDS}
+    keys["user"] = batch.user_id.astype(np.int64)
+    for f, g in synth._CLICK_PAIR_SIGMAS:
+        keys[f"{f} x {g}"] = keys[f] * (1 << 33) + keys[g]  # ids are < 2**33
+    for f in synth.NUMERIC_FIELDS:
+        x = batch.numeric[f]
+        bucket = np.floor(np.sign(x) * np.log1p(np.abs(np.nan_to_num(x))) * 4)
+        keys[f"num {f}"] = np.where(np.isnan(x), -(1 << 20), bucket).astype(np.int64)
+    return keys
+
+
+def _shared_variance(residual: np.ndarray, key: np.ndarray) -> float:
+    """Mean over rows of residual times the mean residual of the other rows in its group."""
+    _, group, size = np.unique(key, return_inverse=True, return_counts=True)
+    total = np.bincount(group, weights=residual)[group]
+    others = size[group] - 1
+    leave_one_out = np.where(others > 0, (total - residual) / np.maximum(others, 1), 0.0)
+    return float(np.mean(residual * leave_one_out))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@
       servers (the rows are first read through the same input function into memory);
   (c) the TensorFlow tutorial recipe: ``ParameterServerStrategy`` with ``model.fit``
       and a ``DatasetCreator`` over the same in-graph dataset, 2 workers + 2 parameter
-      servers, ``steps_per_execution=10`` as in the tutorial.
+      servers, ``steps_per_execution=10`` as in the tutorial. Its servers keep
+      TensorFlow's thread defaults, as the tutorial's do (no ``intra_op_threads``; (a)'s
+      local cluster splits the cores between its tasks).
 
 Each way trains the demo model (``configs/demo.yaml``: DCN-v2, batch 512) and reports
 examples/s after a warm-up (tracing and server start are left out). ``model.fit`` takes
@@ -121,7 +123,8 @@ def way_c(data: str) -> float:
 
     steps = pipeline.plan.total_rows // config.input.batch_size
     with tempfile.TemporaryDirectory() as tmp, \
-            LocalCluster(config.cluster.workers, config.cluster.ps, tmp) as cluster:
+            LocalCluster(config.cluster.workers, config.cluster.ps, tmp,
+                         intra_op_threads=0) as cluster:
         strategy = make_strategy(cluster.cluster_resolver(), config.cluster.ps,
                                  config.train.embedding_shard_bytes)
         with strategy.scope():

@@ -258,6 +258,8 @@ def _cmd_server(args: argparse.Namespace) -> int:
         argv += ["--cluster-spec", args.cluster_spec]
     if args.inter_op_threads is not None:
         argv += ["--inter-op-threads", str(args.inter_op_threads)]
+    if args.intra_op_threads is not None:
+        argv += ["--intra-op-threads", str(args.intra_op_threads)]
     return server.main(argv)
 
 
@@ -414,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                '"ps": ["h2:2222"]}')
     server.add_argument("--inter-op-threads", type=int,
                         help="inter-op threads (default: workers + 2)")
+    server.add_argument("--intra-op-threads", type=int,
+                        help="threads per op (default: TensorFlow's, one per core; set it "
+                             "when several tasks share a machine)")
     server.set_defaults(func=_cmd_server)
     return parser
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 import recsys_dist
-from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
+from recsys_dist.cluster.local import LocalCluster, shared_intra_op_threads, terminate_on_signals
 from recsys_dist.cluster.server import ClusterError
 
 PROJECT_ROOT = pathlib.Path(recsys_dist.__file__).resolve().parent.parent
@@ -60,6 +60,9 @@ def _wait_all_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
         ({"workers": 1, "ps": -2}, "ps must be an integer >= 1, got -2"),
         ({"workers": True, "ps": 1}, "workers must be an integer >= 1, got True"),
         ({"workers": 1, "ps": 1, "inter_op_threads": 0}, "inter_op_threads must be"),
+        ({"workers": 1, "ps": 1, "intra_op_threads": -1},
+         r"intra_op_threads must be an integer >= 0 \(0: TensorFlow's default\), got -1"),
+        ({"workers": 1, "ps": 1, "intra_op_threads": 1.5}, "intra_op_threads must be"),
         ({"workers": 1, "ps": 1, "start_timeout": 0}, "start_timeout must be > 0"),
     ],
 )
@@ -97,6 +100,24 @@ def test_server_rejects_bad_tf_config(tf_config, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(message)
+
+
+def test_server_rejects_a_negative_intra_op_thread_count():
+    spec = '{"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}'
+    result = subprocess.run(
+        [sys.executable, "-m", "recsys_dist.cluster.server", "--job", "ps", "--index", "0",
+         "--cluster-spec", spec, "--intra-op-threads", "-2"],
+        env=_subprocess_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: intra_op_threads must be >= 0 (0: TensorFlow's default), got -2")
+
+
+@pytest.mark.parametrize(("cores", "tasks", "threads"), [(2, 4, 1), (16, 4, 4), (6, 4, 1), (1, 2, 1)])
+def test_shared_intra_op_threads_split_the_cores(monkeypatch, cores, tasks, threads):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert shared_intra_op_threads(tasks) == threads
 
 
 def test_terminate_on_signals_raises_system_exit_and_restores_handlers():
@@ -142,9 +163,10 @@ def test_cluster_spec_and_processes(cluster):
     assert all(address.startswith("127.0.0.1:") for address in spec["worker"] + spec["ps"])
     assert len(set(spec["worker"] + spec["ps"])) == 3
     assert cluster.alive() == {"worker": [True, True], "ps": [True]}
-    assert "recsys_dist server ps:0 serving on " + spec["ps"][0] in cluster.log_path(
-        "ps", 0
-    ).read_text()
+    threads = shared_intra_op_threads(3)  # the cores split between its 3 tasks
+    assert (f"recsys_dist server ps:0 serving on {spec['ps'][0]} (pid "
+            in cluster.log_path("ps", 0).read_text())
+    assert f"intra-op threads {threads})" in cluster.log_path("worker", 1).read_text()
 
 
 @pytest.mark.cluster

@@ -162,6 +162,7 @@ def serve(
     index: int,
     cluster_spec: Mapping[str, Sequence[str]],
     inter_op_threads: int | None = None,
+    intra_op_threads: int = 0,
 ) -> None:
     """Starts the TensorFlow server of one task and blocks until the process is killed.
 
@@ -171,6 +172,8 @@ def serve(
       cluster_spec: ``{job: ["host:port", ...]}`` of the whole cluster.
       inter_op_threads: Inter-op thread pool size of the server; defaults to
         ``num_workers + 2``.
+      intra_op_threads: Threads one op (a MatMul, a gather) may use; 0 lets TensorFlow
+        choose (one per core), right for one task per machine.
 
     Raises:
       ClusterError: The spec, job, index or thread count is invalid.
@@ -183,6 +186,9 @@ def serve(
     threads = default_inter_op_threads(spec) if inter_op_threads is None else inter_op_threads
     if threads < 1:
         raise ClusterError(f"inter_op_threads must be >= 1, got {threads}")
+    if intra_op_threads < 0:
+        raise ClusterError(f"intra_op_threads must be >= 0 (0: TensorFlow's default), "
+                           f"got {intra_op_threads}")
     if job == "worker" and threads <= len(spec["worker"]):
         print(
             f"recsys_dist server: warning: inter_op_threads={threads} < num_workers + 1 = "
@@ -203,12 +209,14 @@ def serve(
         job_name=job,
         task_index=index,
         protocol="grpc",
-        config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads),
+        config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads,
+                                        intra_op_parallelism_threads=intra_op_threads),
         start=True,
     )
     print(
         f"recsys_dist server {job}:{index} serving on {spec[job][index]} "
-        f"(pid {os.getpid()}, inter-op threads {threads})",
+        f"(pid {os.getpid()}, inter-op threads {threads}, intra-op threads "
+        f"{intra_op_threads or 'TensorFlow default'})",
         file=sys.stderr,
         flush=True,
     )
@@ -228,6 +236,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--inter-op-threads", type=int, help="inter-op thread pool size (default: workers + 2)"
+    )
+    parser.add_argument(
+        "--intra-op-threads", type=int, default=0,
+        help="threads per op (default 0: TensorFlow's choice, one per core)",
     )
     return parser.parse_args(argv)
 
@@ -257,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         job, index, cluster_spec = _resolve_task(args)
-        serve(job, index, cluster_spec, args.inter_op_threads)
+        serve(job, index, cluster_spec, args.inter_op_threads, args.intra_op_threads)
     except RecsysError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code
