@@ -254,6 +254,28 @@ def test_killed_worker_restarts_on_same_port_and_serves(cluster, coordinator):
     assert cluster.log_path("worker", 0).read_text().count(f"serving on {address}") == 2
 
 
+@pytest.mark.cluster
+def test_supervisor_restarts_a_killed_worker_and_reports_it(tmp_path):
+    messages: list[str] = []
+    with LocalCluster(1, 1, tmp_path) as cluster:
+        old_pid = cluster.pid("worker", 0)
+        cluster.supervise_workers(interval=0.1, report=messages.append)
+        cluster.kill("worker", 0)
+        deadline = time.monotonic() + 90
+        while len(messages) < 2:
+            assert time.monotonic() < deadline, f"no restart in 90 s: {messages}"
+            time.sleep(0.1)
+        new_pid = cluster.pid("worker", 0)
+        assert messages == ["worker 0 exited with code -9; restarting it",
+                            f"worker 0 is back (pid {new_pid})"]
+        assert new_pid != old_pid
+        assert cluster.alive() == {"worker": [True], "ps": [True]}
+        assert [(job, index, code) for _, job, index, code in cluster.restarts] == [
+            ("worker", 0, -9)]
+        address = cluster.cluster_spec["worker"][0]
+        assert cluster.log_path("worker", 0).read_text().count(f"serving on {address}") == 2
+
+
 COORDINATOR_SCRIPT = textwrap.dedent(
     """
     import json, sys, time

@@ -237,7 +237,7 @@ class LocalCluster:
             raise
 
     def supervise_workers(self, interval: float = 0.5,
-                          on_restart: Callable[[str], None] | None = None) -> None:
+                          report: Callable[[str], None] | None = None) -> None:
         """Restarts any worker that dies, from a background thread, until :meth:`stop`.
 
         ``ClusterCoordinator`` re-runs a lost worker's closures on the others and lets
@@ -247,7 +247,9 @@ class LocalCluster:
 
         Args:
           interval: Seconds between checks.
-          on_restart: Called with a message after each restart.
+          report: Called with a one-line message when a worker is found dead, and again
+            when it serves again or did not come back. A new server takes seconds to
+            start, so a run may end before the second message.
         """
         self._require_started()
         self._stopping.clear()
@@ -259,17 +261,18 @@ class LocalCluster:
                     code = process.poll()
                     if code is None or self._stopping.is_set():
                         continue
+                    if report:
+                        report(f"worker {index} exited with code {code}; restarting it")
                     try:
                         self.restart("worker", index)
                     except ClusterError as exc:
-                        if on_restart:
-                            on_restart(f"worker {index} exited ({code}) and did not come "
-                                       f"back: {exc}")
+                        if report and not self._stopping.is_set():
+                            report(f"worker {index} did not come back: {exc}")
                         continue
                     self.restarts.append((time.time(), "worker", index, code))
-                    if on_restart:
-                        on_restart(f"worker {index} exited with code {code}; restarted it "
-                                   f"(pid {self._processes['worker', index].pid})")
+                    if report:
+                        report(f"worker {index} is back (pid "
+                               f"{self._processes['worker', index].pid})")
 
         self._supervisor = threading.Thread(target=loop, name="worker-supervisor", daemon=True)
         self._supervisor.start()

@@ -76,7 +76,7 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
     if cluster.mode == "local":
         with terminate_on_signals(), LocalCluster(cluster.workers, cluster.ps, log_dir,
                                                   env=env) as local:
-            local.supervise_workers(on_restart=lambda message: print(message, flush=True))
+            local.supervise_workers(report=lambda message: print(message, flush=True))
             strategy = make_strategy(local.cluster_resolver(), cluster.ps, min_shard_bytes)
             coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
             yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, local)
