@@ -37,7 +37,8 @@ def run(data: str, overrides: list[str]) -> None:
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.evaluation.metrics import auc, logloss
     from recsys_dist.models.zoo import build_model
-    from recsys_dist.train.optimizers import make_optimizer
+    from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
+    from recsys_dist.train.trainer import replica_loss
 
     config = load_config(ROOT / "configs" / "demo.yaml",
                          [f"data.path={data}", *DEFAULTS, *overrides])
@@ -45,17 +46,17 @@ def run(data: str, overrides: list[str]) -> None:
     model = build_model(config.model.name, config.features, config.inputs, config.labels,
                         config.model.params)
     model.create_variables()
-    spec = config.train
-    tables = make_optimizer(spec.embedding_optimizer, spec.embedding_optimizer.learning_rate)
-    dense = make_optimizer(spec.dense_optimizer, spec.dense_optimizer.learning_rate)
+    train_spec, batch_size = config.train, config.input.batch_size
+    tables, dense = (make_optimizer(spec, scaled_learning_rate(spec, train_spec, batch_size, 1))
+                     for spec in (train_spec.embedding_optimizer, train_spec.dense_optimizer))
     table_vars, dense_vars = model.embedding_variables, model.dense_variables
 
     @tf.function(autograph=False)
     def step(batch):
-        with tf.GradientTape() as tape:
-            logits = model(batch["features"], training=True)[label]
-            losses = tf.nn.sigmoid_cross_entropy_with_logits(batch["labels"][label], logits)
-            loss = tf.reduce_sum(losses * batch["valid"]) / tf.reduce_sum(batch["valid"])
+        with tf.GradientTape() as tape:  # the trainer's own loss, for one replica
+            logits = model(batch["features"], training=True)
+            loss, _ = replica_loss(logits, batch["labels"], batch["valid"], config.labels, 1,
+                                   model.losses)
         grads = tape.gradient(loss, table_vars + dense_vars)
         tables.apply_gradients(zip(grads[:len(table_vars)], table_vars))
         dense.apply_gradients(zip(grads[len(table_vars):], dense_vars))
