@@ -95,10 +95,8 @@ class LocalCluster:
             _check_count("inter_op_threads", inter_op_threads)
         if intra_op_threads is None:
             intra_op_threads = shared_intra_op_threads(workers + ps)
-        elif isinstance(intra_op_threads, bool) or not isinstance(intra_op_threads, int) \
-                or intra_op_threads < 0:
-            raise ValueError(f"intra_op_threads must be an integer >= 0 (0: TensorFlow's "
-                             f"default), got {intra_op_threads!r}")
+        _check_count("intra_op_threads", intra_op_threads, minimum=0,
+                     hint=" (0: TensorFlow's default)")
         if not start_timeout > 0:
             raise ValueError(f"start_timeout must be > 0 seconds, got {start_timeout!r}")
         self._counts = {"worker": workers, "ps": ps}
@@ -411,9 +409,9 @@ def shared_intra_op_threads(tasks: int) -> int:
     return max(1, (cores or 1) // max(1, tasks))
 
 
-def _check_count(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+def _check_count(name: str, value: object, minimum: int = 1, hint: str = "") -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}{hint}, got {value!r}")
 
 
 def _free_ports(count: int) -> list[int]:
