@@ -55,7 +55,7 @@ def _padded(rows: np.ndarray, values: np.ndarray, n: int, width: int, fill) -> n
     return out
 
 
-def _numeric_bucket(x: np.ndarray) -> np.ndarray:
+def numeric_bucket(x: np.ndarray) -> np.ndarray:
     """0 for NaN, else 1 + the 0.25-wide bin of sign(x) log1p(|x|), clipped to [1, 81]."""
     signed = np.sign(x) * np.log1p(np.abs(np.nan_to_num(x)))
     return np.where(np.isnan(x), 0, 1 + np.clip(np.floor(signed * 4) + 8, 0, 80)).astype(np.int64)
@@ -69,7 +69,7 @@ def generate(days: int, rows_per_day: int, seed: int) -> dict[str, np.ndarray]:
         for index, n in enumerate(synth.rows_per_file_of_day(rows_per_day)):
             batch, logit, click, _ = generator.clicks(day, index, n)
             columns = {f: batch.categorical[f] for f in synth.CATEGORICAL_FIELDS}
-            columns |= {f: _numeric_bucket(batch.numeric[f]) for f in synth.NUMERIC_FIELDS}
+            columns |= {f: numeric_bucket(batch.numeric[f]) for f in synth.NUMERIC_FIELDS}
             columns["user_id"] = batch.user_id
             columns["tags"] = _padded(batch.tag_rows, batch.tag_ids, n, MAX_TAGS, -1)
             columns["topics"] = _padded(batch.topic_rows, batch.topic_ids, n, MAX_TOPICS, 0)
@@ -81,12 +81,12 @@ def generate(days: int, rows_per_day: int, seed: int) -> dict[str, np.ndarray]:
                 parts.setdefault(name, []).append(values)
         print(f"generated day {day + 1} of {days}", flush=True)
     data = {name: np.concatenate(values) for name, values in parts.items()}
+    data["tag_valid"] = (data["tags"] >= 0).astype(np.float32)  # before renumbering
     # Dense row numbers per id field (over all days: ids first seen on day D keep their
     # initial row, as a hashed table row that training never touched).
     for f in ID_FIELDS + ["tags"]:
         _, data[f] = np.unique(data[f], return_inverse=True)
         data[f] = data[f].reshape(-1, MAX_TAGS) if f == "tags" else data[f]
-    data["tag_valid"] = (np.concatenate(parts["tags"]) >= 0).astype(np.float32)
     return data
 
 

@@ -35,6 +35,7 @@ import sys
 import numpy as np
 import pyarrow.parquet as pq
 
+from one_pass_bound import numeric_bucket  # this directory; the same buckets
 from recsys_dist.data import synth
 from recsys_dist.data.input_fn import row_id
 
@@ -106,9 +107,7 @@ def _group_keys(batch) -> dict[str, np.ndarray]:
     for f, g in synth._CLICK_PAIR_SIGMAS:
         keys[f"{f} x {g}"] = keys[f] * (1 << 33) + keys[g]  # ids are < 2**33
     for f in synth.NUMERIC_FIELDS:
-        x = batch.numeric[f]
-        bucket = np.floor(np.sign(x) * np.log1p(np.abs(np.nan_to_num(x))) * 4)
-        keys[f"num {f}"] = np.where(np.isnan(x), -(1 << 20), bucket).astype(np.int64)
+        keys[f"num {f}"] = numeric_bucket(batch.numeric[f])
     return keys
 
 
