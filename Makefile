@@ -15,6 +15,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m recsys_dist.ops.build  # the Parquet op; rebuilt on first use if TF or pyarrow change
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,90 @@
+"""recsys_dist's TensorFlow ops: ``ParquetReadRows``, Parquet read in-graph on Arrow C++.
+
+:func:`load` builds the op library on first use (see :mod:`recsys_dist.ops.build`) and
+registers the op in this process. Every server process loads it before it serves, so a
+dataset graph the coordinator sends can run the op on a worker.
+
+Example:
+  >>> cols = read_rows("day.parquet", 0, 1000, {"ad": tf.int64, "tags": tf.int64},
+  ...                  ragged={"tags"})
+  >>> cols["ad"].values, cols["ad"].valid          # [1000] int64, [1000] bool
+  >>> cols["tags"].values, cols["tags"].row_splits  # flat elements, [1001]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import tensorflow as tf
+
+_lock = threading.Lock()
+_module = None
+
+OP_NAME = "ParquetReadRows"
+
+
+def load():
+    """Loads (building first if needed) the op library; returns its generated module.
+
+    Raises:
+      OpBuildError: no C++ compiler, or the build failed.
+    """
+    global _module
+    with _lock:
+        if _module is None:
+            from recsys_dist.ops.build import library_path
+
+            _module = tf.load_op_library(library_path(quiet=False))
+        return _module
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column of a row range, as the op returns it.
+
+    Attributes:
+      values: Scalar column: ``[rows]``, nulls as 0 / "" / false. List column: the flat
+        elements, null elements as 0 / "".
+      valid: One flag per entry of ``values``; false for a null.
+      row_splits: List column: ``[rows + 1]`` (a null list is empty); scalar: ``None``.
+    """
+
+    values: tf.Tensor
+    valid: tf.Tensor
+    row_splits: tf.Tensor | None = None
+
+    def ragged(self) -> tf.RaggedTensor:
+        """The list column as a ``[rows, None]`` ragged tensor (null elements kept)."""
+        return tf.RaggedTensor.from_row_splits(self.values, self.row_splits, validate=False)
+
+
+def read_rows(path, start, stop, dtypes: dict[str, tf.DType],
+              ragged: set[str] | frozenset[str] = frozenset()) -> dict[str, Column]:
+    """Rows ``[start, stop)`` of the named columns of one Parquet file.
+
+    Args:
+      path: Scalar string tensor or str: local path, ``s3://bucket/key`` or ``hdfs://...``.
+      start, stop: Scalar int64 row bounds; ``stop`` past the end is clamped.
+      dtypes: Column name -> dtype to read it as (int32, int64, float32, float64, bool,
+        string). Integer columns of any width read as int32/int64 (or as floats).
+      ragged: Names of ``list<...>`` columns, read as values + row splits.
+
+    Returns:
+      Column name -> :class:`Column`.
+
+    Raises:
+      tf.errors.InvalidArgumentError: (when run) the file is not Parquet, a column is
+        missing or of another type, or a list column is read as a scalar (or the
+        reverse); the message names the file and column.
+      tf.errors.NotFoundError: (when run) no such file.
+    """
+    module = load()
+    names = list(dtypes)
+    values, valid, splits = module.parquet_read_rows(
+        path=path, start=tf.cast(start, tf.int64), stop=tf.cast(stop, tf.int64),
+        columns=names, dtypes=[tf.as_dtype(dtypes[n]) for n in names],
+        ragged=[n in ragged for n in names], N=len(names))
+    # The generated wrapper returns a namedtuple, which tf.data would not unpack.
+    return {n: Column(values[i], valid[i], splits[i] if n in ragged else None)
+            for i, n in enumerate(names)}

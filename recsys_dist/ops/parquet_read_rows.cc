@@ -1,0 +1,710 @@
+// ParquetReadRows: rows [start, stop) of chosen columns of one Parquet file, in-graph.
+//
+// Built against the TensorFlow and pyarrow (Arrow C++) that are installed; see
+// recsys_dist/ops/build.py. Reads only the row groups that overlap the range and only
+// the leaf columns asked for, through Arrow's filesystems (local, s3://, hdfs://).
+//
+// Outputs, for N columns:
+//   values[i]:     scalar column: [rows] of dtypes[i], nulls as 0 / "" / false;
+//                  list column (ragged[i]): the flat elements, null elements as 0 / "".
+//   valid[i]:      scalar column: [rows], false where the value is null;
+//                  list column: one flag per element, false for a null element.
+//   row_splits[i]: list column: [rows + 1]; a null list is an empty list.
+//                  scalar column: [0].
+// Errors are InvalidArgument / NotFound and name the file and column. Never
+// Unavailable: a ClusterCoordinator would take that for a lost worker and retry.
+
+#include <functional>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "arrow/api.h"
+#include "arrow/filesystem/api.h"
+#include "arrow/filesystem/s3fs.h"
+#include "arrow/io/api.h"
+#include "arrow/util/uri.h"
+#include "parquet/arrow/reader.h"
+#include "parquet/arrow/schema.h"
+#include "parquet/exception.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace recsys_dist {
+namespace {
+
+using ::tensorflow::DataType;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::tstring;
+
+// ---- errors ---------------------------------------------------------------------------
+
+absl::Status Invalid(const std::string& path, const std::string& what) {
+  return absl::InvalidArgumentError(path + ": " + what);
+}
+
+absl::Status FromArrow(const std::string& path, const arrow::Status& st,
+                       const std::string& doing) {
+  std::string msg = path + ": " + doing + ": " + st.message();
+  if (st.IsIOError() && (st.message().find("Path does not exist") != std::string::npos ||
+                         st.message().find("No such file") != std::string::npos ||
+                         st.message().find("NoSuchKey") != std::string::npos ||
+                         st.message().find("NoSuchBucket") != std::string::npos)) {
+    return absl::NotFoundError(msg);
+  }
+  return absl::InvalidArgumentError(msg);
+}
+
+#define RD_RETURN_ARROW(path, expr, doing)                          \
+  do {                                                              \
+    ::arrow::Status _st = (expr);                                   \
+    if (!_st.ok()) return FromArrow((path), _st, (doing));          \
+  } while (0)
+
+// ---- filesystems ----------------------------------------------------------------------
+
+std::mutex g_fs_mutex;
+std::map<std::string, std::shared_ptr<arrow::fs::FileSystem>> g_filesystems;
+bool g_s3_finalizer_registered = false;
+
+void FinalizeS3AtExit() { (void)arrow::fs::EnsureS3Finalized(); }
+
+double EnvSeconds(const char* name, double fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  double parsed = std::strtod(value, &end);
+  return (end != value && parsed > 0) ? parsed : fallback;
+}
+
+// S3 settings come from the standard AWS variables, the same ones s3fs/boto3 read:
+// AWS_ENDPOINT_URL (e.g. http://127.0.0.1:9000), AWS_REGION, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY. Timeouts and attempts are bounded so a dead endpoint fails.
+absl::Status MakeS3(const std::string& path, std::shared_ptr<arrow::fs::FileSystem>* out) {
+  arrow::fs::S3Options options = arrow::fs::S3Options::Defaults();
+  const char* endpoint = std::getenv("AWS_ENDPOINT_URL_S3");
+  if (endpoint == nullptr || *endpoint == '\0') endpoint = std::getenv("AWS_ENDPOINT_URL");
+  if (endpoint != nullptr && *endpoint != '\0') {
+    std::string url(endpoint);
+    size_t sep = url.find("://");
+    if (sep != std::string::npos) {
+      options.scheme = url.substr(0, sep);
+      url = url.substr(sep + 3);
+    }
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    options.endpoint_override = url;
+  }
+  const char* region = std::getenv("AWS_REGION");
+  if (region == nullptr || *region == '\0') region = std::getenv("AWS_DEFAULT_REGION");
+  if (region != nullptr && *region != '\0') options.region = region;
+  options.connect_timeout = EnvSeconds("RECSYS_DIST_S3_CONNECT_TIMEOUT", 5.0);
+  options.request_timeout = EnvSeconds("RECSYS_DIST_S3_REQUEST_TIMEOUT", 30.0);
+  options.retry_strategy = arrow::fs::S3RetryStrategy::GetAwsStandardRetryStrategy(
+      static_cast<int64_t>(EnvSeconds("RECSYS_DIST_S3_MAX_ATTEMPTS", 3)));
+  arrow::Status init = arrow::fs::EnsureS3Initialized();
+  if (!init.ok()) return FromArrow(path, init, "initializing S3");
+  auto made = arrow::fs::S3FileSystem::Make(options);
+  if (!made.ok()) return FromArrow(path, made.status(), "connecting to S3");
+  if (!g_s3_finalizer_registered) {
+    // After the first S3 filesystem exists; registered earlier, Arrow's own static
+    // teardown would run first and the process would crash at exit.
+    std::atexit(FinalizeS3AtExit);
+    g_s3_finalizer_registered = true;
+  }
+  *out = *made;
+  return absl::OkStatus();
+}
+
+// The filesystem for `path` and the path in its terms. Filesystems are cached per
+// scheme and authority: building an S3 client per call would cost a handshake.
+absl::Status ResolvePath(const std::string& path, std::shared_ptr<arrow::fs::FileSystem>* fs,
+                         std::string* inner) {
+  size_t sep = path.find("://");
+  std::string scheme = sep == std::string::npos ? "" : path.substr(0, sep);
+  std::lock_guard<std::mutex> lock(g_fs_mutex);
+  if (scheme == "s3" || scheme == "s3a") {
+    *inner = path.substr(sep + 3);
+    size_t query = inner->find('?');
+    if (query != std::string::npos) inner->resize(query);
+    auto found = g_filesystems.find("s3");
+    if (found == g_filesystems.end()) {
+      std::shared_ptr<arrow::fs::FileSystem> made;
+      absl::Status st = MakeS3(path, &made);
+      if (!st.ok()) return st;
+      found = g_filesystems.emplace("s3", made).first;
+    }
+    *fs = found->second;
+    return absl::OkStatus();
+  }
+  if (scheme.empty() || scheme == "file") {
+    *inner = scheme.empty() ? path : path.substr(sep + 3);
+    auto found = g_filesystems.find("file");
+    if (found == g_filesystems.end()) {
+      found = g_filesystems.emplace("file", std::make_shared<arrow::fs::LocalFileSystem>())
+                  .first;
+    }
+    *fs = found->second;
+    return absl::OkStatus();
+  }
+  // hdfs:// and anything else Arrow knows, keyed by scheme://authority.
+  size_t slash = path.find('/', sep + 3);
+  std::string key = slash == std::string::npos ? path : path.substr(0, slash);
+  auto found = g_filesystems.find(key);
+  std::string resolved;
+  auto made = arrow::fs::FileSystemFromUriOrPath(path, &resolved);
+  if (!made.ok()) return FromArrow(path, made.status(), "opening the filesystem");
+  if (found == g_filesystems.end()) found = g_filesystems.emplace(key, *made).first;
+  *fs = found->second;
+  *inner = resolved;
+  return absl::OkStatus();
+}
+
+// ---- decoded row groups ---------------------------------------------------------------
+
+// Row groups read for a partial range stay decoded, up to a byte budget, so the other
+// work items cut from one large row group do not decode it again.
+struct CachedGroup {
+  std::string key;
+  std::shared_ptr<arrow::Table> table;
+  int64_t bytes;
+};
+
+class GroupCache {
+ public:
+  std::shared_ptr<arrow::Table> Get(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->key == key) {
+        entries_.splice(entries_.begin(), entries_, it);
+        return entries_.front().table;
+      }
+    }
+    return nullptr;
+  }
+  void Put(const std::string& key, std::shared_ptr<arrow::Table> table) {
+    int64_t bytes = 0;
+    for (const auto& column : table->columns()) {
+      for (const auto& chunk : column->chunks()) {
+        for (const auto& buffer : chunk->data()->buffers) {
+          if (buffer) bytes += buffer->size();
+        }
+      }
+    }
+    if (bytes > Budget()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.push_front({key, std::move(table), bytes});
+    used_ += bytes;
+    while (used_ > Budget() && !entries_.empty()) {
+      used_ -= entries_.back().bytes;
+      entries_.pop_back();
+    }
+  }
+
+ private:
+  static int64_t Budget() {
+    static const int64_t budget =
+        static_cast<int64_t>(EnvSeconds("RECSYS_DIST_PARQUET_CACHE_MB", 256) * (1 << 20));
+    return budget;
+  }
+  std::mutex mu_;
+  std::list<CachedGroup> entries_;
+  int64_t used_ = 0;
+};
+
+GroupCache& Cache() {
+  static GroupCache* cache = new GroupCache();
+  return *cache;
+}
+
+// ---- conversion -----------------------------------------------------------------------
+
+std::string TypeName(const arrow::DataType& type) { return type.ToString(); }
+
+// Calls `fn(i, value)` for every element of a primitive numeric or boolean array, as T.
+template <typename T, typename Fn>
+bool VisitNumbers(const arrow::Array& array, Fn&& fn) {
+  const int64_t n = array.length();
+#define RD_CASE(TYPE_ID, ARRAY)                                              \
+  case arrow::Type::TYPE_ID: {                                              \
+    const auto& a = static_cast<const ARRAY&>(array);                       \
+    const auto* raw = a.raw_values();                                       \
+    for (int64_t i = 0; i < n; ++i) fn(i, static_cast<T>(raw[i]));          \
+    return true;                                                            \
+  }
+  switch (array.type_id()) {
+    RD_CASE(INT8, arrow::Int8Array)
+    RD_CASE(INT16, arrow::Int16Array)
+    RD_CASE(INT32, arrow::Int32Array)
+    RD_CASE(INT64, arrow::Int64Array)
+    RD_CASE(UINT8, arrow::UInt8Array)
+    RD_CASE(UINT16, arrow::UInt16Array)
+    RD_CASE(UINT32, arrow::UInt32Array)
+    RD_CASE(UINT64, arrow::UInt64Array)
+    RD_CASE(FLOAT, arrow::FloatArray)
+    RD_CASE(DOUBLE, arrow::DoubleArray)
+    case arrow::Type::BOOL: {
+      const auto& a = static_cast<const arrow::BooleanArray&>(array);
+      for (int64_t i = 0; i < n; ++i) fn(i, static_cast<T>(a.Value(i) ? 1 : 0));
+      return true;
+    }
+    default:
+      return false;
+  }
+#undef RD_CASE
+}
+
+bool IsInteger(arrow::Type::type id) {
+  return id >= arrow::Type::UINT8 && id <= arrow::Type::INT64;
+}
+bool IsFloating(arrow::Type::type id) {
+  return id == arrow::Type::FLOAT || id == arrow::Type::DOUBLE;
+}
+bool IsStringLike(arrow::Type::type id) {
+  return id == arrow::Type::STRING || id == arrow::Type::LARGE_STRING ||
+         id == arrow::Type::BINARY || id == arrow::Type::LARGE_BINARY;
+}
+
+// Whether an Arrow value type can be read as `dtype` without losing meaning.
+bool Readable(arrow::Type::type id, DataType dtype) {
+  switch (dtype) {
+    case tensorflow::DT_INT32:
+    case tensorflow::DT_INT64:
+      return IsInteger(id) || id == arrow::Type::BOOL;
+    case tensorflow::DT_FLOAT:
+    case tensorflow::DT_DOUBLE:
+      return IsInteger(id) || IsFloating(id) || id == arrow::Type::BOOL;
+    case tensorflow::DT_BOOL:
+      return id == arrow::Type::BOOL;
+    case tensorflow::DT_STRING:
+      return IsStringLike(id);
+    default:
+      return false;
+  }
+}
+
+std::string_view StringAt(const arrow::Array& array, int64_t i) {
+  switch (array.type_id()) {
+    case arrow::Type::STRING:
+    case arrow::Type::BINARY:
+      return static_cast<const arrow::BinaryArray&>(array).GetView(i);
+    default:
+      return static_cast<const arrow::LargeBinaryArray&>(array).GetView(i);
+  }
+}
+
+int64_t IndexAt(const arrow::Array& indices, int64_t i) {
+  switch (indices.type_id()) {
+    case arrow::Type::INT8: return static_cast<const arrow::Int8Array&>(indices).Value(i);
+    case arrow::Type::INT16: return static_cast<const arrow::Int16Array&>(indices).Value(i);
+    case arrow::Type::INT32: return static_cast<const arrow::Int32Array&>(indices).Value(i);
+    case arrow::Type::UINT8: return static_cast<const arrow::UInt8Array&>(indices).Value(i);
+    case arrow::Type::UINT16: return static_cast<const arrow::UInt16Array&>(indices).Value(i);
+    case arrow::Type::UINT32: return static_cast<const arrow::UInt32Array&>(indices).Value(i);
+    case arrow::Type::UINT64:
+      return static_cast<int64_t>(static_cast<const arrow::UInt64Array&>(indices).Value(i));
+    default: return static_cast<const arrow::Int64Array&>(indices).Value(i);
+  }
+}
+
+// Writes `array` (a scalar array, possibly dictionary-encoded) into out[0..n) and its
+// validity into valid[0..n); null slots get a zero value.
+template <typename T>
+void FillNumbers(const arrow::Array& array, T* out, bool* valid) {
+  const int64_t n = array.length();
+  if (array.type_id() == arrow::Type::DICTIONARY) {
+    const auto& dict = static_cast<const arrow::DictionaryArray&>(array);
+    std::vector<T> values(dict.dictionary()->length());
+    VisitNumbers<T>(*dict.dictionary(), [&](int64_t i, T v) { values[i] = v; });
+    const arrow::Array& indices = *dict.indices();
+    for (int64_t i = 0; i < n; ++i) {
+      bool ok = array.IsValid(i);
+      valid[i] = ok;
+      out[i] = ok ? values[IndexAt(indices, i)] : T(0);
+    }
+    return;
+  }
+  bool same = false;
+  switch (array.type_id()) {
+    case arrow::Type::INT32: same = std::is_same<T, int32_t>::value; break;
+    case arrow::Type::INT64: same = std::is_same<T, int64_t>::value; break;
+    case arrow::Type::FLOAT: same = std::is_same<T, float>::value; break;
+    case arrow::Type::DOUBLE: same = std::is_same<T, double>::value; break;
+    default: break;
+  }
+  if (same) {
+    const auto& prim = static_cast<const arrow::PrimitiveArray&>(array);
+    const T* raw = reinterpret_cast<const T*>(prim.values()->data()) + array.offset();
+    std::memcpy(out, raw, n * sizeof(T));
+  } else {
+    VisitNumbers<T>(array, [&](int64_t i, T v) { out[i] = v; });
+  }
+  if (array.null_count() == 0) {
+    std::fill(valid, valid + n, true);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    valid[i] = array.IsValid(i);
+    if (!valid[i]) out[i] = T(0);
+  }
+}
+
+void FillStrings(const arrow::Array& array, tstring* out, bool* valid) {
+  const int64_t n = array.length();
+  if (array.type_id() == arrow::Type::DICTIONARY) {
+    const auto& dict = static_cast<const arrow::DictionaryArray&>(array);
+    const arrow::Array& values = *dict.dictionary();
+    const arrow::Array& indices = *dict.indices();
+    for (int64_t i = 0; i < n; ++i) {
+      valid[i] = array.IsValid(i);
+      if (valid[i]) {
+        std::string_view v = StringAt(values, IndexAt(indices, i));
+        out[i].assign(v.data(), v.size());
+      }
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    valid[i] = array.IsValid(i);
+    if (valid[i]) {
+      std::string_view v = StringAt(array, i);
+      out[i].assign(v.data(), v.size());
+    }
+  }
+}
+
+void FillBools(const arrow::Array& array, bool* out, bool* valid) {
+  const auto& a = static_cast<const arrow::BooleanArray&>(array);
+  for (int64_t i = 0; i < a.length(); ++i) {
+    valid[i] = a.IsValid(i);
+    out[i] = valid[i] && a.Value(i);
+  }
+}
+
+// Fills elements [at, at + array.length()) of `values` and `valid`.
+void FillScalars(const arrow::Array& array, Tensor* values, bool* valid, int64_t at) {
+  switch (values->dtype()) {
+    case tensorflow::DT_INT32:
+      FillNumbers<int32_t>(array, values->flat<int32_t>().data() + at, valid + at);
+      break;
+    case tensorflow::DT_INT64:
+      FillNumbers<int64_t>(array, values->flat<int64_t>().data() + at, valid + at);
+      break;
+    case tensorflow::DT_FLOAT:
+      FillNumbers<float>(array, values->flat<float>().data() + at, valid + at);
+      break;
+    case tensorflow::DT_DOUBLE:
+      FillNumbers<double>(array, values->flat<double>().data() + at, valid + at);
+      break;
+    case tensorflow::DT_BOOL:
+      FillBools(array, values->flat<bool>().data() + at, valid + at);
+      break;
+    default:
+      FillStrings(array, values->flat<tstring>().data() + at, valid + at);
+  }
+}
+
+arrow::Type::type ValueTypeId(const arrow::DataType& type) {
+  if (type.id() == arrow::Type::DICTIONARY) {
+    return static_cast<const arrow::DictionaryType&>(type).value_type()->id();
+  }
+  return type.id();
+}
+
+bool IsList(arrow::Type::type id) {
+  return id == arrow::Type::LIST || id == arrow::Type::LARGE_LIST;
+}
+
+// The element range [begin, end) of list slot i, and whether the slot is a real list.
+void ListSpan(const arrow::Array& array, int64_t i, int64_t* begin, int64_t* end) {
+  if (array.IsNull(i)) {
+    *begin = *end = 0;
+  } else if (array.type_id() == arrow::Type::LIST) {
+    const auto& a = static_cast<const arrow::ListArray&>(array);
+    *begin = a.value_offset(i);
+    *end = a.value_offset(i) + a.value_length(i);
+  } else {
+    const auto& a = static_cast<const arrow::LargeListArray&>(array);
+    *begin = a.value_offset(i);
+    *end = a.value_offset(i) + a.value_length(i);
+  }
+}
+
+std::shared_ptr<arrow::Array> ListValues(const arrow::Array& array) {
+  if (array.type_id() == arrow::Type::LIST) {
+    return static_cast<const arrow::ListArray&>(array).values();
+  }
+  return static_cast<const arrow::LargeListArray&>(array).values();
+}
+
+// ---- the op ---------------------------------------------------------------------------
+
+// The leaf column indices under each top-level field named in `columns`.
+absl::Status LeafIndices(const parquet::arrow::SchemaManifest& manifest,
+                         const std::vector<std::string>& columns, const std::string& path,
+                         std::vector<int>* leaves) {
+  std::function<void(const parquet::arrow::SchemaField&)> collect =
+      [&](const parquet::arrow::SchemaField& field) {
+        if (field.is_leaf()) leaves->push_back(field.column_index);
+        for (const auto& child : field.children) collect(child);
+      };
+  for (const std::string& column : columns) {
+    bool found = false;
+    for (const auto& field : manifest.schema_fields) {
+      if (field.field->name() == column) {
+        collect(field);
+        found = true;
+        break;
+      }
+    }
+    if (!found) return Invalid(path, "column '" + column + "' is missing");
+  }
+  std::sort(leaves->begin(), leaves->end());
+  leaves->erase(std::unique(leaves->begin(), leaves->end()), leaves->end());
+  return absl::OkStatus();
+}
+
+class ParquetReadRowsOp : public OpKernel {
+ public:
+  explicit ParquetReadRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("columns", &columns_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dtypes", &dtypes_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("ragged", &ragged_));
+    OP_REQUIRES(ctx, columns_.size() == dtypes_.size() && columns_.size() == ragged_.size(),
+                absl::InvalidArgumentError(
+                    "ParquetReadRows: columns, dtypes and ragged must have one entry each"));
+    for (const auto& c : columns_) signature_ += c + "\x1f";
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const std::string path(ctx->input(0).scalar<tstring>()());
+    const int64_t start = ctx->input(1).scalar<int64_t>()();
+    const int64_t stop = ctx->input(2).scalar<int64_t>()();
+    OP_REQUIRES(ctx, start >= 0 && stop >= start,
+                Invalid(path, "bad row range [" + std::to_string(start) + ", " +
+                                  std::to_string(stop) + ")"));
+    std::vector<std::shared_ptr<arrow::Table>> pieces;
+    OP_REQUIRES_OK(ctx, ReadPieces(path, start, stop, &pieces));
+    int64_t rows = 0;
+    for (const auto& piece : pieces) rows += piece->num_rows();
+    const int n = static_cast<int>(columns_.size());
+    for (int c = 0; c < n; ++c) {
+      std::vector<std::shared_ptr<arrow::Array>> chunks;
+      for (const auto& piece : pieces) {
+        auto column = piece->GetColumnByName(columns_[c]);
+        for (const auto& chunk : column->chunks()) chunks.push_back(chunk);
+      }
+      absl::Status st = ragged_[c] ? EmitList(ctx, c, n, chunks, rows, path)
+                                   : EmitScalar(ctx, c, n, chunks, rows, path);
+      OP_REQUIRES_OK(ctx, st);
+    }
+  }
+
+ private:
+  // The overlapping row groups of [start, stop), each sliced to the range.
+  absl::Status ReadPieces(const std::string& path, int64_t start, int64_t stop,
+                          std::vector<std::shared_ptr<arrow::Table>>* pieces) {
+    std::shared_ptr<arrow::fs::FileSystem> fs;
+    std::string inner;
+    absl::Status st = ResolvePath(path, &fs, &inner);
+    if (!st.ok()) return st;
+    auto file = fs->OpenInputFile(inner);
+    if (!file.ok()) return FromArrow(path, file.status(), "cannot open");
+    auto size = (*file)->GetSize();
+    if (!size.ok()) return FromArrow(path, size.status(), "cannot read the size");
+    if (*size == 0) return Invalid(path, "empty file (0 bytes), not Parquet");
+    parquet::ArrowReaderProperties properties;
+    properties.set_pre_buffer(true);  // coalesced range reads: few requests on S3
+    properties.set_use_threads(false);
+    parquet::arrow::FileReaderBuilder builder;
+    try {
+      RD_RETURN_ARROW(path, builder.Open(*file), "not a readable Parquet file");
+    } catch (const std::exception& e) {
+      return Invalid(path, std::string("not a readable Parquet file: ") + e.what());
+    }
+    builder.properties(properties);
+    auto reader = builder.Build();
+    if (!reader.ok()) return FromArrow(path, reader.status(), "not a readable Parquet file");
+    std::vector<int> leaves;
+    st = LeafIndices((*reader)->manifest(), columns_, path, &leaves);
+    if (!st.ok()) return st;
+    st = CheckTypes(**reader, path);
+    if (!st.ok()) return st;
+    auto metadata = (*reader)->parquet_reader()->metadata();
+    const int64_t total = metadata->num_rows();
+    const int64_t end = std::min(stop, total);
+    int64_t offset = 0;
+    for (int g = 0; g < metadata->num_row_groups() && offset < end; ++g) {
+      const int64_t group_rows = metadata->RowGroup(g)->num_rows();
+      const int64_t lo = std::max(start, offset), hi = std::min(end, offset + group_rows);
+      if (lo < hi) {
+        const bool partial = hi - lo < group_rows;
+        std::string key = path + "\x1e" + std::to_string(*size) + "\x1e" +
+                          std::to_string(g) + "\x1e" + signature_;
+        std::shared_ptr<arrow::Table> table = partial ? Cache().Get(key) : nullptr;
+        if (table == nullptr) {
+          try {
+            auto read = (*reader)->ReadRowGroup(g, leaves);
+            if (!read.ok()) {
+              return FromArrow(path, read.status(),
+                               "cannot read row group " + std::to_string(g));
+            }
+            table = *read;
+          } catch (const std::exception& e) {
+            return Invalid(path, "cannot read row group " + std::to_string(g) + ": " +
+                                     e.what());
+          }
+          if (partial) Cache().Put(key, table);
+        }
+        pieces->push_back(table->Slice(lo - offset, hi - lo));
+      }
+      offset += group_rows;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckTypes(parquet::arrow::FileReader& reader, const std::string& path) {
+    std::shared_ptr<arrow::Schema> schema;
+    RD_RETURN_ARROW(path, reader.GetSchema(&schema), "cannot read the schema");
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      auto field = schema->GetFieldByName(columns_[c]);
+      const arrow::DataType& type = *field->type();
+      const std::string where = "column '" + columns_[c] + "' has type " + TypeName(type);
+      const std::string want = tensorflow::DataTypeString(dtypes_[c]);
+      if (ragged_[c]) {
+        if (!IsList(type.id())) {
+          return Invalid(path, where + "; expected a list column (list<...>) of " + want);
+        }
+        const auto& value_type = *static_cast<const arrow::BaseListType&>(type).value_type();
+        if (!Readable(ValueTypeId(value_type), dtypes_[c])) {
+          return Invalid(path, where + "; its elements cannot be read as " + want);
+        }
+      } else {
+        if (IsList(type.id())) {
+          return Invalid(path, where + "; expected a scalar column of " + want +
+                                   ", not a list");
+        }
+        if (!Readable(ValueTypeId(type), dtypes_[c])) {
+          return Invalid(path, where + "; expected a column readable as " + want);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitScalar(OpKernelContext* ctx, int c, int n,
+                          const std::vector<std::shared_ptr<arrow::Array>>& chunks,
+                          int64_t rows, const std::string& path) {
+    Tensor* values = nullptr;
+    Tensor* valid = nullptr;
+    Tensor* splits = nullptr;
+    absl::Status st = ctx->allocate_output(c, TensorShape({rows}), &values);
+    if (st.ok()) st = ctx->allocate_output(n + c, TensorShape({rows}), &valid);
+    if (st.ok()) st = ctx->allocate_output(2 * n + c, TensorShape({0}), &splits);
+    if (!st.ok()) return st;
+    bool* valid_data = valid->flat<bool>().data();
+    int64_t at = 0;
+    for (const auto& chunk : chunks) {
+      FillScalars(*chunk, values, valid_data, at);
+      at += chunk->length();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitList(OpKernelContext* ctx, int c, int n,
+                        const std::vector<std::shared_ptr<arrow::Array>>& chunks,
+                        int64_t rows, const std::string& path) {
+    int64_t total = 0;
+    for (const auto& chunk : chunks) {
+      for (int64_t i = 0; i < chunk->length(); ++i) {
+        int64_t b, e;
+        ListSpan(*chunk, i, &b, &e);
+        total += e - b;
+      }
+    }
+    Tensor* values = nullptr;
+    Tensor* valid = nullptr;
+    Tensor* splits = nullptr;
+    absl::Status st = ctx->allocate_output(c, TensorShape({total}), &values);
+    if (st.ok()) st = ctx->allocate_output(n + c, TensorShape({total}), &valid);
+    if (st.ok()) st = ctx->allocate_output(2 * n + c, TensorShape({rows + 1}), &splits);
+    if (!st.ok()) return st;
+    bool* valid_data = valid->flat<bool>().data();
+    int64_t* split_data = splits->flat<int64_t>().data();
+    int64_t row = 0, emitted = 0;
+    split_data[0] = 0;
+    for (const auto& chunk : chunks) {
+      std::shared_ptr<arrow::Array> elements = ListValues(*chunk);
+      // Lists whose elements lie next to each other are copied as one run.
+      int64_t run_begin = 0, run_end = 0;
+      auto flush = [&]() {
+        if (run_end > run_begin) {
+          FillScalars(*elements->Slice(run_begin, run_end - run_begin), values, valid_data,
+                      emitted);
+          emitted += run_end - run_begin;
+        }
+      };
+      for (int64_t i = 0; i < chunk->length(); ++i) {
+        int64_t b, e;
+        ListSpan(*chunk, i, &b, &e);
+        if (e > b) {
+          if (b == run_end && run_end > run_begin) {
+            run_end = e;
+          } else {
+            flush();
+            run_begin = b;
+            run_end = e;
+          }
+        }
+        split_data[row + 1] = split_data[row] + (e - b);
+        ++row;
+      }
+      flush();
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<std::string> columns_;
+  std::vector<DataType> dtypes_;
+  std::vector<bool> ragged_;
+  std::string signature_;
+};
+
+}  // namespace
+
+REGISTER_OP("ParquetReadRows")
+    .Input("path: string")
+    .Input("start: int64")
+    .Input("stop: int64")
+    .Output("values: dtypes")
+    .Output("valid: N * bool")
+    .Output("row_splits: N * int64")
+    .Attr("columns: list(string) >= 1")
+    .Attr("dtypes: list({int32, int64, float, double, bool, string}) >= 1")
+    .Attr("ragged: list(bool) >= 1")
+    .Attr("N: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
+      for (int i = 0; i < 3; ++i) {
+        ::tensorflow::shape_inference::ShapeHandle scalar;
+        TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &scalar));
+      }
+      for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("ParquetReadRows").Device(::tensorflow::DEVICE_CPU),
+                        ParquetReadRowsOp);
+
+}  // namespace recsys_dist
