@@ -77,7 +77,7 @@ def free_port() -> int:
 def s3_server():
     """A real S3-protocol server (moto) on 127.0.0.1 with bucket ``recsys-test``.
 
-    Sets the S3 environment variables tensorflow-io and recsys_dist's fsspec layer read,
+    Sets the standard AWS variables that both Arrow (the Parquet op) and s3fs read,
     in this process; returns them so cluster fixtures can pass them to server processes.
     """
     import os
@@ -88,12 +88,11 @@ def s3_server():
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    env = {"S3_ENDPOINT": f"http://127.0.0.1:{port}", "S3_USE_HTTPS": "0",
-           "S3_VERIFY_SSL": "0", "AWS_ACCESS_KEY_ID": "testing",
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    client = boto3.client("s3", endpoint_url=env["S3_ENDPOINT"], region_name="us-east-1")
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1")
     client.create_bucket(Bucket="recsys-test")
     try:
         yield {"env": env, "client": client, "bucket": "recsys-test"}
