@@ -191,7 +191,7 @@ def test_vocabulary_files(tmp_path):
     path = features_with(tmp_path, "table: ads}\n  site", "table: ads, vocabulary: ads.txt}\n  site")
     config = load_config(path)
     assert config.features.vocabularies["ad"] == [10, 20, 30]
-    assert config.features.rows_of(config.features.features["ad"]) == 4  # 3 + 1 oov bucket
+    assert config.features.rows_of(config.features.features["ad"]) == 5  # 3 + 1 oov + 1 missing
     (tmp_path / "ads.txt").write_text("10\nten\n")
     with pytest.raises(ConfigError, match=r"non-integer id .*dtype int64 needs one integer"):
         load_config(path)

@@ -100,7 +100,8 @@ def test_schema_is_exact_and_non_nullable(dataset, day0):
     assert all(types[c] == pa.float32() for c in NUMERIC + ["oracle_logit",
                                                             "oracle_logit_conversion"])
     assert all(types[c] == pa.int64() for c in INT_IDS + ["user_id", "click", "conversion"])
-    assert all(types[c] == pa.string() for c in STRING_IDS + ["tags", "topics"])
+    assert all(types[c] == pa.string() for c in STRING_IDS + ["topics"])
+    assert types["tags"] == pa.list_(pa.field("item", pa.int64(), nullable=False))
     assert all(column.null_count == 0 for column in day0.columns)
 
 
@@ -196,7 +197,7 @@ def test_string_ids_are_stable_across_days(day0, day1):
 def test_tags_and_topics_parse(day0):
     counts = []
     for tags in day0["tags"].to_pylist():
-        ids = [int(t) for t in tags.split("|")] if tags else []
+        ids = list(tags)  # a list<int64> column
         assert len(ids) == len(set(ids)) and all(1 <= t <= 5_000 for t in ids)
         counts.append(len(ids))
     counts_array = np.array(counts)

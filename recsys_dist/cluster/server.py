@@ -201,9 +201,9 @@ def serve(
 
     import tensorflow as tf
 
-    from recsys_dist.cluster.tfio_kernels import load_tfio_kernels
+    from recsys_dist import ops
 
-    load_tfio_kernels()
+    ops.load()  # the Parquet op: dataset graphs the coordinator sends run it here
     server = tf.distribute.Server(
         tf.train.ClusterSpec(spec),
         job_name=job,

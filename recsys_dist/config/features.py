@@ -54,9 +54,12 @@ class CategoricalFeature:
       table: Embedding table the ids index.
       dtype: ``int64`` for integer ids, ``string`` for string ids.
       column: Parquet column; defaults to ``name``.
-      hash_buckets: Hash into this many rows; defaults to the table's ``rows``.
+      hash_buckets: Hash into this many rows; defaults to the table's ``rows``. The
+        last of them is the missing row: a null id reads it, and no real id hashes to
+        it.
       vocabulary: Text file with one id per line (relative to the feature config).
-      oov_buckets: Rows for ids missing from ``vocabulary``.
+      oov_buckets: Rows for ids missing from ``vocabulary``; a null id reads one more
+        row after them.
     """
 
     name: str
@@ -79,9 +82,13 @@ class NumericFeature:
       mean, std: Required for ``standardize``.
       boundaries: Strictly increasing bucket edges, required for ``bucketize``.
       table: Embedding table for ``bucketize`` (rows >= len(boundaries) + 1).
-      nan_means_missing: Treat NaN as a missing value and use ``fill_value``. When
-        false, NaN is bad data. Infinity is always bad data.
-      fill_value: Value used for a missing (NaN) input, before the transform.
+      nan_means_missing: Treat NaN as a missing value, like a null. When false, NaN
+        is bad data. Infinity is always bad data.
+      fill_value: Value used for a missing input (a null, or NaN under
+        ``nan_means_missing``), before the transform.
+      missing_indicator: Also feed the dense tower a 0/1 input ``<name>.missing``,
+        1 where the value was missing (not for ``bucketize``: give missing values a
+        bucket of their own with a ``fill_value`` outside the boundaries).
     """
 
     name: str
@@ -94,19 +101,28 @@ class NumericFeature:
     table: str | None = None
     nan_means_missing: bool = False
     fill_value: float = 0.0
+    missing_indicator: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class MultiCategoricalFeature:
-    """Several ids per row in one delimited string column, e.g. ``"12|907|33"``.
+    """Several ids per row: a Parquet list column (``list<int64>`` or ``list<string>``)
+    or a delimited string column, e.g. ``"12|907|33"``.
+
+    A null list (or null string) is an empty list; null ids inside a list are dropped.
+    Integer ids hash as their decimal text, so a list column and the same ids written
+    as a delimited string give the same rows.
 
     Attributes:
       table: Embedding table the ids index.
       max_length: Ids kept per row (the first ones); the rest are dropped.
-      separator: Separator between ids.
+      separator: Separator between ids (delimited string columns).
       combiner: How a row's embeddings are pooled: ``sum``, ``mean`` or ``sqrtn``.
-      weighted: Entries are ``id:weight``; the weight scales the embedding.
+      weighted: Entries of a delimited string are ``id:weight``; the weight scales the
+        embedding.
       weight_separator: Separator between id and weight when ``weighted``.
+      weights_column: A ``list<float>`` column parallel to a list column of ids: one
+        weight per id (an id whose weight is null is dropped).
     """
 
     name: str
@@ -118,6 +134,7 @@ class MultiCategoricalFeature:
     combiner: Literal["sum", "mean", "sqrtn"] = "mean"
     weighted: bool = False
     weight_separator: str = ":"
+    weights_column: str | None = None
     hash_buckets: int | None = field(default=None, metadata={"min": 1})
     vocabulary: str | None = None
     oov_buckets: int = field(default=1, metadata={"min": 1})
@@ -185,9 +202,11 @@ class FeatureConfig:
         return getattr(feature_or_label, "column", None) or feature_or_label.name
 
     def rows_of(self, feature: Feature) -> int:
-        """Returns how many table rows a feature's ids span (hash space or vocab + oov)."""
+        """Returns how many table rows a feature's ids span: the hash space, or the
+        vocabulary + oov rows (+ the missing row of a categorical)."""
         if feature.name in self.vocabularies:
-            return len(self.vocabularies[feature.name]) + feature.oov_buckets
+            missing_row = 1 if isinstance(feature, CategoricalFeature) else 0
+            return len(self.vocabularies[feature.name]) + feature.oov_buckets + missing_row
         return feature.hash_buckets or self.tables[feature.table].rows
 
 
@@ -252,6 +271,14 @@ def _check_references(doc: LocatedYaml, config: FeatureConfig) -> FeatureConfig:
                                                       dtype)
         if isinstance(feat, NumericFeature):
             _check_numeric(doc, path, feat, tables)
+        if isinstance(feat, MultiCategoricalFeature) and feat.weights_column is not None:
+            if feat.weighted:
+                raise doc.error(path + ".weights_column", "set either 'weighted' (id:weight "
+                                "entries in a delimited string) or 'weights_column' (a "
+                                "parallel list<float> column), not both")
+            if feat.weights_column == (feat.column or name):
+                raise doc.error(path + ".weights_column", "names the ids column itself; "
+                                "expected a separate list<float> column")
         if isinstance(feat, CrossFeature):
             for i, inp in enumerate(feat.inputs):
                 if inp not in features:
@@ -273,7 +300,7 @@ def _check_references(doc: LocatedYaml, config: FeatureConfig) -> FeatureConfig:
         need = checked.rows_of(feat) if not isinstance(feat, NumericFeature) else \
             len(feat.boundaries or []) + 1
         if need > tables[table].rows:
-            what = "vocabulary size + oov_buckets" if name in vocabularies else (
+            what = "vocabulary size + oov_buckets (+ 1 missing row)" if name in vocabularies else (
                 "len(boundaries) + 1" if isinstance(feat, NumericFeature) else "hash_buckets")
             raise doc.error(f"features.{name}", f"needs {need} rows ({what}) but table "
                             f"{table!r} has rows={tables[table].rows}; raise tables.{table}.rows")
@@ -297,6 +324,10 @@ def _check_numeric(doc: LocatedYaml, path: str, feat: NumericFeature,
             raise doc.error(path, "transform 'bucketize' needs 'boundaries'")
         if feat.table is None:
             raise doc.error(path, "transform 'bucketize' needs a 'table' for the bucket ids")
+        if feat.missing_indicator:
+            raise doc.error(path + ".missing_indicator", "does not apply to transform "
+                            "'bucketize'; give missing values a bucket of their own with a "
+                            "fill_value outside the boundaries, e.g. below the first")
         if any(a >= b for a, b in zip(feat.boundaries, feat.boundaries[1:])):
             raise doc.error(path + ".boundaries", f"got {feat.boundaries}; "
                             "expected strictly increasing numbers")

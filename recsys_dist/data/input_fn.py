@@ -4,8 +4,8 @@
 their footers, checks the schema against the feature config and plans the shards.
 :meth:`InputPipeline.dataset_fn` returns the function each worker runs. It is traced
 once on the coordinator with the worker index as a call-time capture, so it is pure
-graph: it selects the worker's units from the plan constants, reads them with
-tensorflow-io's Parquet kernel, transforms every feature in-graph over whole units
+graph: it selects the worker's units from the plan constants, reads them with our
+Parquet op (:mod:`recsys_dist.ops`, Arrow C++), transforms every feature in-graph over whole units
 (so per-op overhead is paid per unit, not per batch), shuffles rows within units for
 training, then rebatches to ``batch_size`` and prefetches. No Python runs per row or
 per batch, on the coordinator or anywhere else.
@@ -26,13 +26,13 @@ import dataclasses
 from typing import Callable, Literal
 
 import tensorflow as tf
-from tensorflow_io.python.ops import core_ops
 
-from recsys_dist.cluster.tfio_kernels import load_tfio_kernels
+from recsys_dist import ops
 from recsys_dist.config.experiment import DataSplit, ExperimentConfig, InputSpec
 from recsys_dist.data import discovery
 from recsys_dist.data.parquet_meta import read_footers
-from recsys_dist.data.schema_check import ColumnNeed, check_schemas, required_columns
+from recsys_dist.data.schema_check import (ColumnNeed, check_schemas, required_columns,
+                                           split_read_dtype)
 from recsys_dist.data.shard_plan import ShardPlan, Unit, plan_shards, split_rows
 from recsys_dist.errors import ConfigError, DataError
 from recsys_dist.features.transforms import FeatureTransform
@@ -118,30 +118,31 @@ class InputPipeline:
         """``read_unit(file_index, start, stop) -> element`` for rows ``[start, stop)``."""
         plan, spec, transform = self.plan, self.spec, self.transform
         extra, keep = self.extra_columns, self.keep_columns
-        dtypes = {c: tf.as_dtype(transform.column_dtypes[c])
-                  for c in dict.fromkeys(list(transform.columns) + list(extra) + list(keep))}
+        read_dtypes = {c: split_read_dtype(transform.column_dtypes[c])
+                       for c in dict.fromkeys(list(transform.columns) + list(extra) + list(keep))}
+        dtypes = {c: tf.as_dtype(d) for c, (d, _) in read_dtypes.items()}
+        ragged = frozenset(c for c, (_, is_list) in read_dtypes.items() if is_list)
         shuffle = training and spec.shuffle
+        files = plan.files
 
         def read_unit(file_index, start, stop):
-            path = tf.gather(tf.constant(plan.files), file_index)
-            shape = tf.reshape(tf.gather(tf.constant(plan.file_rows, tf.int64), file_index), [1])
-            load_tfio_kernels()
-            # tensorflow-io caches one reader per `shared` name process-wide; keying it by
-            # the path lets every column of a unit reuse one parsed footer.
-            raw = {}
-            for column, dtype in dtypes.items():
-                values = core_ops.io_parquet_readable_read(
-                    input=path, shared=path, component=column, shape=shape,
-                    start=start, stop=stop, dtype=dtype)
-                values.set_shape([None])
-                raw[column] = values
+            path = tf.gather(tf.constant(files), file_index)
+            columns = ops.read_rows(path, start, stop, dtypes, ragged)
+            raw, present = {}, {}
+            for name, column in columns.items():
+                if name in ragged:
+                    raw[name], present[name] = column.ragged(), tf.RaggedTensor.from_row_splits(
+                        column.valid, column.row_splits, validate=False)
+                else:
+                    raw[name], present[name] = column.values, column.valid
             source = tf.strings.join([path, " (rows ", tf.strings.as_string(start), "..",
                                       tf.strings.as_string(stop), ")"])
-            features, labels, valid = transform(raw, source, start)
+            features, labels, valid = transform(raw, source, start, present)
             rows = tf.bitwise.bitwise_or(tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT),
                                          tf.range(start, stop, dtype=tf.int64))
             element = {"features": features, "labels": labels, "valid": valid, "row": rows,
-                       "extra": {c: tf.cast(raw[c], tf.float32) for c in extra},
+                       "extra": {c: tf.where(present[c], tf.cast(raw[c], tf.float32), float("nan"))
+                                 for c in extra},
                        "keep": {c: raw[c] for c in keep}}
             if shuffle:
                 order = tf.random.shuffle(tf.range(stop - start), seed=spec.seed)
@@ -165,7 +166,6 @@ class InputPipeline:
         read_unit = self._unit_reader(training)
 
         def dataset_fn(input_context=None) -> tf.data.Dataset:
-            load_tfio_kernels()
             if worker_index is None:
                 index = tf.distribute.coordinator.experimental_get_current_worker_index()
             else:
@@ -263,7 +263,8 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
     transform = FeatureTransform(config.features, config.labels, column_dtypes, on_bad_row,
                                  feature_names)
     spec = spec or config.input
-    read = list(dict.fromkeys(list(transform.columns) + list(extra_columns)
-                              + list(keep_columns)))
-    plan = plan_shards(metas, read, num_workers, spec.max_unit_rows, on_bad_row, skipped)
+    label_columns = [config.features.column_of(config.features.labels[n])
+                     for n in config.labels]
+    plan = plan_shards(metas, num_workers, spec.max_unit_rows, on_bad_row, skipped,
+                       label_columns)
     return InputPipeline(plan, transform, spec, tuple(extra_columns), tuple(keep_columns))

@@ -1,8 +1,10 @@
 """Check Parquet schemas against a feature config and decide how to read each column.
 
-tensorflow-io reads a column in its Parquet *physical* type and only scalar columns
-(int, float, string, bool). So the coordinator decides, once, the physical type each
-column is read as; every file must agree, and the in-graph transforms cast from it.
+The coordinator decides, once, the dtype each column is read as (``int32``, ``int64``,
+``float32``, ``float64``, ``bool``, ``string``, or ``list<int64>``, ``list<string>``,
+``list<float32>`` for list columns); every file must agree, and the in-graph
+transforms cast from it. Nulls are allowed anywhere: the null policy of each feature
+(docs/data.md) decides what they become.
 """
 
 from __future__ import annotations
@@ -18,15 +20,15 @@ from recsys_dist.config.schema import did_you_mean
 from recsys_dist.data.parquet_meta import FileMeta
 from recsys_dist.errors import DataError
 
-Need = Literal["integer id", "string", "number", "binary label", "key"]
+Need = Literal["integer id", "string", "ids", "weights", "number", "binary label", "key"]
 
-#: Parquet physical type -> TensorFlow dtype name tensorflow-io returns for it.
-PHYSICAL_TO_TF = {"INT32": "int32", "INT64": "int64", "FLOAT": "float32", "DOUBLE": "float64",
-                  "BYTE_ARRAY": "string", "BOOLEAN": "bool"}
+LIST_PREFIX = "list<"
 
 _ACCEPTED: dict[Need, tuple[str, ...]] = {
     "integer id": ("integer",),
     "string": ("string",),
+    "ids": ("string", "list<integer>", "list<string>"),
+    "weights": ("list<integer>", "list<float>"),
     "number": ("integer", "float"),
     "binary label": ("integer", "float", "bool"),
     "key": ("integer", "string", "bool"),
@@ -34,10 +36,19 @@ _ACCEPTED: dict[Need, tuple[str, ...]] = {
 _EXPECTED_TEXT: dict[Need, str] = {
     "integer id": "an integer column (int8..int64)",
     "string": "a string column",
+    "ids": "a list<int64> or list<string> column, or a delimited string column",
+    "weights": "a list<float> column with one weight per id",
     "number": "an integer or floating-point column",
     "binary label": "an integer, boolean or floating-point column holding 0/1",
     "key": "an integer, string or boolean column (a group or slice key)",
 }
+
+
+def split_read_dtype(read_dtype: str) -> tuple[str, bool]:
+    """``"list<int64>"`` -> ``("int64", True)``; ``"float32"`` -> ``("float32", False)``."""
+    if read_dtype.startswith(LIST_PREFIX):
+        return read_dtype[len(LIST_PREFIX):-1], True
+    return read_dtype, False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +82,9 @@ def required_columns(features: FeatureConfig, labels: list[str] | None = None
             add(features.column_of(feat), "integer id" if feat.dtype == "int64" else "string",
                 f"feature {name!r}")
         elif isinstance(feat, MultiCategoricalFeature):
-            add(features.column_of(feat), "string", f"feature {name!r}")
+            add(features.column_of(feat), "ids", f"feature {name!r}")
+            if feat.weights_column is not None:
+                add(feat.weights_column, "weights", f"feature {name!r} (weights_column)")
         elif isinstance(feat, NumericFeature):
             add(features.column_of(feat), "number", f"feature {name!r}")
     for name in labels or list(features.labels):
@@ -79,14 +92,9 @@ def required_columns(features: FeatureConfig, labels: list[str] | None = None
     return {c: ColumnNeed(c, tuple(n), tuple(u)) for c, (n, u) in wanted.items()}
 
 
-def _family(arrow_type: pa.DataType) -> str:
+def _scalar_family(arrow_type: pa.DataType) -> str:
     if pa.types.is_dictionary(arrow_type):
         arrow_type = arrow_type.value_type
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or \
-            pa.types.is_fixed_size_list(arrow_type):
-        return "list"
-    if pa.types.is_struct(arrow_type) or pa.types.is_map(arrow_type):
-        return "nested"
     if pa.types.is_integer(arrow_type):
         return "integer"
     if pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type):
@@ -99,18 +107,40 @@ def _family(arrow_type: pa.DataType) -> str:
     return "unsupported"
 
 
-def _list_advice(column: str) -> str:
-    return (f"tensorflow-io reads only scalar columns, so store {column!r} as a delimited "
-            f"string such as \"12|907|33\" (e.g. pyarrow.compute.binary_join("
-            f"pyarrow.compute.cast(table[{column!r}], pyarrow.list_(pyarrow.string())), \"|\")) "
-            "and read it with kind: multi_categorical, separator: \"|\"")
+def _family(arrow_type: pa.DataType) -> str:
+    """``integer``, ``float``, ``string``, ``bool``, ``list<integer>``, ... or
+    ``nested`` / ``unsupported``."""
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        element = _scalar_family(arrow_type.value_type)
+        return "unsupported" if element == "unsupported" else f"list<{element}>"
+    if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_struct(arrow_type) or \
+            pa.types.is_map(arrow_type) or pa.types.is_list_view(arrow_type) or \
+            pa.types.is_large_list_view(arrow_type):
+        return "nested"
+    return _scalar_family(arrow_type)
+
+
+def _read_dtype(arrow_type: pa.DataType, family: str, needs: tuple[Need, ...]) -> str:
+    """The dtype the op reads a column as (see the module docstring)."""
+    if family.startswith(LIST_PREFIX):
+        if "weights" in needs:
+            return "list<float32>"
+        return "list<string>" if family == "list<string>" else "list<int64>"
+    value_type = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    if family == "integer":
+        narrow = value_type.bit_width <= 32 and not (pa.types.is_uint32(value_type))
+        return "int32" if narrow else "int64"
+    if family == "float":
+        return "float32" if pa.types.is_float32(value_type) else "float64"
+    return family  # string, bool
 
 
 def check_file_schema(meta: FileMeta, needs: dict[str, ColumnNeed]) -> dict[str, str]:
-    """Checks one file; returns the TensorFlow dtype name to read each needed column as.
+    """Checks one file; returns the dtype to read each needed column as.
 
     Raises:
-      DataError: a column is missing, a list or nested column, or of the wrong type.
+      DataError: a column is missing, nested, or of the wrong type (a list where a
+        scalar is expected, or the reverse).
     """
     names = meta.schema.names
     dtypes: dict[str, str] = {}
@@ -122,22 +152,16 @@ def check_file_schema(meta: FileMeta, needs: dict[str, ColumnNeed]) -> dict[str,
                             f"{did_you_mean(column, names)} The file has columns: {shown}")
         arrow_type = meta.schema.field(column).type
         family = _family(arrow_type)
-        if family == "list":
-            raise DataError(f"{meta.path}: column {column!r} (read by {users}) is a list column "
-                            f"({arrow_type}); {_list_advice(column)}")
         if family == "nested":
             raise DataError(f"{meta.path}: column {column!r} (read by {users}) is a nested "
-                            f"{arrow_type} column; tensorflow-io reads only scalar int, float, "
-                            "string and bool columns, so flatten it into scalar columns")
+                            f"{arrow_type} column; recsys_dist reads scalar int, float, string "
+                            "and bool columns and list<...> of them, so flatten it")
         for n in need.needs:
             if family not in _ACCEPTED[n]:
-                raise DataError(f"{meta.path}: column {column!r} has type {arrow_type}, but "
-                                f"{users} needs {_EXPECTED_TEXT[n]}")
-        physical = meta.physical.get(column)
-        if physical not in PHYSICAL_TO_TF:
-            raise DataError(f"{meta.path}: column {column!r} has Parquet physical type "
-                            f"{physical} ({arrow_type}), which tensorflow-io cannot read")
-        dtypes[column] = PHYSICAL_TO_TF[physical]
+                what = " (a list column)" if family.startswith(LIST_PREFIX) else ""
+                raise DataError(f"{meta.path}: column {column!r} has type {arrow_type}{what}, "
+                                f"but {users} needs {_EXPECTED_TEXT[n]}")
+        dtypes[column] = _read_dtype(arrow_type, family, need.needs)
     return dtypes
 
 
@@ -145,7 +169,7 @@ def check_schemas(metas: list[FileMeta], needs: dict[str, ColumnNeed]) -> dict[s
     """Checks every file and that all files store each column the same way.
 
     Returns:
-      The TensorFlow dtype name to read each needed column as.
+      The dtype to read each needed column as (see the module docstring).
 
     Raises:
       DataError: a file fails :func:`check_file_schema`, or two files disagree.

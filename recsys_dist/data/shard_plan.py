@@ -7,10 +7,10 @@ pass at about the same time. The plan is built on the coordinator and embedded a
 constants in the dataset graph; each worker selects its own units in-graph by its
 worker index.
 
-tensorflow-io crashes the worker process on a null value, so a unit whose footer
-statistics show nulls in a column the job reads (or cannot rule them out) is bad
-data: the plan fails (``on_bad_row: fail``) or leaves the unit out and reports it
-(``on_bad_row: skip``).
+Nulls are read under each feature's null policy. The one null that is bad data is a
+null label: under ``on_bad_row: fail`` a label null that the footer statistics show
+already fails the plan, naming the file, column and row group (one the statistics do
+not show fails in-graph, naming the row); under ``skip`` its rows are skipped in-graph.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class ShardPlan:
 
     Attributes:
       files: File paths, indexed by ``Unit.file``.
-      file_rows: Total rows of each file (tensorflow-io needs the column length).
+      file_rows: Total rows of each file.
       units: Every unit of the pass.
       workers: Worker index of each unit.
       num_workers: Number of workers planned for.
@@ -71,16 +71,11 @@ class ShardPlan:
         return [u for u, w in zip(self.units, self.workers) if w == worker]
 
 
-def _null_problem(meta: FileMeta, group: int, columns: list[str]) -> str | None:
-    for column in columns:
-        if not meta.nullable.get(column, False):
-            continue
-        count = meta.null_counts[column][group]
-        if count is None:
-            return (f"column {column!r} is nullable and row group {group} has no null-count "
-                    "statistics, so nulls cannot be ruled out")
-        if count > 0:
-            return f"column {column!r} has {count} null(s) in row group {group}"
+def _null_label(meta: FileMeta, group: int, label_columns: list[str]) -> str | None:
+    for column in label_columns:
+        count = meta.null_counts.get(column, ())[group:group + 1]
+        if count and count[0]:
+            return f"label column {column!r} has {count[0]} null(s) in row group {group}"
     return None
 
 
@@ -91,28 +86,22 @@ def split_rows(start: int, stop: int, max_rows: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def plan_units(metas: list[FileMeta], columns: list[str], max_unit_rows: int,
-               on_bad_row: Literal["fail", "skip"]) -> tuple[list[Unit], list[Skipped]]:
-    """Cuts files into units and leaves out (or fails on) units with nulls."""
+def plan_units(metas: list[FileMeta], max_unit_rows: int, on_bad_row: Literal["fail", "skip"],
+               label_columns: list[str] = ()) -> list[Unit]:
+    """Cuts files into units; fails on a null label the statistics show under ``fail``."""
     units: list[Unit] = []
-    skipped: list[Skipped] = []
     for index, meta in enumerate(metas):
         offset = 0
         for group, rows in enumerate(meta.row_groups):
-            problem = _null_problem(meta, group, columns)
-            if problem is not None:
-                if on_bad_row == "fail":
-                    raise DataError(
-                        f"{meta.path}: {problem}. tensorflow-io cannot read nulls (the worker "
-                        "would crash): write missing numbers as NaN with nan_means_missing: "
-                        "true, missing ids as 0 or \"\", and never a null label; or set "
-                        "data.on_bad_row: skip to leave out such row groups")
-                skipped.append(Skipped(meta.path, rows, problem))
-            elif rows > 0:
+            problem = _null_label(meta, group, list(label_columns))
+            if problem is not None and on_bad_row == "fail":
+                raise DataError(f"{meta.path}: {problem}; every row needs a label. Fix the "
+                                "file, or set data.on_bad_row: skip to skip such rows")
+            if rows > 0:
                 units.extend(Unit(index, a, b)
                              for a, b in split_rows(offset, offset + rows, max_unit_rows))
             offset += rows
-    return units, skipped
+    return units
 
 
 def assign_units(units: list[Unit], num_workers: int) -> list[int]:
@@ -130,16 +119,16 @@ def assign_units(units: list[Unit], num_workers: int) -> list[int]:
     return workers
 
 
-def plan_shards(metas: list[FileMeta], columns: list[str], num_workers: int,
-                max_unit_rows: int, on_bad_row: Literal["fail", "skip"],
-                skipped_files: list[Skipped] | None = None) -> ShardPlan:
+def plan_shards(metas: list[FileMeta], num_workers: int, max_unit_rows: int,
+                on_bad_row: Literal["fail", "skip"], skipped_files: list[Skipped] | None = None,
+                label_columns: list[str] = ()) -> ShardPlan:
     """Builds the plan for one pass over ``metas`` on ``num_workers`` workers.
 
     Raises:
-      DataError: no rows are left to read, or a unit has nulls under ``fail``.
+      DataError: no rows are left to read, or a label has nulls under ``fail``.
     """
-    units, skipped_units = plan_units(metas, columns, max_unit_rows, on_bad_row)
-    skipped = tuple(skipped_files or ()) + tuple(skipped_units)
+    units = plan_units(metas, max_unit_rows, on_bad_row, label_columns)
+    skipped = tuple(skipped_files or ())
     if not units:
         detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5])
         raise DataError("no rows left to read after skipping bad data"

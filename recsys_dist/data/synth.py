@@ -90,8 +90,8 @@ sampling. The rank goes through two day-dependent maps before becoming an id:
 and the id (the same id always gives the same string, whatever the seed).
 Missing categorical values (a few fields, :data:`CATEGORICAL_MISSING_RATES`) are stored
 as id ``0`` or the empty string. ``user_id`` is Zipf-Mandelbrot over 200,000 users,
-``tags`` holds 0-8 distinct Zipf tag ids out of 5,000 and ``topics`` 1-3 distinct
-``id:weight`` pairs out of 200 topics with weights in hundredths summing to about 1.
+``tags`` (a ``list<int64>`` column) holds 0-8 distinct Zipf tag ids out of 5,000 and
+``topics`` (a delimited string) 1-3 distinct ``id:weight`` pairs out of 200 topics with weights in hundredths summing to about 1.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ SCHEMA = pa.schema(
     + [pa.field(f, pa.string(), nullable=False) for f in STRING_ID_FIELDS]
     + [
         pa.field("user_id", pa.int64(), nullable=False),
-        pa.field("tags", pa.string(), nullable=False),
+        pa.field("tags", pa.list_(pa.field("item", pa.int64(), nullable=False)), nullable=False),
         pa.field("topics", pa.string(), nullable=False),
         pa.field("click", pa.int64(), nullable=False),
         pa.field("conversion", pa.int64(), nullable=False),
@@ -424,7 +424,7 @@ class _Generator:
         columns += [_hex_strings(batch.categorical[f]) for f in STRING_ID_FIELDS]
         columns += [
             pa.array(batch.user_id),
-            _join_lists(pc.cast(pa.array(batch.tag_ids), pa.string()), batch.tag_counts),
+            _lists(pa.array(batch.tag_ids, pa.int64()), batch.tag_counts),
             _join_lists(_topic_entries(batch), batch.topic_counts),
             pa.array(click.astype(np.int64)),
             pa.array(conversion.astype(np.int64)),
@@ -678,11 +678,17 @@ def _distinct_per_row(rows: np.ndarray, ids: np.ndarray,
     return unique // bound, unique % bound
 
 
-def _join_lists(values: pa.Array, counts: np.ndarray) -> pa.Array:
-    """Joins ``counts[i]`` consecutive string ``values`` per row with ``|``."""
+def _lists(values: pa.Array, counts: np.ndarray, non_null: bool = True) -> pa.ListArray:
+    """``counts[i]`` consecutive ``values`` per row, as a list column."""
     offsets = np.zeros(counts.size + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), values), "|")
+    kind = pa.list_(pa.field("item", values.type, nullable=not non_null))
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=kind)
+
+
+def _join_lists(values: pa.Array, counts: np.ndarray) -> pa.Array:
+    """Joins ``counts[i]`` consecutive string ``values`` per row with ``|``."""
+    return pc.binary_join(_lists(values, counts, non_null=False), "|")
 
 
 def _topic_entries(b: _Batch) -> pa.Array:

@@ -4,10 +4,21 @@ Everything here is TensorFlow ops, vectorised over a chunk of N rows, so the sam
 code runs inside the workers' ``tf.data`` pipeline and inside an exported SavedModel.
 No Python runs per row or per batch.
 
+Inputs: each column as read (:mod:`recsys_dist.ops`): a ``[N]`` tensor, or a
+``[N, None]`` ragged tensor for a list column, and optionally its validity (false for
+a null; for a list column, per element). Nulls follow each feature's policy:
+
+- categorical: the feature's missing row (the last row of its id space), which no
+  real id hashes to; a cross with a missing input reads the cross's missing row.
+- numeric: ``fill_value`` (and ``<name>.missing`` = 1 with ``missing_indicator``).
+- multi_categorical: a null list is empty; a null id (or its null weight) is dropped.
+- label: bad data (``on_bad_row``).
+
 Outputs for a chunk of N rows (B in a batch):
 
 - categorical, cross, bucketized numeric: int64 ``[N]`` table rows.
-- numeric: float32 ``[N]``.
+- numeric: float32 ``[N]``; with ``missing_indicator`` also ``<name>.missing``
+  float32 ``[N]`` in {0, 1}.
 - multi_categorical: ``{"ids": int64 [N, L], "weights": float32 [N, L]}``, padded
   with weight 0 past each row's ids (L = ``max_length``).
 - labels: float32 ``[N]`` in {0, 1}.
@@ -68,6 +79,11 @@ class _Vocabulary:
         return tf.where(found, tf.gather(tf.constant(self.positions), index), oov)
 
 
+def missing_indicator_name(feature: str) -> str:
+    """The dense input that flags a numeric feature's missing values."""
+    return f"{feature}.missing"
+
+
 class FeatureTransform:
     """Builds model inputs from the raw columns of one chunk of rows.
 
@@ -102,6 +118,8 @@ class FeatureTransform:
         self.columns = list(dict.fromkeys(
             [features.column_of(features.features[n]) for n in needed
              if not isinstance(features.features[n], CrossFeature)]
+            + [features.features[n].weights_column for n in needed
+               if getattr(features.features[n], "weights_column", None)]
             + [features.column_of(features.labels[n]) for n in self.labels]))
         missing = [c for c in self.columns if c not in self.column_dtypes]
         if missing:
@@ -121,32 +139,49 @@ class FeatureTransform:
             return hashing.hash_string(raw)
         return hashing.hash_int64(raw)
 
-    def _categorical(self, feat: CategoricalFeature, raw: tf.Tensor) -> tf.Tensor:
+    def _categorical(self, feat: CategoricalFeature, raw: tf.Tensor,
+                     present: tf.Tensor | None) -> tf.Tensor:
+        missing_row = self.config.rows_of(feat) - 1
         if feat.name in self._vocab:
-            return self._vocab[feat.name].lookup(raw)
-        buckets = self.config.rows_of(feat)
-        if feat.dtype == "string":
-            return tf.strings.to_hash_bucket_fast(raw, buckets)
-        return hashing.to_bucket(hashing.hash_int64(raw), buckets)
+            ids = self._vocab[feat.name].lookup(raw)
+        else:
+            buckets = max(missing_row, 1)
+            if feat.dtype == "string":
+                ids = tf.strings.to_hash_bucket_fast(raw, buckets)
+            else:
+                ids = hashing.to_bucket(hashing.hash_int64(raw), buckets)
+        return ids if present is None else tf.where(present, ids, tf.constant(missing_row,
+                                                                              tf.int64))
 
-    def _cross(self, feat: CrossFeature, raws: dict[str, tf.Tensor]) -> tf.Tensor:
-        hashed = None
+    def _cross(self, feat: CrossFeature, raws: dict[str, tf.Tensor],
+               presents: dict[str, tf.Tensor]) -> tf.Tensor:
+        hashed, present = None, None
         for name in feat.inputs:
             part = self.config.features[name]
-            h = self._categorical_hash(part, raws[self.config.column_of(part)])
+            column = self.config.column_of(part)
+            h = self._categorical_hash(part, raws[column])
             hashed = h if hashed is None else hashing.combine(hashed, h)
-        return hashing.to_bucket(hashed, self.config.rows_of(feat))
+            if column in presents:
+                present = presents[column] if present is None else tf.logical_and(
+                    present, presents[column])
+        missing_row = self.config.rows_of(feat) - 1
+        ids = hashing.to_bucket(hashed, max(missing_row, 1))
+        return ids if present is None else tf.where(present, ids, tf.constant(missing_row,
+                                                                              tf.int64))
 
-    def _numeric(self, feat: NumericFeature, raw: tf.Tensor
-                 ) -> tuple[tf.Tensor, tf.Tensor, str]:
+    def _numeric(self, feat: NumericFeature, raw: tf.Tensor, present: tf.Tensor | None
+                 ) -> tuple[tf.Tensor, tf.Tensor, str, tf.Tensor]:
         x = tf.cast(raw, tf.float32)
+        missing = tf.zeros(tf.shape(x), tf.bool) if present is None else tf.logical_not(present)
         if feat.nan_means_missing:
-            x = tf.where(tf.math.is_nan(x), tf.constant(feat.fill_value, tf.float32), x)
+            missing = tf.logical_or(missing, tf.math.is_nan(x))
             problem = "an infinite value"
         else:
             problem = "a NaN or infinite value (set nan_means_missing: true if NaN means missing)"
+        fill = tf.constant(feat.fill_value, tf.float32)
+        x = tf.where(missing, fill, x)
         bad = tf.logical_not(tf.math.is_finite(x))
-        x = tf.where(bad, tf.constant(feat.fill_value, tf.float32), x)
+        x = tf.where(bad, fill, x)
         if feat.transform == "log1p":
             x = tf.sign(x) * tf.math.log1p(tf.abs(x))
         elif feat.transform == "standardize":
@@ -154,26 +189,65 @@ class FeatureTransform:
         elif feat.transform == "bucketize":
             x = tf.cast(tf.raw_ops.Bucketize(input=x, boundaries=list(feat.boundaries)),
                         tf.int64)
-        return x, bad, problem
+        return x, bad, problem, missing
 
-    def _multi(self, feat: MultiCategoricalFeature, raw: tf.Tensor
-               ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-        tokens = tf.strings.split(raw, feat.separator)
-        tokens = tf.ragged.boolean_mask(tokens, tf.strings.length(tokens) > 0)
-        tokens = tokens[:, :feat.max_length]
-        flat = tokens.flat_values
-        bad_rows = tf.zeros(tf.shape(raw), tf.bool)
-        if feat.weighted:
-            pairs = tf.strings.split(flat, feat.weight_separator, maxsplit=1)
-            pairs = pairs.to_tensor(default_value="", shape=[None, 2])
-            flat, weight_text = pairs[:, 0], pairs[:, 1]
-            bad_token = tf.logical_not(tf.strings.regex_full_match(weight_text, _NUMBER_RE))
-            weights = tf.strings.to_number(tf.where(bad_token, "0", weight_text), tf.float32)
-            weights = tf.where(bad_token, 0.0, weights)
-            bad_rows = tf.math.unsorted_segment_max(
-                tf.cast(bad_token, tf.int32), tokens.value_rowids(), tf.size(raw)) > 0
+    def _list_tokens(self, feat: MultiCategoricalFeature, raw: tf.RaggedTensor,
+                     present: tf.RaggedTensor | None, weights: tf.RaggedTensor | None,
+                     weights_present: tf.RaggedTensor | None
+                     ) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.Tensor]:
+        """A list column's ids as string tokens and their weights, nulls dropped."""
+        values = raw.flat_values
+        tokens = raw.with_flat_values(values if values.dtype == tf.string
+                                      else tf.strings.as_string(values))
+        keep = present if present is not None else tf.ones_like(raw, tf.bool)
+        bad_rows = tf.zeros([raw.nrows()], tf.bool)
+        if weights is None:
+            weights = tf.ones_like(tokens, tf.float32)
         else:
-            weights = tf.ones(tf.shape(flat), tf.float32)
+            # A row whose weights list is not as long as its ids list is bad data; it
+            # becomes empty on both sides so that the two lists stay aligned.
+            bad_rows = tf.not_equal(raw.row_lengths(), weights.row_lengths())
+            row_ok = tf.logical_not(bad_rows)
+            tokens = tf.ragged.boolean_mask(tokens, tf.gather(row_ok, tokens.value_rowids()))
+            keep = tf.ragged.boolean_mask(keep, tf.gather(row_ok, keep.value_rowids()))
+            w_keep = (weights_present if weights_present is not None
+                      else tf.ones_like(weights, tf.bool))
+            w_keep = tf.ragged.boolean_mask(w_keep, tf.gather(row_ok, w_keep.value_rowids()))
+            weights = tf.ragged.boolean_mask(tf.cast(weights, tf.float32),
+                                             tf.gather(row_ok, weights.value_rowids()))
+            keep = tokens.with_flat_values(tf.logical_and(keep.flat_values,
+                                                          w_keep.flat_values))
+            weights = tokens.with_flat_values(weights.flat_values)
+        tokens = tf.ragged.boolean_mask(tokens, keep)
+        weights = tf.ragged.boolean_mask(weights, keep)
+        return tokens, weights, bad_rows
+
+    def _multi(self, feat: MultiCategoricalFeature, raw: tf.Tensor | tf.RaggedTensor,
+               present=None, weights=None, weights_present=None
+               ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        if isinstance(raw, tf.RaggedTensor):
+            tokens, weights, bad_rows = self._list_tokens(feat, raw, present, weights,
+                                                          weights_present)
+            tokens = tokens[:, :feat.max_length]
+            weights = weights[:, :feat.max_length].flat_values
+            flat = tokens.flat_values
+        else:  # a delimited string; a null string reads as "" (no ids)
+            tokens = tf.strings.split(raw, feat.separator)
+            tokens = tf.ragged.boolean_mask(tokens, tf.strings.length(tokens) > 0)
+            tokens = tokens[:, :feat.max_length]
+            flat = tokens.flat_values
+            bad_rows = tf.zeros(tf.shape(raw), tf.bool)
+            if feat.weighted:
+                pairs = tf.strings.split(flat, feat.weight_separator, maxsplit=1)
+                pairs = pairs.to_tensor(default_value="", shape=[None, 2])
+                flat, weight_text = pairs[:, 0], pairs[:, 1]
+                bad_token = tf.logical_not(tf.strings.regex_full_match(weight_text, _NUMBER_RE))
+                weights = tf.strings.to_number(tf.where(bad_token, "0", weight_text), tf.float32)
+                weights = tf.where(bad_token, 0.0, weights)
+                bad_rows = tf.math.unsorted_segment_max(
+                    tf.cast(bad_token, tf.int32), tokens.value_rowids(), tf.size(raw)) > 0
+            else:
+                weights = tf.ones(tf.shape(flat), tf.float32)
         if feat.name in self._vocab:
             ids = self._vocab[feat.name].lookup(flat)
         else:
@@ -183,44 +257,61 @@ class FeatureTransform:
                 "weights": tokens.with_flat_values(weights).to_tensor(0.0, shape=shape)}, bad_rows
 
     # ---- the transform --------------------------------------------------------------
-    def __call__(self, raw: dict[str, tf.Tensor], source: tf.Tensor, first_row: tf.Tensor
-                 ) -> tuple[dict, dict[str, tf.Tensor], tf.Tensor]:
+    def __call__(self, raw: dict, source: tf.Tensor, first_row: tf.Tensor,
+                 present: dict | None = None) -> tuple[dict, dict[str, tf.Tensor], tf.Tensor]:
         """Transforms one chunk.
 
         Args:
-          raw: Column name -> 1-D tensor as read from Parquet.
+          raw: Column name -> ``[N]`` tensor, or ``[N, None]`` ragged tensor for a list
+            column, as read from Parquet (nulls as 0 / "").
           source: Scalar string naming where the rows come from (for error messages).
           first_row: Scalar int64, the file row of the chunk's first row (for messages).
+          present: Column name -> validity of ``raw`` (``[N]`` bool, or ragged bool per
+            list element); a column not in it has no nulls.
 
         Returns:
           ``(features, labels, valid)`` as described in the module docstring.
         """
+        present = present or {}
         checks: list[tuple[tf.Tensor, str]] = []
         out: dict = {}
         for name in self.feature_names:
             feat = self.config.features[name]
             if isinstance(feat, CrossFeature):
-                out[name] = self._cross(feat, raw)
+                out[name] = self._cross(feat, raw, present)
                 continue
             column = self.config.column_of(feat)
             if isinstance(feat, CategoricalFeature):
-                out[name] = self._categorical(feat, raw[column])
+                out[name] = self._categorical(feat, raw[column], present.get(column))
             elif isinstance(feat, NumericFeature):
-                out[name], bad, problem = self._numeric(feat, raw[column])
+                out[name], bad, problem, missing = self._numeric(feat, raw[column],
+                                                                 present.get(column))
+                if feat.missing_indicator:
+                    out[missing_indicator_name(name)] = tf.cast(missing, tf.float32)
                 checks.append((bad, f"numeric column {column!r} (feature {name!r}) has {problem}"))
             else:
-                out[name], bad = self._multi(feat, raw[column])
+                wcol = feat.weights_column
+                out[name], bad = self._multi(feat, raw[column], present.get(column),
+                                             raw.get(wcol) if wcol else None,
+                                             present.get(wcol) if wcol else None)
                 if feat.weighted:
                     checks.append((bad, f"column {column!r} (feature {name!r}) has an entry "
                                    f"whose weight after {feat.weight_separator!r} is not a number"))
+                elif wcol:
+                    checks.append((bad, f"list column {column!r} (feature {name!r}) and its "
+                                   f"weights_column {wcol!r} differ in length"))
         labels: dict[str, tf.Tensor] = {}
         for name in self.labels:
             column = self.config.column_of(self.config.labels[name])
             y = tf.cast(raw[column], tf.float32)
             bad = tf.logical_not(tf.logical_or(tf.equal(y, 0.0), tf.equal(y, 1.0)))
-            checks.append((bad, f"label column {column!r} has a value other than 0 or 1"))
+            if column in present:
+                bad = tf.logical_or(bad, tf.logical_not(present[column]))
+            checks.append((bad, f"label column {column!r} has a null or a value other than "
+                           "0 or 1"))
             labels[name] = tf.where(bad, 0.0, y)
-        rows = tf.shape(next(iter(raw.values())))[0]
+        first = next(iter(raw.values()))
+        rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
         valid = tf.ones([rows], tf.bool)
         asserts = []
         for bad, message in checks:

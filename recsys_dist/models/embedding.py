@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from recsys_dist.config.features import FeatureConfig, MultiCategoricalFeature, NumericFeature
+from recsys_dist.features.transforms import missing_indicator_name
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
 from recsys_dist.models.sharding import embedding_tables
@@ -242,7 +243,12 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                                 if (t := table_of(features.features[n])) is not None}
         self._combiners = {n: features.features[n].combiner for n in self._feature_tables
                            if isinstance(features.features[n], MultiCategoricalFeature)}
-        self._dense_names = [n for n in feature_names if n not in self._feature_tables]
+        # a numeric feature with missing_indicator adds its "<name>.missing" column
+        self._dense_names = [
+            column for n in feature_names if n not in self._feature_tables
+            for column in ([n, missing_indicator_name(n)]
+                           if getattr(features.features[n], "missing_indicator", False)
+                           else [n])]
         self._dims = {t: dim_override or features.tables[t].dim
                       for t in self._feature_tables.values()}
         layouts: dict[int, dict[str, tuple[int, int]]] = {}
