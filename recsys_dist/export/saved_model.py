@@ -46,6 +46,7 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.errors import RecsysError
 from recsys_dist.features.transforms import FeatureTransform
 from recsys_dist.models.zoo import RankingModel, build_model
@@ -54,6 +55,11 @@ from recsys_dist.train.checkpoints import (CheckpointError, SavedCheckpoint, che
 
 #: The signature a serving request names (TF Serving's default).
 SIGNATURE_KEY = "serving_default"
+#: The same with a ``<column>.valid`` input per scalar column, for requests with nulls.
+NULLABLE_SIGNATURE_KEY = "serving_nullable"
+#: Suffixes of the extra inputs: a list column's row lengths, a scalar column's validity.
+LENGTHS_SUFFIX = "_lengths"
+VALID_SUFFIX = "_valid"
 #: The export's description, inside the SavedModel directory.
 EXPORT_INFO = posixpath.join("assets.extra", "export.json")
 #: ``source`` of the transform's error messages at serving time.
@@ -122,38 +128,83 @@ def _input_columns(saved: SavedCheckpoint, config: ExperimentConfig
     return transform, inputs
 
 
+def _input_specs(inputs: dict[str, str], nullable: bool) -> dict[str, tf.TensorSpec]:
+    """The signature's inputs: ``[N]`` per scalar column, ``[N, L]`` padded values plus
+    ``<column>_lengths`` ``[N]`` per list column, and with ``nullable`` a ``<column>_valid``
+    ``[N]`` bool per scalar column (false: null).
+
+    Raises:
+      ExportError: an extra input's name is also the name of a column.
+    """
+    spec = {}
+    for column, read_dtype in inputs.items():
+        dtype, is_list = split_read_dtype(read_dtype)
+        if is_list:
+            spec[column] = tf.TensorSpec([None, None], tf.as_dtype(dtype), name=column)
+            spec[column + LENGTHS_SUFFIX] = tf.TensorSpec([None], tf.int64,
+                                                          name=column + LENGTHS_SUFFIX)
+        else:
+            spec[column] = tf.TensorSpec([None], tf.as_dtype(dtype), name=column)
+            if nullable:
+                spec[column + VALID_SUFFIX] = tf.TensorSpec([None], tf.bool,
+                                                            name=column + VALID_SUFFIX)
+    clash = sorted((set(spec) - set(inputs)) & set(inputs))
+    if clash:
+        raise ExportError(f"column(s) {clash} clash with the extra serving inputs of other "
+                          f"columns ({LENGTHS_SUFFIX!r} for list columns, {VALID_SUFFIX!r} for "
+                          "validity); rename the column")
+    return spec
+
+
 def build_serving_module(model: RankingModel, transform: FeatureTransform,
                          inputs: dict[str, str], labels: list[str]) -> tf.Module:
-    """A ``tf.Module`` holding ``model``'s weights and the ``serve`` function.
+    """A ``tf.Module`` holding ``model``'s weights and the serving functions.
 
-    ``serve(raw)`` takes ``{column: [N] tensor}`` for every column of ``inputs`` and
-    returns ``{label: float32 [N] probability}``. Only the weights are tracked, not the
-    Keras model object, so the SavedModel holds plain variables and functions and no
-    Keras metadata.
+    ``serve(raw)`` takes the inputs of :func:`_input_specs` for every column of
+    ``inputs`` and returns ``{label: float32 [N] probability}``; ``serve_nullable``
+    also takes each scalar column's validity, so a null reads what it reads in training
+    (a categorical's missing row, a numeric's ``fill_value``). Only the weights are
+    tracked, not the Keras model object, so the SavedModel holds plain variables and
+    functions and no Keras metadata.
 
     Args:
       model: The model, weights restored, built without a distribution strategy.
       transform: The feature transform (``on_bad_row: fail``).
-      inputs: Column -> TensorFlow dtype name.
+      inputs: Column -> read dtype (``float32``, ``list<int64>``, ...).
       labels: Labels to return.
     """
     module = tf.Module(name="recsys_serving")
     module.model_variables = list(model.variables)
-    spec = {column: tf.TensorSpec([None], tf.as_dtype(dtype), name=column)
-            for column, dtype in inputs.items()}
 
-    # autograph=False: the transform and the model are plain TensorFlow (see
-    # Trainer._replica_step), and converting them only slows the trace.
-    @tf.function(input_signature=[spec], autograph=False)
-    def serve(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    def predict(request: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        raw, present = {}, {}
+        for column, read_dtype in inputs.items():
+            if split_read_dtype(read_dtype)[1]:
+                raw[column] = tf.RaggedTensor.from_tensor(
+                    request[column], lengths=request[column + LENGTHS_SUFFIX])
+            else:
+                raw[column] = request[column]
+                if column + VALID_SUFFIX in request:
+                    present[column] = request[column + VALID_SUFFIX]
         features = transform.features_only(raw, tf.constant(SERVING_SOURCE),
-                                           tf.constant(0, tf.int64))
+                                           tf.constant(0, tf.int64), present)
         logits = model(features, training=False)
         return {label: tf.sigmoid(tf.cast(logits[label], tf.float32), name=label)
                 for label in labels}
 
-    module.serve = serve
+    # autograph=False: the transform and the model are plain TensorFlow (see
+    # Trainer._replica_step), and converting them only slows the trace.
+    module.serve = tf.function(predict, input_signature=[_input_specs(inputs, False)],
+                               autograph=False)
+    module.serve_nullable = tf.function(predict, input_signature=[_input_specs(inputs, True)],
+                                        autograph=False)
     return module
+
+
+def signature_functions(module: tf.Module) -> dict:
+    """The SavedModel signatures of a serving module, by key."""
+    return {SIGNATURE_KEY: module.serve.get_concrete_function(),
+            NULLABLE_SIGNATURE_KEY: module.serve_nullable.get_concrete_function()}
 
 
 def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel:
@@ -199,7 +250,7 @@ def _write_info(directory: str, info: dict[str, Any]) -> None:
 
 def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
     """Saves ``module`` to ``out_dir``: via a temporary sibling renamed at the end if local."""
-    signatures = {SIGNATURE_KEY: module.serve.get_concrete_function()}
+    signatures = signature_functions(module)
     if not _is_local(out_dir):  # object stores have no rename; export.json goes last
         tf.saved_model.save(module, out_dir, signatures=signatures)
         _write_info(out_dir, info)

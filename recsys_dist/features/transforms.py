@@ -327,8 +327,8 @@ class FeatureTransform:
             valid = tf.cast(tf.identity(valid), tf.float32)
         return out, labels, valid
 
-    def features_only(self, raw: dict[str, tf.Tensor], source: tf.Tensor,
-                      first_row: tf.Tensor) -> dict:
+    def features_only(self, raw: dict, source: tf.Tensor, first_row: tf.Tensor,
+                      present: dict | None = None) -> dict:
         """Transforms one chunk into model inputs only: no label columns needed.
 
         For serving, where requests carry the feature columns but no labels. Under
@@ -342,12 +342,13 @@ class FeatureTransform:
             columns are not needed; extra columns are ignored).
           source: Scalar string naming where the rows come from (for error messages).
           first_row: Scalar int64 row number of the chunk's first row (for messages).
+          present: Validity per column, as for :meth:`__call__`.
 
         Returns:
           The ``features`` of :meth:`__call__`.
         """
         unlabeled = copy.copy(self)
         unlabeled.labels = []
-        features, _, valid = unlabeled(raw, source, first_row)
+        features, _, valid = unlabeled(raw, source, first_row, present)
         with tf.control_dependencies([valid]):
             return tf.nest.map_structure(tf.identity, features)
