@@ -399,6 +399,8 @@ def example_features(features: FeatureConfig, feature_names: list[str],
             batch[name] = {"ids": tf.zeros(shape, tf.int64), "weights": tf.zeros(shape)}
         elif table_of(feature) is None:
             batch[name] = tf.zeros([batch_size], tf.float32)
+            if getattr(feature, "missing_indicator", False):
+                batch[missing_indicator_name(name)] = tf.zeros([batch_size], tf.float32)
         else:
             batch[name] = tf.zeros([batch_size], tf.int64)
     return batch
