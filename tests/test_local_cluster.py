@@ -189,25 +189,67 @@ def test_scheduled_functions_update_a_ps_variable(coordinator):
 
 
 @pytest.mark.cluster
-def test_worker_runs_tensorflow_io_parquet_ops(coordinator, tmp_path):
+def test_worker_runs_the_parquet_op_on_nulls_and_lists(coordinator, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
     import tensorflow as tf
-    from tensorflow_io.python.ops import core_ops
+
+    from recsys_dist import ops
 
     path = str(tmp_path / "x.parquet")
-    schema = pa.schema([pa.field("x", pa.int64(), nullable=False)])
-    pq.write_table(pa.table({"x": pa.array([1, 2, 3], pa.int64())}, schema=schema), path)
+    pq.write_table(pa.table({"x": pa.array([1, None, 3], pa.int64()),
+                             "l": pa.array([[1, None], None, [4]], pa.list_(pa.int64()))}), path)
 
     @tf.function
     def read():
-        return core_ops.io_parquet_readable_read(
-            input=path, shared=path, component="x", shape=[3], start=0, stop=3, dtype=tf.int64
-        )
+        columns = ops.read_rows(path, 0, 3, {"x": tf.int64, "l": tf.int64}, ragged={"l"})
+        return (columns["x"].values, columns["x"].valid, columns["l"].values,
+                columns["l"].valid, columns["l"].row_splits)
 
     result = coordinator.schedule(read)
     coordinator.join()
-    assert result.fetch().tolist() == [1, 2, 3]
+    x, x_valid, l_values, l_valid, l_splits = (t.tolist() for t in result.fetch())
+    assert (x, x_valid) == ([1, 0, 3], [True, False, True])
+    assert (l_values, l_valid, l_splits) == ([1, 0, 4], [True, False, True], [0, 2, 2, 3])
+
+
+@pytest.mark.cluster
+def test_a_worker_without_the_parquet_op_gets_a_clear_error(tmp_path, small_config):
+    """Servers started without recsys_dist (plain tf.distribute.Server) cannot run the op;
+    the job stops with an error that says so, not `Op type not registered`."""
+    import pyarrow as pa  # noqa: F401
+    import tensorflow as tf
+
+    from conftest import free_port, small_table, write_parquet
+    from recsys_dist.config import load_config
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.data.read_pass import read_pass_on_cluster
+    from recsys_dist.errors import RecsysError
+
+    write_parquet(tmp_path / "data" / "dt=2026-01-01" / "a.parquet", small_table(50))
+    spec = {"worker": [f"127.0.0.1:{free_port()}"], "ps": [f"127.0.0.1:{free_port()}"]}
+    bare = ("import json, sys, tensorflow as tf; spec = json.loads(sys.argv[1]); "
+            "tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=sys.argv[2], "
+            "task_index=0, config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)"
+            ").join()")
+    servers = [subprocess.Popen([sys.executable, "-c", bare, json.dumps(spec), job],
+                                env=_subprocess_env(), stderr=subprocess.DEVNULL)
+               for job in ("worker", "ps")]
+    try:
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(spec), rpc_layer="grpc")
+        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        pipeline = prepare_input(load_config(small_config(train="{dates: 2026-01-01}")),
+                                 "train", 1)
+        with pytest.raises(RecsysError, match=r"a worker cannot run the ParquetReadRows op: its "
+                                              r"process never loaded recsys_dist's Parquet op "
+                                              r"library\. Start every worker"):
+            read_pass_on_cluster(pipeline, strategy, coordinator)
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
 
 
 def _workers_that_ran(coordinator, fn, closures: int) -> set[int]:

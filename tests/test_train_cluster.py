@@ -91,7 +91,7 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
+def runtime(s3_server, tmp_path_factory):  # the servers inherit the S3 settings
     from recsys_dist.cluster.runtime import connect
     from recsys_dist.config.experiment import ClusterSpec
 
@@ -99,12 +99,12 @@ def runtime(tmp_path_factory):
         yield rt
 
 
-def _trainer(tmp_path, data, runtime, model):
+def _trainer(tmp_path, data, runtime, model, **extra):
     from recsys_dist.config import load_config
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.train.trainer import Trainer
 
-    config = load_config(write_config(tmp_path, data, model))
+    config = load_config(write_config(tmp_path, data, model, **extra))
     train = prepare_input(config, "train", 2)
     evaluation = prepare_input(config, "eval", 2, extra_columns=("oracle_logit",))
     return Trainer(config, runtime, train, str(tmp_path / "model")), evaluation
@@ -125,6 +125,57 @@ def test_every_model_trains_and_held_out_logloss_goes_down(tmp_path, data, runti
     assert click_after["auc"] > max(0.55, click_before["auc"] + 0.02), (before, after)
     assert click_after["oracle"]["auc"] > click_after["auc"]
     assert int(trainer.global_step.numpy()) == result.steps
+
+
+def _with_nulls(source: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """A copy of ``source`` with real Parquet nulls: numerics, int and string ids, whole
+    lists and list elements; one file's first row group has no I1 at all."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    for index, path in enumerate(sorted(source.rglob("*.parquet"))):
+        table = pq.read_table(path)
+        n = table.num_rows
+        for column, rate in (("I1", 0.1), ("I5", 0.3), ("C3", 0.1), ("C21", 0.2),
+                             ("user_id", 0.05)):
+            mask = rng.random(n) < rate
+            if column == "I1" and index == 0:
+                mask[:1000] = True  # a whole row group
+            values = table[column].combine_chunks()
+            nulled = pc.if_else(pa.array(mask), pa.scalar(None, values.type), values)
+            table = table.set_column(table.schema.get_field_index(column),
+                                     pa.field(column, values.type), nulled)
+        tags = [None if rng.random() < 0.1 else
+                [None if rng.random() < 0.2 else t for t in row]
+                for row in table["tags"].to_pylist()]
+        table = table.set_column(table.schema.get_field_index("tags"), "tags",
+                                 pa.array(tags, pa.list_(pa.int64())))
+        target = out / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, target, row_group_size=1000)
+    return out
+
+
+def test_nulls_and_list_columns_train_from_local_disk_and_s3(tmp_path, data, runtime,
+                                                             s3_server):
+    from conftest import upload_dir
+
+    nulls = _with_nulls(data, tmp_path / "nulls")
+    url = upload_dir(s3_server["client"], s3_server["bucket"], nulls, "nulls")
+    for where, root in (("local", nulls), ("s3", url)):
+        run = tmp_path / where
+        run.mkdir()
+        trainer, evaluation = _trainer(run, root, runtime, "dcn_v2", epochs=1)
+        assert trainer.pipeline.transform.column_dtypes["tags"] == "list<int64>"
+        before = trainer.evaluate(evaluation, {"click": "oracle_logit"})
+        result = trainer.fit(show_progress=False)
+        after = trainer.evaluate(evaluation, {"click": "oracle_logit"})
+        assert result.examples == 12_000, where  # every row: nulls are values, not bad rows
+        assert after["labels"]["click"]["auc"] > before["labels"]["click"]["auc"] + 0.02, (
+            where, before, after)
 
 
 def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data, runtime):

@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from recsys_dist.data.input_fn import InputPipeline, row_id
 from recsys_dist.data.shard_plan import ShardPlan
-from recsys_dist.errors import DataError
+from recsys_dist.errors import DataError, RecsysError
+from recsys_dist.ops import OP_NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,15 +155,30 @@ def worker_errors_as_data_errors():
     ClusterCoordinator raises a failed closure's error from ``fetch``, or from the next
     ``schedule`` or ``join``; wrap the whole loop so every path gets the same message.
     """
+    from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
+
     try:
         yield
-    except tf.errors.InvalidArgumentError as exc:
+    except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as exc:
         raise bad_data_error(exc) from None
+    except ClosureInputError as exc:  # a per-worker dataset could not be built
+        original = exc.original_exception
+        if isinstance(original, (tf.errors.InvalidArgumentError, tf.errors.NotFoundError)):
+            raise bad_data_error(original) from None
+        raise
 
 
-def bad_data_error(exc: tf.errors.OpError) -> DataError:
-    """Turns an in-graph bad-data assertion (or reader failure) into a clear DataError."""
+def bad_data_error(exc: tf.errors.OpError) -> RecsysError:
+    """Turns an in-graph bad-data assertion (or reader failure) into a clear DataError;
+    a worker that never loaded the Parquet op into a clear error saying so."""
     message = exc.message
+    if f"Op type not registered '{OP_NAME}'" in message:
+        return RecsysError(
+            f"a worker cannot run the {OP_NAME} op: its process never loaded recsys_dist's "
+            "Parquet op library. Start every worker and parameter server with "
+            "`recsys-dist server` (or python -m recsys_dist.cluster.server), which loads it "
+            "before serving, or call recsys_dist.ops.load() before starting a "
+            "tf.distribute.Server yourself")
     marker = message.find("bad data:")
     if marker >= 0:
         text = message[marker:].split("\n")[0].replace("\\'", "'")

@@ -59,6 +59,8 @@ class Column:
         return tf.RaggedTensor.from_row_splits(self.values, self.row_splits, validate=False)
 
 
+# Plain TensorFlow: AutoGraph must not convert it (nor the library loading it calls).
+@tf.autograph.experimental.do_not_convert
 def read_rows(path, start, stop, dtypes: dict[str, tf.DType],
               ragged: set[str] | frozenset[str] = frozenset()) -> dict[str, Column]:
     """Rows ``[start, stop)`` of the named columns of one Parquet file.
