@@ -29,6 +29,7 @@
 #include "arrow/filesystem/api.h"
 #include "arrow/filesystem/s3fs.h"
 #include "arrow/io/api.h"
+#include "arrow/util/byte_size.h"
 #include "arrow/util/uri.h"
 #include "parquet/arrow/reader.h"
 #include "parquet/arrow/schema.h"
@@ -37,6 +38,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
 
 namespace recsys_dist {
 namespace {
@@ -93,6 +95,10 @@ double EnvSeconds(const char* name, double fallback) {
 // AWS_ENDPOINT_URL (e.g. http://127.0.0.1:9000), AWS_REGION, AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY. Timeouts and attempts are bounded so a dead endpoint fails.
 absl::Status MakeS3(const std::string& path, std::shared_ptr<arrow::fs::FileSystem>* out) {
+  // Before S3Options::Defaults(): that builds the AWS credential chain, which needs an
+  // initialized SDK (without it the first s3:// read crashes in the config loader).
+  arrow::Status init = arrow::fs::EnsureS3Initialized();
+  if (!init.ok()) return FromArrow(path, init, "initializing S3");
   arrow::fs::S3Options options = arrow::fs::S3Options::Defaults();
   const char* endpoint = std::getenv("AWS_ENDPOINT_URL_S3");
   if (endpoint == nullptr || *endpoint == '\0') endpoint = std::getenv("AWS_ENDPOINT_URL");
@@ -113,8 +119,6 @@ absl::Status MakeS3(const std::string& path, std::shared_ptr<arrow::fs::FileSyst
   options.request_timeout = EnvSeconds("RECSYS_DIST_S3_REQUEST_TIMEOUT", 30.0);
   options.retry_strategy = arrow::fs::S3RetryStrategy::GetAwsStandardRetryStrategy(
       static_cast<int64_t>(EnvSeconds("RECSYS_DIST_S3_MAX_ATTEMPTS", 3)));
-  arrow::Status init = arrow::fs::EnsureS3Initialized();
-  if (!init.ok()) return FromArrow(path, init, "initializing S3");
   auto made = arrow::fs::S3FileSystem::Make(options);
   if (!made.ok()) return FromArrow(path, made.status(), "connecting to S3");
   if (!g_s3_finalizer_registered) {
@@ -162,6 +166,14 @@ absl::Status ResolvePath(const std::string& path, std::shared_ptr<arrow::fs::Fil
   size_t slash = path.find('/', sep + 3);
   std::string key = slash == std::string::npos ? path : path.substr(0, slash);
   auto found = g_filesystems.find(key);
+  if (found != g_filesystems.end()) {
+    auto resolved = found->second->PathFromUri(path);
+    if (resolved.ok()) {
+      *fs = found->second;
+      *inner = *resolved;
+      return absl::OkStatus();
+    }
+  }
   std::string resolved;
   auto made = arrow::fs::FileSystemFromUriOrPath(path, &resolved);
   if (!made.ok()) return FromArrow(path, made.status(), "opening the filesystem");
@@ -194,14 +206,8 @@ class GroupCache {
     return nullptr;
   }
   void Put(const std::string& key, std::shared_ptr<arrow::Table> table) {
-    int64_t bytes = 0;
-    for (const auto& column : table->columns()) {
-      for (const auto& chunk : column->chunks()) {
-        for (const auto& buffer : chunk->data()->buffers) {
-          if (buffer) bytes += buffer->size();
-        }
-      }
-    }
+    // Every buffer, children (list elements) and dictionaries included.
+    const int64_t bytes = arrow::util::TotalBufferSize(*table);
     if (bytes > Budget()) return;
     std::lock_guard<std::mutex> lock(mu_);
     entries_.push_front({key, std::move(table), bytes});
@@ -213,9 +219,15 @@ class GroupCache {
   }
 
  private:
+  // RECSYS_DIST_PARQUET_CACHE_MB, default 256; 0 turns the cache off.
   static int64_t Budget() {
-    static const int64_t budget =
-        static_cast<int64_t>(EnvSeconds("RECSYS_DIST_PARQUET_CACHE_MB", 256) * (1 << 20));
+    static const int64_t budget = [] {
+      const char* value = std::getenv("RECSYS_DIST_PARQUET_CACHE_MB");
+      char* end = nullptr;
+      double mb = value == nullptr ? -1 : std::strtod(value, &end);
+      if (value == nullptr || end == value || !(mb >= 0)) mb = 256;
+      return static_cast<int64_t>(mb * (1 << 20));
+    }();
     return budget;
   }
   std::mutex mu_;
@@ -273,7 +285,8 @@ bool IsFloating(arrow::Type::type id) {
 }
 bool IsStringLike(arrow::Type::type id) {
   return id == arrow::Type::STRING || id == arrow::Type::LARGE_STRING ||
-         id == arrow::Type::BINARY || id == arrow::Type::LARGE_BINARY;
+         id == arrow::Type::BINARY || id == arrow::Type::LARGE_BINARY ||
+         id == arrow::Type::STRING_VIEW || id == arrow::Type::BINARY_VIEW;
 }
 
 // Whether an Arrow value type can be read as `dtype` without losing meaning.
@@ -299,6 +312,9 @@ std::string_view StringAt(const arrow::Array& array, int64_t i) {
     case arrow::Type::STRING:
     case arrow::Type::BINARY:
       return static_cast<const arrow::BinaryArray&>(array).GetView(i);
+    case arrow::Type::STRING_VIEW:
+    case arrow::Type::BINARY_VIEW:
+      return static_cast<const arrow::BinaryViewArray&>(array).GetView(i);
     default:
       return static_cast<const arrow::LargeBinaryArray&>(array).GetView(i);
   }
@@ -325,13 +341,15 @@ void FillNumbers(const arrow::Array& array, T* out, bool* valid) {
   const int64_t n = array.length();
   if (array.type_id() == arrow::Type::DICTIONARY) {
     const auto& dict = static_cast<const arrow::DictionaryArray&>(array);
-    std::vector<T> values(dict.dictionary()->length());
-    VisitNumbers<T>(*dict.dictionary(), [&](int64_t i, T v) { values[i] = v; });
+    const arrow::Array& dictionary = *dict.dictionary();
+    std::vector<T> values(dictionary.length());
+    VisitNumbers<T>(dictionary, [&](int64_t i, T v) { values[i] = v; });
     const arrow::Array& indices = *dict.indices();
     for (int64_t i = 0; i < n; ++i) {
-      bool ok = array.IsValid(i);
+      const int64_t index = array.IsValid(i) ? IndexAt(indices, i) : -1;
+      const bool ok = index >= 0 && dictionary.IsValid(index);
       valid[i] = ok;
-      out[i] = ok ? values[IndexAt(indices, i)] : T(0);
+      out[i] = ok ? values[index] : T(0);
     }
     return;
   }
@@ -343,10 +361,13 @@ void FillNumbers(const arrow::Array& array, T* out, bool* valid) {
     case arrow::Type::DOUBLE: same = std::is_same<T, double>::value; break;
     default: break;
   }
-  if (same) {
-    const auto& prim = static_cast<const arrow::PrimitiveArray&>(array);
-    const T* raw = reinterpret_cast<const T*>(prim.values()->data()) + array.offset();
+  const auto* prim = static_cast<const arrow::PrimitiveArray*>(&array);
+  if (same && n > 0 && prim->values() != nullptr) {
+    // values() is the whole buffer; the array's own offset (a slice) is in elements.
+    const T* raw = reinterpret_cast<const T*>(prim->values()->data()) + array.offset();
     std::memcpy(out, raw, n * sizeof(T));
+  } else if (same) {
+    std::fill(out, out + n, T(0));
   } else {
     VisitNumbers<T>(array, [&](int64_t i, T v) { out[i] = v; });
   }
@@ -367,9 +388,10 @@ void FillStrings(const arrow::Array& array, tstring* out, bool* valid) {
     const arrow::Array& values = *dict.dictionary();
     const arrow::Array& indices = *dict.indices();
     for (int64_t i = 0; i < n; ++i) {
-      valid[i] = array.IsValid(i);
+      const int64_t index = array.IsValid(i) ? IndexAt(indices, i) : -1;
+      valid[i] = index >= 0 && values.IsValid(index);
       if (valid[i]) {
-        std::string_view v = StringAt(values, IndexAt(indices, i));
+        std::string_view v = StringAt(values, index);
         out[i].assign(v.data(), v.size());
       }
     }
@@ -385,6 +407,12 @@ void FillStrings(const arrow::Array& array, tstring* out, bool* valid) {
 }
 
 void FillBools(const arrow::Array& array, bool* out, bool* valid) {
+  if (array.type_id() == arrow::Type::DICTIONARY) {  // dictionary<bool>, e.g. from IPC
+    std::vector<uint8_t> bytes(array.length());
+    FillNumbers<uint8_t>(array, bytes.data(), valid);
+    for (int64_t i = 0; i < array.length(); ++i) out[i] = bytes[i] != 0;
+    return;
+  }
   const auto& a = static_cast<const arrow::BooleanArray&>(array);
   for (int64_t i = 0; i < a.length(); ++i) {
     valid[i] = a.IsValid(i);
@@ -460,15 +488,17 @@ absl::Status LeafIndices(const parquet::arrow::SchemaManifest& manifest,
         for (const auto& child : field.children) collect(child);
       };
   for (const std::string& column : columns) {
-    bool found = false;
+    int found = 0;
     for (const auto& field : manifest.schema_fields) {
       if (field.field->name() == column) {
-        collect(field);
-        found = true;
-        break;
+        if (found++ == 0) collect(field);
       }
     }
-    if (!found) return Invalid(path, "column '" + column + "' is missing");
+    if (found == 0) return Invalid(path, "column '" + column + "' is missing");
+    if (found > 1) {
+      return Invalid(path, "column '" + column + "' appears " + std::to_string(found) +
+                               " times in the file; cannot tell which to read");
+    }
   }
   std::sort(leaves->begin(), leaves->end());
   leaves->erase(std::unique(leaves->begin(), leaves->end()), leaves->end());
@@ -484,10 +514,22 @@ class ParquetReadRowsOp : public OpKernel {
     OP_REQUIRES(ctx, columns_.size() == dtypes_.size() && columns_.size() == ragged_.size(),
                 absl::InvalidArgumentError(
                     "ParquetReadRows: columns, dtypes and ragged must have one entry each"));
+    int n = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n));
+    OP_REQUIRES(ctx, n == static_cast<int>(columns_.size()),
+                absl::InvalidArgumentError(
+                    "ParquetReadRows: N must equal the number of columns"));
     for (const auto& c : columns_) signature_ += c + "\x1f";
   }
 
   void Compute(OpKernelContext* ctx) override {
+    static const char* const kInputs[] = {"path", "start", "stop"};
+    for (int i = 0; i < 3; ++i) {
+      OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(ctx->input(i).shape()),
+                  absl::InvalidArgumentError(
+                      std::string("ParquetReadRows: ") + kInputs[i] + " must be a scalar, got " +
+                      ctx->input(i).shape().DebugString()));
+    }
     const std::string path(ctx->input(0).scalar<tstring>()());
     const int64_t start = ctx->input(1).scalar<int64_t>()();
     const int64_t stop = ctx->input(2).scalar<int64_t>()();
@@ -495,7 +537,13 @@ class ParquetReadRowsOp : public OpKernel {
                 Invalid(path, "bad row range [" + std::to_string(start) + ", " +
                                   std::to_string(stop) + ")"));
     std::vector<std::shared_ptr<arrow::Table>> pieces;
-    OP_REQUIRES_OK(ctx, ReadPieces(path, start, stop, &pieces));
+    absl::Status read;
+    try {  // Parquet's metadata accessors throw on a corrupt footer
+      read = ReadPieces(path, start, stop, &pieces);
+    } catch (const std::exception& e) {
+      read = Invalid(path, std::string("not a readable Parquet file: ") + e.what());
+    }
+    OP_REQUIRES_OK(ctx, read);
     int64_t rows = 0;
     for (const auto& piece : pieces) rows += piece->num_rows();
     const int n = static_cast<int>(columns_.size());
@@ -519,11 +567,23 @@ class ParquetReadRowsOp : public OpKernel {
     std::string inner;
     absl::Status st = ResolvePath(path, &fs, &inner);
     if (!st.ok()) return st;
-    auto file = fs->OpenInputFile(inner);
+    auto info = fs->GetFileInfo(inner);
+    if (!info.ok()) return FromArrow(path, info.status(), "cannot open");
+    if (info->type() == arrow::fs::FileType::NotFound) {
+      return absl::NotFoundError(path + ": no such file");
+    }
+    if (info->type() != arrow::fs::FileType::File) {
+      return Invalid(path, "not a file (a directory?)");
+    }
+    auto file = fs->OpenInputFile(*info);
     if (!file.ok()) return FromArrow(path, file.status(), "cannot open");
     auto size = (*file)->GetSize();
     if (!size.ok()) return FromArrow(path, size.status(), "cannot read the size");
     if (*size == 0) return Invalid(path, "empty file (0 bytes), not Parquet");
+    // Size and modification time: a file rewritten in place is not served from the cache.
+    const std::string version =
+        std::to_string(*size) + "\x1e" +
+        std::to_string(info->mtime().time_since_epoch().count());
     parquet::ArrowReaderProperties properties;
     properties.set_pre_buffer(true);  // coalesced range reads: few requests on S3
     properties.set_use_threads(false);
@@ -550,8 +610,8 @@ class ParquetReadRowsOp : public OpKernel {
       const int64_t lo = std::max(start, offset), hi = std::min(end, offset + group_rows);
       if (lo < hi) {
         const bool partial = hi - lo < group_rows;
-        std::string key = path + "\x1e" + std::to_string(*size) + "\x1e" +
-                          std::to_string(g) + "\x1e" + signature_;
+        std::string key = path + "\x1e" + version + "\x1e" + std::to_string(g) + "\x1e" +
+                          signature_;
         std::shared_ptr<arrow::Table> table = partial ? Cache().Get(key) : nullptr;
         if (table == nullptr) {
           try {
