@@ -1,92 +1,172 @@
-"""Input benchmark: the worker input function against pyarrow, on the same files, in one run.
+"""Input benchmark: our Parquet op and the worker input pipeline against pyarrow, same files.
 
-Measures rows/s of
+Three comparisons, each measured in interleaved rounds in one run (every round printed,
+then each side's best and median, and their ratios):
 
-  (a) the worker-side tf.data input function with every transform of the demo feature
-      config (hashing, vocab-free lookups, log1p, bucketize, multi-valued splits,
-      crosses, label checks), batched, as one worker runs it (one process, all units);
-  (b) the same, reading only (no transforms), to show where the time goes;
-  (c) ``pyarrow.parquet.read_table(..., use_threads=False)`` of the same columns.
+  1. raw read: the ``ParquetReadRows`` op reading whole files into tensors, against
+     ``pyarrow.parquet.read_table(use_threads=False)`` of the same columns (bar: 0.9);
+  2. the whole worker input pipeline of the demo config (read, every transform, batches)
+     as one worker runs it, against the same pyarrow read (bar: 0.7);
+  3. the raw read from S3 (a moto server this script starts on 127.0.0.1), against
+     pyarrow's own S3 filesystem reading the same objects.
 
-and prints the ratio a/c (target: >= 0.5). (a) is run with ``read_parallelism`` 1 and
-with the configured default, since tf.data uses several threads on a worker while
-(c) uses one; both ratios are printed.
+The last line is ``ratio X``: the whole pipeline's best-of-rounds ratio (2).
 
-Usage: ``python benchmarks/input_bench.py [--rows 1000000] [--repeats 3]``
+Usage: ``python benchmarks/input_bench.py [--rows 1000000] [--rounds 5] [--no-s3]``
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import os
 import pathlib
+import statistics
 import sys
 import tempfile
 import time
+from typing import Callable
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 
 import pyarrow.parquet as pq  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from recsys_dist import ops  # noqa: E402
 from recsys_dist.config import load_config  # noqa: E402
-from recsys_dist.data.input_fn import InputPipeline, prepare_input  # noqa: E402
+from recsys_dist.data.input_fn import prepare_input  # noqa: E402
+from recsys_dist.data.schema_check import split_read_dtype  # noqa: E402
 from recsys_dist.data.synth import synthesize  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def best_rate(run, rows: int, repeats: int) -> float:
-    """Best rows/s over ``repeats`` timed runs, after one untimed warm-up run."""
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
+def interleaved(sides: dict[str, Callable[[], None]], rows: int, rounds: int
+                ) -> dict[str, list[float]]:
+    """Rows/s of each side per round, sides alternating within a round (one warm-up)."""
+    for run in sides.values():
         run()
-        best = min(best, time.perf_counter() - start)
-    return rows / best
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    for r in range(rounds):
+        line = []
+        for name, run in sides.items():
+            start = time.perf_counter()
+            run()
+            rates[name].append(rows / (time.perf_counter() - start))
+            line.append(f"{name} {rates[name][-1]:>11,.0f}")
+        print(f"  round {r + 1}: " + " | ".join(line) + " rows/s", flush=True)
+    return rates
 
 
-def input_fn_rate(pipeline: InputPipeline, parallelism: int, repeats: int,
-                  transforms: bool, columns: list[str] | None = None) -> float:
-    spec = dataclasses.replace(pipeline.spec, read_parallelism=parallelism)
-    pipeline = dataclasses.replace(pipeline, spec=spec)
-    if not transforms:
-        pipeline = dataclasses.replace(pipeline, transform=_ReadOnly(pipeline.transform, columns))
-    dataset = pipeline.dataset_fn(training=False, worker_index=0)()
+def report(title: str, rates: dict[str, list[float]], baseline: str, bar: float | None
+           ) -> float:
+    """Prints best and median per side and each ratio to the baseline; returns the best
+    ratio of the first non-baseline side."""
+    print(f"{title}:")
+    base = rates[baseline]
+    first = None
+    for name, values in rates.items():
+        best, median = max(values), statistics.median(values)
+        line = f"  {name:32s} best {best:>11,.0f}  median {median:>11,.0f} rows/s"
+        if name != baseline:
+            ratio_best, ratio_median = best / max(base), median / statistics.median(base)
+            first = ratio_best if first is None else first
+            line += f"  ratio best {ratio_best:.2f}, median {ratio_median:.2f}"
+            if bar is not None:
+                line += f" (bar {bar}: {'met' if ratio_best >= bar else 'NOT met'})"
+        print(line)
+    return first
+
+
+def op_reader(files: list[str], dtypes: dict, ragged: frozenset, file_rows: list[int]
+              ) -> Callable[[], None]:
+    """Reads every file whole through the op (tensors stay in TensorFlow)."""
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)])
+    def read(path, rows):
+        columns = ops.read_rows(path, 0, rows, dtypes, ragged)
+        return tf.add_n([tf.cast(tf.size(c.values), tf.int64) for c in columns.values()])
 
     def run():
-        for _ in dataset:
-            pass
+        for path, rows in zip(files, file_rows):
+            read(tf.constant(path), tf.constant(rows, tf.int64))
 
-    return best_rate(run, pipeline.plan.total_rows, repeats)
-
-
-class _ReadOnly:
-    """Stands in for the transform: passes raw columns through (for the breakdown only)."""
-
-    def __init__(self, transform, columns: list[str] | None = None):
-        self.columns = columns or transform.columns
-        self.column_dtypes = transform.column_dtypes
-
-    def __call__(self, raw, source, first_row):
-        rows = tf.shape(next(iter(raw.values())))[0]
-        return dict(raw), {}, tf.ones([rows], tf.float32)
+    return run
 
 
-def pyarrow_rate(files: list[str], columns: list[str], rows: int, repeats: int) -> float:
+def pyarrow_reader(files: list[str], columns: list[str], filesystem=None) -> Callable[[], None]:
     def run():
         for path in files:
-            pq.read_table(path, columns=columns, use_threads=False)
+            pq.read_table(path, columns=columns, use_threads=False, filesystem=filesystem)
 
-    return best_rate(run, rows, repeats)
+    return run
+
+
+def pipeline_reader(pipeline) -> Callable[[], None]:
+    """Consumes every batch in-graph, as a worker's training step does (iterating in
+    Python would add the cost of handing each batch to Python, which no worker pays)."""
+    dataset = pipeline.dataset_fn(training=False, worker_index=0)()
+
+    @tf.function
+    def consume():
+        return dataset.reduce(tf.constant(0, tf.int64),
+                              lambda count, batch: count + tf.size(batch["row"], tf.int64))
+
+    def run():
+        consume()
+
+    return run
+
+
+def start_moto():
+    from moto.server import ThreadedMotoServer
+
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    os.environ.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+                       "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                       "AWS_REGION": "us-east-1"})
+    return server, port
+
+
+def s3_comparison(files: list[str], dtypes, ragged, file_rows, columns, rows, rounds) -> None:
+    import boto3
+    import pyarrow.fs
+
+    server, port = start_moto()
+    try:
+        client = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+        client.create_bucket(Bucket="bench")
+        keys = []
+        for path in files:
+            key = "input/" + pathlib.Path(path).name
+            client.upload_file(path, "bench", key)
+            keys.append(key)
+        s3 = pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
+                                     access_key="bench", secret_key="bench",
+                                     region="us-east-1")
+        rates = interleaved({
+            "pyarrow S3 read_table": pyarrow_reader([f"bench/{k}" for k in keys], columns, s3),
+            "op S3 read": op_reader([f"s3://bench/{k}" for k in keys], dtypes, ragged,
+                                    file_rows),
+        }, rows, rounds)
+        report("3. raw read from moto's S3", rates, "pyarrow S3 read_table", None)
+    finally:
+        server.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of synthetic data")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--data", help="existing synthetic data (default: generate in a temp dir)")
+    parser.add_argument("--no-s3", action="store_true", help="skip the S3 comparison")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="input_bench_") as tmp:
@@ -98,33 +178,26 @@ def main() -> None:
         pipeline = prepare_input(config, None, num_workers=1, data_path=data).single_worker()
         plan, columns = pipeline.plan, pipeline.transform.columns
         rows = plan.total_rows
-        print(f"data: {len(plan.files)} files, {rows:,} rows, {len(plan.units)} units "
-              f"(row groups), {len(columns)} columns read")
-        default_parallelism = config.input.read_parallelism
-        arrow = pyarrow_rate(list(plan.files), columns, rows, args.repeats)
-        results = {
-            "input fn, read only, parallelism 1": input_fn_rate(pipeline, 1, args.repeats, False),
-            "input fn, all transforms, parallelism 1": input_fn_rate(pipeline, 1, args.repeats,
-                                                                    True),
-            f"input fn, all transforms, parallelism {default_parallelism}":
-                input_fn_rate(pipeline, default_parallelism, args.repeats, True),
-        }
-        by_type = {}
-        for kind in ("float32", "int64", "string"):
-            subset = [c for c in columns if pipeline.transform.column_dtypes[c] == kind]
-            by_type[kind] = (len(subset),
-                             input_fn_rate(pipeline, 1, args.repeats, False, subset),
-                             pyarrow_rate(list(plan.files), subset, rows, args.repeats))
-    print("where the read time goes (read only, parallelism 1), per column type:")
-    for kind, (count, tf_rate, pa_rate) in by_type.items():
-        print(f"  {count:2d} {kind:7s} columns: tensorflow-io {tf_rate * count / 1e6:6.1f}M values/s, "
-              f"pyarrow {pa_rate * count / 1e6:6.1f}M values/s (ratio {tf_rate / pa_rate:.2f})")
-    print(f"{'pyarrow read_table(use_threads=False)':45s} {arrow:>12,.0f} rows/s  (baseline)")
-    for name, rate in results.items():
-        print(f"{name:45s} {rate:>12,.0f} rows/s  ratio {rate / arrow:.2f}")
-    headline = results[f"input fn, all transforms, parallelism {default_parallelism}"] / arrow
-    print(f"ratio (input fn with all transforms, default parallelism / pyarrow): {headline:.2f} "
-          f"(target >= 0.5: {'met' if headline >= 0.5 else 'NOT met'})")
+        read = {c: split_read_dtype(pipeline.transform.column_dtypes[c]) for c in columns}
+        dtypes = {c: tf.as_dtype(d) for c, (d, _) in read.items()}
+        ragged = frozenset(c for c, (_, is_list) in read.items() if is_list)
+        files, file_rows = list(plan.files), list(plan.file_rows)
+        print(f"data: {len(files)} files, {rows:,} rows, {len(plan.units)} row groups, "
+              f"{len(columns)} columns read ({len(ragged)} list); input.read_parallelism "
+              f"{pipeline.spec.read_parallelism}, batch {pipeline.spec.batch_size}; "
+              f"{os.cpu_count()} cores", flush=True)
+        baseline = "pyarrow read_table"
+        raw = interleaved({baseline: pyarrow_reader(files, columns),
+                           "op raw read": op_reader(files, dtypes, ragged, file_rows)},
+                          rows, args.rounds)
+        whole = interleaved({baseline: pyarrow_reader(files, columns),
+                             "whole input pipeline": pipeline_reader(pipeline)},
+                            rows, args.rounds)
+        if not args.no_s3:
+            s3_comparison(files, dtypes, ragged, file_rows, columns, rows, args.rounds)
+        report("1. raw read, local disk (pyarrow use_threads=False)", raw, baseline, 0.9)
+        ratio = report("2. whole worker input pipeline, every transform", whole, baseline, 0.7)
+    print(f"ratio {ratio:.2f}")
     sys.stdout.flush()
 
 

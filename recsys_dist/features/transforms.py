@@ -191,70 +191,90 @@ class FeatureTransform:
                         tf.int64)
         return x, bad, problem, missing
 
-    def _list_tokens(self, feat: MultiCategoricalFeature, raw: tf.RaggedTensor,
-                     present: tf.RaggedTensor | None, weights: tf.RaggedTensor | None,
-                     weights_present: tf.RaggedTensor | None
-                     ) -> tuple[tf.RaggedTensor, tf.RaggedTensor, tf.Tensor]:
-        """A list column's ids as string tokens and their weights, nulls dropped."""
-        values = raw.flat_values
-        tokens = raw.with_flat_values(values if values.dtype == tf.string
-                                      else tf.strings.as_string(values))
-        keep = present if present is not None else tf.ones_like(raw, tf.bool)
-        bad_rows = tf.zeros([raw.nrows()], tf.bool)
-        if weights is None:
-            weights = tf.ones_like(tokens, tf.float32)
-        else:
-            # A row whose weights list is not as long as its ids list is bad data; it
-            # becomes empty on both sides so that the two lists stay aligned.
-            bad_rows = tf.not_equal(raw.row_lengths(), weights.row_lengths())
-            row_ok = tf.logical_not(bad_rows)
-            tokens = tf.ragged.boolean_mask(tokens, tf.gather(row_ok, tokens.value_rowids()))
-            keep = tf.ragged.boolean_mask(keep, tf.gather(row_ok, keep.value_rowids()))
-            w_keep = (weights_present if weights_present is not None
-                      else tf.ones_like(weights, tf.bool))
-            w_keep = tf.ragged.boolean_mask(w_keep, tf.gather(row_ok, w_keep.value_rowids()))
-            weights = tf.ragged.boolean_mask(tf.cast(weights, tf.float32),
-                                             tf.gather(row_ok, weights.value_rowids()))
-            keep = tokens.with_flat_values(tf.logical_and(keep.flat_values,
-                                                          w_keep.flat_values))
-            weights = tokens.with_flat_values(weights.flat_values)
-        tokens = tf.ragged.boolean_mask(tokens, keep)
-        weights = tf.ragged.boolean_mask(weights, keep)
-        return tokens, weights, bad_rows
-
     def _multi(self, feat: MultiCategoricalFeature, raw: tf.Tensor | tf.RaggedTensor,
                present=None, weights=None, weights_present=None
                ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        """Ids and weights of a multi-valued feature, ``[N, max_length]`` each.
+
+        Works on flat values with their row ids (a few ops per feature, whatever the
+        list lengths): drop nulls and empty tokens, keep each row's first
+        ``max_length``, hash what is left, scatter into the padded result."""
         if isinstance(raw, tf.RaggedTensor):
-            tokens, weights, bad_rows = self._list_tokens(feat, raw, present, weights,
-                                                          weights_present)
-            tokens = tokens[:, :feat.max_length]
-            weights = weights[:, :feat.max_length].flat_values
-            flat = tokens.flat_values
-        else:  # a delimited string; a null string reads as "" (no ids)
-            tokens = tf.strings.split(raw, feat.separator)
-            tokens = tf.ragged.boolean_mask(tokens, tf.strings.length(tokens) > 0)
-            tokens = tokens[:, :feat.max_length]
-            flat = tokens.flat_values
-            bad_rows = tf.zeros(tf.shape(raw), tf.bool)
-            if feat.weighted:
-                pairs = tf.strings.split(flat, feat.weight_separator, maxsplit=1)
-                pairs = pairs.to_tensor(default_value="", shape=[None, 2])
-                flat, weight_text = pairs[:, 0], pairs[:, 1]
-                bad_token = tf.logical_not(tf.strings.regex_full_match(weight_text, _NUMBER_RE))
-                weights = tf.strings.to_number(tf.where(bad_token, "0", weight_text), tf.float32)
-                weights = tf.where(bad_token, 0.0, weights)
-                bad_rows = tf.math.unsorted_segment_max(
-                    tf.cast(bad_token, tf.int32), tokens.value_rowids(), tf.size(raw)) > 0
+            nrows, rowids = raw.nrows(), raw.value_rowids()
+            rowids_k, tokens = rowids, raw.flat_values
+            keep = present.flat_values if present is not None else None
+            bad_rows = tf.zeros([nrows], tf.bool)
+            if weights is not None:
+                # A row whose weights list is not as long as its ids list is bad data;
+                # it keeps no ids (the two lists are only aligned when lengths agree).
+                bad_rows = tf.not_equal(raw.row_lengths(), weights.row_lengths())
+                row_ok = tf.gather(tf.logical_not(bad_rows), rowids)
+                keep = row_ok if keep is None else tf.logical_and(keep, row_ok)
+                # Where lengths agree, element k of the ids is element k of the weights.
+                position = tf.range(tf.size(tokens, tf.int64)) - tf.gather(raw.row_splits,
+                                                                         rowids)
+                # (one padding weight past the end, for rows whose lengths disagree)
+                size = tf.size(weights.flat_values, tf.int64)
+                at = tf.minimum(tf.gather(weights.row_splits, rowids) + position, size)
+                weight_values = tf.gather(tf.concat(
+                    [tf.cast(weights.flat_values, tf.float32), [0.0]], 0), at)
+                if weights_present is not None:
+                    keep = tf.logical_and(keep, tf.gather(tf.concat(
+                        [weights_present.flat_values, [False]], 0), at))
             else:
-                weights = tf.ones(tf.shape(flat), tf.float32)
+                weight_values = None
+            if tokens.dtype != tf.string:  # integer ids hash as their decimal text
+                kept = tf.ones_like(rowids, tf.bool) if keep is None else keep
+                rowids_k, tokens = tf.boolean_mask(rowids, kept), tf.boolean_mask(tokens, kept)
+                weight_values = (None if weight_values is None
+                                 else tf.boolean_mask(weight_values, kept))
+                keep = None
+        else:  # a delimited string; a null string reads as "" (no ids)
+            split = tf.strings.split(raw, feat.separator)
+            nrows, rowids, tokens = tf.shape(raw, tf.int64)[0], split.value_rowids(), \
+                split.flat_values
+            keep = tf.strings.length(tokens) > 0
+            bad_rows = tf.zeros(tf.shape(raw), tf.bool)
+            weight_values = None
+        if keep is not None:
+            rowids_k = tf.boolean_mask(rowids, keep)
+            tokens = tf.boolean_mask(tokens, keep)
+            weight_values = (None if weight_values is None
+                             else tf.boolean_mask(weight_values, keep))
+        # Position of each kept token in its row; the first max_length are kept.
+        counts = tf.math.bincount(rowids_k, minlength=nrows, maxlength=nrows, dtype=tf.int64)
+        starts = tf.cumsum(counts, exclusive=True)
+        position = tf.range(tf.size(rowids_k, tf.int64)) - tf.gather(starts, rowids_k)
+        first = position < feat.max_length
+        rowids_k, position = tf.boolean_mask(rowids_k, first), tf.boolean_mask(position, first)
+        tokens = tf.boolean_mask(tokens, first)
+        if weight_values is not None:
+            weight_values = tf.boolean_mask(weight_values, first)
+        if tokens.dtype != tf.string:
+            tokens = tf.strings.as_string(tokens)
+        if feat.weighted:
+            pairs = tf.strings.split(tokens, feat.weight_separator, maxsplit=1)
+            pairs = pairs.to_tensor(default_value="", shape=[None, 2])
+            tokens, weight_text = pairs[:, 0], pairs[:, 1]
+            bad_token = tf.logical_not(tf.strings.regex_full_match(weight_text, _NUMBER_RE))
+            weight_values = tf.strings.to_number(tf.where(bad_token, "0", weight_text),
+                                                 tf.float32)
+            weight_values = tf.where(bad_token, 0.0, weight_values)
+            bad_rows = tf.math.unsorted_segment_max(
+                tf.cast(bad_token, tf.int32), rowids_k, tf.cast(nrows, tf.int64)) > 0
+        elif weight_values is None:
+            weight_values = tf.ones(tf.shape(tokens), tf.float32)
         if feat.name in self._vocab:
-            ids = self._vocab[feat.name].lookup(flat)
+            ids = self._vocab[feat.name].lookup(tokens)
         else:
-            ids = tf.strings.to_hash_bucket_fast(flat, self.config.rows_of(feat))
-        shape = [None, feat.max_length]
-        return {"ids": tokens.with_flat_values(ids).to_tensor(0, shape=shape),
-                "weights": tokens.with_flat_values(weights).to_tensor(0.0, shape=shape)}, bad_rows
+            ids = tf.strings.to_hash_bucket_fast(tokens, self.config.rows_of(feat))
+        indices = tf.stack([rowids_k, position], axis=1)
+        shape = tf.stack([tf.cast(nrows, tf.int64), feat.max_length])
+        dense_ids = tf.scatter_nd(indices, ids, shape)
+        dense_weights = tf.scatter_nd(indices, weight_values, shape)
+        dense_ids.set_shape([None, feat.max_length])
+        dense_weights.set_shape([None, feat.max_length])
+        return {"ids": dense_ids, "weights": dense_weights}, bad_rows
 
     # ---- the transform --------------------------------------------------------------
     def __call__(self, raw: dict, source: tf.Tensor, first_row: tf.Tensor,
