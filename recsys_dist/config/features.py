@@ -110,8 +110,8 @@ class MultiCategoricalFeature:
     or a delimited string column, e.g. ``"12|907|33"``.
 
     A null list (or null string) is an empty list; null ids inside a list are dropped.
-    Integer ids hash as their decimal text, so a list column and the same ids written
-    as a delimited string give the same rows.
+    Integer ids of a list column hash as a categorical feature's integer ids do
+    (splitmix64); string ids, and the tokens of a delimited string, with Fingerprint64.
 
     Attributes:
       table: Embedding table the ids index.

@@ -197,11 +197,12 @@ class FeatureTransform:
         """Ids and weights of a multi-valued feature, ``[N, max_length]`` each.
 
         Works on flat values with their row ids (a few ops per feature, whatever the
-        list lengths): drop nulls and empty tokens, keep each row's first
-        ``max_length``, hash what is left, scatter into the padded result."""
+        list lengths): hash every value, then sum each kept value into its slot of the
+        padded result (nulls and empty tokens are dropped, each row keeps its first
+        ``max_length``)."""
         if isinstance(raw, tf.RaggedTensor):
-            nrows, rowids = raw.nrows(), raw.value_rowids()
-            rowids_k, tokens = rowids, raw.flat_values
+            nrows, rowids, splits = raw.nrows(), raw.value_rowids(), raw.row_splits
+            tokens = raw.flat_values
             keep = present.flat_values if present is not None else None
             bad_rows = tf.zeros([nrows], tf.bool)
             if weights is not None:
@@ -211,8 +212,7 @@ class FeatureTransform:
                 row_ok = tf.gather(tf.logical_not(bad_rows), rowids)
                 keep = row_ok if keep is None else tf.logical_and(keep, row_ok)
                 # Where lengths agree, element k of the ids is element k of the weights.
-                position = tf.range(tf.size(tokens, tf.int64)) - tf.gather(raw.row_splits,
-                                                                         rowids)
+                position = tf.range(tf.size(tokens, tf.int64)) - tf.gather(splits, rowids)
                 # (one padding weight past the end, for rows whose lengths disagree)
                 size = tf.size(weights.flat_values, tf.int64)
                 at = tf.minimum(tf.gather(weights.row_splits, rowids) + position, size)
@@ -223,55 +223,53 @@ class FeatureTransform:
                         [weights_present.flat_values, [False]], 0), at))
             else:
                 weight_values = None
-            if tokens.dtype != tf.string:  # integer ids hash as their decimal text
-                kept = tf.ones_like(rowids, tf.bool) if keep is None else keep
-                rowids_k, tokens = tf.boolean_mask(rowids, kept), tf.boolean_mask(tokens, kept)
-                weight_values = (None if weight_values is None
-                                 else tf.boolean_mask(weight_values, kept))
-                keep = None
         else:  # a delimited string; a null string reads as "" (no ids)
             split = tf.strings.split(raw, feat.separator)
-            nrows, rowids, tokens = tf.shape(raw, tf.int64)[0], split.value_rowids(), \
-                split.flat_values
+            nrows, rowids, splits = tf.shape(raw, tf.int64)[0], split.value_rowids(), \
+                split.row_splits
+            tokens = split.flat_values
             keep = tf.strings.length(tokens) > 0
             bad_rows = tf.zeros(tf.shape(raw), tf.bool)
             weight_values = None
-        if keep is not None:
-            rowids_k = tf.boolean_mask(rowids, keep)
-            tokens = tf.boolean_mask(tokens, keep)
-            weight_values = (None if weight_values is None
-                             else tf.boolean_mask(weight_values, keep))
-        # Position of each kept token in its row; the first max_length are kept.
-        counts = tf.math.bincount(rowids_k, minlength=nrows, maxlength=nrows, dtype=tf.int64)
-        starts = tf.cumsum(counts, exclusive=True)
-        position = tf.range(tf.size(rowids_k, tf.int64)) - tf.gather(starts, rowids_k)
-        first = position < feat.max_length
-        rowids_k, position = tf.boolean_mask(rowids_k, first), tf.boolean_mask(position, first)
-        tokens = tf.boolean_mask(tokens, first)
-        if weight_values is not None:
-            weight_values = tf.boolean_mask(weight_values, first)
-        if tokens.dtype != tf.string:
-            tokens = tf.strings.as_string(tokens)
+        if tokens.dtype != tf.string and feat.name in self._vocab:
+            tokens = tf.strings.as_string(tokens)  # vocabulary files hold text
         if feat.weighted:
             pairs = tf.strings.split(tokens, feat.weight_separator, maxsplit=1)
             pairs = pairs.to_tensor(default_value="", shape=[None, 2])
             tokens, weight_text = pairs[:, 0], pairs[:, 1]
-            bad_token = tf.logical_not(tf.strings.regex_full_match(weight_text, _NUMBER_RE))
-            weight_values = tf.strings.to_number(tf.where(bad_token, "0", weight_text),
+            unparsable = tf.logical_not(tf.strings.regex_full_match(weight_text, _NUMBER_RE))
+            weight_values = tf.strings.to_number(tf.where(unparsable, "0", weight_text),
                                                  tf.float32)
-            weight_values = tf.where(bad_token, 0.0, weight_values)
+            weight_values = tf.where(unparsable, 0.0, weight_values)
+            # (an empty token, which is dropped anyway, is no bad entry)
+            bad_token = unparsable if keep is None else tf.logical_and(unparsable, keep)
             bad_rows = tf.math.unsorted_segment_max(
-                tf.cast(bad_token, tf.int32), rowids_k, tf.cast(nrows, tf.int64)) > 0
+                tf.cast(bad_token, tf.int32), rowids, tf.cast(nrows, tf.int64)) > 0
         elif weight_values is None:
             weight_values = tf.ones(tf.shape(tokens), tf.float32)
         if feat.name in self._vocab:
             ids = self._vocab[feat.name].lookup(tokens)
-        else:
+        elif tokens.dtype == tf.string:
             ids = tf.strings.to_hash_bucket_fast(tokens, self.config.rows_of(feat))
-        indices = tf.stack([rowids_k, position], axis=1)
-        shape = tf.stack([tf.cast(nrows, tf.int64), feat.max_length])
-        dense_ids = tf.scatter_nd(indices, ids, shape)
-        dense_weights = tf.scatter_nd(indices, weight_values, shape)
+        else:  # integer ids hash as a categorical feature's integer ids do
+            ids = hashing.to_bucket(hashing.hash_int64(tokens), self.config.rows_of(feat))
+        # Slot of each value in the [N, L] result: its position among its row's kept
+        # values; dropped values (nulls, empty tokens, past max_length) get slot -1,
+        # which the segment sums leave out. No boolean masks: they cost more than
+        # hashing a few values for nothing.
+        nrows = tf.cast(nrows, tf.int64)
+        kept = tf.ones(tf.shape(rowids), tf.int64) if keep is None else tf.cast(keep, tf.int64)
+        before = tf.cumsum(kept, exclusive=True)  # kept values before each value
+        position = before - tf.gather(before, tf.gather(splits, rowids))
+        slot = rowids * feat.max_length + position
+        if keep is not None:
+            slot = tf.where(keep, slot, -1)
+        slot = tf.where(position < feat.max_length, slot, -1)
+        cells = nrows * feat.max_length
+        dense_ids = tf.reshape(tf.math.unsorted_segment_sum(ids, slot, cells),
+                               [-1, feat.max_length])
+        dense_weights = tf.reshape(tf.math.unsorted_segment_sum(weight_values, slot, cells),
+                                   [-1, feat.max_length])
         dense_ids.set_shape([None, feat.max_length])
         dense_weights.set_shape([None, feat.max_length])
         return {"ids": dense_ids, "weights": dense_weights}, bad_rows
