@@ -8,20 +8,18 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from recsys_dist import storage_io
 from recsys_dist.data.shard_plan import Unit
+from recsys_dist.storage_io import StorageError
 from recsys_dist.train.checkpoints import (COMPLETE, CheckpointError, CheckpointManager,
-                                           SavedCheckpoint, check_signature)
+                                           SavedCheckpoint, check_signature, find_checkpoint,
+                                           restore)
 from recsys_dist.train.data_position import DataPosition, PositionMismatch
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _checkpoint(value: float) -> tf.train.Checkpoint:
@@ -104,108 +102,69 @@ def test_data_position_of_other_data_is_refused():
         other.restore(position.to_json(), "ckpt-9")
 
 
-S3_SCRIPT = textwrap.dedent("""
-    import os, sys
-    import recsys_dist
-    import tensorflow as tf
-    import tensorflow_io  # registers s3://
-    from recsys_dist.train.checkpoints import CheckpointManager
-    url = sys.argv[1]
+def _s3_keys(s3_server, prefix: str) -> list[str]:
+    listing = s3_server["client"].list_objects_v2(Bucket=s3_server["bucket"], Prefix=prefix)
+    return sorted(o["Key"] for o in listing.get("Contents", []))
+
+
+def test_checkpoints_on_s3_are_staged_uploaded_marker_last_and_downloaded(s3_server):
+    url = f"s3://{s3_server['bucket']}/runs/ckpt-test"
     manager = CheckpointManager(url, keep=1)
     for step in (1, 2):
-        manager.save(tf.train.Checkpoint(v=tf.Variable([float(step)] * 4)), step, {"s": step})
-    latest = manager.latest()
-    target = tf.train.Checkpoint(v=tf.Variable([0.0] * 4))
-    target.read(latest.prefix).expect_partial()
-    print("RESULT", latest.step, latest.state["s"], list(target.v.numpy()),
-          sorted(tf.io.gfile.listdir(url + "/checkpoints")), flush=True)
-    os._exit(0)  # tensorflow-io's S3 client aborts in exit handlers
-""")
+        manager.save(_checkpoint(float(step)), step, {"s": step})
+    latest = CheckpointManager(url).latest()
+    assert (latest.directory, latest.step, latest.state["s"]) == (
+        f"{url}/checkpoints/ckpt-000000000002", 2, 2)
+    assert latest.state["upload_seconds"] >= 0
+    target = _checkpoint(0.0)
+    restore(target, latest)  # downloaded to a temporary directory first
+    np.testing.assert_array_equal(target.v.numpy(), [2.0] * 3)
+    keys = _s3_keys(s3_server, "runs/ckpt-test/")
+    assert keys == [f"runs/ckpt-test/checkpoints/ckpt-000000000002/{name}" for name in (
+        "_COMPLETE", "state.json", "variables.data-00000-of-00001", "variables.index")]
+    for given in (latest.directory, latest.prefix):  # --checkpoint DIR or its prefix
+        assert find_checkpoint(url, given).step == 2
 
 
-def test_checkpoints_on_s3(s3_server, tmp_path):
-    url = f"s3://{s3_server['bucket']}/runs/ckpt-test"
-    env = {**os.environ, **s3_server["env"], "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", S3_SCRIPT, url], capture_output=True,
-                            text=True, env=env, timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    line = next(l for l in result.stdout.splitlines() if l.startswith("RESULT"))
-    assert line == "RESULT 2 2 [2.0, 2.0, 2.0, 2.0] ['ckpt-000000000002/']" or \
-        line == "RESULT 2 2 [2.0, 2.0, 2.0, 2.0] ['ckpt-000000000002']", line
-    keys = [o["Key"] for o in s3_server["client"].list_objects_v2(
-        Bucket=s3_server["bucket"], Prefix="runs/ckpt-test/")["Contents"]]
-    assert "runs/ckpt-test/checkpoints/ckpt-000000000002/_COMPLETE" in keys
-    assert not [k for k in keys if "ckpt-000000000001" in k]  # keep=1 pruned step 1
+def test_a_cut_upload_leaves_no_complete_checkpoint_and_the_older_one_is_used(
+        s3_server, monkeypatch):
+    url = f"s3://{s3_server['bucket']}/runs/cut-upload"
+    manager = CheckpointManager(url, keep=3)
+    manager.save(_checkpoint(1.0), 100, {})
+    uploaded = []
+    put = storage_io._put_file
+
+    def cut_after_one_file(fs, local, remote):
+        if uploaded:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        uploaded.append(remote)
+        put(fs, local, remote)
+
+    monkeypatch.setattr(storage_io, "_put_file", cut_after_one_file)
+    torn = f"{url}/checkpoints/ckpt-000000000200"
+    with pytest.raises(StorageError, match=f"^{torn}/variables.*: cannot upload it: "
+                                           "Connection reset by peer"):
+        manager.save(_checkpoint(2.0), 200, {})
+    monkeypatch.undo()
+    assert [k.rsplit("/", 1)[1] for k in _s3_keys(s3_server, "runs/cut-upload/checkpoints/"
+                                                  "ckpt-000000000200/")] == ["variables.data-00000-of-00001"]
+    latest = CheckpointManager(url).latest()
+    assert latest.step == 100  # the torn step 200 does not count
+    target = _checkpoint(0.0)
+    restore(target, latest)
+    np.testing.assert_array_equal(target.v.numpy(), [1.0] * 3)
+    with pytest.raises(CheckpointError, match="no _COMPLETE marker"):
+        find_checkpoint(url, torn)
+    manager.save(_checkpoint(3.0), 300, {})  # the next save removes the torn one
+    assert [c.step for c in manager.all_complete()] == [100, 300]
+    assert not _s3_keys(s3_server, "runs/cut-upload/checkpoints/ckpt-000000000200/")
 
 
-RESHARD_SCRIPT = textwrap.dedent("""
-    import sys, pathlib, numpy as np
-    import recsys_dist
-    import tensorflow as tf
-    from recsys_dist.config import load_config
-    from recsys_dist.config.experiment import ClusterSpec
-    from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.cluster.runtime import connect
-    from recsys_dist.train.trainer import Trainer
-
-    config_path, model_dir, mode, ps, out = sys.argv[1:6]
-    config = load_config(config_path, ["train.max_steps=30"])
-    pipeline = prepare_input(config, "train", 2)
-
-    def whole(variable):
-        container = getattr(variable, "_sharded_container", None)
-        parts = container().variables if container else [variable]
-        return container, np.concatenate([tf.convert_to_tensor(p).numpy() for p in parts])
-
-    with connect(ClusterSpec("local", 2, int(ps)), model_dir + "/logs-" + mode, 1024) as rt:
-        trainer = Trainer(config, rt, pipeline, model_dir)
-        if mode == "save":
-            trainer.fit(show_progress=False)
-        else:
-            trainer.resume()
-        arrays, shards = {}, {}
-        for i, v in enumerate(trainer.model.embedding_variables):
-            container, value = whole(v)
-            if container is None or v is container().variables[0]:
-                name = v.name.replace("/part_0", "").replace(":0", "")
-                arrays[name] = value
-                shards[name] = len(container().variables) if container else 1
-                slot = trainer.embedding_optimizer.get_slot(container() if container else v,
-                                                            "accumulator")
-                arrays[name + "/accumulator"] = whole(slot.variables[0] if container else slot)[1]
-        for i, v in enumerate(trainer.model.dense_variables):
-            arrays[f"dense{i}"] = v.numpy()
-            for slot in ("m", "v"):
-                arrays[f"dense{i}/{slot}"] = trainer.dense_optimizer.get_slot(v, slot).numpy()
-        arrays["adam_iterations"] = np.array(trainer.dense_optimizer.iterations.numpy())
-        arrays["step"] = np.array(trainer.step)
-        np.savez(out, **arrays)
-        print("SHARDS", max(shards.values()), flush=True)
-""")
-
-
-@pytest.mark.cluster
-def test_a_checkpoint_of_2_parameter_servers_restores_exactly_into_3(tmp_path):
-    from recsys_dist.data.synth import synthesize
-    from tests.test_fault_tolerance import write_config
-
-    synthesize(tmp_path / "data", days=3, rows_per_day=4000, seed=2, rows_per_file=2000,
-               row_groups_per_file=2)
-    config = write_config(tmp_path, tmp_path / "data")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    shards = {}
-    for mode, ps in (("save", 2), ("load", 3)):
-        result = subprocess.run([sys.executable, "-c", RESHARD_SCRIPT, config,
-                                 str(tmp_path / "model"), mode, str(ps),
-                                 str(tmp_path / f"{mode}.npz")],
-                                capture_output=True, text=True, env=env, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        shards[mode] = int(result.stdout.split("SHARDS ")[1].split()[0])
-    assert shards == {"save": 2, "load": 3}
-    saved, loaded = np.load(tmp_path / "save.npz"), np.load(tmp_path / "load.npz")
-    assert sorted(saved) == sorted(loaded)
-    assert int(saved["step"]) == 30 and int(saved["adam_iterations"]) == 30
-    for key in saved:
-        np.testing.assert_array_equal(saved[key], loaded[key], err_msg=key)
-    # the slots really trained (an untouched Adagrad accumulator is all 0.1)
-    assert any(not np.allclose(saved[k], 0.1) for k in saved if k.endswith("/accumulator"))
+def test_an_unwritable_model_dir_is_named(s3_server, tmp_path):
+    (tmp_path / "file").write_text("")
+    for model_dir, reason in ((f"s3://no-such-bucket-x/run", "The specified bucket does not exist"),
+                              (str(tmp_path / "file" / "run"), "Not a directory")):
+        with pytest.raises((StorageError, CheckpointError)) as error:
+            CheckpointManager(model_dir).save(_checkpoint(1.0), 1, {})
+        assert str(error.value).startswith(f"{model_dir}/checkpoints/ckpt-000000000001")
+        assert reason in str(error.value)

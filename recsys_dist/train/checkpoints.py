@@ -20,19 +20,40 @@ parameter servers. One catch, found the hard way: tf-keras' legacy optimizers re
 sharded table's slots only if the slots exist before the restore; :func:`restore`
 creates them first (``Trainer.__init__`` does), otherwise a resumed Adagrad would
 silently restart from its initial accumulator.
+
+Where the files are written: every checkpoint file is written and read by this process,
+the coordinator (``tf.train.CheckpointOptions(experimental_io_device=...)`` names its
+CPU, :func:`io_options`). Without it each parameter server writes and reads its own
+shards at the given path, so the path would have to be the same shared file system on
+every server. With it the servers need no file system at all, and a remote model dir
+works without TensorFlow knowing its scheme:
+
+- a local model dir is written in place, as it always was;
+- an ``s3://`` (or ``hdfs://``) one is written to a local staging directory (under
+  ``TMPDIR``), uploaded with fsspec (``storage_io.upload_dir``), then ``state.json``,
+  then ``_COMPLETE``. A cut upload leaves a directory without ``_COMPLETE``, which is
+  never restored; the older complete checkpoint is used instead;
+- a remote checkpoint is downloaded to a temporary local directory before it is read
+  (:func:`local_prefix`), for resuming, warm starts, evaluation and export.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
+import posixpath
 import re
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 
 import tensorflow as tf
 
+from recsys_dist import storage_io
 from recsys_dist.errors import RecsysError
 
 CHECKPOINTS = "checkpoints"
@@ -66,23 +87,51 @@ class SavedCheckpoint:
         return _join(self.directory, VARIABLES)
 
 
-def _join(*parts: str) -> str:
-    return "/".join(p.rstrip("/") for p in parts)
+_join = storage_io.join
 
 
-def _listdir(path: str) -> list[str]:
-    try:
-        return [name.rstrip("/") for name in tf.io.gfile.listdir(path)]
-    except tf.errors.NotFoundError:
-        return []
+def io_options() -> tf.train.CheckpointOptions:
+    """Options that make this process read and write every checkpoint file.
+
+    The I/O device is this process's own CPU: ``/job:chief/replica:0/task:0/device:CPU:0``
+    on a coordinator (``ParameterServerStrategy`` names its job ``chief``), the local
+    host's otherwise. Save and restore must both use it: without it on restore, each
+    parameter server would look for its shards at the path itself.
+    """
+    return tf.train.CheckpointOptions(experimental_io_device=tf.constant(0).device)
 
 
 def _remove(directory: str) -> None:
-    marker = _join(directory, COMPLETE)
-    if tf.io.gfile.exists(marker):
-        tf.io.gfile.remove(marker)  # un-complete first: a cut cleanup leaves no torn ckpt
-    if tf.io.gfile.exists(directory):
-        tf.io.gfile.rmtree(directory)
+    storage_io.remove(_join(directory, COMPLETE))  # un-complete first: a cut cleanup
+    storage_io.rmtree(directory)                   # leaves no torn checkpoint
+
+
+@contextlib.contextmanager
+def local_prefix(saved: SavedCheckpoint | str) -> Iterator[str]:
+    """A local path of a checkpoint's variables prefix, to read with TensorFlow.
+
+    A local checkpoint is read in place. A remote one (``s3://``, ``hdfs://``) is
+    downloaded into a temporary directory, removed when the block ends.
+
+    Raises:
+      CheckpointError: the remote checkpoint has no variables files.
+      StorageError: they cannot be downloaded.
+    """
+    prefix = saved.prefix if isinstance(saved, SavedCheckpoint) else saved
+    if not storage_io.is_remote(prefix):
+        yield prefix
+        return
+    directory, name = posixpath.split(prefix.rstrip("/"))
+    scratch = tempfile.mkdtemp(prefix="recsys_dist_restore_")
+    try:
+        copied = storage_io.download_dir(directory, scratch,
+                                         select=lambda relative: relative.startswith(name + "."))
+        if not copied:
+            raise CheckpointError(f"{prefix}: cannot read the checkpoint: no {name}.* files "
+                                  f"in {directory}")
+        yield os.path.join(scratch, name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class CheckpointManager:
@@ -101,11 +150,11 @@ class CheckpointManager:
     def _entries(self) -> list[tuple[int, str, bool]]:
         """(step, directory, complete) of every checkpoint directory, oldest first."""
         entries = []
-        for name in _listdir(self.root):
+        for name in storage_io.listdir(self.root):
             match = _NAME.match(name)
             if match:
                 directory = _join(self.root, name)
-                complete = tf.io.gfile.exists(_join(directory, COMPLETE))
+                complete = storage_io.exists(_join(directory, COMPLETE))
                 entries.append((int(match.group(1)), directory, complete))
         return sorted(entries)
 
@@ -123,9 +172,8 @@ class CheckpointManager:
     def _load(self, step: int, directory: str) -> SavedCheckpoint:
         path = _join(directory, STATE)
         try:
-            with tf.io.gfile.GFile(path) as handle:
-                state = json.load(handle)
-        except (tf.errors.OpError, ValueError) as exc:
+            state = json.loads(storage_io.read_text(path))
+        except (storage_io.StorageError, ValueError) as exc:
             raise CheckpointError(f"{path}: unreadable checkpoint state ({exc}); the "
                                   "checkpoint is marked complete, so its files were changed "
                                   "after it was written") from None
@@ -134,20 +182,31 @@ class CheckpointManager:
     def save(self, checkpoint: tf.train.Checkpoint, step: int, state: dict) -> SavedCheckpoint:
         """Writes a checkpoint at ``step``; returns it once it is complete.
 
-        The variables and ``state.json`` go first, the ``_COMPLETE`` marker last, then
-        older checkpoints beyond ``keep`` (and torn ones) are removed.
+        The variables go first (to a remote model dir: written locally, then uploaded),
+        then ``state.json``, then the ``_COMPLETE`` marker; then older checkpoints beyond
+        ``keep`` (and torn ones) are removed.
+
+        Raises:
+          CheckpointError: TensorFlow cannot write the variables.
+          StorageError: a file cannot be written or uploaded (no marker is written).
         """
         directory = _join(self.root, f"ckpt-{step:012d}")
         _remove(directory)  # a torn save at this step from an earlier attempt
-        tf.io.gfile.makedirs(directory)
         start = time.perf_counter()
-        checkpoint.write(_join(directory, VARIABLES))
+        with storage_io.StagedDir(directory) as staged:
+            try:
+                checkpoint.write(os.path.join(staged.local, VARIABLES), options=io_options())
+            except tf.errors.OpError as exc:
+                raise CheckpointError(f"{directory}: cannot write the checkpoint: "
+                                      f"{exc.message.splitlines()[0]}") from None
+            written = time.perf_counter()
+            staged.sync()
         state = dict(state, step=step, saved_at=time.time(),
-                     save_seconds=round(time.perf_counter() - start, 3))
-        with tf.io.gfile.GFile(_join(directory, STATE), "w") as handle:
-            handle.write(json.dumps(state, indent=1))
-        with tf.io.gfile.GFile(_join(directory, COMPLETE), "w") as handle:
-            handle.write(f"{step}\n")
+                     save_seconds=round(written - start, 3))
+        if staged.remote:
+            state["upload_seconds"] = round(time.perf_counter() - written, 3)
+        storage_io.write_text(_join(directory, STATE), json.dumps(state, indent=1))
+        storage_io.write_text(_join(directory, COMPLETE), f"{step}\n")
         self._prune()
         return SavedCheckpoint(directory, step, state)
 
@@ -176,12 +235,19 @@ def restore(checkpoint: tf.train.Checkpoint, saved: SavedCheckpoint | str,
     """Reads a checkpoint into ``checkpoint``'s objects (slots must already exist).
 
     Args:
+      saved: The checkpoint, or its variables prefix (local or remote).
       require_all: Every live object must take a value from the checkpoint (for a
         model-only root, e.g. scoring); else the checkpoint is refused.
     """
     prefix = saved.prefix if isinstance(saved, SavedCheckpoint) else saved
+    with local_prefix(prefix) as local:
+        _read(checkpoint, local, prefix, require_all)
+
+
+def _read(checkpoint: tf.train.Checkpoint, local: str, prefix: str, require_all: bool) -> None:
+    """Reads the checkpoint at local prefix ``local``; messages name ``prefix``."""
     try:
-        status = checkpoint.read(prefix)
+        status = checkpoint.read(local, options=io_options())
         if require_all:
             status.assert_existing_objects_matched()
         status.expect_partial()
@@ -251,18 +317,19 @@ def find_checkpoint(model_dir: str, checkpoint: str | None = None) -> SavedCheck
                                   "train the model first (recsys-dist train)")
         return saved
     path = checkpoint.rstrip("/")
-    directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-    if not tf.io.gfile.isdir(directory) or not (
-            tf.io.gfile.exists(_join(directory, STATE))
-            or tf.io.gfile.exists(_join(directory, COMPLETE))):
+    directory = path if storage_io.isdir(path) else posixpath.dirname(path)
+    if not storage_io.isdir(directory) or not (
+            _NAME.match(posixpath.basename(directory))
+            or storage_io.exists(_join(directory, STATE))
+            or storage_io.exists(_join(directory, COMPLETE))):
         raise CheckpointError(f"{checkpoint}: no such checkpoint (expected a checkpoint "
                               "directory like MODEL_DIR/checkpoints/ckpt-000000000123 or its "
                               "'variables' prefix)")
-    if not tf.io.gfile.exists(_join(directory, COMPLETE)):
+    if not storage_io.exists(_join(directory, COMPLETE)):
         raise CheckpointError(f"{directory}: not a complete checkpoint (no {COMPLETE} marker: "
                               "its save was cut short or is still running)")
-    match = _NAME.match(os.path.basename(directory))
-    manager = CheckpointManager(os.path.dirname(os.path.dirname(directory)))
+    match = _NAME.match(posixpath.basename(directory))
+    manager = CheckpointManager(posixpath.dirname(posixpath.dirname(directory)))
     return manager._load(int(match.group(1)) if match else -1, directory)
 
 
@@ -288,25 +355,27 @@ def restore_model(model, saved: SavedCheckpoint, config_file: str) -> None:
       CheckpointError: the checkpoint cannot be read, or does not fit the model (e.g. it
         was trained with other ``model.params``).
     """
-    try:
-        reader = tf.train.load_checkpoint(saved.prefix)
-    except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
-        raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: "
-                              f"{exc.message.splitlines()[0]}") from None
-    stored = collections.Counter(
-        tuple(shape) for key, shape in reader.get_variable_to_shape_map().items()
-        if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
-        and "/.OPTIMIZER_SLOT/" not in key)
-    variables = _whole_variables(model)
-    ours = collections.Counter(tuple(v.shape.as_list()) for v in variables)
-    if stored != ours:
-        missing = [f"{v.name} {v.shape.as_list()}" for v in variables
-                   if stored[tuple(v.shape.as_list())] == 0]
-        detail = ("model weight(s) with no weight of that shape in the checkpoint: "
-                  + ", ".join(missing) if missing else
-                  f"the checkpoint has {sum(stored.values())} model weights, the model "
-                  f"{sum(ours.values())}; shapes only in the checkpoint: "
-                  f"{sorted(map(list, (stored - ours).elements()))}")
-        raise CheckpointError(f"{saved.directory}: does not fit the model of {config_file} "
-                              f"(was it trained with other model params?): {detail}")
-    restore(tf.train.Checkpoint(model=model), saved, require_all=True)
+    with local_prefix(saved) as local:
+        try:
+            reader = tf.train.load_checkpoint(local)
+        except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+            raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: "
+                                  f"{exc.message.splitlines()[0]}") from None
+        stored = collections.Counter(
+            tuple(shape) for key, shape in reader.get_variable_to_shape_map().items()
+            if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
+            and "/.OPTIMIZER_SLOT/" not in key)
+        variables = _whole_variables(model)
+        ours = collections.Counter(tuple(v.shape.as_list()) for v in variables)
+        if stored != ours:
+            missing = [f"{v.name} {v.shape.as_list()}" for v in variables
+                       if stored[tuple(v.shape.as_list())] == 0]
+            detail = ("model weight(s) with no weight of that shape in the checkpoint: "
+                      + ", ".join(missing) if missing else
+                      f"the checkpoint has {sum(stored.values())} model weights, the model "
+                      f"{sum(ours.values())}; shapes only in the checkpoint: "
+                      f"{sorted(map(list, (stored - ours).elements()))}")
+            raise CheckpointError(f"{saved.directory}: does not fit the model of "
+                                  f"{config_file} (was it trained with other model params?): "
+                                  f"{detail}")
+        _read(tf.train.Checkpoint(model=model), local, saved.prefix, require_all=True)

@@ -12,6 +12,7 @@ import os
 import tempfile
 from typing import Literal
 
+from recsys_dist import storage_io
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.train.checkpoints import SavedCheckpoint
 
@@ -81,8 +82,10 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
               "nothing to do. Train into a new --model-dir, or raise train.epochs or "
               "train.max_steps to go on")
         return RunOutcome(True, saved.step)
-    log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if "://" in model_dir else \
-        os.path.join(model_dir, "logs")
+    # Fail now, naming the path, rather than at the first checkpoint.
+    storage_io.check_writable(model_dir, "the run's checkpoints")
+    log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if storage_io.is_remote(model_dir) \
+        else os.path.join(model_dir, "logs")
     with cluster_failures_as_cluster_lost(), \
             connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
         print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "

@@ -35,13 +35,13 @@ import collections
 import contextlib
 import dataclasses
 import json
-import os
 import time
 from typing import Literal
 
 import tensorflow as tf
 import yaml
 
+from recsys_dist import storage_io
 from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import InputPipeline
@@ -51,8 +51,8 @@ from recsys_dist.errors import DataError
 from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
 from recsys_dist.models.zoo import build_model
 from recsys_dist.train.checkpoints import (CheckpointManager, SavedCheckpoint,
-                                           check_signature, create_slots, model_signature,
-                                           restore)
+                                           check_signature, create_slots, local_prefix,
+                                           model_signature, restore)
 from recsys_dist.train.data_position import DataPosition
 from recsys_dist.train.dense_cache import DenseWeightCache, check_dense_refresh, watched
 from recsys_dist.train.replicas import replica_slice
@@ -145,7 +145,7 @@ def completed_run(config: ExperimentConfig, pipeline: InputPipeline, model_dir: 
     Needs no cluster, so a finished run is recognised before any server starts.
     """
     saved = CheckpointManager(model_dir).latest()
-    if saved is None or not tf.io.gfile.exists(os.path.join(model_dir, RESULT_FILE)):
+    if saved is None or not storage_io.exists(storage_io.join(model_dir, RESULT_FILE)):
         return None  # (a run killed after training but before its evaluation goes on)
     check_signature(saved, config)
     position = data_position(config, pipeline)
@@ -220,10 +220,11 @@ class Trainer:
                    on_table_resize: Literal["fail", "reinitialize"] = "fail") -> WarmStartReport:
         """Seeds weights, slots and step from another run's checkpoint (not its data
         position); see ``train/warm_start.py`` for how feature drift is handled."""
-        return warm_start(self.checkpoint, saved.prefix, self._stacks(),
-                          saved.state.get("embedding_stacks", {}),
-                          [self.embedding_optimizer, self.dense_optimizer], on_table_resize,
-                          source=saved.directory)
+        with local_prefix(saved) as prefix:  # downloaded first when remote
+            return warm_start(self.checkpoint, prefix, self._stacks(),
+                              saved.state.get("embedding_stacks", {}),
+                              [self.embedding_optimizer, self.dense_optimizer],
+                              on_table_resize, source=saved.directory)
 
     def _stacks(self) -> list[TableStack]:
         return [stack for module in self.model.submodules
@@ -324,13 +325,20 @@ class Trainer:
           DataError: a worker hit bad data (the message names file, column and row).
           ClusterLost: a parameter server was lost (restart from the last checkpoint).
         """
-        with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost():
-            return self._fit(show_progress)
+        # TensorFlow writes the summaries locally; for a remote model dir they are staged
+        # and uploaded at each checkpoint and at the end.
+        with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost(), \
+                storage_io.StagedDir(storage_io.join(self.model_dir, "train")) as summaries:
+            writer = tf.summary.create_file_writer(summaries.local)
+            try:
+                return self._fit(show_progress, writer, summaries)
+            finally:
+                writer.close()
 
-    def _fit(self, show_progress: bool) -> TrainResult:
+    def _fit(self, show_progress: bool, writer, summaries: storage_io.StagedDir
+             ) -> TrainResult:
         train, spec = self.config.train, self.pipeline.spec
         coordinator = self.runtime.coordinator
-        writer = tf.summary.create_file_writer(os.path.join(self.model_dir, "train"))
         progress = _Progress()
         pending: collections.deque = collections.deque()
         recent: collections.deque = collections.deque(maxlen=max(8, 4 * self.runtime.num_workers))
@@ -394,6 +402,8 @@ class Trainer:
                 while pending:  # the checkpoint must match the finished items exactly
                     collect(*pending.popleft())
                 self._checkpoint(progress, show_progress)
+                writer.flush()
+                summaries.sync()
                 last_save, last_save_step = time.perf_counter(), first_step + progress.steps
                 saved_at = last_save_step
         coordinator.join()
@@ -405,6 +415,7 @@ class Trainer:
         # Never rewrite the restored checkpoint, nor one this attempt just wrote.
         if (progress.steps or self.restored is None) and saved_at != first_step + progress.steps:
             self._checkpoint(progress, show_progress)
+        summaries.sync()
         warm = ((progress.rows - first[1]) / (end - first[0])
                 if first and end > first[0] else float("nan"))
         return TrainResult(progress.steps, progress.rows, progress.skipped, seconds,
@@ -415,9 +426,12 @@ class Trainer:
         saved = self.save_checkpoint(progress.rows)
         if show_progress:
             position = self.position
+            upload = saved.state.get("upload_seconds")
             print(f"checkpoint step {saved.step:,}: {position.finished_rows:,} of "
                   f"{position.total_rows:,} rows done, saved in "
-                  f"{saved.state['save_seconds']:.1f}s to {saved.directory}", flush=True)
+                  f"{saved.state['save_seconds']:.1f}s"
+                  + (f" and uploaded in {upload:.1f}s" if upload is not None else "")
+                  + f" to {saved.directory}", flush=True)
 
     def _log(self, steps, window, recent) -> None:
         (t0, rows0), (t1, rows1) = window[0], window[-1]
@@ -447,10 +461,8 @@ class Trainer:
         return metrics
 
     def write_run_files(self, result: TrainResult, eval_metrics: dict | None) -> None:
-        """Writes the resolved config and the run's figures into ``model_dir`` (any
-        filesystem ``tf.io.gfile`` knows, e.g. local or ``s3://``)."""
-        gfile = tf.io.gfile
-        gfile.makedirs(self.model_dir)
+        """Writes the resolved config and the run's figures into ``model_dir`` (local or
+        remote), ``train_result.json`` last."""
         with open(self.config.features.file, encoding="utf-8") as handle:
             features_text = handle.read()
         resolved = dict(self.config.raw, features="features.yaml")
@@ -459,8 +471,7 @@ class Trainer:
         for name, text in (("features.yaml", features_text),
                            ("config.yaml", yaml.safe_dump(resolved, sort_keys=False)),
                            (RESULT_FILE, json.dumps(summary, indent=2))):
-            with gfile.GFile(os.path.join(self.model_dir, name), "w") as out:
-                out.write(text)
+            storage_io.write_text(storage_io.join(self.model_dir, name), text)
 
 
 def _mean_loss(recent) -> float:
