@@ -6,7 +6,10 @@
    score every row once on the cluster with ``training=False``.
 3. Compute exact metrics (``evaluation/metrics.py``) and write ``metrics.json``,
    ``predictions.parquet`` (row id, labels, logits: what a later ``--baseline`` pairs
-   rows with) and a self-contained ``report.html``.
+   rows with) and a self-contained ``report.html``, then ``metrics.json`` last. The
+   output directory (and a baseline) may be local or remote (``s3://``, ``hdfs://``):
+   the files go through fsspec (``storage_io``), and a remote checkpoint is downloaded
+   before it is read.
 
 With a baseline, the comparison holds the metric deltas and, when the baseline's
 per-row predictions on the same rows are available (a baseline model directory, or a
@@ -19,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import posixpath
+import tempfile
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import tensorflow as tf
 
+from recsys_dist import storage_io
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.errors import RecsysError
 from recsys_dist.evaluation import metrics as M
@@ -81,11 +86,13 @@ def _save_predictions(path: str, data: M.EvalData, labels: list[str]) -> None:
     for label in labels:
         columns[f"label_{label}"] = data.labels[label]
         columns[f"logit_{label}"] = data.logits[label]
-    pq.write_table(pa.table(columns), path)
+    with storage_io.open_file(path, "wb") as handle:
+        pq.write_table(pa.table(columns), handle)
 
 
 def _load_predictions(path: str) -> dict[str, np.ndarray]:
-    table = pq.read_table(path)
+    with storage_io.open_file(path) as handle:
+        table = pq.read_table(handle)
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
@@ -93,10 +100,13 @@ def _load_evaluation(metrics_path: str, labels: list[str]
                      ) -> tuple[dict, dict[str, np.ndarray], np.ndarray | None]:
     """(metrics, label -> logits, row ids) of an evaluate output (its metrics.json); the
     per-row parts are empty when no predictions.parquet lies next to it."""
-    with tf.io.gfile.GFile(metrics_path) as handle:
-        metrics = json.load(handle)
-    predictions = os.path.join(os.path.dirname(metrics_path), PREDICTIONS)
-    if not tf.io.gfile.exists(predictions):
+    text = storage_io.read_text(metrics_path)
+    try:
+        metrics = json.loads(text)
+    except ValueError as exc:
+        raise RecsysError(f"{metrics_path}: not valid JSON ({exc})") from None
+    predictions = posixpath.join(posixpath.dirname(metrics_path), PREDICTIONS)
+    if not storage_io.exists(predictions):
         return metrics, {}, None
     columns = _load_predictions(predictions)
     logits = {l: columns[f"logit_{l}"] for l in labels if f"logit_{l}" in columns}
@@ -144,7 +154,7 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
     if baseline is not None:
         if baseline.endswith(".json"):
             base_metrics_path = baseline
-        elif tf.io.gfile.exists(f"{baseline}/{METRICS}") and not tf.io.gfile.exists(
+        elif storage_io.exists(f"{baseline}/{METRICS}") and not storage_io.exists(
                 f"{baseline}/checkpoints"):
             base_metrics_path = f"{baseline}/{METRICS}"
         else:
@@ -158,10 +168,10 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
                              optional_extra_columns=oracle_candidates(config.labels),
                              keep_columns=keep)
     oracle = oracle_columns(config.labels, pipeline.extra_columns)
-    log_dir = os.path.join(out_dir, "logs") if "://" not in out_dir else None
-    if log_dir is None:
-        import tempfile
-        log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_")
+    # Fail now, naming the path, rather than after scoring every row.
+    storage_io.check_writable(out_dir, "the evaluation report")
+    log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if storage_io.is_remote(out_dir) \
+        else os.path.join(out_dir, "logs")
     with cluster_failures_as_cluster_lost(), \
             connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
         model = _restored_model(config, runtime, saved)
@@ -188,8 +198,7 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
         comparison = M.build_comparison(description, metrics, base_metrics, boot)
     metrics = dict(metrics, checkpoint=saved.directory, step=saved.step,
                    data=list(pipeline.plan.files), rows_per_second=data.rows / seconds)
-    tf.io.gfile.makedirs(out_dir)
-    _save_predictions(os.path.join(out_dir, PREDICTIONS), data, config.labels)
+    _save_predictions(storage_io.join(out_dir, PREDICTIONS), data, config.labels)
     title = (f"{config.model.name} ({', '.join(config.labels)}) at step {saved.step:,} on "
              f"{data.rows:,} rows")
     report = write_report(out_dir, metrics, M.curves(data, config.labels), title, comparison)

@@ -13,7 +13,6 @@ import html
 import io
 import json
 import math
-import os
 from typing import Any, Mapping, Sequence
 
 import matplotlib
@@ -21,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
+from recsys_dist import storage_io  # noqa: E402
 from recsys_dist.evaluation.metrics import _json_safe  # noqa: E402
 
 _CSS = """
@@ -45,7 +45,7 @@ def write_report(out_dir: str, metrics: Mapping[str, Any], curves: Mapping[str, 
     """Writes ``metrics.json`` and ``report.html`` into ``out_dir``.
 
     Args:
-      out_dir: Local directory; created if missing.
+      out_dir: Directory, local or remote (``s3://``); created if missing.
       metrics: A :func:`~recsys_dist.evaluation.metrics.compute_metrics` result.
       curves: A :func:`~recsys_dist.evaluation.metrics.curves` result (plots only; not
         written to ``metrics.json``).
@@ -63,23 +63,15 @@ def write_report(out_dir: str, metrics: Mapping[str, Any], curves: Mapping[str, 
     """
     if not isinstance(metrics, Mapping) or not isinstance(metrics.get("labels"), Mapping):
         raise ValueError("metrics must be a dict from compute_metrics with a 'labels' key")
-    os.makedirs(out_dir, exist_ok=True)
     document = dict(metrics)
     if comparison is not None:
         document["comparison"] = comparison
-    _write_text(os.path.join(out_dir, "metrics.json"),
-                json.dumps(_json_safe(document), indent=2, allow_nan=False) + "\n")
-    path = os.path.join(out_dir, "report.html")
-    _write_text(path, render_html(metrics, curves, title, comparison))
+    path = storage_io.join(out_dir, "report.html")
+    storage_io.write_text(path, render_html(metrics, curves, title, comparison))
+    # metrics.json last: a baseline or a gate reading it finds the report complete.
+    storage_io.write_text(storage_io.join(out_dir, "metrics.json"),
+                          json.dumps(_json_safe(document), indent=2, allow_nan=False) + "\n")
     return path
-
-
-def _write_text(path: str, text: str) -> None:
-    """Writes ``text`` to ``path`` atomically (a temporary file, then a rename)."""
-    temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
 
 
 # ---- HTML -----------------------------------------------------------------------------------

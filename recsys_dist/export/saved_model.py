@@ -25,6 +25,11 @@ table is checkpointed as slices of the whole table, so it restores into one vari
 The result depends on nothing but standard TensorFlow ops: ``tf.saved_model.load`` in a
 process that never imports ``recsys_dist`` serves it, and so does TF Serving.
 
+How it is written: to a local ``OUT_DIR`` through a temporary sibling renamed into
+place; to ``s3://`` or ``hdfs://`` (which TensorFlow cannot write without
+tensorflow-io) into a local staging directory, uploaded with fsspec file by file with
+``assets.extra/export.json`` last, so an export without it was cut short.
+
 Example:
   >>> from recsys_dist.config import load_config
   >>> result = export_model(load_config("model.yaml"), "runs/ctr", "exports/ctr/1")
@@ -45,6 +50,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from recsys_dist import storage_io
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.errors import RecsysError
@@ -227,40 +233,38 @@ def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel
 
 
 # ---- writing -----------------------------------------------------------------------------
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
 def _check_out_dir(out_dir: str) -> None:
-    if tf.io.gfile.exists(out_dir):
-        if not tf.io.gfile.isdir(out_dir):
+    if storage_io.exists(out_dir):
+        if not storage_io.isdir(out_dir):
             raise ExportError(f"{out_dir}: exists and is not a directory; choose another "
                               "export directory")
-        if tf.io.gfile.listdir(out_dir):
+        if storage_io.listdir(out_dir):
             raise ExportError(f"{out_dir}: exists and is not empty; an export never overwrites "
                               "one (choose a new directory, e.g. a new version number)")
+    if storage_io.is_remote(out_dir):  # a missing bucket fails here, before any work
+        storage_io.check_writable(out_dir, "the export")
 
 
 def _write_info(directory: str, info: dict[str, Any]) -> None:
-    path = posixpath.join(directory, EXPORT_INFO)
-    tf.io.gfile.makedirs(posixpath.dirname(path))
-    with tf.io.gfile.GFile(path, "w") as handle:
-        handle.write(json.dumps(info, indent=1) + "\n")
+    storage_io.write_text(storage_io.join(directory, EXPORT_INFO), json.dumps(info, indent=1) + "\n")
 
 
 def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
-    """Saves ``module`` to ``out_dir``: via a temporary sibling renamed at the end if local."""
+    """Saves ``module`` to ``out_dir``: locally via a temporary sibling renamed at the end;
+    remotely via a local staging directory uploaded with ``export.json`` last."""
     signatures = signature_functions(module)
-    if not _is_local(out_dir):  # object stores have no rename; export.json goes last
-        tf.saved_model.save(module, out_dir, signatures=signatures)
-        _write_info(out_dir, info)
+    if storage_io.is_remote(out_dir):  # TensorFlow writes local files only; no rename there
+        with storage_io.StagedDir(out_dir) as staged:
+            tf.saved_model.save(module, staged.local, signatures=signatures)
+            _write_info(staged.local, info)
+            staged.sync(last=[EXPORT_INFO])
         return
     local = out_dir[len("file://"):] if out_dir.startswith("file://") else out_dir
     local = local.rstrip("/") or "/"
     tmp = f"{local}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
     try:
+        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
         tf.saved_model.save(module, tmp, signatures=signatures)
         _write_info(tmp, info)
         if os.path.isdir(local):
@@ -279,8 +283,8 @@ def export_model(config: ExperimentConfig, model_dir: str, out_dir: str,
     Args:
       config: The experiment config the model was trained with (``load_config``).
       model_dir: The training run's directory.
-      out_dir: The SavedModel directory to create (local or ``s3://``); must not exist or
-        be empty.
+      out_dir: The SavedModel directory to create (local, ``s3://`` or ``hdfs://``); must
+        not exist or be empty.
       checkpoint: A checkpoint directory or prefix to export instead of the newest one.
 
     Returns:
