@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--last", type=int, metavar="N",
                         help="only the N newest of those models (e.g. 7 for the last week's)")
     parser.add_argument("--data", help="data root overriding each model's data.path")
-    parser.add_argument("--out", required=True, help="output directory (local)")
+    parser.add_argument("--out", required=True, help="output directory (local or s3://)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="keep TensorFlow's own Python log messages")
     return parser

@@ -27,16 +27,18 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 
-import tensorflow as tf
 import yaml
 
 import recsys_dist
+from recsys_dist import storage_io
 from recsys_dist.config import load_config
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.errors import ConfigError, DataError, RecsysError
-from recsys_dist.retrain.publish import Publications
+from recsys_dist.retrain.publish import Publications, local_config
 from recsys_dist.retrain.templates import render
 
 #: Exit code of a day whose model the gate rejected (the previous one stays current).
@@ -114,15 +116,21 @@ def _gate(config: ExperimentConfig, new: dict, old: dict | None) -> tuple[bool, 
 
 
 def _write_json(path: str, value: dict) -> None:
-    with tf.io.gfile.GFile(path, "w") as handle:
-        handle.write(json.dumps(value, indent=2))
+    storage_io.write_text(path, json.dumps(value, indent=2))
+
+
+def _read_json(path: str) -> dict:
+    try:
+        return json.loads(storage_io.read_text(path))
+    except ValueError as exc:
+        raise RecsysError(f"{path}: not valid JSON ({exc})") from None
 
 
 def _held(pubs: Publications, date: datetime.date) -> bool:
     """``date`` finished training but was neither published nor gated."""
     run_dir = pubs.run_dir(date)
-    return (not pubs.is_published(date) and tf.io.gfile.exists(f"{run_dir}/train_result.json")
-            and not tf.io.gfile.exists(f"{run_dir}/{DECISION}"))
+    return (not pubs.is_published(date) and storage_io.exists(f"{run_dir}/train_result.json")
+            and not storage_io.exists(f"{run_dir}/{DECISION}"))
 
 
 def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
@@ -159,9 +167,8 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
         return DayOutcome(date, "already_published", message)
     run_dir = pubs.run_dir(date)
     decision_path = f"{run_dir}/{DECISION}"
-    if tf.io.gfile.exists(decision_path):
-        with tf.io.gfile.GFile(decision_path) as handle:
-            decision = json.load(handle)
+    if storage_io.exists(decision_path):
+        decision = _read_json(decision_path)
         message = f"{date} was already decided: {decision['message']}; nothing to do"
         print(f"done     {message}")
         return DayOutcome(date, "already_" + decision["status"], message,
@@ -187,15 +194,14 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
           + f"; previous published model: {parent or 'none'}")
     warm_path = f"{run_dir}/{WARM_START}"
     if parent_checkpoint is not None and CheckpointManager(run_dir).latest() is None:
-        tf.io.gfile.makedirs(run_dir)  # a fresh run: record what it starts from
+        storage_io.makedirs(run_dir)  # a fresh run: record what it starts from
         _write_json(warm_path, {"from": parent_checkpoint.directory, "parent": str(parent),
                                 "step": parent_checkpoint.step})
     outcome = train_run(config, run_dir, evaluate=False, warm_start_from=parent_checkpoint,
                         on_table_resize=spec.on_table_resize)
     warm = None
-    if tf.io.gfile.exists(warm_path):
-        with tf.io.gfile.GFile(warm_path) as handle:
-            warm = json.load(handle)
+    if storage_io.exists(warm_path):
+        warm = _read_json(warm_path)
     new_metrics, comparison, gate_message = None, None, "ungated"
     if not eval_present:
         if spec.missing_eval == "hold":
@@ -207,12 +213,16 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
     else:
         old_metrics, baseline = None, None
         if parent_manifest is not None:  # scored with its own config (features may drift)
-            parent_config = load_config(
-                f"{pubs.directory(parent)}/config.yaml",
-                [f"data.eval={{dates: '{eval_range}'}}", f"data.path={config.data.path}"])
-            old_metrics = run_evaluation(parent_config, pubs.run_dir(parent),
-                                         f"{run_dir}/eval_previous",
-                                         checkpoint=parent_manifest["checkpoint"]).metrics
+            scratch = tempfile.mkdtemp(prefix="recsys_dist_parent_config_")
+            try:  # (a remote publication's config is copied to local disk to be loaded)
+                parent_config = load_config(
+                    local_config(pubs.directory(parent), scratch),
+                    [f"data.eval={{dates: '{eval_range}'}}", f"data.path={config.data.path}"])
+                old_metrics = run_evaluation(parent_config, pubs.run_dir(parent),
+                                             f"{run_dir}/eval_previous",
+                                             checkpoint=parent_manifest["checkpoint"]).metrics
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
             baseline = f"{run_dir}/eval_previous/metrics.json"
         new_metrics = run_evaluation(config, run_dir, f"{run_dir}/eval",
                                      baseline=baseline).metrics

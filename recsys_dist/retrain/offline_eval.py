@@ -21,6 +21,10 @@ Each model is scored with its own config, so models whose feature configs differ
 feature added one day) are compared on the same rows. A model trained on one of the
 evaluation dates is flagged (``trained_on_eval_dates``): its metrics on those dates
 are optimistic.
+
+``ROOT`` and ``OUT`` may be local or remote (``s3://``, ``hdfs://``): every file goes
+through fsspec (``storage_io``), a remote publication's config is copied to local disk
+to be loaded, and a remote checkpoint is downloaded before it is read.
 """
 
 from __future__ import annotations
@@ -33,14 +37,11 @@ import shutil
 import tempfile
 from typing import Any, Callable, Sequence
 
+from recsys_dist import storage_io
 from recsys_dist.config.experiment import DateRange
 from recsys_dist.errors import RecsysError
+from recsys_dist.retrain.publish import CURRENT, MANIFEST, SUCCESS, PublishError, local_config
 
-SUCCESS = "_SUCCESS"
-MANIFEST = "manifest.json"
-CONFIG = "config.yaml"
-FEATURES = "features.yaml"
-CURRENT = "CURRENT"
 COMPARISON_JSON = "comparison.json"
 COMPARISON_HTML = "comparison.html"
 
@@ -57,29 +58,6 @@ def _join(*parts: str) -> str:
     return posixpath.join(*parts)
 
 
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
-def _prepare_filesystem(root: str) -> None:
-    """Registers ``s3://`` (and ``hdfs://``) with ``tf.io.gfile`` for a remote root."""
-    if "://" in root:
-        from recsys_dist.cluster.tfio_kernels import load_tfio_kernels
-
-        load_tfio_kernels()
-
-
-def _exists(path: str) -> bool:
-    return _gfile().exists(path)
-
-
-def _read_text(path: str) -> str:
-    with _gfile().GFile(path) as handle:
-        return handle.read()
-
-
 def published_dates(root: str) -> tuple[list[str], list[str]]:
     """Dates under ``ROOT/published``: complete ones (with ``_SUCCESS``) and incomplete ones.
 
@@ -90,21 +68,13 @@ def published_dates(root: str) -> tuple[list[str], list[str]]:
       ``(complete, incomplete)``, each a sorted list of ``YYYY-MM-DD`` strings. Entries
       whose name is not a date are ignored.
     """
-    import tensorflow as tf
-
-    _prepare_filesystem(root)
-    try:
-        names = tf.io.gfile.listdir(_join(root, "published"))
-    except tf.errors.NotFoundError:
-        return [], []
     complete, incomplete = [], []
-    for name in names:
-        name = name.rstrip("/")
+    for name in storage_io.listdir(_join(root, "published")):
         try:
             datetime.date.fromisoformat(name)
         except ValueError:
             continue
-        if _exists(_join(root, "published", name, SUCCESS)):
+        if storage_io.exists(_join(root, "published", name, SUCCESS)):
             complete.append(name)
         else:
             incomplete.append(name)
@@ -134,10 +104,10 @@ def _select(root: str, models: Sequence[str] | None, last: int | None = None) ->
 
 def _manifest(directory: str) -> dict:
     path = _join(directory, MANIFEST)
-    if not _exists(path):
+    if not storage_io.exists(path):
         raise OfflineEvalError(f"{path}: missing; {directory} is not a complete publication")
     try:
-        manifest = json.loads(_read_text(path))
+        manifest = json.loads(storage_io.read_text(path))
     except ValueError as exc:
         raise OfflineEvalError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(manifest, dict) or not manifest.get("checkpoint"):
@@ -156,7 +126,7 @@ def _checkpoint(root: str, date: str, manifest: dict, manifest_path: str) -> str
     if len(parts) >= 4 and parts[-2] == "checkpoints" and parts[-4] == "runs":
         candidates.append(_join(root, "runs", parts[-3], "checkpoints", parts[-1]))
     for candidate in candidates:
-        if _exists(candidate):
+        if storage_io.exists(candidate):
             return candidate
     raise OfflineEvalError(f"{manifest_path}: checkpoint {path} of published model {date} does "
                            f"not exist (was its run directory under {_join(root, 'runs')} "
@@ -164,19 +134,10 @@ def _checkpoint(root: str, date: str, manifest: dict, manifest_path: str) -> str
 
 
 def _local_config(directory: str, scratch: str) -> str:
-    """Path of the publication's ``config.yaml`` on the local disk (copied when remote)."""
-    for name in (CONFIG, FEATURES):
-        if not _exists(_join(directory, name)):
-            raise OfflineEvalError(f"{_join(directory, name)}: missing; {directory} is not a "
-                                   "complete publication")
-    if "://" not in directory:
-        return _join(directory, CONFIG)
-    local = os.path.join(scratch, posixpath.basename(directory.rstrip("/")))
-    os.makedirs(local, exist_ok=True)
-    for name in (CONFIG, FEATURES):
-        with open(os.path.join(local, name), "w", encoding="utf-8") as handle:
-            handle.write(_read_text(_join(directory, name)))
-    return os.path.join(local, CONFIG)
+    try:
+        return local_config(directory, scratch)
+    except PublishError as exc:
+        raise OfflineEvalError(str(exc)) from None
 
 
 # ---- evaluating -----------------------------------------------------------------------------
@@ -234,8 +195,8 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
     Args:
       root: The retraining root holding ``published/<date>/`` (local or ``s3://``).
       dates: Evaluation dates, ``FROM..TO`` or one date (partitions under ``data.path``).
-      out_dir: Local output directory: ``<date>/`` per model, ``comparison.json`` and
-        ``comparison.html``.
+      out_dir: Output directory (local or remote): ``<date>/`` per model,
+        ``comparison.json`` and ``comparison.html``.
       models: Dates of the published models to evaluate (default: every complete one).
         They are evaluated oldest first; the oldest is the reference.
       data_path: Data root overriding each model's ``data.path``.
@@ -253,8 +214,9 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
 
     Raises:
       OfflineEvalError: No published model under ``root``, a requested date is not
-        published, a publication lacks its manifest, config or checkpoint, bad ``dates``
-        or a remote ``out_dir``.
+        published, a publication lacks its manifest, config or checkpoint, or bad
+        ``dates``.
+      StorageError: ``out_dir`` cannot be written.
       ConfigError, DataError, CheckpointError: from loading a model's config or scoring it
         (e.g. an evaluation date with no partition).
     """
@@ -267,12 +229,10 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
         raise OfflineEvalError(f"--dates {exc}") from None
     if last is not None and last < 1:
         raise OfflineEvalError(f"--last must be at least 1, got {last}")
-    if "://" in out_dir:
-        raise OfflineEvalError(f"--out {out_dir}: must be a local directory (the reports are "
-                               "written with local file operations)")
     selected = _select(root, models, last)
     current_path = _join(root, CURRENT)
-    current = (_read_text(current_path).strip() or None) if _exists(current_path) else None
+    current = (storage_io.read_text(current_path).strip() or None
+               if storage_io.exists(current_path) else None)
     overrides = [f"data.eval={{dates: '{evaluated}'}}"]
     if data_path is not None:
         overrides.append(f"data.path={data_path}")
@@ -286,9 +246,9 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
             checkpoint = _checkpoint(root, date, manifest, _join(directory, MANIFEST))
             config = load_config(_local_config(directory, scratch), overrides)
             plans.append((date, manifest, checkpoint, config))
-        os.makedirs(out_dir, exist_ok=True)
+        storage_io.check_writable(out_dir, "the offline evaluation")
         reference = selected[0]
-        reference_metrics = os.path.join(out_dir, reference, METRICS)
+        reference_metrics = _join(out_dir, reference, METRICS)
         entries = []
         for index, (date, manifest, checkpoint, config) in enumerate(plans):
             if log is not None:
@@ -296,7 +256,7 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
                     f"{manifest.get('step', '?')} on {evaluated}"
                     + ("" if index == 0 else f", vs reference {reference}"))
             run_dir = posixpath.dirname(posixpath.dirname(checkpoint))
-            result = run_evaluation(config, run_dir, os.path.join(out_dir, date),
+            result = run_evaluation(config, run_dir, _join(out_dir, date),
                                     checkpoint=checkpoint,
                                     baseline=None if index == 0 else reference_metrics)
             entries.append(_model_entry(date, manifest, result.metrics, current, evaluated))
@@ -311,7 +271,7 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
         "labels": labels,
         "rows": entries[0]["rows"],
         "models": entries,
-        "html": os.path.join(out_dir, COMPARISON_HTML),
+        "html": _join(out_dir, COMPARISON_HTML),
     }
     write_comparison(out_dir, comparison)
     return comparison
@@ -324,13 +284,11 @@ def write_comparison(out_dir: str, comparison: dict) -> str:
     """Writes ``comparison.json`` and ``comparison.html`` into ``out_dir``; returns the HTML's
     path."""
     from recsys_dist.evaluation.metrics import _json_safe
-    from recsys_dist.evaluation.report import _write_text
 
-    os.makedirs(out_dir, exist_ok=True)
-    _write_text(os.path.join(out_dir, COMPARISON_JSON),
-                json.dumps(_json_safe(comparison), indent=2, allow_nan=False) + "\n")
-    path = os.path.join(out_dir, COMPARISON_HTML)
-    _write_text(path, render_comparison_html(comparison))
+    storage_io.write_text(_join(out_dir, COMPARISON_JSON),
+                          json.dumps(_json_safe(comparison), indent=2, allow_nan=False) + "\n")
+    path = _join(out_dir, COMPARISON_HTML)
+    storage_io.write_text(path, render_comparison_html(comparison))
     return path
 
 

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import posixpath
 
-import tensorflow as tf
-
+from recsys_dist import storage_io
 from recsys_dist.errors import RecsysError
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "manifest.json"
 CURRENT = "CURRENT"
+CONFIG = "config.yaml"
+FEATURES = "features.yaml"
 
 
 class PublishError(RecsysError):
@@ -48,17 +50,12 @@ class Publications:
         return _join(self.published, date.isoformat())
 
     def is_published(self, date: datetime.date) -> bool:
-        return tf.io.gfile.exists(_join(self.directory(date), SUCCESS))
+        return storage_io.exists(_join(self.directory(date), SUCCESS))
 
     def dates(self) -> list[datetime.date]:
         """Dates with a complete publication, oldest first."""
-        try:
-            names = tf.io.gfile.listdir(self.published)
-        except tf.errors.NotFoundError:
-            return []
         found = []
-        for name in names:
-            name = name.rstrip("/")
+        for name in storage_io.listdir(self.published):
             try:
                 date = datetime.date.fromisoformat(name)
             except ValueError:
@@ -74,37 +71,54 @@ class Publications:
     def manifest(self, date: datetime.date) -> dict:
         path = _join(self.directory(date), MANIFEST)
         try:
-            with tf.io.gfile.GFile(path) as handle:
-                return json.load(handle)
-        except (tf.errors.OpError, ValueError) as exc:
+            return json.loads(storage_io.read_text(path))
+        except (storage_io.StorageError, ValueError) as exc:
             raise PublishError(f"{path}: unreadable manifest ({exc})") from None
 
     def current(self) -> str | None:
         path = _join(self.root, CURRENT)
-        if not tf.io.gfile.exists(path):
+        if not storage_io.exists(path):
             return None
-        with tf.io.gfile.GFile(path) as handle:
-            return handle.read().strip() or None
+        return storage_io.read_text(path).strip() or None
 
     def begin(self, date: datetime.date) -> str:
         """Clears a cut-short publication of ``date``; returns its directory."""
         directory = self.directory(date)
-        if tf.io.gfile.exists(directory):
-            tf.io.gfile.rmtree(directory)
-        tf.io.gfile.makedirs(directory)
+        storage_io.rmtree(directory)
+        storage_io.makedirs(directory)
         return directory
 
     def finish(self, date: datetime.date, manifest: dict, files: dict[str, str]) -> None:
         """Writes ``files`` (name -> text), the manifest, ``_SUCCESS`` last, then CURRENT."""
         directory = self.directory(date)
         for name, text in files.items():
-            with tf.io.gfile.GFile(_join(directory, name), "w") as handle:
-                handle.write(text)
-        with tf.io.gfile.GFile(_join(directory, MANIFEST), "w") as handle:
-            handle.write(json.dumps(manifest, indent=2))
-        with tf.io.gfile.GFile(_join(directory, SUCCESS), "w") as handle:
-            handle.write(date.isoformat() + "\n")
+            storage_io.write_text(_join(directory, name), text)
+        storage_io.write_text(_join(directory, MANIFEST), json.dumps(manifest, indent=2))
+        storage_io.write_text(_join(directory, SUCCESS), date.isoformat() + "\n")
         newest = self.dates()[-1]
         if newest == date:  # a backfilled older day never takes CURRENT back
-            with tf.io.gfile.GFile(_join(self.root, CURRENT), "w") as handle:
-                handle.write(date.isoformat() + "\n")
+            storage_io.write_text(_join(self.root, CURRENT), date.isoformat() + "\n")
+
+
+def local_config(directory: str, scratch: str) -> str:
+    """The local path of a publication's ``config.yaml``, to load with ``load_config``.
+
+    A local publication's own file; a remote one's ``config.yaml`` and ``features.yaml``
+    are copied into ``scratch/<date>/`` first (the config names its feature config by a
+    relative path).
+
+    Raises:
+      PublishError: one of the two files is missing.
+    """
+    for name in (CONFIG, FEATURES):
+        if not storage_io.exists(_join(directory, name)):
+            raise PublishError(f"{_join(directory, name)}: missing; {directory} is not a "
+                               "complete publication")
+    if not storage_io.is_remote(directory):
+        return _join(directory, CONFIG)
+    local = os.path.join(scratch, posixpath.basename(directory.rstrip("/")))
+    os.makedirs(local, exist_ok=True)
+    for name in (CONFIG, FEATURES):
+        with open(os.path.join(local, name), "w", encoding="utf-8") as handle:
+            handle.write(storage_io.read_text(_join(directory, name)))
+    return os.path.join(local, CONFIG)
