@@ -10,7 +10,9 @@ then each side's best and median, and their ratios):
   3. the raw read from S3 (a moto server this script starts on 127.0.0.1), against
      pyarrow's own S3 filesystem reading the same objects.
 
-The last line is ``ratio X``: the whole pipeline's best-of-rounds ratio (2).
+Rates are printed by wall clock and by this process's CPU time (all threads; the
+pipeline runs ``read_parallelism`` units at once, pyarrow one thread). The last line is
+``ratio X``: the whole pipeline's best-of-rounds wall-clock ratio (2).
 
 Usage: ``python benchmarks/input_bench.py [--rows 1000000] [--rounds 5] [--no-s3]``
 """
@@ -41,39 +43,47 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def interleaved(sides: dict[str, Callable[[], None]], rows: int, rounds: int
-                ) -> dict[str, list[float]]:
-    """Rows/s of each side per round, sides alternating within a round (one warm-up)."""
+                ) -> dict[str, dict[str, list[float]]]:
+    """Rows/s of each side per round, sides alternating within a round (one warm-up),
+    by wall clock and by this process's CPU time (all its threads): on a shared machine
+    the CPU-time figure moves less with what else runs."""
     for run in sides.values():
         run()
-    rates: dict[str, list[float]] = {name: [] for name in sides}
+    rates: dict[str, dict[str, list[float]]] = {
+        name: {"wall": [], "cpu": []} for name in sides}
     for r in range(rounds):
         line = []
         for name, run in sides.items():
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             run()
-            rates[name].append(rows / (time.perf_counter() - start))
-            line.append(f"{name} {rates[name][-1]:>11,.0f}")
+            rates[name]["wall"].append(rows / (time.perf_counter() - wall))
+            rates[name]["cpu"].append(rows / (time.process_time() - cpu))
+            line.append(f"{name} {rates[name]['wall'][-1]:>11,.0f} "
+                        f"(cpu {rates[name]['cpu'][-1]:>11,.0f})")
         print(f"  round {r + 1}: " + " | ".join(line) + " rows/s", flush=True)
     return rates
 
 
-def report(title: str, rates: dict[str, list[float]], baseline: str, bar: float | None
-           ) -> float:
-    """Prints best and median per side and each ratio to the baseline; returns the best
-    ratio of the first non-baseline side."""
+def report(title: str, rates: dict[str, dict[str, list[float]]], baseline: str,
+           bar: float | None) -> float:
+    """Prints best and median per side and each ratio to the baseline, by wall clock
+    and by CPU time; returns the best wall-clock ratio of the first other side."""
     print(f"{title}:")
-    base = rates[baseline]
     first = None
-    for name, values in rates.items():
-        best, median = max(values), statistics.median(values)
-        line = f"  {name:32s} best {best:>11,.0f}  median {median:>11,.0f} rows/s"
-        if name != baseline:
-            ratio_best, ratio_median = best / max(base), median / statistics.median(base)
-            first = ratio_best if first is None else first
-            line += f"  ratio best {ratio_best:.2f}, median {ratio_median:.2f}"
-            if bar is not None:
-                line += f" (bar {bar}: {'met' if ratio_best >= bar else 'NOT met'})"
-        print(line)
+    for clock in ("wall", "cpu"):
+        base = rates[baseline][clock]
+        for name, by_clock in rates.items():
+            values = by_clock[clock]
+            best, median = max(values), statistics.median(values)
+            line = f"  {clock:4s} {name:28s} best {best:>11,.0f}  median {median:>11,.0f} rows/s"
+            if name != baseline:
+                ratio_best, ratio_median = best / max(base), median / statistics.median(base)
+                if clock == "wall" and first is None:
+                    first = ratio_best
+                line += f"  ratio best {ratio_best:.2f}, median {ratio_median:.2f}"
+                if bar is not None:
+                    line += f" (bar {bar}: {'met' if ratio_best >= bar else 'NOT met'})"
+            print(line)
     return first
 
 

@@ -1,11 +1,12 @@
 """Exporting a model trained on a local cluster as a SavedModel that stock TensorFlow serves.
 
 Two models are trained once (concurrently) with ``recsys-dist train`` on 2 workers + 2
-parameter servers, their tables really sharded: a single-label DCN-v2 and a two-label
-MMoE. Each is exported; a fresh Python process that imports TensorFlow but never
-``recsys_dist`` loads the export, serves raw Parquet columns and must give the trained
-model's predictions. Bad requests, bad values and unusable checkpoints are refused with
-clear messages.
+parameter servers, their tables really sharded: a single-label DCN-v2 into a local model
+dir and a two-label MMoE into an ``s3://`` one (moto's server). Each is exported, the MMoE
+from its S3 checkpoint to ``s3://`` too; a fresh Python process that imports TensorFlow
+but never ``recsys_dist`` loads the export (the S3 one downloaded first), serves raw
+Parquet columns and must give the trained model's predictions. Bad requests, bad values
+and unusable checkpoints are refused with clear messages.
 """
 
 from __future__ import annotations
@@ -92,9 +93,14 @@ def serving_env() -> dict[str, str]:
     return env
 
 
+#: The model trained into, and exported to, S3.
+ON_S3 = "mmoe"
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """model name -> (config path, model dir), both trained concurrently on local clusters."""
+def trained(tmp_path_factory, s3_server):
+    """model name -> (config path, model dir), both trained concurrently on local clusters
+    (the MMoE's model dir on S3)."""
     root = tmp_path_factory.mktemp("export")
     data = root / "data"
     synthesize(data, days=3, rows_per_day=6_000, seed=5, rows_per_file=3_000,
@@ -102,7 +108,8 @@ def trained(tmp_path_factory):
     runs, processes = {}, {}
     for model in MODELS:
         config = write_config(root / model, data, model)
-        model_dir = root / model / "run"
+        model_dir = (f"s3://{s3_server['bucket']}/export-test/{model}/run" if model == ON_S3
+                     else root / model / "run")
         runs[model] = (config, str(model_dir))
         processes[model] = subprocess.Popen(
             [str(BIN / "recsys-dist"), "train", "--config", config, "--model-dir",
@@ -115,15 +122,22 @@ def trained(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def exported(trained):
-    """model name -> (ExportResult, export directory)."""
+def exported(trained, s3_server):
+    """model name -> (ExportResult, local export directory, --out): the S3 export is
+    downloaded into the local directory."""
+    from recsys_dist import storage_io
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
 
     out = {}
     for model, (config, model_dir) in trained["runs"].items():
         directory = trained["root"] / "exports" / model / "1"
-        out[model] = (export_model(load_config(config), model_dir, str(directory)), directory)
+        given = (f"s3://{s3_server['bucket']}/export-test/exports/{model}/1" if model == ON_S3
+                 else str(directory))
+        result = export_model(load_config(config), model_dir, given)
+        if given != str(directory):
+            storage_io.download_dir(given, str(directory))
+        out[model] = (result, directory, given)
     return out
 
 
@@ -150,14 +164,15 @@ def reference_predictions(config_path: str, model_dir: str, table) -> dict[str, 
     from recsys_dist.config import load_config
     from recsys_dist.features.transforms import FeatureTransform
     from recsys_dist.models.zoo import build_model
-    from recsys_dist.train.checkpoints import CheckpointManager
+    from recsys_dist.train.checkpoints import CheckpointManager, local_prefix
 
     config = load_config(config_path)
     saved = CheckpointManager(model_dir).latest()
     model = build_model(config.model.name, config.features, config.inputs, config.labels,
                         config.model.params, seed=config.train.seed)
     model.create_variables()
-    tf.train.Checkpoint(model=model).read(saved.prefix).expect_partial()
+    with local_prefix(saved) as prefix:  # downloaded from S3 for the MMoE
+        tf.train.Checkpoint(model=model).read(prefix).expect_partial()
     dtypes = dict(COLUMNS, click="int64", conversion="int64")
     names = list(dict.fromkeys(n for group in config.inputs.values() for n in group))
     transform = FeatureTransform(config.features, config.labels, dtypes, "fail", names)
@@ -220,7 +235,7 @@ def served(exported, rows, tmp_path_factory):
     work = tmp_path_factory.mktemp("serve")
     np.savez(work / "rows.npz", **raw_arrays(rows))
     (work / "serve.py").write_text(SERVE_SCRIPT)
-    exports = {model: str(directory) for model, (_, directory) in exported.items()}
+    exports = {model: str(directory) for model, (_, directory, _) in exported.items()}
     result = subprocess.run(
         [sys.executable, "serve.py", json.dumps(exports), "rows.npz", "result.json"],
         cwd=work, env=serving_env(), capture_output=True, text=True, timeout=600)
@@ -229,13 +244,13 @@ def served(exported, rows, tmp_path_factory):
 
 
 # ---- the export ------------------------------------------------------------------------
-def test_export_result_and_info(trained, exported):
+def test_export_result_and_info(trained, exported, s3_server):
     from recsys_dist.train.checkpoints import CheckpointManager
 
-    for model, (result, directory) in exported.items():
+    for model, (result, directory, given) in exported.items():
         saved = CheckpointManager(trained["runs"][model][1]).latest()
         labels = ["click", "conversion"] if model == "mmoe" else ["click"]
-        assert result.out_dir == str(directory)
+        assert result.out_dir == given
         assert (result.step, result.checkpoint) == (saved.step, saved.directory)
         assert result.inputs == COLUMNS == saved.state["feature_columns"]
         assert result.outputs == labels
@@ -248,6 +263,12 @@ def test_export_result_and_info(trained, exported):
         assert info["labels"] == labels and info["inputs"] == COLUMNS
         # saved via a temporary sibling that is gone now
         assert [p.name for p in directory.parent.iterdir()] == ["1"]
+    # On S3: uploaded from a local staging directory, nothing else under exports/mmoe/.
+    listing = s3_server["client"].list_objects_v2(Bucket=s3_server["bucket"],
+                                                  Prefix=f"export-test/exports/{ON_S3}/")
+    keys = {o["Key"].split(f"/{ON_S3}/", 1)[1] for o in listing["Contents"]}
+    assert {"1/saved_model.pb", "1/variables/variables.index",
+            "1/assets.extra/export.json"} <= keys and all(k.startswith("1/") for k in keys)
 
 
 def test_export_holds_the_table_stack_as_one_plain_variable(exported):
@@ -402,3 +423,18 @@ def test_export_refuses_a_non_empty_out_dir(trained, exported):
     with pytest.raises(ExportError, match="exists and is not empty") as info:
         export_model(load_config(config), model_dir, str(directory))
     assert str(directory) in str(info.value)
+
+
+def test_export_to_s3_refuses_a_non_empty_out_and_names_a_missing_bucket(trained, exported):
+    config, model_dir = trained["runs"][ON_S3]
+    given = exported[ON_S3][2]
+    command = [str(BIN / "recsys-dist"), "export", "--config", config, "--model-dir",
+               model_dir, "--out"]
+    again = subprocess.run([*command, given], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr[-2000:]
+    assert f"error: {given}: exists and is not empty" in again.stderr
+    missing = "s3://no-such-bucket-export/1"
+    nowhere = subprocess.run([*command, missing], capture_output=True, text=True, timeout=300)
+    assert nowhere.returncode == 2 and "Traceback" not in nowhere.stderr, nowhere.stderr[-2000:]
+    assert (f"error: {missing}: cannot write the export there: The specified bucket does not "
+            "exist") in nowhere.stderr

@@ -381,28 +381,60 @@ void FillNumbers(const arrow::Array& array, T* out, bool* valid) {
   }
 }
 
+template <typename ArrayT>
+void FillPlainStrings(const arrow::Array& array, tstring* out, bool* valid) {
+  const auto& a = static_cast<const ArrayT&>(array);
+  const int64_t n = a.length();
+  const bool nulls = a.null_count() > 0;
+  for (int64_t i = 0; i < n; ++i) {
+    valid[i] = !nulls || a.IsValid(i);
+    if (valid[i]) {
+      const auto v = a.GetView(i);
+      out[i].assign(v.data(), v.size());
+    }
+  }
+}
+
 void FillStrings(const arrow::Array& array, tstring* out, bool* valid) {
   const int64_t n = array.length();
   if (array.type_id() == arrow::Type::DICTIONARY) {
+    // Parquet's dictionary pages read as a dictionary array (see ReadPieces): each
+    // distinct string is looked at once, each row only copies its bytes.
     const auto& dict = static_cast<const arrow::DictionaryArray&>(array);
     const arrow::Array& values = *dict.dictionary();
     const arrow::Array& indices = *dict.indices();
+    std::vector<std::string_view> views(values.length());
+    std::vector<char> present(values.length());
+    for (int64_t k = 0; k < values.length(); ++k) {
+      present[k] = values.IsValid(k);
+      if (present[k]) views[k] = StringAt(values, k);
+    }
+    const bool nulls = array.null_count() > 0;
+    const int32_t* idx32 = indices.type_id() == arrow::Type::INT32
+        ? static_cast<const arrow::Int32Array&>(indices).raw_values() : nullptr;
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t index = array.IsValid(i) ? IndexAt(indices, i) : -1;
-      valid[i] = index >= 0 && values.IsValid(index);
-      if (valid[i]) {
-        std::string_view v = StringAt(values, index);
-        out[i].assign(v.data(), v.size());
-      }
+      const int64_t index = (nulls && array.IsNull(i)) ? -1
+                            : idx32 != nullptr ? idx32[i] : IndexAt(indices, i);
+      valid[i] = index >= 0 && present[index];
+      if (valid[i]) out[i].assign(views[index].data(), views[index].size());
     }
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    valid[i] = array.IsValid(i);
-    if (valid[i]) {
-      std::string_view v = StringAt(array, i);
-      out[i].assign(v.data(), v.size());
-    }
+  switch (array.type_id()) {
+    case arrow::Type::STRING:
+    case arrow::Type::BINARY:
+      return FillPlainStrings<arrow::BinaryArray>(array, out, valid);
+    case arrow::Type::LARGE_STRING:
+    case arrow::Type::LARGE_BINARY:
+      return FillPlainStrings<arrow::LargeBinaryArray>(array, out, valid);
+    default:
+      for (int64_t i = 0; i < n; ++i) {
+        valid[i] = array.IsValid(i);
+        if (valid[i]) {
+          std::string_view v = StringAt(array, i);
+          out[i].assign(v.data(), v.size());
+        }
+      }
   }
 }
 
@@ -585,13 +617,30 @@ class ParquetReadRowsOp : public OpKernel {
         std::to_string(*size) + "\x1e" +
         std::to_string(info->mtime().time_since_epoch().count());
     parquet::ArrowReaderProperties properties;
-    properties.set_pre_buffer(true);  // coalesced range reads: few requests on S3
+    // Coalesced range reads (few requests) pay on object stores; on a local disk the
+    // extra buffering only costs.
+    properties.set_pre_buffer(fs->type_name() != "local");
     properties.set_use_threads(false);
     parquet::arrow::FileReaderBuilder builder;
     try {
       RD_RETURN_ARROW(path, builder.Open(*file), "not a readable Parquet file");
     } catch (const std::exception& e) {
       return Invalid(path, std::string("not a readable Parquet file: ") + e.what());
+    }
+    // Scalar string columns read as dictionaries where Parquet stored them so (most
+    // writers do): no dense string array is built only to be copied again.
+    const parquet::SchemaDescriptor* schema = builder.raw_reader()->metadata()->schema();
+    for (int leaf = 0; leaf < schema->num_columns(); ++leaf) {
+      const parquet::ColumnDescriptor* column = schema->Column(leaf);
+      if (column->physical_type() != parquet::Type::BYTE_ARRAY || column->max_repetition_level() > 0) {
+        continue;
+      }
+      const std::string top = column->path()->ToDotVector()[0];
+      for (size_t c = 0; c < columns_.size(); ++c) {
+        if (columns_[c] == top && !ragged_[c] && dtypes_[c] == tensorflow::DT_STRING) {
+          properties.set_read_dictionary(leaf, true);
+        }
+      }
     }
     builder.properties(properties);
     auto reader = builder.Build();
@@ -604,7 +653,37 @@ class ParquetReadRowsOp : public OpKernel {
     auto metadata = (*reader)->parquet_reader()->metadata();
     const int64_t total = metadata->num_rows();
     const int64_t end = std::min(stop, total);
+    // The common case, whole row groups: one read of all of them (a read per group
+    // sets up every column reader again).
+    std::vector<int> whole;
     int64_t offset = 0;
+    bool all_whole = true;
+    for (int g = 0; g < metadata->num_row_groups() && offset < end; ++g) {
+      const int64_t group_rows = metadata->RowGroup(g)->num_rows();
+      const int64_t lo = std::max(start, offset), hi = std::min(end, offset + group_rows);
+      if (lo < hi) {
+        all_whole = all_whole && hi - lo == group_rows;
+        whole.push_back(g);
+      }
+      offset += group_rows;
+    }
+    if (whole.size() > 1 && all_whole) {
+      try {
+        auto read = (*reader)->ReadRowGroups(whole, leaves);
+        if (read.ok()) {
+          pieces->push_back(*read);
+          return absl::OkStatus();
+        }
+        // Arrow cannot return some nested columns (e.g. lists of dictionary strings)
+        // as chunks spanning row groups: read those one row group at a time below.
+        if (!read.status().IsNotImplemented()) {
+          return FromArrow(path, read.status(), "cannot read row groups");
+        }
+      } catch (const std::exception& e) {
+        return Invalid(path, std::string("cannot read row groups: ") + e.what());
+      }
+    }
+    offset = 0;
     for (int g = 0; g < metadata->num_row_groups() && offset < end; ++g) {
       const int64_t group_rows = metadata->RowGroup(g)->num_rows();
       const int64_t lo = std::max(start, offset), hi = std::min(end, offset + group_rows);
