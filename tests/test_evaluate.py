@@ -1,5 +1,9 @@
 """``recsys-dist evaluate`` on a real local cluster: every row once, exact metrics, the
-report, baselines and the rejections."""
+report, baselines and the rejections.
+
+The weak model lives on S3 (moto's server): it is trained into an ``s3://`` model dir,
+resumed from its S3 checkpoint, evaluated with ``--out s3://`` and used as a baseline
+from S3, both as a model dir and as a ``metrics.json``."""
 
 from __future__ import annotations
 
@@ -37,21 +41,40 @@ def rank_auc(labels: np.ndarray, scores: np.ndarray) -> float:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, s3_server):
+    """(tmp, config, data, weak): ``tmp/model`` trained one epoch, ``weak`` (on S3) 5 steps:
+    3, then resumed from its S3 checkpoint for 2 more."""
     tmp = tmp_path_factory.mktemp("evaluate")
     data = tmp / "data"
     synthesize(data, days=3, rows_per_day=8_000, seed=9, rows_per_file=4_000,
                row_groups_per_file=2)
     config = write_config(tmp, data)
-    for run, extra in (("model", []), ("weak", ["--set", "train.max_steps=5"])):
-        result = cli("train", "--config", config, "--model-dir", str(tmp / run), "--no-eval",
+    weak = f"s3://{s3_server['bucket']}/evaluate-test/weak"
+    outputs = {}
+    for run, extra in (("model", []), (weak, ["--set", "train.max_steps=3"]),
+                       (weak + " resumed", ["--set", "train.max_steps=5"])):
+        result = cli("train", "--config", config, "--model-dir",
+                     run.split()[0] if "://" in run else str(tmp / run), "--no-eval",
                      "--set", "train.epochs=1", *extra)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return tmp, config, data
+        outputs[run] = result.stdout
+    checkpoints = f"{weak}/checkpoints"
+    assert "checkpoint step 3: " in outputs[weak] and f" to {checkpoints}/ckpt-000000000003" \
+        in outputs[weak], outputs[weak]
+    assert "uploaded in" in outputs[weak]
+    resumed = outputs[weak + " resumed"]
+    assert f"resume   from {checkpoints}/ckpt-000000000003: step 3," in resumed, resumed
+    assert "checkpoint step 5: " in resumed, resumed
+    keys = {o["Key"] for o in s3_server["client"].list_objects_v2(
+        Bucket=s3_server["bucket"], Prefix="evaluate-test/weak/")["Contents"]}
+    assert "evaluate-test/weak/checkpoints/ckpt-000000000005/_COMPLETE" in keys
+    assert {"evaluate-test/weak/train_result.json", "evaluate-test/weak/config.yaml"} <= keys
+    assert any(k.startswith("evaluate-test/weak/train/events.out.tfevents") for k in keys)
+    return tmp, config, data, weak
 
 
 def test_evaluate_scores_every_row_once_with_exact_metrics_and_a_report(trained):
-    tmp, config, data = trained
+    tmp, config, data, _ = trained
     out = tmp / "eval"
     result = cli("evaluate", "--config", config, "--model-dir", str(tmp / "model"),
                  "--dates", "2026-01-03", "--out", str(out), "--quiet",
@@ -81,13 +104,20 @@ def test_evaluate_scores_every_row_once_with_exact_metrics_and_a_report(trained)
     assert "data:image/png;base64," in html and 'src="http' not in html
 
 
-def test_baseline_model_and_baseline_metrics_give_deltas_and_a_bootstrap_interval(trained):
-    tmp, config, _ = trained
-    weak_out = tmp / "eval_weak"
-    first = cli("evaluate", "--config", config, "--model-dir", str(tmp / "weak"),
-                "--out", str(weak_out), "--quiet")
+def test_baseline_model_and_baseline_metrics_give_deltas_and_a_bootstrap_interval(
+        trained, s3_server):
+    tmp, config, _, weak = trained
+    weak_out = f"s3://{s3_server['bucket']}/evaluate-test/eval_weak"
+    first = cli("evaluate", "--config", config, "--model-dir", weak, "--out", weak_out,
+                "--quiet")
     assert first.returncode == 0, first.stderr[-2000:]
-    for baseline in (str(tmp / "weak"), str(weak_out / "metrics.json")):
+    assert f"report   {weak_out}/report.html" in first.stdout
+    assert "(step 5)" in first.stdout  # the resumed run's last checkpoint
+    keys = {o["Key"] for o in s3_server["client"].list_objects_v2(
+        Bucket=s3_server["bucket"], Prefix="evaluate-test/eval_weak/")["Contents"]}
+    assert keys == {f"evaluate-test/eval_weak/{name}" for name in (
+        "metrics.json", "predictions.parquet", "report.html")}
+    for baseline in (weak, f"{weak_out}/metrics.json"):  # a model dir, a metrics.json
         out = tmp / f"cmp_{pathlib.Path(baseline).name}"
         result = cli("evaluate", "--config", config, "--model-dir", str(tmp / "model"),
                      "--out", str(out), "--baseline", baseline, "--quiet")
@@ -102,7 +132,7 @@ def test_baseline_model_and_baseline_metrics_give_deltas_and_a_bootstrap_interva
 
 
 def test_evaluate_rejections_name_the_problem(trained, tmp_path):
-    tmp, config, data = trained
+    tmp, config, data, _ = trained
     model = str(tmp / "model")
     missing = cli("evaluate", "--config", config, "--model-dir", model, "--out",
                   str(tmp_path / "a"), "--set", "evaluation.slice_columns=[country]")
@@ -127,6 +157,11 @@ def test_evaluate_rejections_name_the_problem(trained, tmp_path):
     none = cli("evaluate", "--config", config, "--model-dir", str(tmp_path / "nothing"),
                "--out", str(tmp_path / "d"))
     assert none.returncode == 2 and "no complete checkpoint" in none.stderr
+    bucket = cli("evaluate", "--config", config, "--model-dir", model, "--out",
+                 "s3://no-such-bucket-eval/out")
+    assert bucket.returncode == 2 and "Traceback" not in bucket.stderr, bucket.stderr[-2000:]
+    assert ("error: s3://no-such-bucket-eval/out: cannot write the evaluation report there: "
+            "The specified bucket does not exist") in bucket.stderr
 
 
 def test_string_group_keys_are_stable_64_bit_hashes():
