@@ -206,3 +206,37 @@ def test_a_held_day_is_gated_and_published_by_the_next_run(days):
                or (root / "runs/2026-01-04/decision.json").exists())
     assert decided, nxt.stdout[-3000:]
     assert "held     2026-01-05 trained" in nxt.stdout  # and 2026-01-05 waits for 01-06
+
+
+def test_a_root_on_s3_publishes_warm_starts_and_reruns(days, s3_server):
+    """The whole daily cycle with ``retrain.root`` on S3 (moto): runs, checkpoints, eval
+    reports, publications and CURRENT are all written there; day 2 warm-starts from day
+    1's S3 checkpoint and is gated against it (its config read back from S3)."""
+    from recsys_dist import storage_io
+
+    _, config, _, _, _ = days
+    root = f"s3://{s3_server['bucket']}/retrain-root"
+    extra = ("--set", f"retrain.root={root}", "--set", "retrain.gate.max_drop=1.0")
+    first = retrain(config, "2026-01-01", *extra)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr
+    second = retrain(config, "2026-01-02", *extra)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr
+    manifests = [json.loads(storage_io.read_text(f"{root}/published/{d}/manifest.json"))
+                 for d in ("2026-01-01", "2026-01-02")]
+    assert manifests[0]["checkpoint"].startswith(f"{root}/runs/2026-01-01/checkpoints/ckpt-")
+    assert manifests[1]["parent"] == "2026-01-01"
+    assert manifests[1]["warm_started_from"] == manifests[0]["checkpoint"]
+    assert f"warm     start from {manifests[0]['checkpoint']}: step" in second.stdout
+    assert manifests[1]["step"] == 2 * manifests[0]["step"]  # it went on from day 1
+    boot = manifests[1]["comparison"]["labels"]["click"]["bootstrap"]  # vs day 1, same rows
+    assert boot["low"] <= boot["delta"] <= boot["high"]
+    assert storage_io.read_text(f"{root}/CURRENT") == "2026-01-02\n"
+    for path in ("published/2026-01-02/_SUCCESS", "published/2026-01-02/config.yaml",
+                 "published/2026-01-02/export/saved_model.pb",
+                 "published/2026-01-02/export/assets.extra/export.json",
+                 "runs/2026-01-02/eval/report.html", "runs/2026-01-02/eval_previous/metrics.json",
+                 "runs/2026-01-02/warm_start.json", "runs/2026-01-02/train_result.json"):
+        assert storage_io.exists(f"{root}/{path}"), path
+    again = retrain(config, "2026-01-02", *extra)
+    assert again.returncode == 0 and "already published" in again.stdout, again.stderr
+    assert "cluster " not in again.stdout
