@@ -13,6 +13,7 @@ import posixpath
 from recsys_dist.config.experiment import DataSplit, DateRange
 from recsys_dist.data import storage
 from recsys_dist.errors import DataError
+from recsys_dist.storage_io import errors_named
 
 _GLOB_CHARS = set("*?[")
 
@@ -32,7 +33,13 @@ def discover_dates(root: str, dates: DateRange, partition_key: str = "dt") -> li
 
     Raises:
       DataError: a partition in the range is missing or holds no Parquet file.
+      StorageError: the storage cannot be reached or read (names ``root``).
     """
+    with errors_named(root, "list the data"):
+        return _discover_dates(root, dates, partition_key)
+
+
+def _discover_dates(root: str, dates: DateRange, partition_key: str) -> list[str]:
     fs, stripped_root = storage.filesystem(root)
     files: list[str] = []
     missing: list[str] = []
@@ -70,7 +77,13 @@ def discover_path(path: str) -> list[str]:
 
     Raises:
       DataError: nothing matched.
+      StorageError: the storage cannot be reached or read (names ``path``).
     """
+    with errors_named(path, "list the data"):
+        return _discover_path(path)
+
+
+def _discover_path(path: str) -> list[str]:
     fs, stripped = storage.filesystem(path)
     if any(c in stripped for c in _GLOB_CHARS):
         matched = sorted(p for p in fs.glob(stripped) if _is_data_file(p) or fs.isdir(p))

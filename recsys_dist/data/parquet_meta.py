@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from recsys_dist.data import storage
 from recsys_dist.errors import DataError
+from recsys_dist.storage_io import errors_named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +69,13 @@ def read_file_meta(path: str) -> FileMeta:
 
     Raises:
       BadFileError: the file is empty, corrupt or truncated.
+      StorageError: the storage cannot be reached (names ``path``).
     """
+    with errors_named(path, "read the footer"):
+        return _read_file_meta(path)
+
+
+def _read_file_meta(path: str) -> FileMeta:
     fs, stripped = storage.filesystem(path)
     try:
         size = fs.size(stripped)
