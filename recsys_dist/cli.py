@@ -458,12 +458,12 @@ def run() -> None:
     """Console-script entry point.
 
     Exits through ``os._exit`` after flushing, also on ``SystemExit`` (SIGTERM and
-    SIGHUP raise it, see ``cluster/local.py``; so does argparse):
-    - a process that touched ``s3://`` through tensorflow-io aborts in its exit handlers
-      ("pure virtual method called", status 134), which would hide the real exit status;
-    - after its servers are gone, a ``ClusterCoordinator`` hangs in its destructor at
-      interpreter exit (its failure handler holds a lock while it waits for the lost
-      workers to come back), so a SIGTERM mid-training never ended the process.
+    SIGHUP raise it, see ``cluster/local.py``; so does argparse): after its servers are
+    gone, a ``ClusterCoordinator`` hangs in its destructor at interpreter exit (its
+    failure handler holds a lock while it waits for the lost workers to come back), so a
+    SIGTERM mid-training never ended the process. (Arrow's S3 client, used by the
+    Parquet op, is finalized by an exit handler the op registers; ``os._exit`` skips
+    exit handlers, which is safe for a process about to end.)
     """
     try:
         code = main()
