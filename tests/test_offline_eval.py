@@ -2,9 +2,10 @@
 
 Two models are trained with ``recsys-dist train`` (A on day 1, B on days 1..2) and
 published by hand the way ``recsys-dist retrain`` lays them out (config, features,
-manifest, ``_SUCCESS`` last). The script scores both on day 4 on a real local cluster
-and writes per-model reports and one comparison with B's AUC delta vs A and its
-bootstrap interval. The rejections (a date not published, a root with no published
+manifest, ``_SUCCESS`` last). The root is then moved to S3 (moto's server), so the
+manifests' checkpoint paths are found again under the moved root. The script scores
+both on day 4 on a real local cluster, from their S3 checkpoints, and writes per-model
+reports and one comparison with B's AUC delta vs A and its bootstrap interval. The rejections (a date not published, a root with no published
 model, an incomplete publication) are checked on roots without trained models.
 """
 
@@ -19,6 +20,7 @@ import sys
 import pytest
 
 from recsys_dist.data.synth import synthesize
+from tests.conftest import upload_dir
 from tests.test_fault_tolerance import FEATURES, write_config
 
 pytestmark = pytest.mark.cluster
@@ -51,7 +53,7 @@ def publish(root: pathlib.Path, date: str, manifest: dict, run: pathlib.Path | N
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
+def root(tmp_path_factory, s3_server):
     tmp = tmp_path_factory.mktemp("offline_eval")
     data = tmp / "data"
     synthesize(data, days=4, rows_per_day=4000, seed=3, rows_per_file=2000,
@@ -79,16 +81,23 @@ def root(tmp_path_factory):
         parent = date
     # A publication cut short (no _SUCCESS) is never evaluated.
     (root / "published" / "2026-01-03").mkdir()
+    (root / "published" / "2026-01-03" / "manifest.json").write_text("{}")
     (root / "CURRENT").write_text("2026-01-02\n")
-    return root
+    url = upload_dir(s3_server["client"], s3_server["bucket"], root, "offline-eval-root")
+    shutil.rmtree(root)  # only the S3 copy is left
+    return url
 
 
-def test_offline_eval_compares_published_models_on_the_same_rows(root, tmp_path):
-    out = tmp_path / "out"
-    result = offline_eval("--root", str(root), "--dates", "2026-01-04", "--out", str(out))
+def test_offline_eval_compares_published_models_on_the_same_rows(root, tmp_path, s3_server):
+    from recsys_dist import storage_io
+
+    given = f"s3://{s3_server['bucket']}/offline-eval-out"  # the reports go to S3 too
+    result = offline_eval("--root", root, "--dates", "2026-01-04", "--out", given)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"report   {out}/comparison.html" in result.stdout
+    assert f"report   {given}/comparison.html" in result.stdout
     assert "reference" in result.stdout and "2026-01-02*" in result.stdout
+    out = tmp_path / "out"
+    storage_io.download_dir(given, str(out))
 
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["dates"] == "2026-01-04" and comparison["rows"] == 4000
@@ -99,7 +108,8 @@ def test_offline_eval_compares_published_models_on_the_same_rows(root, tmp_path)
     assert first["step"] > 0 and second["step"] > first["step"]
     assert (first["current"], second["current"]) == (False, True)
     assert first["trained_on_eval_dates"] is False
-    for model in (first, second):
+    for model in (first, second):  # scored from the checkpoints under the moved (S3) root
+        assert model["checkpoint"].startswith(f"{root}/runs/{model['date']}/checkpoints/ckpt-")
         click = model["labels"]["click"]
         assert 0.5 < click["auc"] < 1.0, model
         assert click["logloss"] > 0 and click["normalized_entropy"] > 0
@@ -118,7 +128,7 @@ def test_offline_eval_compares_published_models_on_the_same_rows(root, tmp_path)
     assert boot["low"] <= boot["delta"] <= boot["high"] and boot["replicates"] > 0
     # The second model's own report compares it against the reference's metrics.json.
     own = json.loads((out / "2026-01-02" / "metrics.json").read_text())["comparison"]
-    assert own["baseline"] == str(out / "2026-01-01" / "metrics.json")
+    assert own["baseline"] == f"{given}/2026-01-01/metrics.json"
 
     html = (out / "comparison.html").read_text()
     assert html.count("data:image/png;base64,") == 1
