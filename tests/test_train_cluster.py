@@ -195,6 +195,38 @@ def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data
         assert slot.device == variable.device
 
 
+def test_the_coordinator_alone_writes_and_reads_checkpoint_shards(tmp_path, runtime,
+                                                                  monkeypatch):
+    """A relative model dir resolves in the coordinator's working directory, which is not
+    the servers' (they started in pytest's). The checkpoint I/O device puts every shard
+    there and reads it back; without it each parameter server writes its own shard at
+    the path in its own directory (measured: NotFoundError), so the servers would need
+    the same file system (staging a remote model dir locally relies on this)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from recsys_dist.models.sharding import embedding_tables
+    from recsys_dist.train.checkpoints import CheckpointManager, restore
+
+    values = np.arange(4000 * 8, dtype=np.float32).reshape(4000, 8)
+    with runtime.strategy.scope(), embedding_tables():
+        table = tf.Variable(values, name="io_device_table")
+    assert sorted(s.device.split("/device")[0] for s in table.variables) == [
+        "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
+    assert os.getcwd() != str(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    saved = CheckpointManager("relative/run").save(tf.train.Checkpoint(table=table), 7, {})
+    directory = tmp_path / "relative/run/checkpoints/ckpt-000000000007"
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "_COMPLETE", "state.json", "variables.data-00000-of-00003",
+        "variables.data-00001-of-00003", "variables.data-00002-of-00003", "variables.index"]
+    for shard in table.variables:
+        shard.assign(tf.zeros_like(shard))
+    restore(tf.train.Checkpoint(table=table), saved)
+    np.testing.assert_array_equal(
+        np.concatenate([s.numpy() for s in table.variables]), values)
+
+
 @pytest.mark.parametrize("when", ["starting", "training"])
 def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when):
     """SIGTERM while the servers start or the first step traces, and mid-training, with

@@ -101,6 +101,19 @@ def io_options() -> tf.train.CheckpointOptions:
     return tf.train.CheckpointOptions(experimental_io_device=tf.constant(0).device)
 
 
+def _tf_reason(exc: tf.errors.OpError) -> str:
+    """The line of a TensorFlow error that says what went wrong (a graph error's message
+    starts with the Python stack of the op; the status line comes after it)."""
+    lines = [line.strip() for line in exc.message.splitlines() if line.strip()]
+    for line in lines:
+        status = re.match(r"^(?:\(\d+\) )?[A-Z_]+:\s*(.+)$", line)
+        if status:
+            return status.group(1)[:300]
+    skip = ("Graph execution error", "Detected at node", "File ")
+    return next((line[:300] for line in lines if not line.startswith(skip)),
+                type(exc).__name__)
+
+
 def _remove(directory: str) -> None:
     storage_io.remove(_join(directory, COMPLETE))  # un-complete first: a cut cleanup
     storage_io.rmtree(directory)                   # leaves no torn checkpoint
@@ -198,7 +211,7 @@ class CheckpointManager:
                 checkpoint.write(os.path.join(staged.local, VARIABLES), options=io_options())
             except tf.errors.OpError as exc:
                 raise CheckpointError(f"{directory}: cannot write the checkpoint: "
-                                      f"{exc.message.splitlines()[0]}") from None
+                                      f"{_tf_reason(exc)}") from None
             written = time.perf_counter()
             staged.sync()
         state = dict(state, step=step, saved_at=time.time(),
@@ -253,7 +266,7 @@ def _read(checkpoint: tf.train.Checkpoint, local: str, prefix: str, require_all:
         status.expect_partial()
     except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
         raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
-                              f"{exc.message.splitlines()[0]}") from None
+                              f"{_tf_reason(exc)}") from None
     except (AssertionError, ValueError) as exc:
         raise CheckpointError(f"{prefix}: does not fit this model (model.params or the "
                               f"feature config differ from the run that wrote it): "
@@ -360,7 +373,7 @@ def restore_model(model, saved: SavedCheckpoint, config_file: str) -> None:
             reader = tf.train.load_checkpoint(local)
         except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
             raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: "
-                                  f"{exc.message.splitlines()[0]}") from None
+                                  f"{_tf_reason(exc)}") from None
         stored = collections.Counter(
             tuple(shape) for key, shape in reader.get_variable_to_shape_map().items()
             if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
