@@ -116,12 +116,13 @@ def isdir(path: str) -> bool:
 
 
 def listdir(path: str) -> list[str]:
-    """Names (not paths) of the entries of directory ``path``; empty when it is missing."""
+    """Names (not paths) of the entries of directory ``path``; empty when there is no
+    directory there."""
     with errors_named(path, "list it"):
         fs, stripped = _fs(path, fresh=True)
         try:
             entries = fs.ls(stripped, detail=False)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
     return sorted(posixpath.basename(e.rstrip("/")) for e in entries
                   if e.rstrip("/") != stripped.rstrip("/"))

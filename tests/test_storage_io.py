@@ -103,6 +103,7 @@ def test_an_unwritable_local_directory_is_named(tmp_path):
     path = str(tmp_path / "file" / "run")
     with pytest.raises(StorageError, match=f"^{path}: cannot write the report there: "):
         storage_io.check_writable(path, "the report")
+    assert storage_io.listdir(path) == [] and not storage_io.exists(path)
 
 
 def test_a_dead_endpoint_fails_fast_and_names_the_path(monkeypatch):

@@ -290,6 +290,22 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     assert load_config(run / "config.yaml").input.batch_size == 512
 
 
+def test_an_unwritable_model_dir_stops_train_before_the_cluster_starts(tmp_path, data,
+                                                                      s3_server):
+    config = write_config(tmp_path, data, "lr", epochs=1)
+    (tmp_path / "file").write_text("")
+    for model_dir, reason in (("s3://no-such-bucket-train/run",
+                               "The specified bucket does not exist"),
+                              (str(tmp_path / "file" / "run"), "Not a directory")):
+        result = subprocess.run(
+            [str(pathlib.Path(sys.executable).parent / "recsys-dist"), "train", "--config",
+             config, "--model-dir", model_dir], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+        assert result.stderr.startswith(f"error: {model_dir}: cannot write the run's "
+                                        f"checkpoints there: {reason}"), result.stderr
+        assert "Traceback" not in result.stderr and "cluster " not in result.stdout
+
+
 def test_bad_value_on_a_worker_stops_train_with_one_clear_error(tmp_path, data):
     import shutil
 
