@@ -17,7 +17,13 @@ against ``dd`` on the same disk, in the same run:
 It prints seconds, MB/s and the ratios (checkpoint seconds / dd seconds; 1.0 means the
 checkpoint runs at raw disk speed).
 
-Usage: ``python benchmarks/checkpoint_bench.py [--rows 10000000] [--dir /tmp]``
+With ``--model-dir s3://bucket/prefix`` (or ``hdfs://``) the checkpoint goes there the way
+training sends it: written to a local staging directory, uploaded, then ``state.json``
+and ``_COMPLETE``; the restore downloads it first. The save line then splits into the
+local write and the upload.
+
+Usage: ``python benchmarks/checkpoint_bench.py [--rows 10000000] [--dir /tmp]
+[--model-dir s3://bucket/prefix]``
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import time
 import recsys_dist  # noqa: F401  (tf-keras, quiet logs)
 import tensorflow as tf
 
+from recsys_dist import storage_io
 from recsys_dist.cluster.runtime import connect
 from recsys_dist.config.experiment import ClusterSpec
 from recsys_dist.models.sharding import embedding_tables
@@ -50,6 +57,8 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--dir", default=tempfile.gettempdir(),
                         help="directory on the disk to measure (default: the temp dir)")
+    parser.add_argument("--model-dir", help="where the checkpoint goes (default: under "
+                        "--dir); s3:// or hdfs:// to measure staging and upload")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="ckpt_bench_", dir=args.dir)
     with connect(ClusterSpec("local", 1, 2), os.path.join(work, "logs"), 1 << 20) as runtime:
@@ -63,15 +72,23 @@ def main() -> None:
         print(f"table {args.rows:,} x {args.dim} in {len(shards)} shards on "
               f"{sorted({s.device.split('/device')[0] for s in shards})}", flush=True)
         checkpoint = tf.train.Checkpoint(table=table, optimizer=optimizer)
-        manager = CheckpointManager(os.path.join(work, "model"), keep=1)
+        manager = CheckpointManager(args.model_dir or os.path.join(work, "model"), keep=1)
         start = time.perf_counter()
         saved = manager.save(checkpoint, 1, {})
         save_seconds = time.perf_counter() - start
-        data_files = glob.glob(os.path.join(saved.directory, "variables.data-*"))
-        nbytes = sum(os.path.getsize(f) for f in data_files)
         start = time.perf_counter()
         restore(checkpoint, saved)
         restore_seconds = time.perf_counter() - start
+        if args.model_dir:  # a local copy for dd to read, and the figures of the staging
+            local = os.path.join(work, "copy")
+            storage_io.download_dir(saved.directory, local)
+            print(f"save: {saved.state['save_seconds']:.2f} s local write + "
+                  f"{saved.state.get('upload_seconds', 0):.2f} s upload, then the markers")
+            storage_io.rmtree(args.model_dir)
+        else:
+            local = saved.directory
+        data_files = glob.glob(os.path.join(local, "variables.data-*"))
+        nbytes = sum(os.path.getsize(f) for f in data_files)
     count = max(1, round(nbytes / (16 << 20)))
     dd_file = os.path.join(work, "dd.bin")
     dd_buffered = dd(["if=/dev/zero", f"of={dd_file}", "bs=16M", f"count={count}"])
@@ -79,8 +96,10 @@ def main() -> None:
     dd_read = sum(dd([f"if={f}", "of=/dev/null", "bs=16M"]) for f in data_files)
     mb = nbytes / 1e6
     print(f"checkpoint data: {mb:,.0f} MB (table + Adagrad accumulator)")
-    rows = [("save (CheckpointManager.save)", save_seconds),
-            ("restore (into the sharded table)", restore_seconds),
+    scheme = args.model_dir.split("://")[0] if args.model_dir else ""
+    rows = [(f"save (CheckpointManager.save{' to ' + scheme if scheme else ''})", save_seconds),
+            (f"restore (into the sharded table{' from ' + scheme if scheme else ''})",
+             restore_seconds),
             ("dd write, buffered", dd_buffered), ("dd write, conv=fsync", dd_fsync),
             ("dd read of the checkpoint file", dd_read)]
     for name, seconds in rows:

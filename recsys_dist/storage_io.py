@@ -35,8 +35,8 @@ from recsys_dist.data.storage import filesystem, is_remote, join
 from recsys_dist.errors import RecsysError
 
 __all__ = ["StorageError", "StagedDir", "check_writable", "download_dir", "exists", "is_remote",
-           "isdir", "join", "listdir", "makedirs", "open_file", "read_text", "remove",
-           "rmtree", "upload_dir", "write_text"]
+           "isdir", "join", "listdir", "local_scratch", "makedirs", "open_file", "read_text",
+           "remove", "rmtree", "upload_dir", "write_text"]
 
 #: Schemes whose "directories" are only key prefixes.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -281,6 +281,11 @@ def download_dir(path: str, local_dir: str, select=None) -> list[str]:
     return copied
 
 
+def local_scratch(prefix: str) -> str:
+    """A new empty directory on local disk (under ``TMPDIR``) for staged or downloaded files."""
+    return tempfile.mkdtemp(prefix=prefix)
+
+
 class StagedDir:
     """A local directory that stands in for ``path`` while TensorFlow writes into it.
 
@@ -297,7 +302,7 @@ class StagedDir:
         self.path = path
         self.remote = is_remote(path)
         if self.remote:
-            self.local = tempfile.mkdtemp(prefix="recsys_dist_stage_")
+            self.local = local_scratch("recsys_dist_stage_")
         else:
             self.local = path
             with errors_named(path, "create the directory"):

@@ -195,16 +195,18 @@ def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data
         assert slot.device == variable.device
 
 
-def test_the_coordinator_alone_writes_and_reads_checkpoint_shards(tmp_path, runtime,
-                                                                  monkeypatch):
-    """A relative model dir resolves in the coordinator's working directory, which is not
-    the servers' (they started in pytest's). The checkpoint I/O device puts every shard
-    there and reads it back; without it each parameter server writes its own shard at
-    the path in its own directory (measured: NotFoundError), so the servers would need
-    the same file system (staging a remote model dir locally relies on this)."""
+def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
+        tmp_path, runtime, s3_server, monkeypatch):
+    """A checkpoint to S3 is staged on the coordinator's disk and downloaded there to be
+    read. Here the staging directories are relative paths in the coordinator's working
+    directory, which is not the servers' (they started in pytest's), so no parameter
+    server can reach them: the checkpoint I/O device makes the coordinator write and read
+    every shard. Without it a parameter server fails (measured: NOT_FOUND
+    .../variables_temp), i.e. the servers would need the coordinator's file system."""
     import numpy as np
     import tensorflow as tf
 
+    from recsys_dist import storage_io
     from recsys_dist.models.sharding import embedding_tables
     from recsys_dist.train.checkpoints import CheckpointManager, restore
 
@@ -215,9 +217,17 @@ def test_the_coordinator_alone_writes_and_reads_checkpoint_shards(tmp_path, runt
         "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
     assert os.getcwd() != str(tmp_path)
     monkeypatch.chdir(tmp_path)
-    saved = CheckpointManager("relative/run").save(tf.train.Checkpoint(table=table), 7, {})
-    directory = tmp_path / "relative/run/checkpoints/ckpt-000000000007"
-    assert sorted(p.name for p in directory.iterdir()) == [
+    made = []
+
+    def relative_scratch(prefix: str) -> str:
+        made.append(f"{prefix}{len(made)}")
+        os.mkdir(made[-1])
+        return made[-1]
+
+    monkeypatch.setattr(storage_io, "local_scratch", relative_scratch)
+    url = f"s3://{s3_server['bucket']}/io-device/run"
+    saved = CheckpointManager(url).save(tf.train.Checkpoint(table=table), 7, {})
+    assert storage_io.listdir(saved.directory) == [
         "_COMPLETE", "state.json", "variables.data-00000-of-00003",
         "variables.data-00001-of-00003", "variables.data-00002-of-00003", "variables.index"]
     for shard in table.variables:
@@ -225,6 +235,8 @@ def test_the_coordinator_alone_writes_and_reads_checkpoint_shards(tmp_path, runt
     restore(tf.train.Checkpoint(table=table), saved)
     np.testing.assert_array_equal(
         np.concatenate([s.numpy() for s in table.variables]), values)
+    assert made == ["recsys_dist_stage_0", "recsys_dist_restore_1"]  # both relative
+    assert not os.listdir(tmp_path)  # and both removed
 
 
 @pytest.mark.parametrize("when", ["starting", "training"])

@@ -21,20 +21,25 @@ sharded table's slots only if the slots exist before the restore; :func:`restore
 creates them first (``Trainer.__init__`` does), otherwise a resumed Adagrad would
 silently restart from its initial accumulator.
 
-Where the files are written: every checkpoint file is written and read by this process,
-the coordinator (``tf.train.CheckpointOptions(experimental_io_device=...)`` names its
-CPU, :func:`io_options`). Without it each parameter server writes and reads its own
-shards at the given path, so the path would have to be the same shared file system on
-every server. With it the servers need no file system at all, and a remote model dir
-works without TensorFlow knowing its scheme:
+Where the files are written:
 
-- a local model dir is written in place, as it always was;
-- an ``s3://`` (or ``hdfs://``) one is written to a local staging directory (under
-  ``TMPDIR``), uploaded with fsspec (``storage_io.upload_dir``), then ``state.json``,
-  then ``_COMPLETE``. A cut upload leaves a directory without ``_COMPLETE``, which is
-  never restored; the older complete checkpoint is used instead;
-- a remote checkpoint is downloaded to a temporary local directory before it is read
-  (:func:`local_prefix`), for resuming, warm starts, evaluation and export.
+- a local model dir is written in place, as it always was: each parameter server writes
+  (and on restore reads) its own shards at the path, so on several machines the path
+  must be one shared file system mounted everywhere;
+- an ``s3://`` (or ``hdfs://``) one is written to a local staging directory on the
+  coordinator (under ``TMPDIR``), uploaded with fsspec (``storage_io.upload_dir``), then
+  ``state.json``, then ``_COMPLETE``. A cut upload leaves a directory without
+  ``_COMPLETE``, which is never restored; the older complete checkpoint is used instead;
+- a remote checkpoint is downloaded to a temporary local directory on the coordinator
+  before it is read (:func:`local_prefix`), for resuming, warm starts, evaluation and
+  export.
+
+Staging works because the coordinator then writes and reads every shard itself:
+``tf.train.CheckpointOptions(experimental_io_device=<this process's CPU>)``
+(:func:`io_options`), on save and on restore. Without it each parameter server would
+resolve the staging path on its own machine (``NOT_FOUND ... variables_temp``,
+measured). It costs about twice the time of a direct local save (0.28-0.61 s against
+0.14-0.36 s for 256 MB on a local cluster), which is why local model dirs do without it.
 """
 
 from __future__ import annotations
@@ -47,7 +52,6 @@ import os
 import posixpath
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -91,7 +95,8 @@ _join = storage_io.join
 
 
 def io_options() -> tf.train.CheckpointOptions:
-    """Options that make this process read and write every checkpoint file.
+    """Options that make this process read and write every checkpoint file (for files on
+    this process's local disk: a staged save, a downloaded checkpoint).
 
     The I/O device is this process's own CPU: ``/job:chief/replica:0/task:0/device:CPU:0``
     on a coordinator (``ParameterServerStrategy`` names its job ``chief``), the local
@@ -135,7 +140,7 @@ def local_prefix(saved: SavedCheckpoint | str) -> Iterator[str]:
         yield prefix
         return
     directory, name = posixpath.split(prefix.rstrip("/"))
-    scratch = tempfile.mkdtemp(prefix="recsys_dist_restore_")
+    scratch = storage_io.local_scratch("recsys_dist_restore_")
     try:
         copied = storage_io.download_dir(directory, scratch,
                                          select=lambda relative: relative.startswith(name + "."))
@@ -208,7 +213,9 @@ class CheckpointManager:
         start = time.perf_counter()
         with storage_io.StagedDir(directory) as staged:
             try:
-                checkpoint.write(os.path.join(staged.local, VARIABLES), options=io_options())
+                # A staged save is on this process's disk: it writes every shard itself.
+                checkpoint.write(os.path.join(staged.local, VARIABLES),
+                                 options=io_options() if staged.remote else None)
             except tf.errors.OpError as exc:
                 raise CheckpointError(f"{directory}: cannot write the checkpoint: "
                                       f"{_tf_reason(exc)}") from None
@@ -259,8 +266,9 @@ def restore(checkpoint: tf.train.Checkpoint, saved: SavedCheckpoint | str,
 
 def _read(checkpoint: tf.train.Checkpoint, local: str, prefix: str, require_all: bool) -> None:
     """Reads the checkpoint at local prefix ``local``; messages name ``prefix``."""
+    downloaded = storage_io.is_remote(prefix)  # then on this process's disk only
     try:
-        status = checkpoint.read(local, options=io_options())
+        status = checkpoint.read(local, options=io_options() if downloaded else None)
         if require_all:
             status.assert_existing_objects_matched()
         status.expect_partial()
