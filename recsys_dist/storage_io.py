@@ -34,9 +34,9 @@ from fsspec.core import split_protocol
 from recsys_dist.data.storage import filesystem, is_remote, join
 from recsys_dist.errors import RecsysError
 
-__all__ = ["StorageError", "StagedDir", "check_writable", "download_dir", "exists", "is_remote",
-           "isdir", "join", "listdir", "local_scratch", "makedirs", "open_file", "read_text",
-           "remove", "rmtree", "upload_dir", "write_text"]
+__all__ = ["StorageError", "StagedDir", "check_writable", "download_dir", "errors_named", "exists",
+           "is_remote", "isdir", "join", "listdir", "local_scratch", "makedirs", "open_file",
+           "read_text", "remove", "rmtree", "upload_dir", "write_text"]
 
 #: Schemes whose "directories" are only key prefixes.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
