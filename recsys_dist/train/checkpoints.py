@@ -100,8 +100,9 @@ def io_options() -> tf.train.CheckpointOptions:
 
     The I/O device is this process's own CPU: ``/job:chief/replica:0/task:0/device:CPU:0``
     on a coordinator (``ParameterServerStrategy`` names its job ``chief``), the local
-    host's otherwise. Save and restore must both use it: without it on restore, each
-    parameter server would look for its shards at the path itself.
+    host's otherwise. Both the staged save and the read of a downloaded checkpoint need
+    it: without it each parameter server would write or look for its shards at the path
+    on its own machine.
     """
     return tf.train.CheckpointOptions(experimental_io_device=tf.constant(0).device)
 
