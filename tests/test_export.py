@@ -244,7 +244,7 @@ def served(exported, rows, tmp_path_factory):
 
 
 # ---- the export ------------------------------------------------------------------------
-def test_export_result_and_info(trained, exported, s3_server):
+def test_export_result_and_info(trained, exported):
     from recsys_dist.train.checkpoints import CheckpointManager
 
     for model, (result, directory, given) in exported.items():
@@ -263,12 +263,6 @@ def test_export_result_and_info(trained, exported, s3_server):
         assert info["labels"] == labels and info["inputs"] == COLUMNS
         # saved via a temporary sibling that is gone now
         assert [p.name for p in directory.parent.iterdir()] == ["1"]
-    # On S3: uploaded from a local staging directory, nothing else under exports/mmoe/.
-    listing = s3_server["client"].list_objects_v2(Bucket=s3_server["bucket"],
-                                                  Prefix=f"export-test/exports/{ON_S3}/")
-    keys = {o["Key"].split(f"/{ON_S3}/", 1)[1] for o in listing["Contents"]}
-    assert {"1/saved_model.pb", "1/variables/variables.index",
-            "1/assets.extra/export.json"} <= keys and all(k.startswith("1/") for k in keys)
 
 
 def test_export_holds_the_table_stack_as_one_plain_variable(exported):
@@ -425,9 +419,27 @@ def test_export_refuses_a_non_empty_out_dir(trained, exported):
     assert str(directory) in str(info.value)
 
 
-def test_export_to_s3_refuses_a_non_empty_out_and_names_a_missing_bucket(trained, exported):
+def test_export_from_and_to_s3(trained, exported, s3_server):
+    """The S3 export: uploaded from a local staging directory, nothing else beside it;
+    it describes the S3 checkpoint it came from; a non-empty S3 out or a missing bucket
+    exits 2 naming the path."""
+    from recsys_dist.train.checkpoints import CheckpointManager
+
     config, model_dir = trained["runs"][ON_S3]
-    given = exported[ON_S3][2]
+    result, directory, given = exported[ON_S3]
+    listing = s3_server["client"].list_objects_v2(Bucket=s3_server["bucket"],
+                                                  Prefix=f"export-test/exports/{ON_S3}/")
+    keys = {o["Key"].split(f"/{ON_S3}/", 1)[1] for o in listing["Contents"]}
+    assert {"1/saved_model.pb", "1/variables/variables.index", "1/fingerprint.pb",
+            "1/assets.extra/export.json"} <= keys and all(k.startswith("1/") for k in keys)
+    assert {f"1/{p.relative_to(directory).as_posix()}" for p in directory.rglob("*")
+            if p.is_file()} == keys  # the download is the whole export
+    saved = CheckpointManager(model_dir).latest()
+    assert saved.directory.startswith(f"{model_dir}/checkpoints/ckpt-")
+    info = json.loads((directory / "assets.extra" / "export.json").read_text())
+    assert (result.out_dir, result.checkpoint) == (given, saved.directory)
+    assert (info["checkpoint"], info["step"], info["model_dir"]) == (
+        saved.directory, saved.step, model_dir)
     command = [str(BIN / "recsys-dist"), "export", "--config", config, "--model-dir",
                model_dir, "--out"]
     again = subprocess.run([*command, given], capture_output=True, text=True, timeout=300)
