@@ -304,9 +304,9 @@ class StagedDir:
         if self.remote:
             self.local = local_scratch("recsys_dist_stage_")
         else:
-            self.local = path
+            self.local = filesystem(path)[1]  # also for file:// paths
             with errors_named(path, "create the directory"):
-                os.makedirs(path, exist_ok=True)
+                os.makedirs(self.local, exist_ok=True)
 
     def sync(self, last: Sequence[str] = ()) -> list[str]:
         """Uploads the staged files to ``path`` (``last`` ones last); see :func:`upload_dir`."""

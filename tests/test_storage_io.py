@@ -80,7 +80,7 @@ def test_staged_dir_is_the_path_itself_locally_and_a_temporary_copy_remotely(roo
         with open(os.path.join(staged.local, "saved_model.pb"), "w") as handle:
             handle.write("pb")
         assert staged.remote == root.startswith("s3://")
-        assert (staged.local == f"{root}/model") != staged.remote
+        assert (staged.local == f"{root}/model") != staged.remote  # local: in place
         staged.sync()
     assert storage_io.read_text(f"{root}/model/saved_model.pb") == "pb"
     assert os.path.exists(staged.local) != staged.remote  # the temporary copy is gone
@@ -120,3 +120,20 @@ def test_a_dead_endpoint_fails_fast_and_names_the_path(monkeypatch):
     with pytest.raises(StorageError, match=r"^s3://b/run/x: cannot write it: .*endpoint"):
         storage_io.write_text("s3://b/run/x", "1")
     assert time.perf_counter() - start < 60
+
+
+def test_file_urls_are_local_paths(tmp_path):
+    from recsys_dist.train.checkpoints import CheckpointManager
+
+    url = f"file://{tmp_path}/run"
+    with storage_io.StagedDir(f"{url}/train") as staged:
+        assert staged.local == str(tmp_path / "run" / "train") and not staged.remote
+    saved = CheckpointManager(url).save(_checkpoint(), 3, {})
+    assert (tmp_path / "run/checkpoints/ckpt-000000000003/_COMPLETE").is_file()
+    assert CheckpointManager(url).latest().step == saved.step == 3
+
+
+def _checkpoint():
+    import tensorflow as tf
+
+    return tf.train.Checkpoint(v=tf.Variable([1.0, 2.0]))
