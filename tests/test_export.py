@@ -56,7 +56,9 @@ labels:
   conversion: {}
 """
 COLUMNS = {"I1": "float32", "I5": "float32", "C3": "int64", "C4": "int64", "C2": "int64",
-           "C17": "int64", "C21": "string", "user_id": "int64", "tags": "string"}
+           "C17": "int64", "C21": "string", "user_id": "int64", "tags": "list<int64>"}
+#: Rows of the nullable request that mark C3 and I1 as null.
+NULL_ROWS = 5
 
 
 def write_config(directory: pathlib.Path, data: pathlib.Path, model: str,
@@ -149,16 +151,25 @@ def rows(trained):
 
 
 def raw_arrays(table) -> dict[str, np.ndarray]:
-    """Raw feature columns as numpy arrays in their read dtypes (strings as unicode)."""
+    """The serving request for ``table``'s rows: a numpy array per input (strings as
+    unicode; a list column padded to [N, L] plus ``<column>_lengths``)."""
     out = {}
     for column, dtype in COLUMNS.items():
+        if dtype.startswith("list<"):
+            lists = table[column].to_pylist()
+            width = max(1, max(len(v) for v in lists))
+            out[column] = np.array([v + [0] * (width - len(v)) for v in lists], np.int64)
+            out[column + "_lengths"] = np.array([len(v) for v in lists], np.int64)
+            continue
         values = table[column].to_numpy(zero_copy_only=False)
         out[column] = values.astype(str) if dtype == "string" else values.astype(dtype)
     return out
 
 
-def reference_predictions(config_path: str, model_dir: str, table) -> dict[str, np.ndarray]:
-    """What the trained model predicts: built without a strategy, the same checkpoint."""
+def reference_predictions(config_path: str, model_dir: str, table, nulls: bool = False
+                          ) -> dict[str, np.ndarray]:
+    """What the trained model predicts: built without a strategy, the same checkpoint
+    (with ``nulls``, C3 and I1 of the first NULL_ROWS rows read as nulls)."""
     import tensorflow as tf
 
     from recsys_dist.config import load_config
@@ -176,9 +187,15 @@ def reference_predictions(config_path: str, model_dir: str, table) -> dict[str, 
     dtypes = dict(COLUMNS, click="int64", conversion="int64")
     names = list(dict.fromkeys(n for group in config.inputs.values() for n in group))
     transform = FeatureTransform(config.features, config.labels, dtypes, "fail", names)
-    raw = {c: tf.constant(table[c].to_numpy(zero_copy_only=False).astype(
-        object if d == "string" else d), tf.as_dtype(d)) for c, d in dtypes.items()}
-    features, _, valid = transform(raw, tf.constant("test"), tf.constant(0, tf.int64))
+    raw = {c: tf.ragged.constant(table[c].to_pylist(), tf.int64, row_splits_dtype=tf.int64)
+           if d.startswith("list<") else
+           tf.constant(table[c].to_numpy(zero_copy_only=False).astype(
+               object if d == "string" else d), tf.as_dtype(d)) for c, d in dtypes.items()}
+    present = {}
+    if nulls:
+        valid_rows = np.arange(table.num_rows) >= NULL_ROWS
+        present = {"C3": tf.constant(valid_rows), "I1": tf.constant(valid_rows)}
+    features, _, valid = transform(raw, tf.constant("test"), tf.constant(0, tf.int64), present)
     assert float(tf.reduce_min(valid)) == 1.0
     logits = model(features, training=False)
     return {label: tf.sigmoid(logits[label]).numpy() for label in config.labels}
@@ -191,6 +208,7 @@ import tensorflow as tf
 
 assert "recsys_dist" not in sys.modules
 exports, rows_file, out_file = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+NULL_ROWS = int(sys.argv[4])
 rows = dict(np.load(rows_file))
 result = {"predictions": {}, "errors": {}}
 
@@ -209,6 +227,16 @@ for model, directory in exports.items():
     if model != "dcn_v2":
         continue
     good = {c: tf.constant(v) for c, v in rows.items()}
+    nullable = loaded.signatures["serving_nullable"]
+    scalar = [c for c in nullable.structured_input_signature[1]
+              if not c.endswith(("_valid", "_lengths")) and c + "_lengths" not in rows]
+    flags = {f"{c}_valid": tf.ones([len(rows["C3"])], tf.bool) for c in scalar}
+    result["nullable_all_valid"] = {
+        k: v.numpy().tolist() for k, v in nullable(**good, **flags).items()}
+    some_null = np.arange(len(rows["C3"])) >= NULL_ROWS
+    flags.update(C3_valid=tf.constant(some_null), I1_valid=tf.constant(some_null))
+    result["nullable_with_nulls"] = {
+        k: v.numpy().tolist() for k, v in nullable(**good, **flags).items()}
     missing = {c: v for c, v in good.items() if c != "C21"}
     int_as_float = dict(good, C3=tf.constant(rows["C3"].astype(np.float64)))
     string_as_int = dict(good, C21=tf.constant(np.arange(len(rows["C21"]))))
@@ -237,7 +265,8 @@ def served(exported, rows, tmp_path_factory):
     (work / "serve.py").write_text(SERVE_SCRIPT)
     exports = {model: str(directory) for model, (_, directory, _) in exported.items()}
     result = subprocess.run(
-        [sys.executable, "serve.py", json.dumps(exports), "rows.npz", "result.json"],
+        [sys.executable, "serve.py", json.dumps(exports), "rows.npz", "result.json",
+         str(NULL_ROWS)],
         cwd=work, env=serving_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads((work / "result.json").read_text())
@@ -293,6 +322,18 @@ def test_served_predictions_match_the_trained_model(trained, served, rows, model
         assert 0.0 < values.min() and values.max() < 1.0 and values.std() > 1e-3
 
 
+def test_nullable_signature_reads_nulls_as_training_does(trained, served, rows):
+    config, model_dir = trained["runs"]["dcn_v2"]
+    for key, nulls in (("nullable_all_valid", False), ("nullable_with_nulls", True)):
+        expected = reference_predictions(config, model_dir, rows, nulls=nulls)["click"]
+        np.testing.assert_allclose(np.asarray(served[key]["click"], np.float32), expected,
+                                   atol=1e-5)
+    with_nulls = np.asarray(served["nullable_with_nulls"]["click"])
+    all_valid = np.asarray(served["nullable_all_valid"]["click"])
+    assert np.all(with_nulls[NULL_ROWS:] == all_valid[NULL_ROWS:])
+    assert np.all(with_nulls[:NULL_ROWS] != all_valid[:NULL_ROWS])  # the nulls changed them
+
+
 def test_saved_model_cli_lists_raw_columns_and_labels(exported):
     directory = exported["mmoe"][1]
     result = subprocess.run(
@@ -301,10 +342,14 @@ def test_saved_model_cli_lists_raw_columns_and_labels(exported):
         env=serving_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     text = result.stdout
-    pattern = r"(inputs|outputs)\['([^']+)'\] tensor_info:\s+dtype: (DT_\w+)\s+shape: \((-?\d+)\)"
+    pattern = (r"(inputs|outputs)\['([^']+)'\] tensor_info:\s+dtype: (DT_\w+)\s+"
+               r"shape: \(([-\d, ]+)\)")
     found = {(kind, name): (dtype, shape) for kind, name, dtype, shape in re.findall(pattern, text)}
     tf_names = {"float32": "DT_FLOAT", "int64": "DT_INT64", "string": "DT_STRING"}
-    expected = {("inputs", c): (tf_names[d], "-1") for c, d in COLUMNS.items()}
+    expected = {("inputs", c): (tf_names[d], "-1") for c, d in COLUMNS.items()
+                if not d.startswith("list<")}
+    expected.update({("inputs", "tags"): ("DT_INT64", "-1, -1"),
+                     ("inputs", "tags_lengths"): ("DT_INT64", "-1")})
     expected.update({("outputs", label): ("DT_FLOAT", "-1") for label in ("click", "conversion")})
     assert found == expected, text
     assert "Method name is: tensorflow/serving/predict" in text

@@ -174,8 +174,9 @@ def test_nulls_and_list_columns_train_from_local_disk_and_s3(tmp_path, data, run
         result = trainer.fit(show_progress=False)
         after = trainer.evaluate(evaluation, {"click": "oracle_logit"})
         assert result.examples == 12_000, where  # every row: nulls are values, not bad rows
-        assert after["labels"]["click"]["auc"] > before["labels"]["click"]["auc"] + 0.02, (
-            where, before, after)
+        click_before, click_after = before["labels"]["click"], after["labels"]["click"]
+        assert click_after["auc"] > click_before["auc"] + 0.01, (where, before, after)
+        assert click_after["logloss"] < click_before["logloss"] - 0.005, (where, before, after)
 
 
 def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data, runtime):
