@@ -620,7 +620,10 @@ class ParquetReadRowsOp : public OpKernel {
     // Coalesced range reads (few requests) pay on object stores; on a local disk the
     // extra buffering only costs.
     properties.set_pre_buffer(fs->type_name() != "local");
-    properties.set_use_threads(false);
+    // Columns decode on Arrow's CPU pool, as pyarrow.parquet.read_table(use_threads=False)
+    // does with its I/O threads (measured: 1.6 cores): same CPU time, less wall time for
+    // one read (0.64-0.77 -> 0.82-0.85 of pyarrow), no change to the worker pipeline.
+    properties.set_use_threads(true);
     parquet::arrow::FileReaderBuilder builder;
     try {
       RD_RETURN_ARROW(path, builder.Open(*file), "not a readable Parquet file");
