@@ -100,8 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """Runs :func:`main` and exits through ``os._exit`` after flushing: tensorflow-io's S3
-    client can abort in the interpreter's exit handlers, hiding the real exit status."""
+    """Runs :func:`main` and exits through ``os._exit`` after flushing, as the
+    ``recsys-dist`` command does (see :func:`recsys_dist.cli.run`): a ``ClusterCoordinator``
+    can hang in its destructor at exit once its servers are gone."""
     try:
         code = main()
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
