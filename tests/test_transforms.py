@@ -128,3 +128,89 @@ def test_labels_and_validity(transform):
     _, labels, valid = run(transform)
     assert labels["click"].numpy().tolist() == [0.0, 1.0, 1.0, 0.0]  # 3 is bad -> 0, invalid
     assert valid.numpy().tolist() == [1.0, 1.0, 1.0, 0.0]
+
+
+LIST_FEATURES = """\
+tables:
+  t: {rows: 100, dim: 4}
+  u: {rows: 50, dim: 4}
+features:
+  ids: {kind: multi_categorical, table: t, max_length: 2}
+  names: {kind: multi_categorical, table: t, max_length: 3, weights_column: w}
+  user: {kind: categorical, dtype: int64, table: u}
+  age: {kind: numeric, fill_value: -1, missing_indicator: true}
+  user_x_user2: {kind: cross, inputs: [user, user2], table: t}
+  user2: {kind: categorical, dtype: string, table: u}
+labels:
+  click: {}
+"""
+
+
+@pytest.fixture
+def list_transform(tmp_path):
+    (tmp_path / "f.yaml").write_text(LIST_FEATURES)
+    config = load_feature_config(tmp_path / "f.yaml")
+    dtypes = {"ids": "list<int64>", "names": "list<string>", "w": "list<float32>",
+              "user": "int64", "user2": "string", "age": "float32", "click": "int64"}
+    return lambda policy: FeatureTransform(config, ["click"], dtypes, policy)
+
+
+def _list_batch():
+    ragged = tf.ragged.constant
+    raw = {"ids": ragged([[1, 2, 3], [], [4, 0, 5], [7]], tf.int64),
+           "names": ragged([["x", "y"], ["z"], [], ["q"]]),
+           "w": ragged([[0.5, 0.25], [1.0, 2.0], [], []], tf.float32),
+           "user": tf.constant([3, 0, 9, 9], tf.int64), "user2": tf.constant(["a", "", "b", "b"]),
+           "age": tf.constant([30.0, 0.0, 41.0, 7.0]), "click": tf.constant([0, 1, 0, 1], tf.int64)}
+    present = {"ids": ragged([[True, True, True], [], [True, False, True], [True]]),
+               "names": ragged([[True, True], [True], [], [True]]),
+               "w": ragged([[True, False], [True, True], [], []]),
+               "user": tf.constant([True, False, True, True]),
+               "user2": tf.constant([True, True, True, False]),
+               "age": tf.constant([True, False, True, True]),
+               "click": tf.constant([True, True, True, False])}
+    return raw, present
+
+
+def test_list_columns_nulls_and_weights_column(list_transform):
+    raw, present = _list_batch()
+    features, labels, valid = list_transform("skip")(raw, tf.constant("t"),
+                                                     tf.constant(0, tf.int64), present)
+    bucket = lambda ids: hashing.to_bucket(hashing.hash_int64(tf.constant(ids, tf.int64)),  # noqa: E731
+                                           100).numpy().tolist()
+    ids = features["ids"]
+    # Integer list ids hash as integer categorical ids; a null id is dropped, then the
+    # first max_length are kept; an empty list pools nothing.
+    assert ids["ids"].numpy().tolist() == [bucket([1, 2]), [0, 0], bucket([4, 5]), bucket([7]) + [0]]
+    assert ids["weights"].numpy().tolist() == [[1, 1], [0, 0], [1, 1], [1, 0]]
+    names = features["names"]
+    # "y" has a null weight: dropped. Rows 1 and 3: the two lists differ in length.
+    assert names["ids"].numpy()[0].tolist() == [
+        tf.strings.to_hash_bucket_fast(["x"], 100).numpy()[0], 0, 0]
+    assert names["weights"].numpy().tolist() == [[0.5, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]
+    # Null ids read the feature's missing row (the table's last: 49); a null input
+    # makes the cross read its missing row (99).
+    assert features["user"].numpy()[1] == 49 and features["user2"].numpy()[3] == 49
+    crosses = features["user_x_user2"].numpy()
+    assert crosses[1] == 99 and crosses[3] == 99 and crosses[0] != 99
+    assert set(features["user"].numpy()[[0, 2]]) <= set(range(49))  # never the missing row
+    # A null number reads fill_value and sets the indicator.
+    assert features["age"].numpy().tolist() == [30.0, -1.0, 41.0, 7.0]
+    assert features["age.missing"].numpy().tolist() == [0.0, 1.0, 0.0, 0.0]
+    # Bad rows: 1 and 3 (list lengths differ), 3 also has a null label.
+    assert valid.numpy().tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert labels["click"].numpy().tolist() == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_list_length_mismatch_and_null_label_fail_naming_the_column(list_transform):
+    raw, present = _list_batch()
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"list column 'names' \(feature 'names'\) and its weights_column "
+                             r"'w' differ in length in f\.parquet at row 1"):
+        list_transform("fail")(raw, tf.constant("f.parquet"), tf.constant(0, tf.int64), present)
+    raw["names"] = tf.ragged.constant([["x", "y"], ["z", "z"], [], []])  # lengths as w's
+    present["names"] = tf.ragged.constant([[True, True], [True, True], [], []])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"label column 'click' has a null or a value other than 0 or 1 "
+                             r"in f\.parquet at row 3"):
+        list_transform("fail")(raw, tf.constant("f.parquet"), tf.constant(0, tf.int64), present)
