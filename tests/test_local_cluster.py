@@ -213,20 +213,37 @@ def test_worker_runs_the_parquet_op_on_nulls_and_lists(coordinator, tmp_path):
     assert (l_values, l_valid, l_splits) == ([1, 0, 4], [True, False, True], [0, 2, 2, 3])
 
 
+BARE_COORDINATOR = r"""
+import json, sys
+import recsys_dist
+import tensorflow as tf
+from recsys_dist.config import load_config
+from recsys_dist.data.input_fn import prepare_input
+from recsys_dist.data.read_pass import read_pass_on_cluster
+from recsys_dist.errors import RecsysError
+
+spec, config = json.loads(sys.argv[1]), sys.argv[2]
+resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(spec),
+                                                                rpc_layer="grpc")
+strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+try:
+    read_pass_on_cluster(prepare_input(load_config(config), "train", 1), strategy, coordinator)
+except RecsysError as exc:
+    print(f"error: {exc}", flush=True)
+"""
+
+
 @pytest.mark.cluster
 def test_a_worker_without_the_parquet_op_gets_a_clear_error(tmp_path, small_config):
     """Servers started without recsys_dist (plain tf.distribute.Server) cannot run the op;
-    the job stops with an error that says so, not `Op type not registered`."""
-    import pyarrow as pa  # noqa: F401
-    import tensorflow as tf
-
+    the job stops with an error that says so, not `Op type not registered`. (The
+    coordinator runs in its own process: a strategy connects its whole process to a
+    cluster, and the module's shared cluster must stay connected.)"""
     from conftest import free_port, small_table, write_parquet
-    from recsys_dist.config import load_config
-    from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.data.read_pass import read_pass_on_cluster
-    from recsys_dist.errors import RecsysError
 
     write_parquet(tmp_path / "data" / "dt=2026-01-01" / "a.parquet", small_table(50))
+    config = small_config(train="{dates: 2026-01-01}")
     spec = {"worker": [f"127.0.0.1:{free_port()}"], "ps": [f"127.0.0.1:{free_port()}"]}
     bare = ("import json, sys, tensorflow as tf; spec = json.loads(sys.argv[1]); "
             "tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=sys.argv[2], "
@@ -236,20 +253,17 @@ def test_a_worker_without_the_parquet_op_gets_a_clear_error(tmp_path, small_conf
                                 env=_subprocess_env(), stderr=subprocess.DEVNULL)
                for job in ("worker", "ps")]
     try:
-        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(spec), rpc_layer="grpc")
-        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
-        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        pipeline = prepare_input(load_config(small_config(train="{dates: 2026-01-01}")),
-                                 "train", 1)
-        with pytest.raises(RecsysError, match=r"a worker cannot run the ParquetReadRows op: its "
-                                              r"process never loaded recsys_dist's Parquet op "
-                                              r"library\. Start every worker"):
-            read_pass_on_cluster(pipeline, strategy, coordinator)
+        result = subprocess.run(
+            [sys.executable, "-c", BARE_COORDINATOR, json.dumps(spec), config],
+            env=_subprocess_env(GRPC_FAIL_FAST="use_caller"), capture_output=True, text=True,
+            timeout=300)
     finally:
         for server in servers:
             server.kill()
             server.wait()
+    assert ("error: a worker cannot run the ParquetReadRows op: its process never loaded "
+            "recsys_dist's Parquet op library. Start every worker") in result.stdout, (
+        result.stdout[-2000:] + result.stderr[-3000:])
 
 
 def _workers_that_ran(coordinator, fn, closures: int) -> set[int]:
