@@ -225,8 +225,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     result = export_model(config, args.model_dir, args.out, checkpoint=args.checkpoint)
     inputs = ", ".join(f"{c}:{d}" for c, d in result.inputs.items())
+    lists = [c for c, d in result.inputs.items() if d.startswith("list<")]
     print(f"exported step {result.step:,} of {result.checkpoint} to {result.out_dir}\n"
-          f"  serving_default inputs ({len(result.inputs)}): {inputs}\n"
+          f"  serving_default inputs ({len(result.inputs)} columns): {inputs}\n"
+          + (f"  list columns are padded [N, L] inputs plus <column>_lengths: "
+             f"{', '.join(lists)}\n" if lists else "")
+          + "  serving_nullable: the same plus <column>_valid per scalar column\n"
           f"  outputs: {', '.join(result.outputs)} (probabilities)")
     return 0
 
