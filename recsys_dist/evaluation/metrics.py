@@ -61,7 +61,8 @@ def _check_length(array: np.ndarray, name: str, rows: int, reference: str = "lab
 
 def _first_bad(mask: np.ndarray, array: np.ndarray) -> str:
     row = int(np.argmax(mask))
-    return f"{array[row]!r} at row {row}"
+    # .item(): numpy 2's repr of a scalar is np.int64(2), not the value a user wrote
+    return f"{array[row].item()!r} at row {row}"
 
 
 def _check_labels(labels: Any, name: str = "labels") -> np.ndarray:
