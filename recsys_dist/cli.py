@@ -17,6 +17,7 @@ import argparse
 import datetime
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -469,12 +470,22 @@ def run() -> None:
     Parquet op, is finalized by an exit handler the op registers; ``os._exit`` skips
     exit handlers, which is safe for a process about to end.)
     """
+    from recsys_dist.cluster.local import termination_signal
+
     try:
         code = main()
     except SystemExit as exc:
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
         code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001  re-raised unless a signal caused it
+        signum = termination_signal()
+        if signum is None:
+            raise
+        # The signal's SystemExit surfaced from TensorFlow's C code as another error;
+        # the signal is what happened, and the cleanup on the way out has run.
+        print(f"error: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        code = 128 + signum
     if code == RESTART_EXIT and _restart_as is not None:
         # A fresh process: the lost cluster's coordinator state cannot be reused.
         sys.stdout.flush()

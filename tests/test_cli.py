@@ -90,3 +90,30 @@ def test_data_read_checks_exactly_once_on_a_local_cluster(synth_dir):
     assert "cluster  2 workers + 2 ps on 127.0.0.1" in result.stdout
     assert "read     6,000 rows" in result.stdout
     assert "check    every planned row was read exactly once (6,000 rows)" in result.stdout
+
+
+SIGNAL_INSIDE_C_CODE = r"""
+import os, signal
+import recsys_dist.cli as cli
+from recsys_dist.cluster.local import terminate_on_signals
+
+def main():
+    with terminate_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pause()
+        except SystemExit as exc:  # what TensorFlow's C code did with it (seen in nest)
+            raise SystemError("returned a result with an exception set") from exc
+    return 0
+
+cli.main = main
+cli.run()
+"""
+
+
+def test_a_signal_that_surfaces_as_another_error_still_exits_128_plus_signum():
+    result = subprocess.run([sys.executable, "-c", SIGNAL_INSIDE_C_CODE], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 128 + 15
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "error: stopped by SIGTERM"

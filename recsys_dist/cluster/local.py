@@ -387,6 +387,8 @@ def terminate_on_signals(
     """
 
     def _exit(signum: int, frame: FrameType | None) -> None:
+        global _received_signal
+        _received_signal = signum
         raise SystemExit(128 + signum)
 
     previous = {sig: signal.signal(sig, _exit) for sig in signals}
@@ -395,6 +397,20 @@ def terminate_on_signals(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+_received_signal: int | None = None
+
+
+def termination_signal() -> int | None:
+    """The signal :func:`terminate_on_signals` turned into ``SystemExit``, if one came.
+
+    The ``SystemExit`` is raised wherever the main thread is when the signal arrives.
+    Inside some of TensorFlow's C code it comes out as another error (seen: a
+    ``SystemError`` from ``nest`` while the first step traced); the caller can still
+    tell that the signal is what stopped it.
+    """
+    return _received_signal
 
 
 def shared_intra_op_threads(tasks: int) -> int:
