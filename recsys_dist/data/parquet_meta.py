@@ -30,8 +30,6 @@ class FileMeta:
       rows: Total rows.
       row_groups: Rows per row group.
       schema: Arrow schema.
-      physical: Parquet physical type per top-level scalar column (``INT64``, ...).
-      nullable: Whether a top-level column may hold nulls (max definition level > 0).
       null_counts: Per column, nulls per row group; ``None`` where the writer stored
         no statistics, so nulls cannot be ruled out.
     """
@@ -40,8 +38,6 @@ class FileMeta:
     rows: int
     row_groups: tuple[int, ...]
     schema: pa.Schema
-    physical: dict[str, str]
-    nullable: dict[str, bool]
     null_counts: dict[str, tuple[int | None, ...]]
 
 
@@ -93,14 +89,10 @@ def _read_file_meta(path: str) -> FileMeta:
                            f"truncated ({reason})") from None
     if meta.num_rows == 0:
         raise BadFileError(f"{path}: empty file (0 rows)")
-    physical: dict[str, str] = {}
-    nullable: dict[str, bool] = {}
     leaf_index: dict[str, int] = {}
     for i in range(meta.num_columns):
         column = meta.schema.column(i)
         if "." not in column.path:  # top-level scalar column
-            physical[column.path] = column.physical_type
-            nullable[column.path] = column.max_definition_level > 0
             leaf_index[column.path] = i
     row_groups = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
     null_counts: dict[str, tuple[int | None, ...]] = {}
@@ -111,7 +103,7 @@ def _read_file_meta(path: str) -> FileMeta:
             counts.append(stats.null_count if stats is not None and stats.has_null_count
                           else None)
         null_counts[name] = tuple(counts)
-    return FileMeta(path, meta.num_rows, row_groups, schema, physical, nullable, null_counts)
+    return FileMeta(path, meta.num_rows, row_groups, schema, null_counts)
 
 
 def read_footers(paths: list[str], on_bad_file: Literal["fail", "skip"],
