@@ -130,3 +130,17 @@ def test_nulls_anywhere_else_are_read_under_the_null_policy(tmp_path, small_conf
     weights = features["tags"]["weights"].numpy()
     assert weights[0].tolist() == [0.0, 0.0, 0.0]                        # null list: empty
     assert weights[1].tolist() == [1.0, 1.0, 0.0]                        # null element dropped
+
+
+def test_a_file_gone_after_planning_is_named_when_read(tmp_path, small_config):
+    from recsys_dist.config import load_config
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.data.read_pass import read_pass_local
+    from recsys_dist.errors import DataError
+
+    path = write_parquet(tmp_path / "data" / DAY / "a.parquet", small_table(50))
+    pipeline = prepare_input(load_config(small_config(train="{dates: 2026-01-01}")), "train", 1)
+    pathlib.Path(path).unlink()
+    with pytest.raises(DataError, match=rf"reading Parquet failed on a worker: .*{path}: "
+                                        r"no such file"):
+        read_pass_local(pipeline)

@@ -133,14 +133,12 @@ def read_pass_local(pipeline: InputPipeline, *, worker_index: int = 0,
     rows = skipped = 0
     collected = []
     start = time.perf_counter()
-    try:
+    with worker_errors_as_data_errors():
         for batch in dataset:
             rows += int(batch["row"].shape[0])
             skipped += int(round(float(tf.reduce_sum(1.0 - batch["valid"]))))
             if collect_rows:
                 collected.append(batch["row"].numpy())
-    except tf.errors.InvalidArgumentError as exc:
-        raise bad_data_error(exc) from None
     seconds = time.perf_counter() - start
     per_worker = [0] * pipeline.plan.num_workers
     per_worker[worker_index] = rows
