@@ -19,7 +19,7 @@ def root(request, tmp_path):
     if request.param == "local":
         return str(tmp_path / "root")
     server = request.getfixturevalue("s3_server")
-    return f"s3://{server['bucket']}/publish/{request.param}"
+    return f"s3://{server['bucket']}/publish/{request.node.originalname}"  # one per test
 
 
 def test_publish_success_last_and_current_never_back(root, tmp_path):
