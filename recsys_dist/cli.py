@@ -324,8 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="check a config, then the data's schema against it",
         description="Checks the config and the feature config it names. With --data (or the "
                     "config's data section and --split), reads every Parquet footer and checks "
-                    "columns, types, null labels and bad files. --scan also reads every row through "
-                    "the in-graph input function and checks its values.")
+                    "columns, types, null labels and bad files. --scan also reads every row "
+                    "through the in-graph input function and checks its values.")
     add_config_args(validate)
     validate.add_argument("--split", choices=["train", "eval", "all"], default=None,
                           help="with --data: apply this split's dates under the path (default: "

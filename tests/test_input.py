@@ -64,7 +64,8 @@ def test_three_workers_read_every_row_exactly_once_with_correct_values(tmp_path,
         row = rid & 0xFFFFFFFF
         assert batch["labels"]["click"][k] == table["click"][row].as_py()
         ad = table["ad"][row].as_py()
-        assert batch["features"]["ad"][k] == _splitmix_bucket(np.array([ad]), 999)[0]  # row 999: missing
+        # 999 buckets: row 999 is the missing row
+        assert batch["features"]["ad"][k] == _splitmix_bucket(np.array([ad]), 999)[0]
         price = table["price"][row].as_py()
         assert batch["features"]["price"][k].numpy() == pytest.approx(np.log1p(price), rel=1e-6)
         tags = [t for t in table["tags"][row].as_py().split("|") if t]
@@ -221,7 +222,8 @@ def test_label_outside_zero_one_fails(tmp_path, small_config):
     (path,) = _day(tmp_path, "2026-01-01",
                    [small_table(10, click=pa.array([0, 1, 2, 0, 1, 0, 0, 1, 1, 0]))], 10)
     pipeline = prepare_input(load_config(small_config(train="{dates: 2026-01-01}")), "train", 1)
-    with pytest.raises(DataError, match=rf"label column 'click' has a null or a value other than 0 or 1 in "
+    with pytest.raises(DataError, match=rf"label column 'click' has a null or a value other "
+                                        rf"than 0 or 1 in "
                                         rf"{path} \(rows 0..10\) at row 2"):
         read_pass_local(pipeline)
 
