@@ -7,4 +7,9 @@ _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # Hide the CUDA-plugin registration noise of CPU-only TensorFlow; errors still raise.
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from recsys_dist import tf_log_filter as _tf_log_filter  # noqa: E402
+
+# ... including the lines TensorFlow's libraries log while they load (see the module).
+_tf_log_filter.install()
+
 __version__ = "0.1.0"

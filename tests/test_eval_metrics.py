@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import pathlib
 
 import numpy as np
 import pytest
@@ -497,7 +498,7 @@ def test_report_is_self_contained_and_metrics_round_trip(tmp_path):
     comparison = M.build_comparison("baseline <run>", metrics, baseline, {"click": boot})
     path = write_report(str(tmp_path / "out"), metrics, M.curves(data, labels),
                         "Eval <day 3> & more", comparison)
-    page = open(path, encoding="utf-8").read()
+    page = pathlib.Path(path).read_text(encoding="utf-8")
     assert path == str(tmp_path / "out" / "report.html")
     assert page.count("data:image/png;base64,") >= 2 * 2 + 2 * 2  # ROC, calibration, slices
     assert 'src="http' not in page and "<link" not in page

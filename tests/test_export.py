@@ -203,10 +203,22 @@ def reference_predictions(config_path: str, model_dir: str, table, nulls: bool =
 
 SERVE_SCRIPT = r"""
 import json, sys
+
+
+class OnlyTensorFlow:
+    # Makes this process one with only TensorFlow installed: importing the framework or
+    # its other dependencies fails.
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("recsys_dist", "tf_keras", "pyarrow", "fsspec", "yaml"):
+            raise ImportError(f"{name} is not installed in a plain TensorFlow process")
+        return None
+
+
+sys.meta_path.insert(0, OnlyTensorFlow())
 import numpy as np
 import tensorflow as tf
 
-assert "recsys_dist" not in sys.modules
 exports, rows_file, out_file = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 NULL_ROWS = int(sys.argv[4])
 rows = dict(np.load(rows_file))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pathlib
 
 import pytest
 
@@ -41,7 +42,7 @@ def test_publish_success_last_and_current_never_back(root, tmp_path):
     assert storage_io.listdir(f"{root}/published/2026-01-03") == []
     scratch = str(tmp_path / "scratch")
     path = local_config(pubs.directory(DAY("2026-01-01")), scratch)
-    assert os.path.isfile(path) and open(path).read() == "features: features.yaml\n"
+    assert os.path.isfile(path) and pathlib.Path(path).read_text() == "features: features.yaml\n"
     assert os.path.isfile(os.path.join(os.path.dirname(path), "features.yaml"))
     assert path.startswith(scratch) == root.startswith("s3://")
     with pytest.raises(PublishError, match="2026-01-03/config.yaml: missing"):
