@@ -79,6 +79,15 @@ def test_missing_config_file_exits_2_with_message(capsys):
     assert capsys.readouterr().err.strip() == "error: no/such.yaml: config file not found"
 
 
+def test_a_binary_config_file_is_named_and_refused(tmp_path, capsys):
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    assert main(["validate", "--config", str(binary)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {binary}: not a text file (byte 0x89 at offset 0 is not UTF-8); expected a "
+        "YAML config")
+
+
 @pytest.mark.cluster
 def test_data_read_checks_exactly_once_on_a_local_cluster(synth_dir):
     result = subprocess.run(

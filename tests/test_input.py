@@ -154,6 +154,19 @@ def test_zero_files_matched_names_dates_and_what_exists(tmp_path, small_config):
         prepare_input(config, None, 1, data_path=str(tmp_path / "missing-dir"))
 
 
+def test_a_partition_with_an_invalid_date_is_never_read_as_data(tmp_path, small_config):
+    _day(tmp_path, "2026-01-01", [small_table(10)])
+    _day(tmp_path, "2026-13-45", [small_table(10)])
+    config = load_config(small_config(train="{dates: 2026-01-01}"))
+    assert prepare_input(config, "train", 1).plan.total_rows == 10  # the range skips it
+    root = str(tmp_path / "data")
+    with pytest.raises(DataError) as raised:
+        prepare_input(config, None, 1, data_path=root)
+    assert str(raised.value) == (
+        f"{root}/dt=2026-13-45: not a valid date partition (expected dt=YYYY-MM-DD) under "
+        f"{root}; rename or move it, or point at the partitions to read")
+
+
 # ---- bad data: rows ---------------------------------------------------------------------
 
 def _with_null_label(n=80):

@@ -655,6 +655,15 @@ def test_build_key_covers_the_compiler_and_the_source(monkeypatch, tmp_path):
     assert build.build_key("g++ (Debian 12.2.0-14) 12.2.0") != key
 
 
+@pytest.mark.parametrize("package", ["tensorflow", "pyarrow"])
+def test_build_key_covers_the_tensorflow_and_pyarrow_versions(monkeypatch, package):
+    """A library built for another TensorFlow or pyarrow is never the one loaded."""
+    module = __import__(package)
+    key = build.build_key("g++ 12")
+    monkeypatch.setattr(module, "__version__", module.__version__ + ".post1")
+    assert build.build_key("g++ 12") != key
+
+
 def test_a_changed_build_key_builds_a_new_library(monkeypatch, tmp_path):
     """One real compile into a fresh directory under a fake compiler version: the library
     is named by the new key; a library for another key is neither loaded nor kept; the

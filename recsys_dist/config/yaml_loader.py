@@ -80,6 +80,10 @@ def load_yaml(file: str | os.PathLike[str]) -> LocatedYaml:
             text = handle.read()
     except FileNotFoundError:
         raise ConfigError(file, "", "config file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(file, "", f"not a text file (byte {exc.object[exc.start]:#04x} at "
+                                    f"offset {exc.start} is not UTF-8); expected a YAML "
+                                    "config") from None
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read config file: {exc.strerror}") from None
     try:

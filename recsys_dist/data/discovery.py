@@ -8,6 +8,7 @@ coordinator through fsspec, so it works the same on local disk, ``s3://`` and
 
 from __future__ import annotations
 
+import datetime
 import posixpath
 
 from recsys_dist.config.experiment import DataSplit, DateRange
@@ -72,15 +73,40 @@ def _summarise(days: list[str]) -> str:
     return f"{days[0]} .. {days[-1]} ({len(days)} partitions)"
 
 
-def discover_path(path: str) -> list[str]:
+def discover_path(path: str, partition_key: str = "dt") -> list[str]:
     """Returns the Parquet files at ``path``: a file, a directory (recursive) or a glob.
 
     Raises:
-      DataError: nothing matched.
+      DataError: nothing matched, or a file sits under a ``<partition_key>=`` directory
+        whose name is not a valid date (``dt=2026-13-45`` is never read as data).
       StorageError: the storage cannot be reached or read (names ``path``).
     """
     with errors_named(path, "list the data"):
-        return _discover_path(path)
+        files = _discover_path(path)
+    _check_partition_names(files, path, partition_key)
+    return files
+
+
+def _check_partition_names(files: list[str], path: str, partition_key: str) -> None:
+    prefix = f"{partition_key}="
+    bad: dict[str, None] = {}
+    for file in files:
+        for part in file.split("/")[:-1]:
+            if part.startswith(prefix) and not _is_iso_date(part[len(prefix):]):
+                bad[file[:file.index(part) + len(part)]] = None
+    if bad:
+        named = list(bad)
+        more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+        raise DataError(f"{', '.join(named[:3])}{more}: not a valid date partition (expected "
+                        f"{prefix}YYYY-MM-DD) under {path}; rename or move it, or point at "
+                        "the partitions to read")
+
+
+def _is_iso_date(text: str) -> bool:
+    try:
+        return len(text) == 10 and datetime.date.fromisoformat(text).isoformat() == text
+    except ValueError:
+        return False
 
 
 def _discover_path(path: str) -> list[str]:
@@ -107,4 +133,4 @@ def discover_split(root: str, split: DataSplit, partition_key: str = "dt") -> li
     date_range = split.date_range()
     if date_range is not None:
         return discover_dates(root, date_range, partition_key)
-    return discover_path(storage.join(root, split.glob))
+    return discover_path(storage.join(root, split.glob), partition_key)

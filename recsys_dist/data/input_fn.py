@@ -195,7 +195,7 @@ def _split_files(config: ExperimentConfig, split: Literal["train", "eval"] | Non
         chosen = getattr(data, split) if data is not None and split else None
         if chosen is not None and _looks_like_root(data_path):
             return discovery.discover_split(data_path, chosen, data.partition_key)
-        return discovery.discover_path(data_path)
+        return discovery.discover_path(data_path, data.partition_key if data else "dt")
     if data is None:
         raise ConfigError(config.file, "data", "no data section; pass --data PATH or add "
                           "data: {path: ...}")
@@ -204,7 +204,7 @@ def _split_files(config: ExperimentConfig, split: Literal["train", "eval"] | Non
         if split:
             raise ConfigError(config.file, f"data.{split}", f"missing; set data.{split}.dates "
                               f"(FROM..TO) or data.{split}.glob, or pass --data PATH")
-        return discovery.discover_path(data.path)
+        return discovery.discover_path(data.path, data.partition_key)
     return discovery.discover_split(data.path, chosen, data.partition_key)
 
 
