@@ -189,7 +189,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     overrides = list(args.set)
     if args.dates is not None:
         overrides.append(f"data.eval={{dates: '{args.dates}'}}")
-    config = load_config(args.config, overrides)
+    config = load_config(args.config or run_config(args.model_dir), overrides)
     result = run_evaluation(config, args.model_dir, args.out, checkpoint=args.checkpoint,
                             data_path=args.data, baseline=args.baseline,
                             progress=None if args.quiet else Progress("scored rows"))
@@ -219,11 +219,33 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_config(model_dir: str) -> str:
+    """The local path of ``MODEL_DIR/config.yaml``, the resolved config ``train`` writes
+    there (with its feature config beside it; copied to a temp dir when remote)."""
+    from recsys_dist import storage_io
+    from recsys_dist.config.experiment import CONFIG_FILE, FEATURES_FILE
+    from recsys_dist.errors import ConfigError
+
+    path = storage_io.join(model_dir, CONFIG_FILE)
+    with storage_io.errors_named(model_dir, "read the run's config"):
+        if not storage_io.exists(path):
+            raise ConfigError(path, "", "not found, and no --config was given; it is written "
+                                        "when train starts: pass --config, or check "
+                                        "--model-dir")
+        if not storage_io.is_remote(model_dir):
+            return path
+        local = tempfile.mkdtemp(prefix="recsys_dist_config_")
+        for name in (CONFIG_FILE, FEATURES_FILE):
+            with open(os.path.join(local, name), "w", encoding="utf-8") as handle:
+                handle.write(storage_io.read_text(storage_io.join(model_dir, name)))
+    return os.path.join(local, CONFIG_FILE)
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
 
-    config = load_config(args.config, args.set)
+    config = load_config(args.config or run_config(args.model_dir), args.set)
     result = export_model(config, args.model_dir, args.out, checkpoint=args.checkpoint)
     inputs = ", ".join(f"{c}:{d}" for c, d in result.inputs.items())
     lists = [c for c, d in result.inputs.items() if d.startswith("list<")]
@@ -298,8 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--quiet", action="store_true", help="no per-file progress lines")
     synth.set_defaults(func=_cmd_synth)
 
-    def add_config_and_set(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--config", required=True, help="model/training config YAML")
+    def add_config_and_set(sub: argparse.ArgumentParser, of_the_run: bool = False) -> None:
+        if of_the_run:
+            sub.add_argument("--config", help="model/training config YAML (default: the "
+                                              "run's own, MODEL_DIR/config.yaml)")
+        else:
+            sub.add_argument("--config", required=True, help="model/training config YAML")
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="override a config key, e.g. --set input.batch_size=1024")
 
@@ -354,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "predictions.parquet and a self-contained report.html to --out: AUC, "
                     "GAUC, logloss, normalised entropy, calibration, slices and the oracle's "
                     "AUC/logloss when the data has its logit. See docs/evaluation.md.")
-    add_config_and_set(evaluate)
+    add_config_and_set(evaluate, of_the_run=True)
     evaluate.add_argument("--model-dir", required=True, help="the run to evaluate")
     evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
                                                "complete one of --model-dir)")
@@ -403,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "Parquet columns (same names and types) and returns a probability per "
                     "label. Feature transforms run in-graph; sharded tables become plain "
                     "variables, so serving needs no parameter server. See docs/export.md.")
-    add_config_and_set(export)
+    add_config_and_set(export, of_the_run=True)
     export.add_argument("--model-dir", required=True, help="the run to export")
     export.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
                                              "complete one of --model-dir)")

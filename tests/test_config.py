@@ -186,6 +186,63 @@ def test_set_overrides_are_validated(tmp_path):
         load_config(path, ["oops"])
 
 
+def test_an_error_from_a_set_names_the_set_not_a_line_of_the_file(tmp_path):
+    path = write(tmp_path, model=MODEL.replace("model: {name: dcn_v2}",
+                                               "model:\n  name: dcn_v2\n  params:\n"
+                                               "    cross_layers: 2\n"))
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, ["model.params.cross_layers=0"])
+    assert str(raised.value) == ("--set model.params.cross_layers=0: model.params.cross_layers: "
+                                 "got 0; expected a value >= 1")
+    with pytest.raises(ConfigError) as raised:  # a key the file does not have
+        load_config(path, ["input.prefetch_batches=-3"])
+    assert str(raised.value).startswith("--set input.prefetch_batches=-3: "
+                                        "input.prefetch_batches: got -3")
+    with pytest.raises(ConfigError) as raised:  # the file's own error keeps its line
+        load_config(write(tmp_path, model=MODEL + "input: {batch_size: 0}\n"))
+    assert str(raised.value).startswith(f"{path}:4: input.batch_size: got 0")
+
+
+def test_set_model_name_drops_the_params_of_the_files_model_with_a_note(tmp_path, capsys):
+    path = write(tmp_path, model=MODEL.replace(
+        "model: {name: dcn_v2}",
+        "model: {name: dcn_v2, params: {cross_layers: 3, deep_units: [32], dropout: 0.1}}"))
+    config = load_config(path, ["model.name=deepfm"])
+    assert config.model.name == "deepfm" and config.model.params.dropout == 0.1
+    assert capsys.readouterr().err == (f"note: --set model.name=deepfm: dropped model.params "
+                                       f"cross_layers, deep_units of {path}, which deepfm does "
+                                       "not take\n")
+    config = load_config(path, ["model.name=deepfm", "model.params.dropout=0.2"])
+    assert config.model.params.dropout == 0.2
+    with pytest.raises(ConfigError, match=r"^--set model.params.cross_layers=2: "
+                                          r"model\.params\.cross_layers: unknown key"):
+        load_config(path, ["model.name=deepfm", "model.params.cross_layers=2"])
+
+
+def test_paths_in_a_file_are_relative_to_it_and_paths_from_set_to_the_cwd(tmp_path,
+                                                                          monkeypatch):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (tmp_path / "features").mkdir()
+    (tmp_path / "features" / "f.yaml").write_text(FEATURES)
+    (configs / "model.yaml").write_text(
+        "features: ../features/f.yaml\n"
+        "data: {path: ../data, train: {dates: 2026-01-01}}\n"
+        "model: {name: lr}\n"
+        "retrain: {root: ../retrain}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_config(configs / "model.yaml")
+    assert config.features.file == str(tmp_path / "features" / "f.yaml")
+    assert config.data.path == str(tmp_path / "data")
+    assert config.retrain.root == str(tmp_path / "retrain")
+    assert config.raw["data"]["path"] == str(tmp_path / "data")  # the resolved config
+    config = load_config(configs / "model.yaml", ["data.path=mine", "retrain.root=s3://b/r"])
+    assert config.data.path == str(elsewhere / "mine")
+    assert config.retrain.root == "s3://b/r"
+
+
 def test_vocabulary_files(tmp_path):
     (tmp_path / "ads.txt").write_text("10\n20\n30\n")
     path = features_with(tmp_path, "table: ads}\n  site", "table: ads, vocabulary: ads.txt}\n  site")

@@ -131,6 +131,23 @@ def test_baseline_model_and_baseline_metrics_give_deltas_and_a_bootstrap_interva
         assert "vs baseline: AUC +" in result.stdout
 
 
+def test_without_config_evaluate_reads_the_runs_own_local_or_on_s3(trained, tmp_path):
+    tmp, _, _, weak = trained
+    for run in (str(tmp / "model"), weak):
+        out = tmp_path / run.replace("/", "_")
+        result = cli("evaluate", "--model-dir", run, "--dates", "2026-01-03", "--out",
+                     str(out), "--quiet")
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert json.loads((out / "metrics.json").read_text())["rows"] == 8_000
+    nothing = tmp_path / "not-a-run"
+    nothing.mkdir()
+    missing = cli("evaluate", "--model-dir", str(nothing), "--out", str(tmp_path / "x"))
+    assert missing.returncode == 2
+    assert missing.stderr == (f"error: {nothing}/config.yaml: not found, and no --config was "
+                              "given; it is written when train starts: pass --config, or "
+                              "check --model-dir\n")
+
+
 def test_evaluate_rejections_name_the_problem(trained, tmp_path):
     tmp, config, data, _ = trained
     model = str(tmp / "model")

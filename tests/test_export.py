@@ -507,3 +507,13 @@ def test_export_from_and_to_s3(trained, exported, s3_server):
     assert nowhere.returncode == 2 and "Traceback" not in nowhere.stderr, nowhere.stderr[-2000:]
     assert (f"error: {missing}: cannot write the export there: The specified bucket does not "
             "exist") in nowhere.stderr
+
+
+def test_export_without_config_reads_the_runs_own(trained, tmp_path):
+    _, model_dir = trained["runs"]["dcn_v2"]
+    out = tmp_path / "1"
+    result = subprocess.run([str(BIN / "recsys-dist"), "export", "--model-dir", model_dir,
+                             "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((out / "assets.extra" / "export.json").read_text())["model_dir"] == \
+        model_dir

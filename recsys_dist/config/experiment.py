@@ -4,7 +4,7 @@ Example::
 
     features: ../features/criteo_synth.yaml
     data:
-      path: data/demo                 # root holding dt=YYYY-MM-DD/ partitions
+      path: ../data/demo              # root holding dt=YYYY-MM-DD/ partitions
       train: {dates: 2026-01-01..2026-01-06}
       eval: {dates: 2026-01-07}
     input: {batch_size: 512}
@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import datetime
 import os
+import sys
 from dataclasses import field
 from typing import Any, Literal
 
@@ -359,6 +360,7 @@ def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:
       ConfigError: an override is not ``key=value`` or walks into a non-mapping.
     """
     data = copy.deepcopy(doc.data) if isinstance(doc.data, dict) else {}
+    given: dict[str, str] = dict(doc.overrides)
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
@@ -376,7 +378,29 @@ def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:
                                   f"--set {item!r}: {child!r} is not a mapping")
             node = child
         node[parts[-1]] = value
-    return LocatedYaml(doc.file, data, doc.lines)
+        given[".".join(parts)] = item
+    _drop_params_of_the_other_model(doc, data, given)
+    return LocatedYaml(doc.file, data, doc.lines, given)
+
+
+def _drop_params_of_the_other_model(doc: LocatedYaml, data: dict, given: dict[str, str]) -> None:
+    """After ``--set model.name=OTHER``, drops the file's ``model.params`` keys that OTHER
+    does not take (they were written for the file's model), with a note on stderr."""
+    model = data.get("model")
+    if "model.name" not in given or not isinstance(model, dict):
+        return
+    params, name = model.get("params"), model.get("name")
+    if not isinstance(params, dict) or name not in MODEL_PARAMS:
+        return
+    takes = {spec.name for spec in dataclasses.fields(MODEL_PARAMS[name])}
+    given_here = LocatedYaml(doc.file, data, doc.lines, given)
+    dropped = [key for key in params if key not in takes
+               and given_here.override(f"model.params.{key}") is None]
+    if dropped:
+        model["params"] = {k: v for k, v in params.items() if k not in dropped}
+        print(f"note: --set {given['model.name']}: dropped model.params "
+              f"{', '.join(dropped)} of {doc.file}, which {name} does not take",
+              file=sys.stderr)
 
 
 def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, features: FeatureConfig) -> dict:
@@ -429,7 +453,8 @@ def _check_data(doc: LocatedYaml, data: DataSpec | None) -> None:
 def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     """Parses a loaded model/training config and the feature config it points at."""
     raw = _parse_dates_as_text(doc.data)
-    doc = LocatedYaml(doc.file, raw, doc.lines)
+    doc = LocatedYaml(doc.file, raw, doc.lines, doc.overrides)
+    raw = _resolve_paths(doc, raw)
     model_raw = raw.get("model") if isinstance(raw, dict) else None
     params_raw = model_raw.get("params") if isinstance(model_raw, dict) else None
     without_params = dict(raw, model={k: v for k, v in model_raw.items() if k != "params"}) \
@@ -438,8 +463,6 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     params = parse_dataclass(MODEL_PARAMS[parsed.model.name], params_raw, doc, "model.params")
     parsed = dataclasses.replace(parsed, model=dataclasses.replace(parsed.model, params=params))
     features_file = parsed.features
-    if not os.path.isabs(features_file):
-        features_file = os.path.normpath(os.path.join(os.path.dirname(doc.file), features_file))
     if not os.path.exists(features_file):
         raise doc.error("features", f"feature config {features_file!r} does not exist")
     features = load_feature_config(features_file)
@@ -457,6 +480,30 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
                             parsed.cluster, parsed.train, inputs, labels, raw,
                             parsed.evaluation, parsed.retrain)
+
+
+#: The keys that hold paths. In a file they are relative to the file's directory; given
+#: with ``--set`` they are relative to the working directory, as ``--data`` is.
+PATH_KEYS = ("features", "data.path", "retrain.root")
+
+
+def _resolve_paths(doc: LocatedYaml, raw: Any) -> Any:
+    """``raw`` with every relative local path of :data:`PATH_KEYS` made absolute, so the
+    resolved config written next to a model means the same wherever it is read."""
+    if not isinstance(raw, dict):
+        return raw
+    raw = copy.deepcopy(raw)
+    for key in PATH_KEYS:
+        *parents, leaf = key.split(".")
+        node = raw
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        value = node.get(leaf) if isinstance(node, dict) else None
+        if not isinstance(value, str) or not value or "://" in value or os.path.isabs(value):
+            continue
+        base = os.getcwd() if doc.override(key) else os.path.dirname(os.path.abspath(doc.file))
+        node[leaf] = os.path.normpath(os.path.join(base, value))
+    return raw
 
 
 def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:
@@ -494,3 +541,17 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     if overrides:
         doc = apply_overrides(doc, overrides)
     return parse_config(doc)
+
+
+#: The files that hold a run's resolved config, next to its model.
+CONFIG_FILE, FEATURES_FILE = "config.yaml", "features.yaml"
+
+
+def resolved_files(config: ExperimentConfig) -> dict[str, str]:
+    """The texts of :data:`CONFIG_FILE` (the config after overrides, its paths absolute,
+    pointing at the feature config beside it) and :data:`FEATURES_FILE` (the feature
+    config), which ``train`` and ``retrain`` write next to a model."""
+    with open(config.features.file, encoding="utf-8") as handle:
+        features = handle.read()
+    resolved = dict(config.raw, features=FEATURES_FILE)
+    return {CONFIG_FILE: yaml.safe_dump(resolved, sort_keys=False), FEATURES_FILE: features}

@@ -23,22 +23,40 @@ class LocatedYaml:
       lines: Maps a key path (``"a.b[2].c"``) to its 1-based line.
     """
 
-    def __init__(self, file: str, data: Any, lines: dict[str, int]):
+    def __init__(self, file: str, data: Any, lines: dict[str, int],
+                 overrides: dict[str, str] | None = None):
         self.file = file
         self.data = data
         self.lines = lines
+        self.overrides = dict(overrides or {})
 
     def line(self, path: str) -> int | None:
         """Returns the line of ``path`` or of its nearest located ancestor key, if any."""
-        while path:
-            if path in self.lines:
-                return self.lines[path]
-            cut = max(path.rfind("."), path.rfind("["))
-            path = path[:cut] if cut > 0 else ""
+        for key in _self_and_ancestors(path):
+            if key in self.lines:
+                return self.lines[key]
+        return None
+
+    def override(self, path: str) -> str | None:
+        """The ``--set KEY=VALUE`` that gave ``path`` (or an ancestor of it) its value."""
+        for key in _self_and_ancestors(path):
+            if key in self.overrides:
+                return self.overrides[key]
         return None
 
     def error(self, path: str, message: str) -> ConfigError:
+        """An error at ``path``: named by its ``--set`` when one set it, else by file:line."""
+        item = self.override(path)
+        if item is not None:
+            return ConfigError(f"--set {item}", path, message)
         return ConfigError(self.file, path, message, self.line(path))
+
+
+def _self_and_ancestors(path: str):
+    while path:
+        yield path
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
 
 
 def _join(prefix: str, key: Any) -> str:

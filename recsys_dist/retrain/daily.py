@@ -31,12 +31,11 @@ import shutil
 import subprocess
 import tempfile
 
-import yaml
 
 import recsys_dist
 from recsys_dist import storage_io
 from recsys_dist.config import load_config
-from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.config.experiment import ExperimentConfig, resolved_files
 from recsys_dist.errors import ConfigError, DataError, RecsysError
 from recsys_dist.retrain.publish import Publications, local_config
 from recsys_dist.retrain.templates import render
@@ -79,13 +78,6 @@ def _code_version() -> str:
     except OSError:
         pass
     return version
-
-
-def _config_texts(config: ExperimentConfig) -> dict[str, str]:
-    with open(config.features.file, encoding="utf-8") as handle:
-        features = handle.read()
-    resolved = dict(config.raw, features="features.yaml")
-    return {"config.yaml": yaml.safe_dump(resolved, sort_keys=False), "features.yaml": features}
 
 
 def _eval_present(config: ExperimentConfig) -> bool:
@@ -238,7 +230,7 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
     saved = find_checkpoint(run_dir)
     directory = pubs.begin(date)
     export_model(config, run_dir, f"{directory}/export")
-    texts = _config_texts(config)
+    texts = resolved_files(config)
     manifest = {
         "date": date.isoformat(), "published_at": datetime.datetime.now(
             datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -39,11 +39,10 @@ import time
 from typing import Literal
 
 import tensorflow as tf
-import yaml
 
 from recsys_dist import storage_io
 from recsys_dist.cluster.runtime import Runtime
-from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.config.experiment import ExperimentConfig, resolved_files
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
@@ -325,6 +324,7 @@ class Trainer:
           DataError: a worker hit bad data (the message names file, column and row).
           ClusterLost: a parameter server was lost (restart from the last checkpoint).
         """
+        self.write_config_files()  # evaluate and export read it by default, even mid-run
         # TensorFlow writes the summaries locally; for a remote model dir they are staged
         # and uploaded at each checkpoint and at the end.
         with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost(), \
@@ -460,18 +460,18 @@ class Trainer:
                                     oracle_columns)
         return metrics
 
+    def write_config_files(self) -> None:
+        """Writes the resolved config and its feature config into ``model_dir`` (local or
+        remote): ``evaluate`` and ``export`` read them when given no ``--config``."""
+        for name, text in resolved_files(self.config).items():
+            storage_io.write_text(storage_io.join(self.model_dir, name), text)
+
     def write_run_files(self, result: TrainResult, eval_metrics: dict | None) -> None:
-        """Writes the resolved config and the run's figures into ``model_dir`` (local or
-        remote), ``train_result.json`` last."""
-        with open(self.config.features.file, encoding="utf-8") as handle:
-            features_text = handle.read()
-        resolved = dict(self.config.raw, features="features.yaml")
+        """Writes the run's figures into ``model_dir``: ``train_result.json``."""
         summary = dataclasses.asdict(result) | {"examples_per_second": result.examples_per_second,
                                                 "eval": eval_metrics}
-        for name, text in (("features.yaml", features_text),
-                           ("config.yaml", yaml.safe_dump(resolved, sort_keys=False)),
-                           (RESULT_FILE, json.dumps(summary, indent=2))):
-            storage_io.write_text(storage_io.join(self.model_dir, name), text)
+        storage_io.write_text(storage_io.join(self.model_dir, RESULT_FILE),
+                              json.dumps(summary, indent=2))
 
 
 def _mean_loss(recent) -> float:
