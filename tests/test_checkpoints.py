@@ -79,7 +79,8 @@ def _position(epochs: int = 2) -> DataPosition:
 
 def test_data_position_schedules_what_is_left_pass_by_pass():
     position = _position()
-    order = list(position.schedule())
+    passes, order = zip(*position.schedule())
+    assert passes == (0,) * 5 + (1,) * 5
     assert sorted(order[:5]) == sorted(order[5:]) == list(range(5))
     assert order[:5] != list(range(5)) or order[5:] != list(range(5))  # shuffled
     for index in order[:7]:
@@ -87,7 +88,8 @@ def test_data_position_schedules_what_is_left_pass_by_pass():
     resumed = _position()
     resumed.restore(json.loads(json.dumps(position.to_json())), "ckpt")
     assert resumed.finished_rows == 70 and not resumed.finished
-    left = list(resumed.schedule())
+    passes, left = zip(*resumed.schedule())
+    assert passes == (1, 1, 1)
     assert sorted(left) == sorted(order[7:])  # exactly the three unfinished passes
     for index in left:
         resumed.complete(index)

@@ -277,7 +277,7 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when):
 
 
 def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, data):
-    config = write_config(tmp_path, data, "lr", epochs=1)
+    config = write_config(tmp_path, data, "lr", epochs=2)
     run = tmp_path / "run"
     result = subprocess.run(
         [str(pathlib.Path(sys.executable).parent / "recsys-dist"), "train", "--config", config,
@@ -294,8 +294,15 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     assert resolved["features"] == "features.yaml"
     assert resolved["input"]["batch_size"] == 512  # the --set override is recorded
     assert (run / "features.yaml").read_text() == (tmp_path / "features.yaml").read_text()
+    assert resolved["data"]["path"] == str(data)  # absolute: it loads from anywhere
     figures = json.loads((run / "train_result.json").read_text())
-    assert figures["examples"] == 12_000 and figures["eval"]["rows"] == 6_000
+    assert figures["examples"] == 2 * 12_000 and figures["eval"]["rows"] == 6_000
+    passes = figures["epochs"]  # the training AUC of each pass, over that pass's rows
+    assert [p["epoch"] for p in passes] == [1, 2]
+    assert all(0.5 < p["auc"]["click"] < 1 for p in passes)
+    assert figures["auc"] == passes[-1]["auc"]
+    first = passes[0]["auc"]["click"]
+    assert f"epoch 1/2 done: train auc/click {first:.4f}" in result.stdout, result.stdout
     assert list((run / "train").glob("events.out.tfevents.*"))
     # the resolved config loads again as it is
     from recsys_dist.config import load_config

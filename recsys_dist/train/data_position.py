@@ -73,13 +73,14 @@ class DataPosition:
         """Records one more finished pass of item ``index``."""
         self.done[index] += 1
 
-    def schedule(self) -> Iterator[int]:
-        """Item indices still to run, pass by pass (each index once per missing pass)."""
+    def schedule(self) -> Iterator[tuple[int, int]]:
+        """(pass, item index) still to run, pass by pass (each index once per missing
+        pass); passes count from 0."""
         for epoch in range(self.epochs):
             todo = [i for i, d in enumerate(self.done) if d <= epoch]
             if self.shuffle:
                 random.Random(f"{self.seed}/{epoch}").shuffle(todo)
-            yield from todo
+            yield from ((epoch, index) for index in todo)
 
     # ---- persistence --------------------------------------------------------------------
     def to_json(self) -> dict:

@@ -72,9 +72,12 @@ class TrainResult:
       skipped_rows: Rows with weight 0 under ``on_bad_row: skip``.
       seconds: Wall time of the training loop.
       loss: Mean loss of the last closures (the last few dozen steps).
-      auc: Streaming training AUC per label.
+      auc: Training AUC per label over the last pass (epoch) of the run.
       warm_examples_per_second: Rate after the first closure came back, which leaves
         out tracing and server warm-up.
+      epochs: Per pass this run trained: ``{"epoch": n (from 1), "auc": {label: AUC}}``,
+        each AUC over that pass's rows only (a resumed pass: over the rows after the
+        resume).
     """
 
     steps: int
@@ -84,6 +87,7 @@ class TrainResult:
     loss: float
     auc: dict[str, float]
     warm_examples_per_second: float = float("nan")
+    epochs: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def examples_per_second(self) -> float:
@@ -344,6 +348,7 @@ class Trainer:
         recent: collections.deque = collections.deque(maxlen=max(8, 4 * self.runtime.num_workers))
         window: collections.deque = collections.deque(maxlen=recent.maxlen)  # (time, rows)
         todo = self.position.schedule()
+        epoch, epochs = None, []  # the pass being trained; the finished ones' AUCs
         scheduled_steps = first_step = self.step
         exhausted, first = False, None
         last_summary = last_log = start = last_save = time.perf_counter()
@@ -368,13 +373,19 @@ class Trainer:
 
         while True:
             while not exhausted and len(pending) < 2 * self.runtime.num_workers:
-                index = next(todo, None)
+                next_epoch, index = next(todo, (None, None))
                 budget = -(-self.items[index].rows // spec.batch_size) if index is not None else 0
                 if train.max_steps is not None:
                     budget = min(budget, train.max_steps - scheduled_steps)
                 if index is None or budget <= 0:
                     exhausted = True
                     break
+                if next_epoch != epoch:
+                    if epoch is not None:  # a pass ends: its AUC covers its rows only
+                        while pending:
+                            collect(*pending.popleft())
+                        epochs.append(self._end_epoch(epoch, show_progress))
+                    epoch = next_epoch
                 item = self.items[index]
                 pending.append((index, budget, coordinator.schedule(
                     self._train_item, args=tuple(tf.constant(v, tf.int64) for v in (
@@ -389,7 +400,7 @@ class Trainer:
             window.append((now, progress.rows))
             if show_progress and now - last_log >= train.log_every_seconds:
                 last_log = now
-                self._log(first_step + progress.steps, window, recent)
+                self._log(first_step + progress.steps, window, recent, epoch)
             if now - last_summary >= train.summary_every_seconds:
                 last_summary = now
                 self._summaries(writer, first_step + progress.steps,
@@ -407,6 +418,8 @@ class Trainer:
                 last_save, last_save_step = time.perf_counter(), first_step + progress.steps
                 saved_at = last_save_step
         coordinator.join()
+        if epoch is not None:
+            epochs.append(self._end_epoch(epoch, show_progress, reset=False))
         seconds = time.perf_counter() - start
         self._summaries(writer, first_step + progress.steps,
                         progress.rows / seconds if seconds else 0.0, recent)
@@ -420,7 +433,19 @@ class Trainer:
                 if first and end > first[0] else float("nan"))
         return TrainResult(progress.steps, progress.rows, progress.skipped, seconds,
                            _mean_loss(recent),
-                           {n: float(m.result()) for n, m in self.auc.items()}, warm)
+                           {n: float(m.result()) for n, m in self.auc.items()}, warm, epochs)
+
+    def _end_epoch(self, epoch: int, show_progress: bool, reset: bool = True) -> dict:
+        """The training AUC of pass ``epoch`` (from 0), which has just ended; the AUC
+        metrics then start over for the next pass."""
+        aucs = {n: float(m.result()) for n, m in self.auc.items()}
+        if show_progress and self.position.epochs > 1:
+            print(f"epoch {epoch + 1}/{self.position.epochs} done: "
+                  + ", ".join(f"train auc/{n} {v:.4f}" for n, v in aucs.items()), flush=True)
+        if reset:
+            for metric in self.auc.values():
+                metric.reset_state()
+        return {"epoch": epoch + 1, "auc": aucs}
 
     def _checkpoint(self, progress: _Progress, show_progress: bool) -> None:
         saved = self.save_checkpoint(progress.rows)
@@ -433,7 +458,7 @@ class Trainer:
                   + (f" and uploaded in {upload:.1f}s" if upload is not None else "")
                   + f" to {saved.directory}", flush=True)
 
-    def _log(self, steps, window, recent) -> None:
+    def _log(self, steps, window, recent, epoch) -> None:
         (t0, rows0), (t1, rows1) = window[0], window[-1]
         if t1 <= t0 or rows1 <= rows0:
             return  # no rate yet
@@ -441,8 +466,10 @@ class Trainer:
         done, total = self.position.finished_rows, self.position.total_rows
         eta = (total - done) / rate
         aucs = " ".join(f"auc/{n} {float(m.result()):.4f}" for n, m in self.auc.items())
-        print(f"step {steps:,} | {rate:,.0f} ex/s | loss {_mean_loss(recent):.4f} | {aucs} | "
-              f"{100 * done / max(total, 1):.0f}% | ETA {eta:.0f}s", flush=True)
+        passes = self.position.epochs
+        where = f"epoch {epoch + 1}/{passes} | " if passes > 1 and epoch is not None else ""
+        print(f"{where}step {steps:,} | {rate:,.0f} ex/s | loss {_mean_loss(recent):.4f} | "
+              f"{aucs} | {100 * done / max(total, 1):.0f}% | ETA {eta:.0f}s", flush=True)
 
     def _summaries(self, writer, steps, rate, recent) -> None:
         with writer.as_default(step=steps):
