@@ -16,7 +16,8 @@ import tensorflow as tf
 from recsys_dist import storage_io
 from recsys_dist.data.shard_plan import Unit
 from recsys_dist.storage_io import StorageError
-from recsys_dist.train.checkpoints import (COMPLETE, CheckpointError, CheckpointManager,
+from recsys_dist.train.checkpoints import (COMPLETE, DAMAGED, CheckpointError,
+                                           CheckpointManager, DamagedCheckpoint,
                                            SavedCheckpoint, check_signature, find_checkpoint,
                                            restore)
 from recsys_dist.train.data_position import DataPosition, PositionMismatch
@@ -57,6 +58,76 @@ def test_a_save_at_an_existing_step_replaces_it(tmp_path):
     manager.save(_checkpoint(1.0), 5, {"a": 1})
     manager.save(_checkpoint(2.0), 5, {"a": 2})
     assert manager.latest().state["a"] == 2
+
+
+def _damage(directory: str, how: str) -> tuple[str, int]:
+    """Truncates or flips a byte of the checkpoint's data file; (its name, its size)."""
+    data = sorted(pathlib.Path(directory).glob("variables.data-*"))[-1]
+    size = data.stat().st_size
+    with open(data, "r+b") as handle:
+        if how == "truncate":
+            handle.truncate(size - 5)
+        else:
+            handle.seek(size // 2)
+            byte = handle.read(1)
+            handle.seek(size // 2)
+            handle.write(bytes([byte[0] ^ 0xFF]))
+    return data.name, size
+
+
+@pytest.mark.parametrize("how", ["truncate", "flip"])
+def test_a_file_damaged_after_the_save_is_named_before_tensorflow_reads_it(tmp_path, how):
+    manager = CheckpointManager(str(tmp_path))
+    saved = manager.save(_checkpoint(4.0), 4, {})
+    assert set(saved.state["files"]) == {"variables.index", "variables.data-00000-of-00001"}
+    name, size = _damage(saved.directory, how)
+    with pytest.raises(DamagedCheckpoint) as raised:
+        restore(_checkpoint(0.0), manager.latest())
+    problem = (f"{name} is {size - 5:,} bytes, {size:,} when it was written (truncated or "
+               "changed after the save)" if how == "truncate" else
+               f"{name} has CRC-32 ")
+    assert str(raised.value).startswith(f"{saved.directory}: damaged checkpoint: {problem}")
+
+
+def test_a_damaged_checkpoint_on_s3_is_named_after_the_download(s3_server, tmp_path):
+    url = f"s3://{s3_server['bucket']}/runs/damaged"
+    saved = CheckpointManager(url).save(_checkpoint(5.0), 5, {})
+    key = "runs/damaged/checkpoints/ckpt-000000000005/variables.index"
+    s3_server["client"].put_object(Bucket=s3_server["bucket"], Key=key, Body=b"short")
+    with pytest.raises(DamagedCheckpoint, match=rf"^{saved.directory}: damaged checkpoint: "
+                                                r"variables\.index is 5 bytes, "):
+        restore(_checkpoint(0.0), CheckpointManager(url).latest())
+
+
+def test_marking_a_checkpoint_damaged_keeps_its_files_and_says_why(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    manager.save(_checkpoint(1.0), 1, {})
+    damaged = manager.save(_checkpoint(2.0), 2, {})
+    _damage(damaged.directory, "truncate")
+    (directory, found), (_, older) = list(manager.newest_first())
+    with pytest.raises(DamagedCheckpoint) as raised:
+        restore(_checkpoint(0.0), found)
+    manager.mark_damaged(raised.value)
+    assert manager.latest().step == 1 and older.step == 1
+    files = sorted(p.name for p in pathlib.Path(directory).iterdir())
+    assert files == [DAMAGED, "state.json", "variables.data-00000-of-00001", "variables.index"]
+    assert (pathlib.Path(directory) / DAMAGED).read_text() == f"{raised.value}\n"
+    (pathlib.Path(older.directory) / "state.json").write_text("{not json")
+    (_, unreadable), = manager.newest_first()
+    assert isinstance(unreadable, DamagedCheckpoint)
+    assert str(unreadable).startswith(f"{older.directory}: damaged checkpoint: state.json is "
+                                      "unreadable")
+
+
+def test_a_checkpoint_without_a_manifest_is_read_without_the_check(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    saved = manager.save(_checkpoint(6.0), 6, {})
+    state = json.loads((pathlib.Path(saved.directory) / "state.json").read_text())
+    del state["files"]  # as written before checkpoints had a manifest
+    (pathlib.Path(saved.directory) / "state.json").write_text(json.dumps(state))
+    target = _checkpoint(0.0)
+    restore(target, manager.latest())
+    np.testing.assert_array_equal(target.v.numpy(), [6.0] * 3)
 
 
 def test_signature_mismatch_names_the_table(small_config):

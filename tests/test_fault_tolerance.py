@@ -274,3 +274,35 @@ def test_resume_with_a_different_number_of_parameter_servers(setup, tmp_path):
     assert "2 workers + 3 ps" in second.output and restored >= saved
     assert seen - restored <= EVERY + IN_FLIGHT, (saved, seen, restored)
     assert_complete_and_close(tmp_path / "run", baseline)
+
+
+def test_a_damaged_newest_checkpoint_is_named_and_resume_takes_the_previous_one(setup,
+                                                                                tmp_path):
+    config, baseline = setup
+    model_dir = tmp_path / "run"
+    first = TrainRun(config, model_dir)
+    first.wait_for(r"^checkpoint step ([\d,]+)", count=2)
+    first.process.send_signal(signal.SIGKILL)
+    first.finish()
+    complete = sorted(p.parent for p in model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))
+    assert len(complete) >= 2, first.output[-2000:]
+    newest, previous = complete[-1], complete[-2]
+    data = sorted(newest.glob("variables.data-*"))[-1]
+    size = data.stat().st_size
+    with open(data, "r+b") as handle:  # cut after the save: a disk or copy error
+        handle.truncate(size // 2)
+    damage = (f"{newest}: damaged checkpoint: {data.name} is {size // 2:,} bytes, {size:,} "
+              "when it was written (truncated or changed after the save)")
+    for command in (["evaluate", "--out", str(tmp_path / "eval")],
+                    ["export", "--out", str(tmp_path / "export")]):
+        refused = subprocess.run([CLI, *command, "--model-dir", str(model_dir)],
+                                 capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and refused.stderr == f"error: {damage}\n", \
+            refused.stderr[-2000:]
+    rerun = TrainRun(config, model_dir)
+    restored = resumed_step(rerun)
+    assert rerun.finish() == 0, rerun.output[-3000:]
+    assert f"warning  {damage}; trying the previous complete checkpoint" in rerun.output
+    assert f"ckpt-{restored:012d}" == previous.name
+    assert (newest / "_DAMAGED").read_text() == damage + "\n"  # kept, with the reason
+    assert_complete_and_close(model_dir, baseline)

@@ -6,13 +6,22 @@ Layout::
         variables.index, variables.data-*   # tf.train.Checkpoint: embeddings (as whole
                                             # tables), dense weights, optimizer slots,
                                             # global step
-        state.json                          # data position, model signature, figures
+        state.json                          # data position, model signature, figures,
+                                            # and the manifest of the variables files
         _COMPLETE                           # written last
 
 A checkpoint counts only once its ``_COMPLETE`` marker exists, and the marker is the
 last file written, so a save cut short by a kill (or an S3 upload that never finished:
 S3 has no atomic rename) is never restored; the next save or cleanup removes it. The
 newest ``keep`` complete checkpoints are kept.
+
+Files damaged after the marker was written (a truncated or overwritten
+``variables.data-*``, a disk or copy error) are caught before TensorFlow reads them:
+``state.json`` holds the size and CRC-32 of every variables file, and every read checks
+them (:class:`DamagedCheckpoint` names the checkpoint and the file). A resuming run then
+marks that checkpoint damaged (``_COMPLETE`` becomes ``_DAMAGED``, which says why; no
+file is deleted) and resumes from the previous complete one. Checkpoints written before
+the manifest existed are read without the check.
 
 Sharded tables are saved as whole tables (``ShardedVariable`` saves each shard as a
 slice of the full tensor), slots included, so a checkpoint restores into any number of
@@ -53,6 +62,7 @@ import posixpath
 import re
 import shutil
 import time
+import zlib
 from collections.abc import Iterator
 
 import tensorflow as tf
@@ -64,11 +74,20 @@ CHECKPOINTS = "checkpoints"
 VARIABLES = "variables"
 STATE = "state.json"
 COMPLETE = "_COMPLETE"
+DAMAGED = "_DAMAGED"
 _NAME = re.compile(r"^ckpt-(\d{12})$")
 
 
 class CheckpointError(RecsysError):
     """A checkpoint cannot be used by this run."""
+
+
+class DamagedCheckpoint(CheckpointError):
+    """A complete checkpoint whose files changed after they were written."""
+
+    def __init__(self, directory: str, problem: str):
+        self.directory = directory
+        super().__init__(f"{directory}: damaged checkpoint: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +139,46 @@ def _tf_reason(exc: tf.errors.OpError) -> str:
                 type(exc).__name__)
 
 
+def _crc32(path: str) -> str:
+    crc = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 22):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
+
+
+def file_manifest(local_dir: str) -> dict[str, dict]:
+    """``{name: {"bytes": size, "crc32": hex}}`` of the variables files in ``local_dir``."""
+    return {name: {"bytes": os.path.getsize(os.path.join(local_dir, name)),
+                   "crc32": _crc32(os.path.join(local_dir, name))}
+            for name in sorted(os.listdir(local_dir)) if name.startswith(VARIABLES + ".")}
+
+
+def verify_files(saved: SavedCheckpoint, local_dir: str) -> None:
+    """Checks the variables files in ``local_dir`` (``saved``'s own directory, or where it
+    was downloaded) against the manifest in its ``state.json``.
+
+    Raises:
+      DamagedCheckpoint: a file is missing, or its size or CRC-32 differs.
+    """
+    expected = saved.state.get("files")
+    if expected is None:
+        return  # written before checkpoints had a manifest
+    for name, want in sorted(expected.items()):
+        path = os.path.join(local_dir, name)
+        if not os.path.exists(path):
+            raise DamagedCheckpoint(saved.directory, f"{name} is missing")
+        size = os.path.getsize(path)
+        if size != want["bytes"]:
+            raise DamagedCheckpoint(saved.directory, f"{name} is {size:,} bytes, "
+                                    f"{want['bytes']:,} when it was written (truncated or "
+                                    "changed after the save)")
+        if _crc32(path) != want["crc32"]:
+            raise DamagedCheckpoint(saved.directory, f"{name} has CRC-32 {_crc32(path)}, "
+                                    f"{want['crc32']} when it was written (changed after "
+                                    "the save)")
+
+
 def _remove(directory: str) -> None:
     storage_io.remove(_join(directory, COMPLETE))  # un-complete first: a cut cleanup
     storage_io.rmtree(directory)                   # leaves no torn checkpoint
@@ -138,6 +197,8 @@ def local_prefix(saved: SavedCheckpoint | str) -> Iterator[str]:
     """
     prefix = saved.prefix if isinstance(saved, SavedCheckpoint) else saved
     if not storage_io.is_remote(prefix):
+        if isinstance(saved, SavedCheckpoint):
+            verify_files(saved, storage_io.filesystem(saved.directory)[1])
         yield prefix
         return
     directory, name = posixpath.split(prefix.rstrip("/"))
@@ -148,6 +209,8 @@ def local_prefix(saved: SavedCheckpoint | str) -> Iterator[str]:
         if not copied:
             raise CheckpointError(f"{prefix}: cannot read the checkpoint: no {name}.* files "
                                   f"in {directory}")
+        if isinstance(saved, SavedCheckpoint):
+            verify_files(saved, scratch)
         yield os.path.join(scratch, name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -193,10 +256,26 @@ class CheckpointManager:
         try:
             state = json.loads(storage_io.read_text(path))
         except (storage_io.StorageError, ValueError) as exc:
-            raise CheckpointError(f"{path}: unreadable checkpoint state ({exc}); the "
-                                  "checkpoint is marked complete, so its files were changed "
-                                  "after it was written") from None
+            raise DamagedCheckpoint(directory, f"{STATE} is unreadable ({exc}); the "
+                                    "checkpoint is marked complete, so its files were changed "
+                                    "after it was written") from None
         return SavedCheckpoint(directory, step, state)
+
+    def newest_first(self) -> Iterator[tuple[str, SavedCheckpoint | DamagedCheckpoint]]:
+        """(directory, checkpoint) of every complete checkpoint, newest first; the
+        checkpoint is a :class:`DamagedCheckpoint` when its ``state.json`` is unreadable."""
+        for step, directory, complete in reversed(self._entries()):
+            if complete:
+                try:
+                    yield directory, self._load(step, directory)
+                except DamagedCheckpoint as exc:
+                    yield directory, exc
+
+    def mark_damaged(self, damage: DamagedCheckpoint) -> None:
+        """Takes a damaged checkpoint out of use, keeping its files: its ``_COMPLETE``
+        marker becomes ``_DAMAGED``, which holds the reason."""
+        storage_io.write_text(_join(damage.directory, DAMAGED), f"{damage}\n")
+        storage_io.remove(_join(damage.directory, COMPLETE))
 
     def save(self, checkpoint: tf.train.Checkpoint, step: int, state: dict) -> SavedCheckpoint:
         """Writes a checkpoint at ``step``; returns it once it is complete.
@@ -221,9 +300,10 @@ class CheckpointManager:
                 raise CheckpointError(f"{directory}: cannot write the checkpoint: "
                                       f"{_tf_reason(exc)}") from None
             written = time.perf_counter()
+            files = file_manifest(staged.local)
             staged.sync()
         state = dict(state, step=step, saved_at=time.time(),
-                     save_seconds=round(written - start, 3))
+                     save_seconds=round(written - start, 3), files=files)
         if staged.remote:
             state["upload_seconds"] = round(time.perf_counter() - written, 3)
         storage_io.write_text(_join(directory, STATE), json.dumps(state, indent=1))
@@ -261,7 +341,7 @@ def restore(checkpoint: tf.train.Checkpoint, saved: SavedCheckpoint | str,
         model-only root, e.g. scoring); else the checkpoint is refused.
     """
     prefix = saved.prefix if isinstance(saved, SavedCheckpoint) else saved
-    with local_prefix(prefix) as local:
+    with local_prefix(saved) as local:
         _read(checkpoint, local, prefix, require_all)
 
 
@@ -273,9 +353,11 @@ def _read(checkpoint: tf.train.Checkpoint, local: str, prefix: str, require_all:
         if require_all:
             status.assert_existing_objects_matched()
         status.expect_partial()
-    except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+    except tf.errors.OpError as exc:
         raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
                               f"{_tf_reason(exc)}") from None
+    except IndexError as exc:  # TensorFlow's reader on a cut file: "Read less bytes ..."
+        raise CheckpointError(f"{prefix}: cannot read the checkpoint: {exc}") from None
     except (AssertionError, ValueError) as exc:
         raise CheckpointError(f"{prefix}: does not fit this model (model.params or the "
                               f"feature config differ from the run that wrote it): "
@@ -380,9 +462,12 @@ def restore_model(model, saved: SavedCheckpoint, config_file: str) -> None:
     with local_prefix(saved) as local:
         try:
             reader = tf.train.load_checkpoint(local)
-        except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+        except tf.errors.OpError as exc:
             raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: "
                                   f"{_tf_reason(exc)}") from None
+        except IndexError as exc:  # a cut file: "Read less bytes than requested"
+            raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: "
+                                  f"{exc}") from None
         stored = collections.Counter(
             tuple(shape) for key, shape in reader.get_variable_to_shape_map().items()
             if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")

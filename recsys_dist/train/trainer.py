@@ -49,7 +49,8 @@ from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.errors import DataError
 from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
 from recsys_dist.models.zoo import build_model
-from recsys_dist.train.checkpoints import (CheckpointManager, SavedCheckpoint,
+from recsys_dist.train.checkpoints import (DAMAGED, CheckpointError, CheckpointManager,
+                                           DamagedCheckpoint, SavedCheckpoint,
                                            check_signature, create_slots, local_prefix,
                                            model_signature, restore)
 from recsys_dist.train.data_position import DataPosition
@@ -205,19 +206,39 @@ class Trainer:
     def resume(self) -> SavedCheckpoint | None:
         """Restores the newest complete checkpoint of ``model_dir`` and its data position.
 
+        A damaged one (its files changed after the save; see ``checkpoints.py``) is
+        marked so, with a warning, and the previous complete one is restored instead.
+
         Raises:
-          CheckpointError: it was written for another model or feature config.
+          CheckpointError: it was written for another model or feature config, or every
+            complete checkpoint is damaged.
           PositionMismatch: its data position counts other data.
         """
-        saved = self.checkpoints.latest()
-        if saved is None:
-            return None
-        check_signature(saved, self.config)
-        restore(self.checkpoint, saved)
-        self.position.restore(saved.state["position"], saved.directory)
-        self._rows_before = int(saved.state.get("rows_trained", 0))
-        self.restored = saved
-        return saved
+        damaged: list[DamagedCheckpoint] = []
+        for _, saved in self.checkpoints.newest_first():
+            try:
+                if isinstance(saved, DamagedCheckpoint):
+                    raise saved
+                check_signature(saved, self.config)
+                restore(self.checkpoint, saved)
+            except DamagedCheckpoint as damage:
+                print(f"warning  {damage}; trying the previous complete checkpoint",
+                      flush=True)
+                damaged.append(damage)
+                continue
+            for damage in damaged:  # only once a good one is found: nothing is lost
+                self.checkpoints.mark_damaged(damage)
+                print(f"warning  {damage.directory}: marked {DAMAGED}, resuming from "
+                      f"{saved.directory}", flush=True)
+            self.position.restore(saved.state["position"], saved.directory)
+            self._rows_before = int(saved.state.get("rows_trained", 0))
+            self.restored = saved
+            return saved
+        if damaged:
+            raise CheckpointError(f"{self.checkpoints.root}: every complete checkpoint is "
+                                  f"damaged ({'; '.join(str(d) for d in damaged)}); train "
+                                  "into a new --model-dir, or remove them to start afresh")
+        return None
 
     def warm_start(self, saved: SavedCheckpoint,
                    on_table_resize: Literal["fail", "reinitialize"] = "fail") -> WarmStartReport:
