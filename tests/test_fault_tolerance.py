@@ -306,3 +306,22 @@ def test_a_damaged_newest_checkpoint_is_named_and_resume_takes_the_previous_one(
     assert f"ckpt-{restored:012d}" == previous.name
     assert (newest / "_DAMAGED").read_text() == damage + "\n"  # kept, with the reason
     assert_complete_and_close(model_dir, baseline)
+
+
+def test_a_run_whose_data_moved_resumes_from_its_checkpoint(setup, tmp_path):
+    import shutil
+
+    from recsys_dist.config import load_config
+
+    config, baseline = setup
+    model_dir = tmp_path / "run"
+    first = TrainRun(config, model_dir)
+    saved = int(first.wait_for(r"^checkpoint step ([\d,]+)").group(1).replace(",", ""))
+    first.process.send_signal(signal.SIGKILL)
+    first.finish()
+    moved = tmp_path / "elsewhere" / "copy"  # e.g. a local copy of what was on S3
+    shutil.copytree(load_config(config).data.path, moved)
+    rerun = TrainRun(config, model_dir, "--data", str(moved))
+    assert resumed_step(rerun) >= saved
+    assert rerun.finish() == 0, rerun.output[-3000:]
+    assert_complete_and_close(model_dir, baseline)

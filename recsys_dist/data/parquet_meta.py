@@ -32,6 +32,7 @@ class FileMeta:
       schema: Arrow schema.
       null_counts: Per column, nulls per row group; ``None`` where the writer stored
         no statistics, so nulls cannot be ruled out.
+      bytes: Size of the file.
     """
 
     path: str
@@ -39,6 +40,7 @@ class FileMeta:
     row_groups: tuple[int, ...]
     schema: pa.Schema
     null_counts: dict[str, tuple[int | None, ...]]
+    bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +105,7 @@ def _read_file_meta(path: str) -> FileMeta:
             counts.append(stats.null_count if stats is not None and stats.has_null_count
                           else None)
         null_counts[name] = tuple(counts)
-    return FileMeta(path, meta.num_rows, row_groups, schema, null_counts)
+    return FileMeta(path, meta.num_rows, row_groups, schema, null_counts, size)
 
 
 def read_footers(paths: list[str], on_bad_file: Literal["fail", "skip"],

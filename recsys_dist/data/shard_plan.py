@@ -47,6 +47,7 @@ class ShardPlan:
       workers: Worker index of each unit.
       num_workers: Number of workers planned for.
       skipped: Files or units left out under a ``skip`` policy.
+      file_bytes: Size of each file.
     """
 
     files: tuple[str, ...]
@@ -55,6 +56,7 @@ class ShardPlan:
     workers: tuple[int, ...]
     num_workers: int
     skipped: tuple[Skipped, ...] = ()
+    file_bytes: tuple[int, ...] = ()
 
     @property
     def total_rows(self) -> int:
@@ -135,4 +137,5 @@ def plan_shards(metas: list[FileMeta], num_workers: int, max_unit_rows: int,
                         + (f" ({detail})" if detail else ""))
     return ShardPlan(files=tuple(m.path for m in metas), file_rows=tuple(m.rows for m in metas),
                      units=tuple(units), workers=tuple(assign_units(units, num_workers)),
-                     num_workers=num_workers, skipped=skipped)
+                     num_workers=num_workers, skipped=skipped,
+                     file_bytes=tuple(m.bytes for m in metas))

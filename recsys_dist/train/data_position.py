@@ -27,8 +27,30 @@ class PositionMismatch(RecsysError):
     """A checkpoint's data position belongs to other data than this run's."""
 
 
-def items_fingerprint(files: tuple[str, ...], items: tuple[Unit, ...]) -> str:
-    """Identifies the data a position counts: file paths and item boundaries."""
+def relative_paths(files: tuple[str, ...]) -> list[str]:
+    """``files`` relative to the deepest directory that holds them all (``dt=.../x.parquet``
+    under a data root), so the same data reads the same from another root or store."""
+    parts = [f.split("://", 1)[-1].split("/") for f in files]
+    depth = 0
+    if parts:
+        shortest = min(len(p) for p in parts) - 1  # directories only, never the file name
+        while depth < shortest and len({p[depth] for p in parts}) == 1:
+            depth += 1
+    return ["/".join(p[depth:]) for p in parts]
+
+
+def items_fingerprint(files: tuple[str, ...], items: tuple[Unit, ...],
+                      file_bytes: tuple[int, ...] = ()) -> str:
+    """Identifies the data a position counts: the files relative to their common root,
+    their sizes, and the item boundaries (rows from the footers' row groups)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps([relative_paths(files), list(file_bytes),
+                              [[u.file, u.start, u.stop] for u in items]]).encode())
+    return digest.hexdigest()[:16]
+
+
+def _absolute_paths_fingerprint(files: tuple[str, ...], items: tuple[Unit, ...]) -> str:
+    """The fingerprint of checkpoints written before positions were root-relative."""
     digest = hashlib.sha256()
     digest.update(json.dumps([list(files), [[u.file, u.start, u.stop] for u in items]]).encode())
     return digest.hexdigest()[:16]
@@ -43,17 +65,18 @@ class DataPosition:
       epochs: Passes to run.
       shuffle: Shuffle item order within each pass.
       seed: Seed of that shuffle.
+      file_bytes: Size of each file (part of the fingerprint).
     """
 
     def __init__(self, files: tuple[str, ...], items: tuple[Unit, ...], epochs: int,
-                 shuffle: bool, seed: int):
+                 shuffle: bool, seed: int, file_bytes: tuple[int, ...] = ()):
         self.files = files
         self.items = items
         self.epochs = epochs
         self.shuffle = shuffle
         self.seed = seed
         self.done = [0] * len(items)
-        self.fingerprint = items_fingerprint(files, items)
+        self.fingerprint = items_fingerprint(files, items, file_bytes)
 
     # ---- progress -----------------------------------------------------------------------
     @property
@@ -95,12 +118,14 @@ class DataPosition:
           PositionMismatch: the position counts items of other data (files or item
             boundaries differ), so it cannot say what is left.
         """
-        if state.get("fingerprint") != self.fingerprint or len(state["done"]) != len(self.items):
+        known = (self.fingerprint, _absolute_paths_fingerprint(self.files, self.items))
+        if state.get("fingerprint") not in known or len(state["done"]) != len(self.items):
             raise PositionMismatch(
                 f"{source}: the checkpoint's data position was recorded over other data "
                 f"(fingerprint {state.get('fingerprint')} with {len(state.get('done', []))} "
                 f"items, this run has {self.fingerprint} with {len(self.items)} items: the "
-                "files, their row groups, input.max_unit_rows, input.batch_size or "
-                "train.steps_per_call changed). Resume with the same data and settings, or "
+                "files (their paths under the data root, their sizes, their row groups), "
+                "input.max_unit_rows, input.batch_size or train.steps_per_call changed). "
+                "Resume with the same data and settings, or "
                 "train into a new --model-dir")
         self.done = [int(d) for d in state["done"]]

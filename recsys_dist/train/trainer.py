@@ -134,7 +134,7 @@ def data_position(config: ExperimentConfig, pipeline: InputPipeline) -> DataPosi
     train = config.train
     items = pipeline.work_items(train.steps_per_call * pipeline.spec.batch_size)
     return DataPosition(pipeline.plan.files, items, train.epochs, pipeline.spec.shuffle,
-                        train.seed)
+                        train.seed, pipeline.plan.file_bytes)
 
 
 def _complete(config: ExperimentConfig, position: DataPosition, step: int) -> bool:
