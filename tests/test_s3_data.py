@@ -134,7 +134,7 @@ def test_a_denied_permission_is_one_line_naming_the_uri(tmp_path, small_config, 
     write_parquet(tmp_path / "dt=2026-01-01" / "a.parquet", small_table(40), row_group_size=20)
     assert _one_line_error(["train", "--config", config, "--data", str(tmp_path),
                             "--model-dir", run, "--no-eval"], locked_s3) == (
-        f"error: {run}: cannot write the run's checkpoints there: Access Denied")
+        f"error: {run}/checkpoints: cannot list it: Access Denied")
 
 
 def test_missing_credentials_are_one_line_naming_the_uri(tmp_path, small_config, s3_server):
