@@ -496,12 +496,16 @@ def run() -> None:
     Parquet op, is finalized by an exit handler the op registers; ``os._exit`` skips
     exit handlers, which is safe for a process about to end.)
     """
-    from recsys_dist.cluster.local import termination_signal
+    from recsys_dist.cluster.local import terminate_on_signals, termination_signal
 
     try:
-        code = main()
+        with terminate_on_signals():  # SIGTERM, SIGHUP and SIGINT at any moment
+            code = main()
     except SystemExit as exc:
-        if isinstance(exc.code, str):
+        signum = termination_signal()
+        if signum is not None and exc.code == 128 + signum:
+            print(f"error: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        elif isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
         code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001  re-raised unless a signal caused it

@@ -325,3 +325,32 @@ def test_a_run_whose_data_moved_resumes_from_its_checkpoint(setup, tmp_path):
     assert resumed_step(rerun) >= saved
     assert rerun.finish() == 0, rerun.output[-3000:]
     assert_complete_and_close(model_dir, baseline)
+
+
+def test_sigterm_during_a_checkpoint_write_exits_143_and_tears_nothing(setup, tmp_path):
+    config, baseline = setup
+    model_dir = tmp_path / "run"
+    run = TrainRun(config, model_dir)
+    first = int(run.wait_for(r"^checkpoint step ([\d,]+)").group(1).replace(",", ""))
+    torn = None
+    deadline = time.time() + 240
+    while torn is None and time.time() < deadline and run.process.poll() is None:
+        for directory in (model_dir / "checkpoints").glob("ckpt-*"):
+            if directory.name != f"ckpt-{first:012d}" and not (directory / "_COMPLETE").exists():
+                torn = directory
+                break
+        time.sleep(0.002)
+    assert torn is not None, run.output[-2000:]
+    servers = run.servers("worker") + run.servers("ps")
+    run.process.send_signal(signal.SIGTERM)
+    assert run.finish() == 128 + signal.SIGTERM, run.output[-3000:]
+    assert run.output.splitlines()[-1] == "error: stopped by SIGTERM", run.output[-3000:]
+    assert "Traceback" not in run.output
+    assert_no_servers_left(servers)
+    complete = sorted(p.parent.name for p in model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))
+    assert torn.name not in complete or (torn / "state.json").exists()  # never half-marked
+    rerun = TrainRun(config, model_dir)
+    restored = resumed_step(rerun)
+    assert rerun.finish() == 0, rerun.output[-3000:]
+    assert f"ckpt-{restored:012d}" == complete[-1]
+    assert_complete_and_close(model_dir, baseline)

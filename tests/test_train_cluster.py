@@ -240,12 +240,14 @@ def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
     assert not os.listdir(tmp_path)  # and both removed
 
 
-@pytest.mark.parametrize("when", ["starting", "training"])
-def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when):
+@pytest.mark.parametrize("when, sent", [("starting", signal.SIGTERM),
+                                        ("training", signal.SIGTERM),
+                                        ("training", signal.SIGINT)])
+def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent):
     """SIGTERM while the servers start or the first step traces, and mid-training, with
-    closures in flight. Mid-training, a process once hung in ClusterCoordinator's
-    destructor at exit (fixed in ``cli.run``); that hang depends on timing, and this test
-    did not reproduce it on demand."""
+    closures in flight; SIGINT (Ctrl-C) mid-training. Mid-training, a process once hung in
+    ClusterCoordinator's destructor at exit (fixed in ``cli.run``); that hang depends on
+    timing, and this test did not reproduce it on demand."""
     config = write_config(tmp_path, data, "lr", epochs=1000)
     process = subprocess.Popen(
         [str(pathlib.Path(sys.executable).parent / "recsys-dist"), "train", "--config", config,
@@ -262,14 +264,16 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when):
         if line.startswith("step "):  # training is under way
             break
     assert servers, "".join(lines)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(sent)
     try:  # a process that hangs on the way out fails the test, not the whole suite
         output, _ = process.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         process.kill()
         output, _ = process.communicate()
-        pytest.fail("train did not exit within 60 s of SIGTERM:\n" + "".join(lines) + output)
-    assert process.returncode == 128 + signal.SIGTERM, "".join(lines) + output
+        pytest.fail("train did not exit within 60 s of the signal:\n" + "".join(lines) + output)
+    assert process.returncode == 128 + sent, "".join(lines) + output
+    assert output.splitlines()[-1] == f"error: stopped by {sent.name}", output
+    assert "Traceback" not in output
     deadline = time.time() + 20
     while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in servers):
         time.sleep(0.2)

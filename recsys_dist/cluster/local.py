@@ -370,9 +370,13 @@ class LocalCluster:
 
 @contextlib.contextmanager
 def terminate_on_signals(
-    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP),
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT),
 ) -> Iterator[None]:
-    """Turns SIGTERM and SIGHUP into ``SystemExit(128 + signum)`` while active.
+    """Turns SIGTERM, SIGHUP and SIGINT into ``SystemExit(128 + signum)`` while active.
+
+    SIGINT too: Python's ``KeyboardInterrupt`` raised inside TensorFlow's C code can come
+    out as another error, with a traceback; ``SystemExit`` with the signal recorded
+    lets the command line say what happened and exit 130.
 
     ``SystemExit`` unwinds the main thread normally, so enclosing context managers
     (a :class:`LocalCluster`, open checkpoints) clean up. Previous handlers are
