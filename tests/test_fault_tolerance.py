@@ -347,8 +347,12 @@ def test_sigterm_during_a_checkpoint_write_exits_143_and_tears_nothing(setup, tm
     assert run.output.splitlines()[-1] == "error: stopped by SIGTERM", run.output[-3000:]
     assert "Traceback" not in run.output
     assert_no_servers_left(servers)
-    complete = sorted(p.parent.name for p in model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))
-    assert torn.name not in complete or (torn / "state.json").exists()  # never half-marked
+    complete = sorted(p.parent for p in model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))
+    for directory in complete:  # every checkpoint marked complete is whole
+        files = json.loads((directory / "state.json").read_text())["files"]
+        assert {n: (directory / n).stat().st_size for n in files} == {
+            n: f["bytes"] for n, f in files.items()}
+    complete = [p.name for p in complete]
     rerun = TrainRun(config, model_dir)
     restored = resumed_step(rerun)
     assert rerun.finish() == 0, rerun.output[-3000:]
