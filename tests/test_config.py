@@ -286,3 +286,19 @@ def test_train_and_params_defaults(tmp_path):
     assert config.train.dense_optimizer.name == "adam"
     assert type(config.model.params).__name__ == "DCNv2Params"
     assert config.model.params.cross_layers == 3
+
+
+def test_the_resolved_config_loads_from_anywhere(tmp_path, monkeypatch):
+    from recsys_dist.config.experiment import resolved_files
+
+    (tmp_path / "ads.txt").write_text("10\n20\n30\n")
+    path = features_with(tmp_path, "table: ads}\n  site", "table: ads, vocabulary: ads.txt}\n  site")
+    config = load_config(path, ["input.batch_size=64"])
+    run = tmp_path / "elsewhere" / "run"
+    run.mkdir(parents=True)
+    for name, text in resolved_files(config).items():
+        (run / name).write_text(text)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    again = load_config(run / "config.yaml")
+    assert again.input.batch_size == 64 and again.data.path == config.data.path
+    assert again.features.vocabularies["ad"] == [10, 20, 30]

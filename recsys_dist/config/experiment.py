@@ -553,5 +553,15 @@ def resolved_files(config: ExperimentConfig) -> dict[str, str]:
     config), which ``train`` and ``retrain`` write next to a model."""
     with open(config.features.file, encoding="utf-8") as handle:
         features = handle.read()
+    relative = {name: spec for name, spec in (yaml.safe_load(features).get("features") or {})
+                .items() if isinstance(spec, dict) and isinstance(spec.get("vocabulary"), str)
+                and not os.path.isabs(spec["vocabulary"])}
+    if relative:  # vocabulary files are relative to the feature config: make them absolute
+        data = yaml.safe_load(features)
+        base = os.path.dirname(os.path.abspath(config.features.file))
+        for name in relative:
+            spec = data["features"][name]
+            spec["vocabulary"] = os.path.normpath(os.path.join(base, spec["vocabulary"]))
+        features = yaml.safe_dump(data, sort_keys=False)
     resolved = dict(config.raw, features=FEATURES_FILE)
     return {CONFIG_FILE: yaml.safe_dump(resolved, sort_keys=False), FEATURES_FILE: features}
