@@ -103,6 +103,9 @@ def run() -> None:
     """Runs :func:`main` and exits through ``os._exit`` after flushing, as the
     ``recsys-dist`` command does (see :func:`recsys_dist.cli.run`): a ``ClusterCoordinator``
     can hang in its destructor at exit once its servers are gone."""
+    from recsys_dist.tf_log_filter import filter_stderr_for_life
+
+    filter_stderr_for_life()
     try:
         code = main()
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)

@@ -497,7 +497,9 @@ def run() -> None:
     exit handlers, which is safe for a process about to end.)
     """
     from recsys_dist.cluster.local import terminate_on_signals, termination_signal
+    from recsys_dist.tf_log_filter import filter_stderr_for_life
 
+    filter_stderr_for_life()  # TF_CPP_MIN_LOG_LEVEL for TensorFlow's Abseil lines too
     try:
         with terminate_on_signals():  # SIGTERM, SIGHUP and SIGINT at any moment
             code = main()

@@ -9,12 +9,21 @@ about six lines, twice::
     I0000 00:00:1795443766.826175    1391 port.cc:153] oneDNN custom operations are on. ...
     I0000 00:00:1795443766.826469    1391 cudart_stub.cc:31] Could not find cuda drivers ...
 
-so a command's one-line error was no longer one line. :func:`install` filters them: while
-TensorFlow's top-level module runs, file descriptor 2 goes through a pipe, and a thread
-passes every line on except Abseil log lines of a severity below the level (I=0, W=1, E=2,
-F=3, as TensorFlow defines the variable) and, from level 1, the banner above. Every other
-line (Python warnings, errors, anything not in Abseil's format) passes unchanged and at
-once, so a crash during the import still shows what was written before it.
+so a command's one-line error was no longer one line. Lines logged later through Abseil
+(``grpc_server_lib.cc] Started server with target: ...`` when a coordinator connects)
+bypass the level the same way.
+
+Both ways filter the same lines: Abseil log lines of a severity below the level (I=0,
+W=1, E=2, F=3, as TensorFlow defines the variable) and, from level 1, the banner above.
+Every other line (Python warnings, errors, anything not in Abseil's format) passes
+unchanged, in order.
+
+- :func:`install` (``import recsys_dist`` calls it): while TensorFlow's top-level module
+  runs, file descriptor 2 goes through a pipe and a thread filters it.
+- :func:`filter_stderr_for_life` (the command line calls it first thing): fd 2 of the
+  process goes through a small forked filter process for the rest of its life. The filter
+  ignores SIGINT, SIGTERM and SIGHUP and ends when the last writer has closed the pipe,
+  so nothing is lost when the command exits, however it exits.
 """
 
 from __future__ import annotations
@@ -23,12 +32,15 @@ import importlib.abc
 import importlib.util
 import os
 import re
+import signal
 import sys
 import threading
 
 _ABSL_LINE = re.compile(rb"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [^\]\s]+\] ")
 _SEVERITY = {b"I": 0, b"W": 1, b"E": 2, b"F": 3}
 _BANNER = b"WARNING: All log messages before absl::InitializeLog() is called"
+#: Set to the pid whose fd 2 the life-long filter serves (it survives an ``execv``).
+_FILTERED = "RECSYS_DIST_STDERR_FILTERED"
 
 
 def min_log_level() -> int:
@@ -39,12 +51,21 @@ def min_log_level() -> int:
         return 0
 
 
-def hidden(line: bytes, level: int) -> bool:
-    """Whether ``line`` is an Abseil log line (or its banner) below ``level``."""
+#: Lines TensorFlow's gRPC errors continue a log message with (after its Abseil line).
+_CONTINUATION = re.compile(rb"^(Additional GRPC error information from remote target |"
+                           rb":\{\"created\":|This could happen if the remote target has been "
+                           rb"disconnected from the client)")
+
+
+def hidden(line: bytes, level: int, after_hidden: bool = False) -> bool:
+    """Whether ``line`` is an Abseil log line (or its banner) below ``level``, or, right
+    after a hidden line, one of the continuation lines of TensorFlow's gRPC errors."""
     if line.startswith(_BANNER):
         return level >= 1
     match = _ABSL_LINE.match(line)
-    return match is not None and _SEVERITY[match.group(1)] < level
+    if match is not None:
+        return _SEVERITY[match.group(1)] < level
+    return after_hidden and _CONTINUATION.match(line) is not None
 
 
 class _FilteredStderr:
@@ -64,22 +85,56 @@ class _FilteredStderr:
         self.relay.start()
 
     def _relay(self, read_end: int) -> None:
-        with os.fdopen(read_end, "rb", buffering=0) as source:
-            pending = b""
-            while chunk := source.read(65536):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if not hidden(line, self.level):
-                        os.write(self.saved, line + b"\n")
-            if pending and not hidden(pending, self.level):
-                os.write(self.saved, pending)
+        _relay(read_end, self.saved, self.level)
 
     def __exit__(self, *exc) -> None:
         sys.stderr.flush()
         os.dup2(self.saved, 2)  # closes the pipe's write end: the relay reads to its end
         self.relay.join(timeout=10)
         os.close(self.saved)
+
+
+def _relay(read_end: int, out: int, level: int) -> None:
+    """Copies lines from ``read_end`` to ``out`` until end of file, except hidden ones."""
+    after_hidden = False
+    with os.fdopen(read_end, "rb", buffering=0) as source:
+        pending = b""
+        while chunk := source.read(65536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            kept = []
+            for line in lines:
+                after_hidden = hidden(line, level, after_hidden)
+                if not after_hidden:
+                    kept.append(line + b"\n")
+            data = b"".join(kept)
+            while data:
+                data = data[os.write(out, data):]
+        if pending and not hidden(pending, level, after_hidden):
+            os.write(out, pending)
+
+
+def filter_stderr_for_life() -> None:
+    """Sends this process's fd 2 through a forked filter process from now on (see the
+    module docstring). Does nothing at level 0, or when it already runs for this pid."""
+    level = min_log_level()
+    if level == 0 or os.environ.get(_FILTERED) == str(os.getpid()):
+        return
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the filter: it outlives nothing but its writers
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+            os.close(write_end)
+            _relay(read_end, 2, level)
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    os.environ[_FILTERED] = str(os.getpid())
 
 
 class _FirstTensorFlowImport(importlib.abc.MetaPathFinder):
@@ -107,7 +162,8 @@ class _FirstTensorFlowImport(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Filters the load-time lines of the first ``import tensorflow`` of this process, if
     TensorFlow is not imported yet and the level hides anything."""
-    if "tensorflow" in sys.modules or min_log_level() == 0:
+    if ("tensorflow" in sys.modules or min_log_level() == 0
+            or os.environ.get(_FILTERED) == str(os.getpid())):
         return
     if not any(isinstance(finder, _FirstTensorFlowImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _FirstTensorFlowImport())

@@ -29,6 +29,23 @@ def test_absl_lines_below_the_level_are_hidden(level, shown):
     assert [line for line in lines if not hidden(line, level)] == shown
 
 
+def test_the_continuation_lines_of_a_hidden_grpc_error_are_hidden_too():
+    lines = [b"E0000 00:00:1795446782.179258   27551 context.cc:870] Failed to register "
+             b"function remotely due to failed to connect to all addresses",
+             b"Additional GRPC error information from remote target /job:ps/replica:0/task:0 "
+             b"while calling /tensorflow.eager.EagerService/Enqueue:",
+             b':{"created":"@1795446782.178963554","description":"Failed to pick subchannel"}',
+             b"This could happen if the remote target has been disconnected from the client.",
+             b"error: stopped by SIGTERM",
+             b"This could happen if the remote target has been disconnected from the client."]
+    kept, after = [], False
+    for line in lines:
+        after = hidden(line, 3, after)
+        if not after:
+            kept.append(line)
+    assert kept == lines[4:]  # not after a line that was kept
+
+
 def test_other_lines_are_never_hidden():
     for line in (b"Traceback (most recent call last):", b"error: bad config",
                  b"UserWarning: I0000 is not a log line", b"", b"I0000 no header"):
@@ -67,3 +84,23 @@ def test_importing_tensorflow_after_recsys_dist_prints_nothing_at_the_default_le
         capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "done\n"
+
+
+LIFE = r"""
+import os, sys
+from recsys_dist.tf_log_filter import filter_stderr_for_life
+filter_stderr_for_life()
+os.write(2, INFO + b"\n")
+print("kept", file=sys.stderr, flush=True)
+os.write(2, ERROR + b"\n")
+os._exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_life_long_filter_drops_absl_lines_and_loses_nothing_at_exit(code):
+    script = f"INFO = {INFO!r}\nERROR = {ERROR!r}\n" + LIFE
+    done = subprocess.run([sys.executable, "-c", script, str(code)], capture_output=True,
+                          timeout=60, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == code  # os._exit skips every cleanup: the filter still drains
+    assert done.stderr.decode() == "kept\n" + ERROR.decode() + "\n"

@@ -257,8 +257,10 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent)
     for line in process.stdout:
         lines.append(line)
         if line.startswith("cluster "):
-            servers = set(child_pids(process.pid))
-            assert len(servers) == 4, "".join(lines)
+            children = set(child_pids(process.pid))  # the servers and the stderr filter
+            servers = {pid for pid in children if b"recsys_dist.cluster.server" in
+                       pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()}
+            assert len(servers) == 4 and len(children) == 5, "".join(lines)
             if when == "starting":
                 break
         if line.startswith("step "):  # training is under way
@@ -275,9 +277,9 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent)
     assert output.splitlines()[-1] == f"error: stopped by {sent.name}", output
     assert "Traceback" not in output
     deadline = time.time() + 20
-    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in servers):
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in children):
         time.sleep(0.2)
-    assert not [p for p in servers if os.path.exists(f"/proc/{p}")]
+    assert not [p for p in children if os.path.exists(f"/proc/{p}")]
 
 
 def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, data):

@@ -19,8 +19,9 @@ Files damaged after the marker was written (a truncated or overwritten
 ``variables.data-*``, a disk or copy error) are caught before TensorFlow reads them:
 ``state.json`` holds the size and CRC-32 of every variables file, and every read checks
 them (:class:`DamagedCheckpoint` names the checkpoint and the file). A resuming run then
-marks that checkpoint damaged (``_COMPLETE`` becomes ``_DAMAGED``, which says why; no
-file is deleted) and resumes from the previous complete one. Checkpoints written before
+marks that checkpoint damaged (``_COMPLETE`` becomes ``_DAMAGED``, which says why; its
+files stay until a save at its step or a newer complete one replaces it, as for a torn
+save) and resumes from the previous complete one. Checkpoints written before
 the manifest existed are read without the check.
 
 Sharded tables are saved as whole tables (``ShardedVariable`` saves each shard as a

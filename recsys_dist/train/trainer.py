@@ -488,9 +488,10 @@ class Trainer:
         eta = (total - done) / rate
         aucs = " ".join(f"auc/{n} {float(m.result()):.4f}" for n, m in self.auc.items())
         passes = self.position.epochs
-        where = f"epoch {epoch + 1}/{passes} | " if passes > 1 and epoch is not None else ""
-        print(f"{where}step {steps:,} | {rate:,.0f} ex/s | loss {_mean_loss(recent):.4f} | "
-              f"{aucs} | {100 * done / max(total, 1):.0f}% | ETA {eta:.0f}s", flush=True)
+        if passes > 1 and epoch is not None:
+            aucs += f" (epoch {epoch + 1}/{passes})"
+        print(f"step {steps:,} | {rate:,.0f} ex/s | loss {_mean_loss(recent):.4f} | {aucs} | "
+              f"{100 * done / max(total, 1):.0f}% | ETA {eta:.0f}s", flush=True)
 
     def _summaries(self, writer, steps, rate, recent) -> None:
         with writer.as_default(step=steps):
