@@ -254,18 +254,22 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent)
          "--model-dir", str(tmp_path / "run"), "--set", "train.log_every_seconds=0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, servers = [], set()
-    for line in process.stdout:
-        lines.append(line)
-        if line.startswith("cluster "):
-            children = set(child_pids(process.pid))  # the servers and the stderr filter
-            servers = {pid for pid in children if b"recsys_dist.cluster.server" in
-                       pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()}
-            assert len(servers) == 4 and len(children) == 5, "".join(lines)
-            if when == "starting":
+    try:  # a failure before the signal must not leave a 1000-epoch run behind
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("cluster "):
+                children = set(child_pids(process.pid))  # the servers, the stderr filter
+                servers = {pid for pid in children if b"recsys_dist.cluster.server" in
+                           pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()}
+                assert len(servers) == 4 and len(children) == 5, "".join(lines)
+                if when == "starting":
+                    break
+            if line.startswith("step "):  # training is under way
                 break
-        if line.startswith("step "):  # training is under way
-            break
-    assert servers, "".join(lines)
+        assert servers, "".join(lines)
+    except BaseException:
+        process.kill()
+        raise
     process.send_signal(sent)
     try:  # a process that hangs on the way out fails the test, not the whole suite
         output, _ = process.communicate(timeout=60)
