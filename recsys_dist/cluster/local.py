@@ -372,18 +372,15 @@ class LocalCluster:
 def terminate_on_signals(
     signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT),
 ) -> Iterator[None]:
-    """Turns SIGTERM, SIGHUP and SIGINT into ``SystemExit(128 + signum)`` while active.
+    """Ends the process on SIGTERM, SIGHUP and SIGINT while active: one line
+    ``error: stopped by SIG...``, exit code 128 + signum (see :func:`_exit_now`).
 
     SIGINT too: Python's ``KeyboardInterrupt`` raised inside TensorFlow's C code can come
-    out as another error, with a traceback; ``SystemExit`` with the signal recorded
-    lets the command line say what happened and exit 130.
-
-    ``SystemExit`` unwinds the main thread normally, so enclosing context managers
-    (a :class:`LocalCluster`, open checkpoints) clean up. Previous handlers are
-    restored on exit. Must be used in the main thread.
+    out as another error, with a traceback. Previous handlers are restored when the
+    block ends. Must be used in the main thread.
 
     Args:
-      signals: The signals to convert.
+      signals: The signals to handle.
 
     Example:
       >>> with terminate_on_signals(), LocalCluster(2, 1, "logs") as cluster:
@@ -393,7 +390,7 @@ def terminate_on_signals(
     def _exit(signum: int, frame: FrameType | None) -> None:
         global _received_signal
         _received_signal = signum
-        raise SystemExit(128 + signum)
+        _exit_now(signum)
 
     previous = {sig: signal.signal(sig, _exit) for sig in signals}
     try:
@@ -404,6 +401,25 @@ def terminate_on_signals(
 
 
 _received_signal: int | None = None
+
+
+def _exit_now(signum: int) -> None:
+    """Ends the process at once, with one line and exit code 128 + ``signum``.
+
+    Its servers die with it (``PR_SET_PDEATHSIG``), and a checkpoint being written has no
+    ``_COMPLETE`` marker yet, so it is never restored. Unwinding with ``SystemExit``
+    instead was tried: a signal that lands while TensorFlow's C code calls back into
+    Python can have its ``SystemExit`` turned into a printed ``SystemError`` and
+    swallowed, and the run trained on (seen here in 1 of 4 tries while a cluster
+    started). What an immediate exit skips is the removal of temporary staging
+    directories under ``TMPDIR`` (``recsys_dist_stage_*``, for remote model dirs).
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(f"error: stopped by {signal.Signals(signum).name}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(128 + signum)
 
 
 def termination_signal() -> int | None:

@@ -370,6 +370,7 @@ class Trainer:
         window: collections.deque = collections.deque(maxlen=recent.maxlen)  # (time, rows)
         todo = self.position.schedule()
         epoch, epochs = None, []  # the pass being trained; the finished ones' AUCs
+        pass_start = 0  # rows collected before this pass
         scheduled_steps = first_step = self.step
         exhausted, first = False, None
         last_summary = last_log = start = last_save = time.perf_counter()
@@ -406,6 +407,7 @@ class Trainer:
                         while pending:
                             collect(*pending.popleft())
                         epochs.append(self._end_epoch(epoch, show_progress))
+                        pass_start = progress.rows
                     epoch = next_epoch
                 item = self.items[index]
                 pending.append((index, budget, coordinator.schedule(
@@ -421,7 +423,8 @@ class Trainer:
             window.append((now, progress.rows))
             if show_progress and now - last_log >= train.log_every_seconds:
                 last_log = now
-                self._log(first_step + progress.steps, window, recent, epoch)
+                self._log(first_step + progress.steps, window, recent, epoch,
+                          progress.rows - pass_start)
             if now - last_summary >= train.summary_every_seconds:
                 last_summary = now
                 self._summaries(writer, first_step + progress.steps,
@@ -479,14 +482,24 @@ class Trainer:
                   + (f" and uploaded in {upload:.1f}s" if upload is not None else "")
                   + f" to {saved.directory}", flush=True)
 
-    def _log(self, steps, window, recent, epoch) -> None:
+    def _log(self, steps, window, recent, epoch, pass_rows: int) -> None:
         (t0, rows0), (t1, rows1) = window[0], window[-1]
         if t1 <= t0 or rows1 <= rows0:
             return  # no rate yet
         rate = (rows1 - rows0) / (t1 - t0)
         done, total = self.position.finished_rows, self.position.total_rows
         eta = (total - done) / rate
-        aucs = " ".join(f"auc/{n} {float(m.result()):.4f}" for n, m in self.auc.items())
+        # The AUC's counts live on the parameter servers and are read while workers add
+        # to them, so a reading can be off by the rows in flight; early in a pass that is
+        # most of what was counted (readings above 1 were seen). So it is shown once the
+        # pass has counted 20 times the rows in flight.
+        spec = self.pipeline.spec
+        in_flight = 2 * self.runtime.num_workers * self.config.train.steps_per_call * (
+            spec.batch_size)
+        if pass_rows >= 20 * in_flight:
+            aucs = " ".join(f"auc/{n} {float(m.result()):.4f}" for n, m in self.auc.items())
+        else:
+            aucs = " ".join(f"auc/{n} (pass starting)" for n in self.auc)
         passes = self.position.epochs
         if passes > 1 and epoch is not None:
             aucs += f" (epoch {epoch + 1}/{passes})"
