@@ -120,13 +120,20 @@ def test_shared_intra_op_threads_split_the_cores(monkeypatch, cores, tasks, thre
     assert shared_intra_op_threads(tasks) == threads
 
 
-def test_terminate_on_signals_raises_system_exit_and_restores_handlers():
+def test_terminate_on_signals_ends_the_process_with_one_line_and_restores_handlers():
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as exc_info, terminate_on_signals():
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # the handler interrupts this
-    assert exc_info.value.code == 128 + signal.SIGTERM
+    with terminate_on_signals():
+        assert signal.getsignal(signal.SIGTERM) != before
     assert signal.getsignal(signal.SIGTERM) == before
+    script = ("import os, signal, time\n"
+              "from recsys_dist.cluster.local import terminate_on_signals\n"
+              "with terminate_on_signals():\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    time.sleep(30)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 128 + signal.SIGINT
+    assert done.stderr == "error: stopped by SIGINT\n"
 
 
 def test_start_failure_names_task_exit_code_and_log(tmp_path):
