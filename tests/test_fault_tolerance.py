@@ -175,6 +175,19 @@ def resumed_step(run: TrainRun) -> int:
     return int(run.wait_for(r"^resume +from .*: step ([\d,]+)").group(1).replace(",", ""))
 
 
+def wait_for_a_save_in_progress(run: TrainRun, model_dir: pathlib.Path) -> pathlib.Path:
+    """The directory of a checkpoint being written (no ``_COMPLETE`` yet) after the first
+    complete one, caught by polling while the run trains."""
+    first = int(run.wait_for(r"^checkpoint step ([\d,]+)").group(1).replace(",", ""))
+    deadline = time.time() + 240
+    while time.time() < deadline and run.process.poll() is None:
+        for directory in (model_dir / "checkpoints").glob("ckpt-*"):
+            if directory.name != f"ckpt-{first:012d}" and not (directory / "_COMPLETE").exists():
+                return directory
+        time.sleep(0.002)
+    raise AssertionError("no save in progress was seen:\n" + run.output[-2000:])
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ft")
@@ -240,16 +253,7 @@ def test_kill_during_a_checkpoint_write_never_restores_the_torn_checkpoint(setup
     config, baseline = setup
     model_dir = tmp_path / "run"
     run = TrainRun(config, model_dir)
-    first = int(run.wait_for(r"^checkpoint step ([\d,]+)").group(1).replace(",", ""))
-    torn = None
-    deadline = time.time() + 240
-    while torn is None and time.time() < deadline and run.process.poll() is None:
-        for directory in (model_dir / "checkpoints").glob("ckpt-*"):
-            if directory.name != f"ckpt-{first:012d}" and not (directory / "_COMPLETE").exists():
-                torn = directory
-                break
-        time.sleep(0.002)
-    assert torn is not None, run.output[-2000:]
+    torn = wait_for_a_save_in_progress(run, model_dir)
     seen = run.last_step()
     run.process.send_signal(signal.SIGKILL)  # the coordinator writes checkpoints
     run.finish()
@@ -336,16 +340,7 @@ def test_sigterm_during_a_checkpoint_write_exits_143_and_tears_nothing(setup, tm
     config, baseline = setup
     model_dir = tmp_path / "run"
     run = TrainRun(config, model_dir)
-    first = int(run.wait_for(r"^checkpoint step ([\d,]+)").group(1).replace(",", ""))
-    torn = None
-    deadline = time.time() + 240
-    while torn is None and time.time() < deadline and run.process.poll() is None:
-        for directory in (model_dir / "checkpoints").glob("ckpt-*"):
-            if directory.name != f"ckpt-{first:012d}" and not (directory / "_COMPLETE").exists():
-                torn = directory
-                break
-        time.sleep(0.002)
-    assert torn is not None, run.output[-2000:]
+    torn = wait_for_a_save_in_progress(run, model_dir)
     servers = run.servers("worker") + run.servers("ps")
     run.process.send_signal(signal.SIGTERM)
     assert run.finish() == 128 + signal.SIGTERM, run.output[-3000:]
