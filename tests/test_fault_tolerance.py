@@ -10,7 +10,13 @@ checkpoint write, and asserts:
 - re-done work is within one checkpoint interval: the step the run resumes from is at
   most ``checkpoint_every_steps`` (+ the closures in flight) behind the last step the
   killed attempt reported;
-- the held-out AUC is within 0.005 of a fault-free run on the same data.
+- the held-out AUC is within 0.01 of a fault-free run on the same data.
+
+Why 0.01: asynchronous training is not deterministic, and on this small data the held-out
+AUC of a run scatters. Measured on two machines (2 cores): fault-free runs 0.6137 to
+0.6176, runs resumed after a coordinator SIGKILL 0.6106 to 0.6187; a tolerance of 0.005
+failed on 2 of 7 scenarios in one CI run. A resume that lost the trained state lands
+lower: one epoch from scratch scores 0.601.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
 EVERY = 30  # checkpoint_every_steps: a kill replays up to this many steps (+ in flight)
 IN_FLIGHT = 4 * 10  # 2 closures per worker x 2 workers x steps_per_call
 EPOCHS = 2
-AUC_TOLERANCE = 0.005
+AUC_TOLERANCE = 0.01  # measured scatter: see the module docstring
 
 FEATURES = """\
 tables:
