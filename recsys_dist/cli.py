@@ -119,15 +119,16 @@ def _cmd_read(args: argparse.Namespace) -> int:
     from recsys_dist.progress import Progress
 
     config = load_config(args.config, args.set)
-    cluster = ClusterSpec("local", args.workers or config.cluster.workers,
+    # A read check runs on this machine: a tf_config job's cluster is read locally.
+    mode = "in_process" if config.cluster.mode == "in_process" else "local"
+    cluster = ClusterSpec(mode, args.workers or config.cluster.workers,
                           args.ps or config.cluster.ps)
     pipeline = prepare_input(config, args.split, cluster.workers, data_path=args.data)
     for line in _describe_plan(pipeline):
         print(line)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="recsys_dist_cluster_")
     with connect(cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
-        print(f"cluster  {cluster.workers} workers + {cluster.ps} ps on 127.0.0.1 "
-              f"(logs in {log_dir})")
+        print(f"cluster  {runtime.describe()}")
         result = read_pass_on_cluster(pipeline, runtime.strategy, runtime.coordinator,
                                       collect_rows=args.check, progress=Progress("rows"))
     print(f"read     {result.rows:,} rows in {result.seconds:.1f}s "

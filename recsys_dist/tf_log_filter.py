@@ -51,21 +51,26 @@ def min_log_level() -> int:
         return 0
 
 
-#: Lines TensorFlow's gRPC errors continue a log message with (after its Abseil line).
+#: Lines that continue a multi-line log message after its Abseil line: TensorFlow's gRPC
+#: errors, and the protobuf text a server logs when a coordinator connects
+#: (``eager_service_impl.cc] SessionOptions: device_count {`` and about 20 more lines).
 _CONTINUATION = re.compile(rb"^(Additional GRPC error information from remote target |"
                            rb":\{\"created\":|This could happen if the remote target has been "
                            rb"disconnected from the client)")
+_PROTO_TEXT = re.compile(rb"^(\s*[a-z_][a-z0-9_]* \{|\s*\}|\s*[a-z_][a-z0-9_]*: "
+                         rb"(\"[^\"]*\"|-?[0-9.e+-]+|true|false|[A-Z][A-Z0-9_]*)|)$")
 
 
 def hidden(line: bytes, level: int, after_hidden: bool = False) -> bool:
     """Whether ``line`` is an Abseil log line (or its banner) below ``level``, or, right
-    after a hidden line, one of the continuation lines of TensorFlow's gRPC errors."""
+    after a hidden line, a continuation line of its message (see ``_CONTINUATION``)."""
     if line.startswith(_BANNER):
         return level >= 1
     match = _ABSL_LINE.match(line)
     if match is not None:
         return _SEVERITY[match.group(1)] < level
-    return after_hidden and _CONTINUATION.match(line) is not None
+    return after_hidden and (_CONTINUATION.match(line) is not None
+                             or _PROTO_TEXT.match(line) is not None)
 
 
 class _FilteredStderr:

@@ -96,7 +96,7 @@ def test_data_read_checks_exactly_once_on_a_local_cluster(synth_dir):
          "--set", "input.batch_size=128"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "cluster  2 workers + 2 ps on 127.0.0.1" in result.stdout
+    assert "cluster  2 workers + 2 ps (in_process: servers inside this process)" in result.stdout
     assert "read     6,000 rows" in result.stdout
     assert "check    every planned row was read exactly once (6,000 rows)" in result.stdout
 

@@ -46,6 +46,23 @@ def test_the_continuation_lines_of_a_hidden_grpc_error_are_hidden_too():
     assert kept == lines[4:]  # not after a line that was kept
 
 
+def test_the_protobuf_text_of_a_hidden_info_line_is_hidden_too():
+    """An in-process server logs its SessionOptions over ~20 lines when a coordinator
+    connects; only the first has the Abseil header."""
+    lines = [b"I0000 00:00:1795455271.684429   20334 eager_service_impl.cc:355] SessionOptions: "
+             b"device_count {",
+             b'  key: "CPU"', b"  value: 1", b"}", b"gpu_options {", b"  experimental {",
+             b"  }", b"}", b"allow_soft_placement: true", b"experimental {",
+             b'  collective_group_leader: "/job:ps/replica:0/task:0"', b"}", b"",
+             b"error: bad config", b"  value: 1"]
+    kept, after = [], False
+    for line in lines:
+        after = hidden(line, 2, after)
+        if not after:
+            kept.append(line)
+    assert kept == lines[-2:]  # an error line ends the message; what follows it is kept
+
+
 def test_other_lines_are_never_hidden():
     for line in (b"Traceback (most recent call last):", b"error: bad config",
                  b"UserWarning: I0000 is not a log line", b"", b"I0000 no header"):

@@ -320,6 +320,68 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     assert load_config(run / "config.yaml").input.batch_size == 512
 
 
+def _servers_of(pid: int) -> list[int]:
+    return [child for child in child_pids(pid) if b"recsys_dist.cluster.server" in
+            pathlib.Path(f"/proc/{child}/cmdline").read_bytes()]
+
+
+def test_in_process_mode_trains_in_one_process_and_a_local_cluster_resumes_it(tmp_path, data):
+    import json
+
+    cli = str(pathlib.Path(sys.executable).parent / "recsys-dist")
+    config, run = write_config(tmp_path, data, "lr", epochs=1), tmp_path / "run"
+    process = subprocess.Popen(
+        [cli, "train", "--config", config, "--model-dir", str(run),
+         "--set", "cluster.mode=in_process", "--set", "train.log_every_seconds=0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, servers = [], None
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("step ") and servers is None:  # training is under way
+            servers = _servers_of(process.pid)
+    output = "".join(lines)
+    assert process.wait(timeout=300) == 0, output[-3000:]
+    assert "cluster  2 workers + 2 ps (in_process: servers inside this process)" in output
+    assert servers == [], output  # no server process: they are threads of this one
+    assert not (run / "logs").exists()
+    first = json.loads((run / "train_result.json").read_text())
+    assert first["examples"] == 12_000 and 0.5 < first["eval"]["labels"]["click"]["auc"] < 1
+    # the same run goes on with one process per server: same strategy, same checkpoint
+    resumed = subprocess.run(
+        [cli, "train", "--config", config, "--model-dir", str(run),
+         "--set", "cluster.mode=local", "--set", "train.epochs=2"],
+        capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    assert "(local; server logs in " in resumed.stdout
+    assert (f"resume   from {run}/checkpoints/ckpt-" in resumed.stdout
+            and "12,000 of 24,000 rows done" in resumed.stdout), resumed.stdout
+    assert json.loads((run / "train_result.json").read_text())["examples"] == 12_000
+
+
+def test_sigterm_to_an_in_process_train_ends_it_with_one_line(tmp_path, data):
+    config = write_config(tmp_path, data, "lr", epochs=1000)
+    process = subprocess.Popen(
+        [str(pathlib.Path(sys.executable).parent / "recsys-dist"), "train", "--config", config,
+         "--model-dir", str(tmp_path / "run"), "--set", "train.log_every_seconds=0",
+         "--set", "cluster.mode=in_process"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("step "):
+                break
+        assert lines and lines[-1].startswith("step "), "".join(lines)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, "".join(lines) + output
+    assert output.splitlines()[-1] == "error: stopped by SIGTERM", output
+    assert "Traceback" not in output
+
+
 def test_an_unwritable_model_dir_stops_train_before_the_cluster_starts(tmp_path, data,
                                                                       s3_server):
     config = write_config(tmp_path, data, "lr", epochs=1)

@@ -136,7 +136,7 @@ class LocalCluster:
         os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
         self._log_dir.mkdir(parents=True, exist_ok=True)
         keys = [(job, index) for job in SERVER_JOBS for index in range(self._counts[job])]
-        self._ports = dict(zip(keys, _free_ports(len(keys))))
+        self._ports = dict(zip(keys, free_ports(len(keys))))
         self._processes = {}
         atexit.register(self.stop)
         try:
@@ -450,7 +450,7 @@ def _check_count(name: str, value: object, minimum: int = 1, hint: str = "") -> 
         raise ValueError(f"{name} must be an integer >= {minimum}{hint}, got {value!r}")
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Returns ``count`` distinct ports that are free right now."""
     sockets = []
     try:

@@ -1,7 +1,8 @@
 """The strategy and coordinator of a job, on a local cluster or on a ``TF_CONFIG`` cluster.
 
 ``cluster.mode: local`` starts the servers as subprocesses on 127.0.0.1 and tears them
-down when the job ends (also on SIGTERM and Ctrl-C). ``cluster.mode: tf_config`` joins a
+down when the job ends (also on SIGTERM and Ctrl-C). ``cluster.mode: in_process`` runs
+them inside this process (``in_process.py``). ``cluster.mode: tf_config`` joins a
 cluster of ``recsys_dist.cluster.server`` tasks started elsewhere (one per machine or
 pod); this process is the chief (coordinator).
 
@@ -16,10 +17,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import Iterator
 
 import tensorflow as tf
 
+from recsys_dist import storage_io
 from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.config.experiment import ClusterSpec
@@ -35,6 +38,8 @@ class Runtime:
       coordinator: Its ``ClusterCoordinator``.
       num_workers: Worker tasks.
       num_ps: Parameter-server tasks.
+      mode: The config's ``cluster.mode``.
+      log_dir: Where the servers write their logs (local mode), else None.
       local: The local cluster, in local mode (for fault injection in tests).
     """
 
@@ -42,7 +47,23 @@ class Runtime:
     coordinator: tf.distribute.experimental.coordinator.ClusterCoordinator
     num_workers: int
     num_ps: int
+    mode: str = "local"
+    log_dir: str | None = None
     local: LocalCluster | None = None
+
+    def describe(self) -> str:
+        """One line for the console, e.g. ``2 workers + 2 ps (local; server logs in X)``."""
+        where = {"local": f"local; server logs in {self.log_dir}",
+                 "in_process": "in_process: servers inside this process"}.get(self.mode, self.mode)
+        return f"{self.num_workers} workers + {self.num_ps} ps ({where})"
+
+
+def log_dir_for(output_dir: str) -> str:
+    """Where a local cluster's servers log for a job writing to ``output_dir``:
+    ``output_dir/logs``, or a new temporary directory when ``output_dir`` is remote."""
+    if storage_io.is_remote(output_dir):
+        return tempfile.mkdtemp(prefix="recsys_dist_logs_")
+    return os.path.join(output_dir, "logs")
 
 
 def make_strategy(resolver, num_ps: int, min_shard_bytes: int
@@ -69,21 +90,31 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
 
     Args:
       cluster: The config's cluster section.
-      log_dir: Where a local cluster writes its server logs.
+      log_dir: Where a local cluster writes its server logs (see :func:`log_dir_for`).
       min_shard_bytes: Minimum embedding shard size.
       env: Extra environment for local server processes.
     """
+    if cluster.mode == "in_process":
+        from recsys_dist.cluster.in_process import InProcessCluster
+
+        servers = InProcessCluster(cluster.workers, cluster.ps)
+        strategy = make_strategy(servers.cluster_resolver(), cluster.ps, min_shard_bytes)
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        with terminate_on_signals():
+            yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, cluster.mode)
+        return
     if cluster.mode == "local":
         with terminate_on_signals(), LocalCluster(cluster.workers, cluster.ps, log_dir,
                                                   env=env) as local:
             local.supervise_workers(report=lambda message: print(message, flush=True))
             strategy = make_strategy(local.cluster_resolver(), cluster.ps, min_shard_bytes)
             coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-            yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, local)
+            yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, cluster.mode,
+                          log_dir, local)
         return
     resolver, spec = _tf_config_resolver()
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     with terminate_on_signals():
-        yield Runtime(strategy, coordinator, len(spec["worker"]), len(spec["ps"]))
+        yield Runtime(strategy, coordinator, len(spec["worker"]), len(spec["ps"]), cluster.mode)

@@ -160,13 +160,15 @@ class ClusterSpec:
     """The cluster that runs the job.
 
     Attributes:
-      mode: ``local`` starts servers as subprocesses on 127.0.0.1; ``tf_config`` joins
-        the cluster described by the ``TF_CONFIG`` environment variable.
-      workers: Worker processes (local mode).
-      ps: Parameter-server processes (local mode).
+      mode: ``local`` starts servers as subprocesses on 127.0.0.1; ``in_process`` runs
+        them inside the command's own process (fast to start, no fault isolation);
+        ``tf_config`` joins the cluster described by the ``TF_CONFIG`` environment
+        variable.
+      workers: Worker servers (local and in_process modes).
+      ps: Parameter servers (local and in_process modes).
     """
 
-    mode: Literal["local", "tf_config"] = "local"
+    mode: Literal["local", "in_process", "tf_config"] = "local"
     workers: int = field(default=2, metadata={"min": 1, "max": 64})
     ps: int = field(default=1, metadata={"min": 1, "max": 64})
 

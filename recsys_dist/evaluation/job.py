@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import posixpath
-import tempfile
 
 import numpy as np
 import pyarrow as pa
@@ -144,7 +142,7 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
     import time
 
     from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
-    from recsys_dist.cluster.runtime import connect
+    from recsys_dist.cluster.runtime import connect, log_dir_for
     from recsys_dist.data.input_fn import prepare_input
 
     saved = find_checkpoint(model_dir, checkpoint)
@@ -170,10 +168,9 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
     oracle = oracle_columns(config.labels, pipeline.extra_columns)
     # Fail now, naming the path, rather than after scoring every row.
     storage_io.check_writable(out_dir, "the evaluation report")
-    log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if storage_io.is_remote(out_dir) \
-        else os.path.join(out_dir, "logs")
-    with cluster_failures_as_cluster_lost(), \
-            connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
+    with cluster_failures_as_cluster_lost(), connect(
+            config.cluster, log_dir_for(out_dir), config.train.embedding_shard_bytes
+    ) as runtime:
         model = _restored_model(config, runtime, saved)
         start = time.perf_counter()
         metrics, data = evaluate_split(runtime, model, pipeline, config.labels, oracle,

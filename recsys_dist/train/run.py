@@ -8,8 +8,6 @@ restart (the CLI starts itself again, which resumes from the last checkpoint).
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from typing import Literal
 
 from recsys_dist import storage_io
@@ -57,7 +55,7 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
       DataError, ConfigError, CheckpointError, WarmStartError: bad input.
     """
     from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
-    from recsys_dist.cluster.runtime import connect
+    from recsys_dist.cluster.runtime import connect, log_dir_for
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.evaluation.job import oracle_candidates, oracle_columns
     from recsys_dist.train.trainer import Trainer, completed_run
@@ -84,12 +82,10 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
         return RunOutcome(True, saved.step)
     # Fail now, naming the path, rather than at the first checkpoint.
     storage_io.check_writable(model_dir, "the run's checkpoints")
-    log_dir = tempfile.mkdtemp(prefix="recsys_dist_logs_") if storage_io.is_remote(model_dir) \
-        else os.path.join(model_dir, "logs")
-    with cluster_failures_as_cluster_lost(), \
-            connect(config.cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
-        print(f"cluster  {runtime.num_workers} workers + {runtime.num_ps} ps "
-              f"({config.cluster.mode}; server logs in {log_dir})")
+    with cluster_failures_as_cluster_lost(), connect(
+            config.cluster, log_dir_for(model_dir), config.train.embedding_shard_bytes
+    ) as runtime:
+        print(f"cluster  {runtime.describe()}")
         trainer = Trainer(config, runtime, train_input, model_dir)
         resumed = trainer.resume()
         warm = None

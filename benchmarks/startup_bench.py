@@ -1,0 +1,101 @@
+"""Start-up: how long the demo's ``train`` takes from command start to its first step.
+
+It runs the demo's training command (``configs/demo.yaml`` on the demo's synthetic data,
+200 steps, no evaluation) as a user does, once per cluster mode per round, interleaved:
+
+- ``local``: one server process per worker and parameter server (the baseline);
+- ``in_process``: the servers inside the command's own process (the demo's mode).
+
+Every line the command prints is time-stamped from the moment it was started, and the
+phases are read off those lines:
+
+- ``plan``: Python, TensorFlow and the package imported, config read, Parquet footers
+  planned (the ``train ...`` line);
+- ``cluster``: servers up and connected (the ``cluster ...`` line);
+- ``first step``: the first progress line, printed when the first work item (one row
+  group, about 100 steps of the demo) has trained, so it includes building the model on
+  the parameter servers, tracing the step and that item's compute;
+- ``total``: the command's exit, after its 200 steps and a checkpoint.
+
+It prints every round, then each side's best and median and the ratio in_process /
+local (below 1: in_process is faster).
+
+Usage: ``python benchmarks/startup_bench.py [--rounds 3] [--data DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
+MODES = ("local", "in_process")
+PHASES = {"plan": "train ", "cluster": "cluster ", "first step": "step "}
+
+
+def timed_run(config: str, data: str, mode: str, model_dir: str) -> dict[str, float]:
+    """Seconds from start to each phase's first line, and to the exit."""
+    command = [CLI, "train", "--config", config, "--data", data, "--model-dir", model_dir,
+               "--no-eval", "--set", "train.max_steps=200", "--set", f"cluster.mode={mode}",
+               "--set", "train.log_every_seconds=0"]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    seen: dict[str, float] = {}
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        for phase, prefix in PHASES.items():
+            if phase not in seen and line.startswith(prefix):
+                seen[phase] = time.perf_counter() - start
+    if process.wait() != 0 or len(seen) != len(PHASES):
+        sys.exit(f"error: {mode} run failed (exit {process.returncode}):\n"
+                 + "".join(lines[-20:]))
+    seen["total"] = time.perf_counter() - start
+    return seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--data", help="demo data (default: synthesized as make demo does)")
+    args = parser.parse_args()
+    work = pathlib.Path(tempfile.mkdtemp(prefix="startup_bench_"))
+    try:
+        data = args.data or str(work / "data")
+        if not args.data:
+            subprocess.run([CLI, "data", "synth", "--out", data, "--days", "3",
+                            "--rows-per-day", "200000", "--seed", "7", "--quiet"], check=True)
+        config = str(ROOT / "configs" / "demo.yaml")
+        results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+        columns = [*PHASES, "total"]
+        print(f"{'round':>5} {'mode':<10} " + " ".join(f"{c:>10}" for c in columns))
+        for round_ in range(1, args.rounds + 1):
+            for mode in MODES if round_ % 2 else reversed(MODES):
+                model_dir = str(work / f"run-{mode}-{round_}")
+                seen = timed_run(config, data, mode, model_dir)
+                shutil.rmtree(model_dir, ignore_errors=True)
+                results[mode].append(seen)
+                print(f"{round_:>5} {mode:<10} "
+                      + " ".join(f"{seen[c]:>9.1f}s" for c in columns), flush=True)
+        print()
+        for stat, pick in (("best", min), ("median", statistics.median)):
+            for mode in MODES:
+                print(f"{stat:>6} {mode:<10} " + " ".join(
+                    f"{pick(r[c] for r in results[mode]):>9.1f}s" for c in columns))
+            print(f"{stat:>6} {'ratio':<10} " + " ".join(
+                f"{pick(r[c] for r in results['in_process']) / pick(r[c] for r in results['local']):>10.2f}"
+                for c in columns) + "  (in_process / local)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
