@@ -48,7 +48,7 @@ def trained(tmp_path_factory, s3_server):
     data = tmp / "data"
     synthesize(data, days=3, rows_per_day=8_000, seed=9, rows_per_file=4_000,
                row_groups_per_file=2)
-    config = write_config(tmp, data)
+    config = write_config(tmp, data, mode="in_process")
     weak = f"s3://{s3_server['bucket']}/evaluate-test/weak"
     outputs = {}
     for run, extra in (("model", []), (weak, ["--set", "train.max_steps=3"]),

@@ -82,7 +82,7 @@ def write_config(directory: pathlib.Path, data: pathlib.Path, model: str,
           epochs: 1
           embedding_shard_bytes: 1024
           log_every_seconds: 1000
-        cluster: {{mode: local, workers: 2, ps: 2}}
+        cluster: {{mode: in_process, workers: 2, ps: 2}}
         """))
     return str(path)
 
@@ -101,8 +101,8 @@ ON_S3 = "mmoe"
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, s3_server):
-    """model name -> (config path, model dir), both trained concurrently on local clusters
-    (the MMoE's model dir on S3)."""
+    """model name -> (config path, model dir), both trained concurrently, each on an
+    in-process cluster (the MMoE's model dir on S3)."""
     root = tmp_path_factory.mktemp("export")
     data = root / "data"
     synthesize(data, days=3, rows_per_day=6_000, seed=5, rows_per_file=3_000,

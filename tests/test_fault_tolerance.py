@@ -66,7 +66,7 @@ labels:
 """
 
 
-def write_config(tmp: pathlib.Path, data: pathlib.Path) -> str:
+def write_config(tmp: pathlib.Path, data: pathlib.Path, mode: str = "local") -> str:
     (tmp / "features.yaml").write_text(FEATURES)
     path = tmp / "ft.yaml"
     path.write_text(textwrap.dedent(f"""\
@@ -89,7 +89,7 @@ def write_config(tmp: pathlib.Path, data: pathlib.Path) -> str:
           keep_checkpoints: 2
           log_every_seconds: 0
           embedding_shard_bytes: 1024
-        cluster: {{mode: local, workers: 2, ps: 2}}
+        cluster: {{mode: {mode}, workers: 2, ps: 2}}
         """))
     return str(path)
 

@@ -58,7 +58,7 @@ def root(tmp_path_factory, s3_server):
     data = tmp / "data"
     synthesize(data, days=4, rows_per_day=4000, seed=3, rows_per_file=2000,
                row_groups_per_file=2)
-    config = write_config(tmp, data)
+    config = write_config(tmp, data, mode="in_process")
     # The fault-tolerance config's 2M-row table only makes checkpoints slow here.
     (tmp / "features.yaml").write_text(FEATURES.replace("huge: {rows: 2000000",
                                                         "huge: {rows: 20000"))

@@ -61,13 +61,14 @@ def days(tmp_path_factory):
         index = table.schema.get_field_index("click")
         table = table.set_column(index, "click", pa.array(1 - table.column("click").to_numpy()))
         pq.write_table(table, path, row_group_size=2_000)
-    config = write_config(tmp, data)
-    # One worker and one parameter server: these tests are about the daily cycle (warm
-    # start, gate, publish); cluster sizes are covered by test_train_cluster.py and
-    # test_fault_tolerance.py, and every server process costs seconds of start-up.
+    config = write_config(tmp, data, mode="in_process")
+    # One worker and one parameter server inside each command's process: these tests are
+    # about the daily cycle (warm start, gate, publish); cluster sizes and processes are
+    # covered by test_train_cluster.py and test_fault_tolerance.py, and every server
+    # process costs seconds of start-up.
     text = (pathlib.Path(config).read_text().replace("  epochs: 2\n", "  epochs: 1\n")
-            .replace("cluster: {mode: local, workers: 2, ps: 2}",
-                     "cluster: {mode: local, workers: 1, ps: 1}"))
+            .replace("cluster: {mode: in_process, workers: 2, ps: 2}",
+                     "cluster: {mode: in_process, workers: 1, ps: 1}"))
     assert "workers: 1, ps: 1" in text
     root = tmp / "root"
     pathlib.Path(config).write_text(text + f"retrain:\n  root: {root}\n"
