@@ -3,7 +3,7 @@
 It starts a local cluster (1 worker, 2 parameter servers), creates one embedding table
 sharded over both servers plus its Adagrad accumulator (the optimizer state a
 checkpoint must carry), and times, through the same code the trainer uses
-(``train/checkpoints.py``):
+(``checkpoint/store.py``):
 
 - save: ``CheckpointManager.save`` (variables, state.json, then the _COMPLETE marker);
 - restore: reading it back into the sharded variables;
@@ -42,7 +42,7 @@ from recsys_dist import storage_io
 from recsys_dist.cluster.runtime import connect
 from recsys_dist.config.experiment import ClusterSpec
 from recsys_dist.models.sharding import embedding_tables
-from recsys_dist.train.checkpoints import CheckpointManager, create_slots, restore
+from recsys_dist.checkpoint.store import CheckpointManager, create_slots, restore
 
 
 def dd(args: list[str]) -> float:

@@ -32,7 +32,7 @@ from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.synth import synthesize  # noqa: E402
 from recsys_dist.models.embedding import FeatureEmbeddings, table_of  # noqa: E402
 from recsys_dist.models.sharding import TablePartitioner, embedding_tables  # noqa: E402
-from recsys_dist.models.zoo import build_model  # noqa: E402
+from recsys_dist.models.zoo import build_from_config  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -49,9 +49,7 @@ def main() -> None:
         synthesize(tmp, days=1, rows_per_day=batch_size * args.batches * 2, seed=4)
         pipeline = prepare_input(config, None, 1, data_path=tmp)
         batches = list(pipeline.dataset_fn(training=True, worker_index=0)().take(args.batches))
-    model = build_model(config.model.name, config.features, config.inputs, config.labels,
-                        config.model.params)
-    model.create_variables()
+    model = build_from_config(config)
     dense_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.dense_variables)
     rows_read = []
     row_bytes = []

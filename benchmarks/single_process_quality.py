@@ -36,16 +36,14 @@ def run(data: str, overrides: list[str]) -> None:
     from recsys_dist.config import load_config
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.evaluation.metrics import auc, logloss
-    from recsys_dist.models.zoo import build_model
+    from recsys_dist.models.zoo import build_from_config
     from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
     from recsys_dist.train.trainer import replica_loss
 
     config = load_config(ROOT / "configs" / "demo.yaml",
                          [f"data.path={data}", *DEFAULTS, *overrides])
     label = config.labels[0]
-    model = build_model(config.model.name, config.features, config.inputs, config.labels,
-                        config.model.params)
-    model.create_variables()
+    model = build_from_config(config)
     train_spec, batch_size = config.train, config.input.batch_size
     tables, dense = (make_optimizer(spec, scaled_learning_rate(spec, train_spec, batch_size, 1))
                      for spec in (train_spec.embedding_optimizer, train_spec.dense_optimizer))

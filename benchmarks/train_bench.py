@@ -83,7 +83,7 @@ def way_b(data: str) -> float:
     import tensorflow as tf
 
     from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.models.zoo import build_model
+    from recsys_dist.models.zoo import build_from_config
 
     config = _config()
     pipeline = prepare_input(config, "train", 1, data_path=data)
@@ -92,9 +92,7 @@ def way_b(data: str) -> float:
                               *[b["features"] for b in batches])
     y = {"click": np.concatenate([b["labels"]["click"].numpy() for b in batches])}
     batch = config.input.batch_size
-    model = build_model(config.model.name, config.features, config.inputs, config.labels,
-                        config.model.params)
-    model.create_variables()
+    model = build_from_config(config)
     _compiled(model, tf.keras.optimizers.legacy.Adagrad(0.05))
     warm = WARMUP_STEPS * batch
     model.fit(tf.nest.map_structure(lambda a: a[:warm], x), {"click": y["click"][:warm]},
@@ -111,7 +109,7 @@ def way_c(data: str) -> float:
     from recsys_dist.cluster.local import LocalCluster
     from recsys_dist.cluster.runtime import make_strategy
     from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.models.zoo import build_model
+    from recsys_dist.models.zoo import build_from_config
 
     config = _config()
     pipeline = prepare_input(config, "train", config.cluster.workers, data_path=data)
@@ -128,9 +126,7 @@ def way_c(data: str) -> float:
         strategy = make_strategy(cluster.cluster_resolver(), config.cluster.ps,
                                  config.train.embedding_shard_bytes)
         with strategy.scope():
-            model = build_model(config.model.name, config.features, config.inputs,
-                                config.labels, config.model.params)
-            model.create_variables()
+            model = build_from_config(config)
             _compiled(model, tf.keras.optimizers.legacy.Adagrad(0.05), steps_per_execution=10)
         data_creator = tf.keras.utils.experimental.DatasetCreator(creator)
         model.fit(data_creator, epochs=1, steps_per_epoch=WARMUP_STEPS, verbose=0)

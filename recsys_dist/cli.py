@@ -187,10 +187,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from recsys_dist.evaluation.job import run_evaluation
     from recsys_dist.progress import Progress
 
-    overrides = list(args.set)
-    if args.dates is not None:
-        overrides.append(f"data.eval={{dates: '{args.dates}'}}")
-    config = load_config(args.config or run_config(args.model_dir), overrides)
+    dates = {"data.eval": {"dates": args.dates}} if args.dates is not None else None
+    config = load_config(args.config or run_config(args.model_dir), args.set, dates,
+                         source="--dates")
     result = run_evaluation(config, args.model_dir, args.out, checkpoint=args.checkpoint,
                             data_path=args.data, baseline=args.baseline,
                             progress=None if args.quiet else Progress("scored rows"))

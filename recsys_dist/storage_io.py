@@ -3,7 +3,7 @@
 Every output a user can point at a path goes through this module: checkpoints and their
 markers, ``train_result.json``, summaries, evaluation reports, SavedModel exports,
 publications, manifests and decision files. It uses the fsspec filesystems of
-:func:`recsys_dist.data.storage.filesystem` (S3 settings from the standard AWS
+:func:`recsys_dist.filesystems.filesystem` (S3 settings from the standard AWS
 variables), so one code path serves every scheme; TensorFlow's own file system
 (``tf.io.gfile``) is never used for outputs, because without tensorflow-io it has no
 ``s3://`` or ``hdfs://``.
@@ -31,8 +31,8 @@ from collections.abc import Iterator, Sequence
 
 from fsspec.core import split_protocol
 
-from recsys_dist.data.storage import filesystem, is_remote, join
 from recsys_dist.errors import RecsysError
+from recsys_dist.filesystems import filesystem, is_remote, join
 
 __all__ = ["StorageError", "StagedDir", "check_writable", "download_dir", "errors_named", "exists",
            "is_remote", "isdir", "join", "listdir", "local_scratch", "makedirs", "open_file",

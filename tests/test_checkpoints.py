@@ -16,7 +16,7 @@ import tensorflow as tf
 from recsys_dist import storage_io
 from recsys_dist.data.shard_plan import Unit
 from recsys_dist.storage_io import StorageError
-from recsys_dist.train.checkpoints import (COMPLETE, DAMAGED, CheckpointError,
+from recsys_dist.checkpoint.store import (COMPLETE, DAMAGED, CheckpointError,
                                            CheckpointManager, DamagedCheckpoint,
                                            SavedCheckpoint, check_signature, find_checkpoint,
                                            restore)
@@ -132,7 +132,7 @@ def test_a_checkpoint_without_a_manifest_is_read_without_the_check(tmp_path):
 
 def test_signature_mismatch_names_the_table(small_config):
     from recsys_dist.config import load_config
-    from recsys_dist.train.checkpoints import model_signature
+    from recsys_dist.checkpoint.store import model_signature
 
     config = load_config(small_config())
     signature = model_signature(config)

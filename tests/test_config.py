@@ -203,6 +203,25 @@ def test_an_error_from_a_set_names_the_set_not_a_line_of_the_file(tmp_path):
     assert str(raised.value).startswith(f"{path}:4: input.batch_size: got 0")
 
 
+def test_an_invalid_date_is_a_config_error_in_the_file_in_a_set_and_from_code(tmp_path):
+    """YAML's own date type would raise ValueError on 2026-13-45 (it did, with a traceback)."""
+    expected = "data.train.dates: got '2026-13-45'; expected YYYY-MM-DD or YYYY-MM-DD..YYYY-MM-DD"
+    path = write(tmp_path, model=MODEL.replace("2026-01-01..2026-01-03", "2026-13-45"))
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(raised.value) == f"{path}:2: {expected}"
+    path = write(tmp_path)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, ["data.train={dates: 2026-13-45}"])
+    assert str(raised.value) == f"--set data.train={{dates: 2026-13-45}}: {expected}"
+    with pytest.raises(ConfigError) as raised:  # typed values from code name their source
+        load_config(path, values={"data.train": {"dates": "2026-13-45"}}, source="retrain")
+    assert str(raised.value) == f"retrain: data.train={{'dates': '2026-13-45'}}: {expected}"
+    config = load_config(path, ["data.eval.dates=2026-01-05"],
+                         {"data.train": {"dates": "2026-01-02"}}, source="retrain")
+    assert (config.data.train.dates, config.data.eval.dates) == ("2026-01-02", "2026-01-05")
+
+
 def test_set_model_name_drops_the_params_of_the_files_model_with_a_note(tmp_path, capsys):
     path = write(tmp_path, model=MODEL.replace(
         "model: {name: dcn_v2}",

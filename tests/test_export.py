@@ -174,14 +174,12 @@ def reference_predictions(config_path: str, model_dir: str, table, nulls: bool =
 
     from recsys_dist.config import load_config
     from recsys_dist.features.transforms import FeatureTransform
-    from recsys_dist.models.zoo import build_model
-    from recsys_dist.train.checkpoints import CheckpointManager, local_prefix
+    from recsys_dist.models.zoo import build_from_config
+    from recsys_dist.checkpoint.store import CheckpointManager, local_prefix
 
     config = load_config(config_path)
     saved = CheckpointManager(model_dir).latest()
-    model = build_model(config.model.name, config.features, config.inputs, config.labels,
-                        config.model.params, seed=config.train.seed)
-    model.create_variables()
+    model = build_from_config(config)
     with local_prefix(saved) as prefix:  # downloaded from S3 for the MMoE
         tf.train.Checkpoint(model=model).read(prefix).expect_partial()
     dtypes = dict(COLUMNS, click="int64", conversion="int64")
@@ -286,7 +284,7 @@ def served(exported, rows, tmp_path_factory):
 
 # ---- the export ------------------------------------------------------------------------
 def test_export_result_and_info(trained, exported):
-    from recsys_dist.train.checkpoints import CheckpointManager
+    from recsys_dist.checkpoint.store import CheckpointManager
 
     for model, (result, directory, given) in exported.items():
         saved = CheckpointManager(trained["runs"][model][1]).latest()
@@ -395,7 +393,7 @@ def test_bad_value_in_a_request_raises_the_transform_error(served):
 def test_export_refuses_a_checkpoint_of_other_table_sizes(trained, tmp_path):
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
-    from recsys_dist.train.checkpoints import CheckpointError
+    from recsys_dist.checkpoint.store import CheckpointError
 
     config = write_config(tmp_path / "other", trained["data"], "dcn_v2",
                           FEATURES.replace("big: {rows: 4000", "big: {rows: 5000"))
@@ -410,7 +408,7 @@ def test_export_refuses_a_checkpoint_of_other_table_sizes(trained, tmp_path):
 def test_export_refuses_a_checkpoint_of_other_model_params(trained, tmp_path):
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
-    from recsys_dist.train.checkpoints import CheckpointError
+    from recsys_dist.checkpoint.store import CheckpointError
 
     config, model_dir = trained["runs"]["dcn_v2"]
     with pytest.raises(CheckpointError) as info:
@@ -424,7 +422,7 @@ def test_export_refuses_a_checkpoint_of_other_model_params(trained, tmp_path):
 def test_export_refuses_a_model_dir_without_a_checkpoint(trained, tmp_path):
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
-    from recsys_dist.train.checkpoints import CheckpointError
+    from recsys_dist.checkpoint.store import CheckpointError
 
     empty = tmp_path / "never_trained"
     empty.mkdir()
@@ -437,7 +435,7 @@ def test_export_refuses_a_model_dir_without_a_checkpoint(trained, tmp_path):
 def test_export_refuses_an_incomplete_checkpoint(trained, tmp_path):
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
-    from recsys_dist.train.checkpoints import CheckpointError, CheckpointManager
+    from recsys_dist.checkpoint.store import CheckpointError, CheckpointManager
 
     config, model_dir = trained["runs"]["dcn_v2"]
     saved = CheckpointManager(model_dir).latest()
@@ -455,7 +453,7 @@ def test_export_refuses_an_incomplete_checkpoint(trained, tmp_path):
 
 def test_explicit_checkpoint_directory_or_prefix_is_found(trained):
     from recsys_dist.export.saved_model import find_checkpoint
-    from recsys_dist.train.checkpoints import CheckpointManager
+    from recsys_dist.checkpoint.store import CheckpointManager
 
     model_dir = trained["runs"]["dcn_v2"][1]
     latest = CheckpointManager(model_dir).latest()
@@ -480,7 +478,7 @@ def test_export_from_and_to_s3(trained, exported, s3_server):
     """The S3 export: uploaded from a local staging directory, nothing else beside it;
     it describes the S3 checkpoint it came from; a non-empty S3 out or a missing bucket
     exits 2 naming the path."""
-    from recsys_dist.train.checkpoints import CheckpointManager
+    from recsys_dist.checkpoint.store import CheckpointManager
 
     config, model_dir = trained["runs"][ON_S3]
     result, directory, given = exported[ON_S3]

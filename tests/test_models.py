@@ -37,7 +37,7 @@ from recsys_dist.models.blocks import (
     derive_seed,
 )
 from recsys_dist.models.embedding import FeatureEmbeddings, example_features
-from recsys_dist.models.params import (
+from recsys_dist.config.model_params import (
     MODEL_PARAMS,
     DCNv2Params,
     DLRMParams,
@@ -643,7 +643,7 @@ def test_params_reject_bad_values_in_python(cls, kwargs, match):
 
 
 def test_params_module_imports_without_tensorflow():
-    code = ("import sys; import recsys_dist.models.params; "
+    code = ("import sys; import recsys_dist.config.model_params; "
             "assert 'tensorflow' not in sys.modules, 'params imported tensorflow'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT_ROOT,
                    env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})

@@ -123,7 +123,7 @@ def test_a_dead_endpoint_fails_fast_and_names_the_path(monkeypatch):
 
 
 def test_file_urls_are_local_paths(tmp_path):
-    from recsys_dist.train.checkpoints import CheckpointManager
+    from recsys_dist.checkpoint.store import CheckpointManager
 
     url = f"file://{tmp_path}/run"
     with storage_io.StagedDir(f"{url}/train") as staged:

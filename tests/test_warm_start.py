@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from recsys_dist.config.features import load_feature_config
 from recsys_dist.models.embedding import FeatureEmbeddings, shard_rows
-from recsys_dist.train.warm_start import WarmStartError, stack_layouts, warm_start
+from recsys_dist.checkpoint.warm_start import WarmStartError, stack_layouts, warm_start
 from tests.test_models import _sharding_creator as sharding_creator
 
 OLD = """\

@@ -24,15 +24,16 @@ import datetime
 import os
 import sys
 from dataclasses import field
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import yaml
 
 from recsys_dist.config.features import FeatureConfig, load_feature_config
+from recsys_dist.config.model_params import MODEL_PARAMS
 from recsys_dist.config.schema import did_you_mean, parse_dataclass
-from recsys_dist.config.yaml_loader import LocatedYaml, load_yaml
+from recsys_dist.config.yaml_loader import LocatedYaml, TextDatesLoader, load_yaml
 from recsys_dist.errors import ConfigError
-from recsys_dist.models.params import MODEL_PARAMS
 
 #: Input groups each model of the zoo reads. ``None`` in ``model.inputs`` means all features.
 MODEL_INPUT_GROUPS: dict[str, tuple[str, ...]] = {
@@ -145,7 +146,7 @@ class ModelSpec:
       labels: Labels the model predicts; defaults to every label of the feature config.
       inputs: Feature names per input group of the model (``wide``, ``deep``);
         omitted, every feature goes to each of the model's groups.
-      params: The model's hyper-parameters (``recsys_dist.models.params``); defaults
+      params: The model's hyper-parameters (``recsys_dist.config.model_params``); defaults
         for every key left out.
     """
 
@@ -361,26 +362,41 @@ def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:
     Raises:
       ConfigError: an override is not ``key=value`` or walks into a non-mapping.
     """
-    data = copy.deepcopy(doc.data) if isinstance(doc.data, dict) else {}
-    given: dict[str, str] = dict(doc.overrides)
+    values = {}
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(doc.file, key, f"--set {item!r}: expected key.path=value")
         try:
-            value = yaml.safe_load(text)
+            value = yaml.load(text, Loader=TextDatesLoader)
         except yaml.YAMLError:
             value = text
+        values[key.strip()] = (value, f"--set {item}")
+    return _set(doc, values)
+
+
+def set_values(doc: LocatedYaml, values: Mapping[str, Any], source: str) -> LocatedYaml:
+    """Sets config values from code, e.g. ``{"data.eval": {"dates": "2026-01-03"}}``: the
+    typed form of ``--set``. An error in one of them names ``source`` and the key."""
+    return _set(doc, {key: (value, f"{source}: {key}={value!r}")
+                      for key, value in values.items()})
+
+
+def _set(doc: LocatedYaml, values: Mapping[str, tuple[Any, str]]) -> LocatedYaml:
+    """``doc`` with each ``key.path`` set to its value; the label names the setter."""
+    data = copy.deepcopy(doc.data) if isinstance(doc.data, dict) else {}
+    given: dict[str, str] = dict(doc.overrides)
+    for key, (value, label) in values.items():
         node = data
-        parts = key.strip().split(".")
+        parts = key.split(".")
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
                 raise ConfigError(doc.file, ".".join(parts[:depth + 1]),
-                                  f"--set {item!r}: {child!r} is not a mapping")
+                                  f"{label}: {child!r} is not a mapping")
             node = child
         node[parts[-1]] = value
-        given[".".join(parts)] = item
+        given[key] = label
     _drop_params_of_the_other_model(doc, data, given)
     return LocatedYaml(doc.file, data, doc.lines, given)
 
@@ -400,7 +416,7 @@ def _drop_params_of_the_other_model(doc: LocatedYaml, data: dict, given: dict[st
                and given_here.override(f"model.params.{key}") is None]
     if dropped:
         model["params"] = {k: v for k, v in params.items() if k not in dropped}
-        print(f"note: --set {given['model.name']}: dropped model.params "
+        print(f"note: {given['model.name']}: dropped model.params "
               f"{', '.join(dropped)} of {doc.file}, which {name} does not take",
               file=sys.stderr)
 
@@ -536,12 +552,16 @@ def _parse_dates_as_text(data: Any) -> Any:
     return data
 
 
-def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
-                ) -> ExperimentConfig:
-    """Loads a model/training config, applies ``--set`` overrides and validates it all."""
+def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None,
+                values: Mapping[str, Any] | None = None, source: str = "") -> ExperimentConfig:
+    """Loads a model/training config, applies ``--set`` overrides, then ``values`` (typed
+    overrides from code, named ``source`` in errors; see :func:`set_values`), and
+    validates it all."""
     doc = load_yaml(path)
     if overrides:
         doc = apply_overrides(doc, overrides)
+    if values:
+        doc = set_values(doc, values, source)
     return parse_config(doc)
 
 

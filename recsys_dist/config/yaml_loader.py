@@ -38,7 +38,8 @@ class LocatedYaml:
         return None
 
     def override(self, path: str) -> str | None:
-        """The ``--set KEY=VALUE`` that gave ``path`` (or an ancestor of it) its value."""
+        """What gave ``path`` (or an ancestor of it) its value instead of the file, e.g.
+        ``--set KEY=VALUE``."""
         for key in _self_and_ancestors(path):
             if key in self.overrides:
                 return self.overrides[key]
@@ -48,7 +49,7 @@ class LocatedYaml:
         """An error at ``path``: named by its ``--set`` when one set it, else by file:line."""
         item = self.override(path)
         if item is not None:
-            return ConfigError(f"--set {item}", path, message)
+            return ConfigError(item, path, message)
         return ConfigError(self.file, path, message, self.line(path))
 
 
@@ -59,6 +60,17 @@ def _self_and_ancestors(path: str):
         path = path[:cut] if cut > 0 else ""
 
 
+class TextDatesLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that ``2026-01-07`` stays text: config dates are checked
+    as text, and an invalid one (``2026-13-45``) must give a config error naming its key,
+    not a ``ValueError`` from YAML's date constructor."""
+
+
+TextDatesLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def _join(prefix: str, key: Any) -> str:
     if isinstance(key, int):
         return f"{prefix}[{key}]"
@@ -67,7 +79,7 @@ def _join(prefix: str, key: Any) -> str:
 
 def _construct(node: yaml.Node, path: str, lines: dict[str, int], file: str) -> Any:
     lines.setdefault(path, node.start_mark.line + 1)
-    constructor = yaml.SafeLoader(stream="")
+    constructor = TextDatesLoader(stream="")
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -105,7 +117,7 @@ def load_yaml(file: str | os.PathLike[str]) -> LocatedYaml:
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read config file: {exc.strerror}") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=TextDatesLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

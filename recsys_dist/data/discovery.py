@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime
 import posixpath
 
+from recsys_dist import filesystems
 from recsys_dist.config.experiment import DataSplit, DateRange
-from recsys_dist.data import storage
 from recsys_dist.errors import DataError
 from recsys_dist.storage_io import errors_named
 
@@ -41,15 +41,15 @@ def discover_dates(root: str, dates: DateRange, partition_key: str = "dt") -> li
 
 
 def _discover_dates(root: str, dates: DateRange, partition_key: str) -> list[str]:
-    fs, stripped_root = storage.filesystem(root)
+    fs, stripped_root = filesystems.filesystem(root)
     files: list[str] = []
     missing: list[str] = []
     for day in dates.days():
-        part = storage.join(stripped_root, f"{partition_key}={day.isoformat()}")
+        part = filesystems.join(stripped_root, f"{partition_key}={day.isoformat()}")
         found = _list_parquet(fs, part) if fs.isdir(part) else []
         if not found:
             missing.append(day.isoformat())
-        files.extend(storage.full_path(root, p) for p in found)
+        files.extend(filesystems.full_path(root, p) for p in found)
     if missing:
         available = _available_partitions(fs, stripped_root, partition_key)
         hint = (f"; partitions present under {root}: {_summarise(available)}" if available
@@ -110,7 +110,7 @@ def _is_iso_date(text: str) -> bool:
 
 
 def _discover_path(path: str) -> list[str]:
-    fs, stripped = storage.filesystem(path)
+    fs, stripped = filesystems.filesystem(path)
     if any(c in stripped for c in _GLOB_CHARS):
         matched = sorted(p for p in fs.glob(stripped) if _is_data_file(p) or fs.isdir(p))
         found: list[str] = []
@@ -125,7 +125,7 @@ def _discover_path(path: str) -> list[str]:
     if not found:
         raise DataError(f"no Parquet files matched {path} (data files end in .parquet; "
                         "names starting with '_' or '.' are ignored)")
-    return [storage.full_path(path, p) for p in found]
+    return [filesystems.full_path(path, p) for p in found]
 
 
 def discover_split(root: str, split: DataSplit, partition_key: str = "dt") -> list[str]:
@@ -133,4 +133,4 @@ def discover_split(root: str, split: DataSplit, partition_key: str = "dt") -> li
     date_range = split.date_range()
     if date_range is not None:
         return discover_dates(root, date_range, partition_key)
-    return discover_path(storage.join(root, split.glob), partition_key)
+    return discover_path(filesystems.join(root, split.glob), partition_key)

@@ -16,7 +16,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from recsys_dist.data import storage
+from recsys_dist import filesystems
 from recsys_dist.errors import DataError
 from recsys_dist.storage_io import errors_named
 
@@ -74,7 +74,7 @@ def read_file_meta(path: str) -> FileMeta:
 
 
 def _read_file_meta(path: str) -> FileMeta:
-    fs, stripped = storage.filesystem(path)
+    fs, stripped = filesystems.filesystem(path)
     try:
         size = fs.size(stripped)
     except FileNotFoundError:

@@ -28,13 +28,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.store import (
+    SavedCheckpoint,
+    check_signature,
+    find_checkpoint,
+    restore_model,
+)
 from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.data.oracle import oracle_candidates, oracle_columns
 from recsys_dist.errors import RecsysError
 from recsys_dist.evaluation import metrics as M
 from recsys_dist.evaluation.evaluate import evaluate_split
 from recsys_dist.evaluation.report import write_report
-from recsys_dist.train.checkpoints import (SavedCheckpoint, check_signature, find_checkpoint,
-                                           restore_model)
 
 PREDICTIONS = "predictions.parquet"
 METRICS = "metrics.json"
@@ -50,31 +55,11 @@ class EvaluationResult:
     rows_per_second: float
 
 
-def oracle_columns(labels: list[str], present: tuple[str, ...]) -> dict[str, str]:
-    """Label -> the first of its candidate true-logit columns that the data has."""
-    found = {}
-    for i, label in enumerate(labels):
-        for column in [f"oracle_logit_{label}"] + (["oracle_logit"] if i == 0 else []):
-            if column in present:
-                found[label] = column
-                break
-    return found
-
-
-def oracle_candidates(labels: list[str]) -> tuple[str, ...]:
-    """Columns that may hold a label's true logit (synthetic data): ``oracle_logit_<label>``,
-    and ``oracle_logit`` for the first label (the layout of ``recsys-dist data synth``)."""
-    return tuple(c for i, label in enumerate(labels)
-                 for c in [f"oracle_logit_{label}"] + (["oracle_logit"] if i == 0 else []))
-
-
 def _restored_model(config: ExperimentConfig, runtime, saved: SavedCheckpoint):
-    from recsys_dist.models.zoo import build_model
+    from recsys_dist.models.zoo import build_from_config
 
     with runtime.strategy.scope():
-        model = build_model(config.model.name, config.features, config.inputs, config.labels,
-                            config.model.params, seed=config.train.seed)
-        model.create_variables()
+        model = build_from_config(config)
     restore_model(model, saved, config.file)
     return model
 

@@ -24,7 +24,7 @@ from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.errors import DataError
-from recsys_dist.train.replicas import replica_slice
+from recsys_dist.cluster.replicas import replica_slice
 
 #: Rows one prediction closure reads at most.
 PREDICT_ITEM_ROWS = 65536

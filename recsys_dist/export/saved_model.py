@@ -51,13 +51,18 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.store import (
+    CheckpointError,
+    SavedCheckpoint,
+    check_signature,
+    find_checkpoint,
+    restore_model,
+)
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.errors import RecsysError
 from recsys_dist.features.transforms import FeatureTransform
-from recsys_dist.models.zoo import RankingModel, build_model
-from recsys_dist.train.checkpoints import (CheckpointError, SavedCheckpoint, check_signature,
-                                           find_checkpoint, restore_model)
+from recsys_dist.models.zoo import RankingModel, build_from_config
 
 #: The signature a serving request names (TF Serving's default).
 SIGNATURE_KEY = "serving_default"
@@ -225,9 +230,7 @@ def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel
         raise ExportError("export builds the model without a distribution strategy; do not "
                           "call it inside strategy.scope()")
     check_signature(saved, config, what=f"the export config {config.file}")
-    model = build_model(config.model.name, config.features, config.inputs, config.labels,
-                        config.model.params, seed=config.train.seed)
-    model.create_variables()
+    model = build_from_config(config)
     restore_model(model, saved, config.file)
     return model
 

@@ -4,7 +4,7 @@
   embedding table of the feature config, ready to be sharded on parameter servers.
 - :mod:`recsys_dist.models.blocks`: MLP, DCN-v2 cross network, FM, DLRM dot interaction,
   MMoE.
-- :mod:`recsys_dist.models.params`: hyper-parameter dataclasses (no TensorFlow import,
+- :mod:`recsys_dist.config.model_params`: hyper-parameter dataclasses (no TensorFlow import,
   so config parsing stays light).
 - :mod:`recsys_dist.models.zoo`: :func:`build_model` and the ``MODELS`` registry.
 """

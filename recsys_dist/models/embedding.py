@@ -90,7 +90,7 @@ class TableStack:
 
     Attributes:
       key: Stable name of the stack, ``<layer>/embedding/stack_d<D>``; checkpoints
-        record each stack's layout under it (``train/warm_start.py`` reads it).
+        record each stack's layout under it (``checkpoint/warm_start.py`` reads it).
       variable: The ``[sum of rows, D]`` weight (a ``ShardedVariable`` when partitioned).
       layout: Table -> ``(first row, rows)`` inside the stack, in stacking order.
     """

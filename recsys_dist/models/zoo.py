@@ -10,7 +10,7 @@ same as one linear head per label); MMoE has a gate, tower and head per label.
 
 Each model reads the input groups :data:`~recsys_dist.config.experiment.MODEL_INPUT_GROUPS`
 names (``inputs`` maps group -> feature names) and takes the hyper-parameter dataclass
-:data:`~recsys_dist.models.params.MODEL_PARAMS` names.
+:data:`~recsys_dist.config.model_params.MODEL_PARAMS` names.
 
 Example:
   >>> model = build_model("dcn_v2", feature_config, {"deep": ["C1", "C2", "I1"]}, ["click"])
@@ -25,8 +25,17 @@ from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist.config.experiment import MODEL_INPUT_GROUPS
+from recsys_dist.config.experiment import MODEL_INPUT_GROUPS, ExperimentConfig
 from recsys_dist.config.features import FeatureConfig
+from recsys_dist.config.model_params import (
+    MODEL_PARAMS,
+    DCNv2Params,
+    DeepFMParams,
+    DLRMParams,
+    LRParams,
+    MMoEParams,
+    WideDeepParams,
+)
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import (
     MLP,
@@ -43,15 +52,6 @@ from recsys_dist.models.embedding import (
     check_feature_names,
     example_features,
     table_of,
-)
-from recsys_dist.models.params import (
-    MODEL_PARAMS,
-    DCNv2Params,
-    DeepFMParams,
-    DLRMParams,
-    LRParams,
-    MMoEParams,
-    WideDeepParams,
 )
 
 
@@ -424,3 +424,15 @@ def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]]
         raise TypeError(f"model {name!r} takes {params_class.__name__} params, got "
                         f"{type(params).__name__}")
     return MODELS[name](features, inputs, labels, params=params, seed=seed)
+
+
+def build_from_config(config: ExperimentConfig) -> RankingModel:
+    """Builds the experiment's model with all its variables, seeded by ``train.seed``.
+
+    Under a strategy's ``scope()`` the variables are created where the strategy puts
+    them (the tables sharded over the parameter servers).
+    """
+    model = build_model(config.model.name, config.features, config.inputs, config.labels,
+                        config.model.params, seed=config.train.seed)
+    model.create_variables()
+    return model

@@ -137,7 +137,7 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
     """
     from recsys_dist.evaluation.job import run_evaluation
     from recsys_dist.export import export_model
-    from recsys_dist.train.checkpoints import CheckpointManager, find_checkpoint
+    from recsys_dist.checkpoint.store import CheckpointManager, find_checkpoint
     from recsys_dist.train.run import train_run
 
     base = load_config(config_path, overrides)
@@ -171,10 +171,10 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
         # day is trained on its date and gated and published on the next run.
         print(f"finish   {previous} was held for its held-out partition; finishing it first")
         retrain_day(config_path, overrides, previous, data_path, finish_held=False)
-    day = [f"data.train={{dates: '{train_range}'}}", f"data.eval={{dates: '{eval_range}'}}"]
+    day = {"data.train": {"dates": train_range}, "data.eval": {"dates": eval_range}}
     if data_path is not None:
-        day.append(f"data.path={data_path}")
-    config = load_config(config_path, list(overrides) + day)
+        day["data.path"] = data_path
+    config = load_config(config_path, overrides, day, source=f"retrain {date}")
     parent = pubs.latest_before(date)
     parent_manifest = pubs.manifest(parent) if parent else None
     parent_checkpoint = None
@@ -209,7 +209,8 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
             try:  # (a remote publication's config is copied to local disk to be loaded)
                 parent_config = load_config(
                     local_config(pubs.directory(parent), scratch),
-                    [f"data.eval={{dates: '{eval_range}'}}", f"data.path={config.data.path}"])
+                    values={"data.eval": {"dates": eval_range}, "data.path": config.data.path},
+                    source=f"retrain {date}, previous model {parent}")
                 old_metrics = run_evaluation(parent_config, pubs.run_dir(parent),
                                              f"{run_dir}/eval_previous",
                                              checkpoint=parent_manifest["checkpoint"]).metrics

@@ -233,9 +233,9 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
     current_path = _join(root, CURRENT)
     current = (storage_io.read_text(current_path).strip() or None
                if storage_io.exists(current_path) else None)
-    overrides = [f"data.eval={{dates: '{evaluated}'}}"]
+    values: dict = {"data.eval": {"dates": str(evaluated)}}
     if data_path is not None:
-        overrides.append(f"data.path={data_path}")
+        values["data.path"] = data_path
     # Check every publication and config before the first (slow) evaluation starts.
     plans = []
     scratch = tempfile.mkdtemp(prefix="recsys_dist_offline_eval_")
@@ -244,7 +244,8 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
             directory = _join(root, "published", date)
             manifest = _manifest(directory)
             checkpoint = _checkpoint(root, date, manifest, _join(directory, MANIFEST))
-            config = load_config(_local_config(directory, scratch), overrides)
+            config = load_config(_local_config(directory, scratch), values=values,
+                                     source=f"offline-eval of {evaluated}")
             plans.append((date, manifest, checkpoint, config))
         storage_io.check_writable(out_dir, "the offline evaluation")
         reference = selected[0]

@@ -11,8 +11,8 @@ import dataclasses
 from typing import Literal
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.store import SavedCheckpoint
 from recsys_dist.config.experiment import ExperimentConfig
-from recsys_dist.train.checkpoints import SavedCheckpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,7 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
     from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
     from recsys_dist.cluster.runtime import connect, log_dir_for
     from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.evaluation.job import oracle_candidates, oracle_columns
+    from recsys_dist.data.oracle import oracle_candidates, oracle_columns
     from recsys_dist.train.trainer import Trainer, completed_run
 
     workers = config.cluster.workers

@@ -41,22 +41,30 @@ from typing import Literal
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.store import (
+    DAMAGED,
+    CheckpointError,
+    CheckpointManager,
+    DamagedCheckpoint,
+    SavedCheckpoint,
+    check_signature,
+    create_slots,
+    local_prefix,
+    model_signature,
+    restore,
+)
+from recsys_dist.checkpoint.warm_start import WarmStartReport, stack_layouts, warm_start
+from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
+from recsys_dist.cluster.replicas import replica_slice
 from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig, resolved_files
 from recsys_dist.data.input_fn import InputPipeline
-from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.errors import DataError
 from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
-from recsys_dist.models.zoo import build_model
-from recsys_dist.train.checkpoints import (DAMAGED, CheckpointError, CheckpointManager,
-                                           DamagedCheckpoint, SavedCheckpoint,
-                                           check_signature, create_slots, local_prefix,
-                                           model_signature, restore)
+from recsys_dist.models.zoo import build_from_config
 from recsys_dist.train.data_position import DataPosition
 from recsys_dist.train.dense_cache import DenseWeightCache, check_dense_refresh, watched
-from recsys_dist.train.replicas import replica_slice
-from recsys_dist.train.warm_start import WarmStartReport, stack_layouts, warm_start
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
 
 AUC_THRESHOLDS = 2000
@@ -177,14 +185,12 @@ class Trainer:
         self.replicas = strategy.num_replicas_in_sync
         train = config.train
         with strategy.scope():
-            self.model = build_model(config.model.name, config.features, config.inputs,
-                                     config.labels, config.model.params, seed=train.seed)
-            self.model.create_variables()
+            self.model = build_from_config(config)
             batch = pipeline.spec.batch_size
             self.embedding_optimizer, self.dense_optimizer = (
                 make_optimizer(spec, scaled_learning_rate(spec, train, batch, self.replicas))
                 for spec in (train.embedding_optimizer, train.dense_optimizer))
-            # Slots exist before any restore (checkpoints.py says why).
+            # Slots exist before any restore (checkpoint/store.py says why).
             create_slots(self.embedding_optimizer, self.model.embedding_variables)
             create_slots(self.dense_optimizer, self.model.dense_variables)
             self.auc = {label: tf.keras.metrics.AUC(num_thresholds=AUC_THRESHOLDS,
@@ -206,7 +212,7 @@ class Trainer:
     def resume(self) -> SavedCheckpoint | None:
         """Restores the newest complete checkpoint of ``model_dir`` and its data position.
 
-        A damaged one (its files changed after the save; see ``checkpoints.py``) is
+        A damaged one (its files changed after the save; see ``checkpoint/store.py``) is
         marked so, with a warning, and the previous complete one is restored instead.
 
         Raises:
@@ -243,7 +249,7 @@ class Trainer:
     def warm_start(self, saved: SavedCheckpoint,
                    on_table_resize: Literal["fail", "reinitialize"] = "fail") -> WarmStartReport:
         """Seeds weights, slots and step from another run's checkpoint (not its data
-        position); see ``train/warm_start.py`` for how feature drift is handled."""
+        position); see ``checkpoint/warm_start.py`` for how feature drift is handled."""
         with local_prefix(saved) as prefix:  # downloaded first when remote
             return warm_start(self.checkpoint, prefix, self._stacks(),
                               saved.state.get("embedding_stacks", {}),

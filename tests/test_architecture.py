@@ -1,0 +1,119 @@
+"""The package's import graph: dependencies point one way, and no module imports itself
+back through others. Read from the source (every import, also those inside functions),
+so a lazy import cannot hide an arrow against the order. docs/architecture.md explains
+the layers."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "recsys_dist"
+
+#: Lowest first. A part may import its own layer's parts (foundations only) and the
+#: layers below it, never one above.
+LAYERS: list[set[str]] = [
+    {"errors", "progress", "tf_log_filter", "filesystems", "storage_io", "ops"},
+    {"config"},
+    {"features"},
+    {"models"},
+    {"data"},
+    {"cluster"},
+    {"checkpoint"},
+    {"evaluation"},
+    {"train"},
+    {"export"},
+    {"retrain"},
+    {"console", "cli"},
+]
+LAYER_OF = {part: i for i, parts in enumerate(LAYERS) for part in parts}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = ("recsys_dist", *path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, pathlib.Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_modules(path: pathlib.Path, known: set[str]) -> set[str]:
+    """The ``recsys_dist`` modules ``path`` imports, wherever in the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # ``from recsys_dist import storage_io`` imports the module storage_io
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [n if n in known else node.module for n in names]
+        else:
+            continue
+        found.update(n for n in names if n.split(".")[0] == "recsys_dist")
+    return found
+
+
+def part_of(module: str) -> str:
+    """``recsys_dist.train.trainer`` -> ``train``; ``recsys_dist.cli`` -> ``cli``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def edges() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported_modules(path, set(known)) - {name} for name, path in known.items()}
+
+
+def test_every_part_of_the_package_has_a_layer():
+    parts = {part_of(m) for m in modules()} - {"__init__"}
+    assert parts <= set(LAYER_OF), f"add {sorted(parts - set(LAYER_OF))} to LAYERS"
+
+
+def test_no_import_points_up_the_layers():
+    against = []
+    for module, targets in edges().items():
+        source = part_of(module)
+        if source == "__init__":
+            continue
+        for target in targets:
+            goal = part_of(target)
+            if goal != "__init__" and LAYER_OF[goal] > LAYER_OF[source]:
+                against.append(f"{module} -> {target}")
+    assert not against, "imports against the layer order:\n" + "\n".join(sorted(against))
+
+
+def test_the_module_graph_has_no_cycle():
+    graph = edges()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt in graph and nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_no_module_imports_a_private_name_of_another_part():
+    offenders = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.startswith("recsys_dist")
+                    and part_of(node.module) != part_of(name)):
+                offenders += [f"{name}: {node.module}.{a.name}" for a in node.names
+                              if a.name.startswith("_")]
+    assert not offenders, "\n".join(offenders)
