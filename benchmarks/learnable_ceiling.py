@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
-    generator = synth._Generator(args.seed)
+    generator = synth.RowGenerator(args.seed)
     file_rows = synth.rows_per_file_of_day(args.rows_per_day)  # as `data synth` writes them
 
     counts: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -72,7 +72,7 @@ def main() -> None:
                 learned *= information / (1.0 + information)
             # The posterior mean of an effect e with prior sd s, measured with noise:
             # k e + sqrt(k (1 - k)) s z, z one standard normal per id (or id pair).
-            noise = synth._normal(synth._key(args.seed, "ceiling", name), *term.ids)
+            noise = synth.hashed_normal(synth.stream_key(args.seed, "ceiling", name), *term.ids)
             estimate += (learned - 1.0) * term.effect + (
                 np.sqrt(learned * (1.0 - learned)) * term.scale * noise)
             shrunk -= term.effect * (1.0 - learned)

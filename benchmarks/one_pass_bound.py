@@ -41,7 +41,7 @@ from recsys_dist.evaluation.metrics import auc, logloss
 BATCH = 512
 RANK = 8
 MAX_TAGS, MAX_TOPICS = 8, 3
-PAIRS = list(synth._CLICK_PAIR_SIGMAS)
+PAIRS = list(synth.CLICK_PAIR_SIGMAS)
 ID_FIELDS = synth.CATEGORICAL_FIELDS + ["user_id"]
 
 
@@ -63,7 +63,7 @@ def numeric_bucket(x: np.ndarray) -> np.ndarray:
 
 def generate(days: int, rows_per_day: int, seed: int) -> dict[str, np.ndarray]:
     """Every row of days 1..``days`` as arrays, in day order, with ``day`` and ``oracle``."""
-    generator = synth._Generator(seed)
+    generator = synth.RowGenerator(seed)
     parts: dict[str, list[np.ndarray]] = {}
     for day in range(days):
         for index, n in enumerate(synth.rows_per_file_of_day(rows_per_day)):

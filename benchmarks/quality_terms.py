@@ -2,7 +2,7 @@
 
 The click logit of ``recsys-dist data synth`` is a sum of known terms: one per id field,
 per interacting pair, the user, tags, topics and each numeric field
-(``synth._Generator.click_terms``). This script regenerates those terms for the rows of
+(``synth.RowGenerator.click_terms``). This script regenerates those terms for the rows of
 one evaluated day and regresses the model's logits on them (least squares, with an
 intercept). Per term it prints:
 
@@ -56,7 +56,7 @@ def main() -> None:
         sys.exit(f"error: {args.predictions} has no row_id and {column} columns "
                  f"(columns: {', '.join(table.column_names)}); pass the predictions.parquet "
                  "that recsys-dist evaluate writes")
-    generator = synth._Generator(args.seed)
+    generator = synth.RowGenerator(args.seed)
     terms: dict[str, list[np.ndarray]] = {}
     groups: dict[str, list[np.ndarray]] = {}
     ids = []
@@ -104,7 +104,7 @@ def _group_keys(batch) -> dict[str, np.ndarray]:
     """One int64 group key per row for each grouping ``--groups`` reports."""
     keys = {f: batch.categorical[f].astype(np.int64) for f in synth.CATEGORICAL_FIELDS}
     keys["user"] = batch.user_id.astype(np.int64)
-    for f, g in synth._CLICK_PAIR_SIGMAS:
+    for f, g in synth.CLICK_PAIR_SIGMAS:
         keys[f"{f} x {g}"] = keys[f] * (1 << 33) + keys[g]  # ids are < 2**33
     for f in synth.NUMERIC_FIELDS:
         keys[f"num {f}"] = numeric_bucket(batch.numeric[f])

@@ -151,7 +151,7 @@ def test_labels_and_oracle(day0):
 
 def test_click_terms_sum_to_the_stored_oracle_logit():
     """The named terms benchmarks/quality_terms.py regresses on are the whole logit."""
-    generator = synth._Generator(5)
+    generator = synth.RowGenerator(5)
     batch, logit, _, _ = generator.clicks(2, 0, 2_000)
     terms = generator.click_terms(batch)
     assert {"C5 x C8", "user", "tags", "topics", "num I1"} <= set(terms)

@@ -164,7 +164,7 @@ _CLICK_FIELD_SIGMAS = {
     "C10": 0.22, "C11": 0.22, "C12": 0.22, "C13": 0.18, "C14": 0.22, "C16": 0.22,
     "C17": 0.25, "C21": 0.22, "C24": 0.22,
 }
-_CLICK_PAIR_SIGMAS = {("C2", "C17"): 0.38, ("C5", "C8"): 0.38, ("C6", "C14"): 0.42,
+CLICK_PAIR_SIGMAS = {("C2", "C17"): 0.38, ("C5", "C8"): 0.38, ("C6", "C14"): 0.42,
                       ("C9", "C13"): 0.38}
 _USER_SIGMA = 0.42
 _EFFECT_HEAD, _EFFECT_DECAY = 300.0, 0.5  # rare ids carry smaller effects
@@ -253,7 +253,7 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     started = time.perf_counter()
-    generator = _Generator(int(seed))
+    generator = RowGenerator(int(seed))
     file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)
     dts, files = [], []
     clicks = conversions = 0
@@ -311,7 +311,7 @@ def _write_atomically(table: pa.Table, path: str, row_group_size: int) -> None:
 # ----------------------------------------------------------------------------- hashing
 
 
-def _key(seed: int, *names: object) -> int:
+def stream_key(seed: int, *names: object) -> int:
     """A 64-bit key for a named hash stream, stable across processes and platforms."""
     text = "/".join([str(seed), *map(str, names)])
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
@@ -341,7 +341,7 @@ def _uniform(h: np.ndarray) -> np.ndarray:
     return ((h >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
 
 
-def _normal(key: int, *values: np.ndarray) -> np.ndarray:
+def hashed_normal(key: int, *values: np.ndarray) -> np.ndarray:
     """A standard normal per element, a pure function of ``key`` and ``values``."""
     h = _hash(key, *values)
     radius = np.sqrt(-2.0 * np.log(_uniform(h)))
@@ -391,7 +391,7 @@ class IdTerm:
     effect: np.ndarray
 
 
-class _Generator:
+class RowGenerator:
     """Samples rows and labels for one seed, caching per-run tables."""
 
     def __init__(self, seed: int):
@@ -484,7 +484,7 @@ class _Generator:
         slot = np.where(rank < head.size, head[np.minimum(rank, head.size - 1)], rank)
         ids = self._scramble(field, slot, cardinality) + 1
         if day > 0:
-            birth = np.floor(_uniform(_hash(_key(self._seed, "new", field), slot))
+            birth = np.floor(_uniform(_hash(stream_key(self._seed, "new", field), slot))
                              / _NEW_ID_RATE_PER_DAY).astype(np.int64) + 1
             new = (birth <= min(day, _NEW_ID_LIFETIME)) & (slot >= _NEW_ID_MIN_SLOT)
             latest_birth = birth + (day - birth) // _NEW_ID_LIFETIME * _NEW_ID_LIFETIME
@@ -492,7 +492,7 @@ class _Generator:
         missing = rng.random(n) < CATEGORICAL_MISSING_RATES[field]
         slot = np.where(missing, 0, slot)
         if field in STRING_ID_FIELDS:
-            value = (_hash(_key(0, "hex", field), ids) >> np.uint64(32)).astype(np.int64)
+            value = (_hash(stream_key(0, "hex", field), ids) >> np.uint64(32)).astype(np.int64)
             return np.where(missing, _MISSING_HEX, value), slot
         return np.where(missing, 0, ids), slot
 
@@ -514,7 +514,7 @@ class _Generator:
             done, head = 0, np.arange(min(CARDINALITIES[field], _SWAP_HEAD))
         for d in range(done + 1, day + 1):
             head = head.copy()
-            rng = np.random.default_rng([self._seed, d, _key(0, "swap", field)])
+            rng = np.random.default_rng([self._seed, d, stream_key(0, "swap", field)])
             swaps = round(_SWAP_RATE * head.size)
             first = rng.integers(0, head.size, size=swaps)
             second = np.minimum(first + rng.integers(1, _SWAP_MAX_DISTANCE + 1, swaps),
@@ -526,7 +526,7 @@ class _Generator:
 
     def _permutation(self, name: str, cardinality: int) -> tuple[int, int]:
         """Multiplier (coprime to ``cardinality``) and shift of a fixed id permutation."""
-        key = _key(self._seed, "permutation", name)
+        key = stream_key(self._seed, "permutation", name)
         multiplier = key % (1 << 31) | 1
         while math.gcd(multiplier, cardinality) != 1:
             multiplier += 2
@@ -544,15 +544,15 @@ class _Generator:
         seed, terms = self._seed, {}
         for field, sigma in _CLICK_FIELD_SIGMAS.items():
             ids, scale = b.categorical[field], sigma * _effect_scale(b.slots[field])
-            terms[field] = IdTerm((ids,), scale, scale * _normal(_key(seed, "click", field), ids))
-        for (f, g), sigma in _CLICK_PAIR_SIGMAS.items():
+            terms[field] = IdTerm((ids,), scale, scale * hashed_normal(stream_key(seed, "click", field), ids))
+        for (f, g), sigma in CLICK_PAIR_SIGMAS.items():
             scale = sigma * np.sqrt(_effect_scale(b.slots[f]) * _effect_scale(b.slots[g]))
             terms[f"{f} x {g}"] = IdTerm(
                 (b.categorical[f], b.categorical[g]), scale,
-                scale * _affinity(_key(seed, "click", f, g), b.categorical[f], b.categorical[g]))
+                scale * _affinity(stream_key(seed, "click", f, g), b.categorical[f], b.categorical[g]))
         scale = _USER_SIGMA * _effect_scale(b.user_slot)
         terms["user"] = IdTerm((b.user_id,), scale,
-                               scale * _normal(_key(seed, "click", "user"), b.user_id))
+                               scale * hashed_normal(stream_key(seed, "click", "user"), b.user_id))
         return terms
 
     def click_terms(self, b: _Batch) -> dict[str, np.ndarray]:
@@ -560,13 +560,13 @@ class _Generator:
         :meth:`click_id_terms`, ``tags``, ``topics`` and ``num Ij`` per numeric field."""
         seed = self._seed
         terms = {name: term.effect for name, term in self.click_id_terms(b).items()}
-        tag_effect = np.bincount(b.tag_rows, minlength=b.n, weights=_normal(
-            _key(seed, "click", "tag"), b.tag_ids))
+        tag_effect = np.bincount(b.tag_rows, minlength=b.n, weights=hashed_normal(
+            stream_key(seed, "click", "tag"), b.tag_ids))
         terms["tags"] = np.where(b.tag_counts > 0,
                                  _TAG_SIGMA * tag_effect / np.maximum(b.tag_counts, 1),
                                  _NO_TAG_EFFECT)
         terms["topics"] = _TOPIC_SIGMA * np.bincount(b.topic_rows, minlength=b.n, weights=(
-            b.topic_cents / 100 * _normal(_key(seed, "click", "topic"), b.topic_ids)))
+            b.topic_cents / 100 * hashed_normal(stream_key(seed, "click", "topic"), b.topic_ids)))
         for field, (effect, missing_effect) in _NUMERIC_EFFECTS.items():
             x = b.numeric[field].astype(np.float64)
             missing = np.isnan(x)
@@ -587,9 +587,9 @@ class _Generator:
         logit = np.zeros(b.n)
         for field, sigma in _CVR_FIELD_SIGMAS.items():
             logit += (sigma * _effect_scale(b.slots[field])
-                      * _normal(_key(seed, "cvr", field), b.categorical[field]))
+                      * hashed_normal(stream_key(seed, "cvr", field), b.categorical[field]))
         logit += (_CVR_USER_SIGMA * _effect_scale(b.user_slot)
-                  * _normal(_key(seed, "cvr", "user"), b.user_id))
+                  * hashed_normal(stream_key(seed, "cvr", "user"), b.user_id))
         x6 = b.numeric["I6"].astype(np.float64)
         missing = np.isnan(x6)
         logit += np.where(missing, -0.3, 0.5 * np.tanh(np.log1p(np.where(missing, 0, x6)) - 3))
@@ -597,7 +597,7 @@ class _Generator:
 
     def _calibrate(self) -> tuple[float, float]:
         """Biases giving the target click and conversion rates on a day-0 pilot sample."""
-        batch = self._features(0, np.random.default_rng([self._seed, _key(0, "pilot")]),
+        batch = self._features(0, np.random.default_rng([self._seed, stream_key(0, "pilot")]),
                                _PILOT_ROWS)
         click_raw = self._click_logit(batch)
         click_bias = _solve_bias(lambda b: _sigmoid(click_raw + b).mean(), _TARGET_CLICK_RATE)
@@ -613,7 +613,7 @@ def _affinity(key: int, first: np.ndarray, second: np.ndarray) -> np.ndarray:
     vectors are standard normals hashed from ``key`` (unit variance, mean 0)."""
     total = np.zeros(first.shape)
     for k in range(_AFFINITY_RANK):
-        total += _normal(_key(key, "u", k), first) * _normal(_key(key, "v", k), second)
+        total += hashed_normal(stream_key(key, "u", k), first) * hashed_normal(stream_key(key, "v", k), second)
     return total / math.sqrt(_AFFINITY_RANK)
 
 

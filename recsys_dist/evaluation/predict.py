@@ -14,16 +14,15 @@ time (plus what the callback keeps).
 
 from __future__ import annotations
 
-import collections
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 
+from recsys_dist.cluster.dispatch import InFlight, check_item_rows
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
-from recsys_dist.errors import DataError
 from recsys_dist.cluster.replicas import replica_slice
 
 #: Rows one prediction closure reads at most.
@@ -70,28 +69,17 @@ def predict_split(strategy, coordinator, num_workers: int, model, pipeline: Inpu
     predict_item = _make_predict_item(strategy, pipeline, replica_predict)
 
     with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost():
-        pending: collections.deque = collections.deque()
-        queue = iter(range(len(items)))
+        in_flight = InFlight(coordinator, predict_item, 2 * num_workers)
+        queue = iter(items)
         done = 0
-        exhausted = False
         while True:
-            while not exhausted and len(pending) < 2 * num_workers:
-                index = next(queue, None)
-                if index is None:
-                    exhausted = True
-                    break
-                item = items[index]
-                pending.append((item, coordinator.schedule(
-                    predict_item, args=tuple(tf.constant(v, tf.int64)
-                                             for v in (item.file, item.start, item.stop)))))
-            if not pending:
+            while in_flight.has_room() and (item := next(queue, None)) is not None:
+                in_flight.put(item, item.file, item.start, item.stop)
+            if not len(in_flight):
                 break
-            item, remote = pending.popleft()
-            result = tf.nest.map_structure(np.asarray, remote.fetch())
-            if len(result["row"]) != item.rows:
-                raise DataError(f"{pipeline.plan.files[item.file]} rows {item.start}..{item.stop}"
-                                f": a worker scored {len(result['row']):,} rows, the footer "
-                                f"says {item.rows:,}")
+            item, result = in_flight.pop()
+            result = tf.nest.map_structure(np.asarray, result)
+            check_item_rows(pipeline.plan.files, item, len(result["row"]), "scored")
             on_item(result)
             done += item.rows
             if progress is not None:

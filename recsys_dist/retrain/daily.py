@@ -125,46 +125,41 @@ def _held(pubs: Publications, date: datetime.date) -> bool:
             and not storage_io.exists(f"{run_dir}/{DECISION}"))
 
 
+@dataclasses.dataclass(frozen=True)
+class _DayPlan:
+    """What a day trains on and starts from (see :func:`_plan`)."""
+
+    date: datetime.date
+    config: ExperimentConfig  # with the day's windows
+    pubs: Publications
+    train_range: str
+    eval_range: str
+    eval_present: bool
+    parent: datetime.date | None  # the newest model published before the date
+    parent_manifest: dict | None
+
+    @property
+    def run_dir(self) -> str:
+        return self.pubs.run_dir(self.date)
+
+
 def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
                 data_path: str | None = None, finish_held: bool = True) -> DayOutcome:
-    """Runs (or recognises as done) the retraining of ``date``; first finishes the day
-    before if it was held for its held-out partition (``finish_held``).
+    """Runs (or recognises as done) the retraining of ``date``: plan, train, gate,
+    publish; first finishes the day before if it was held for its held-out partition
+    (``finish_held``).
 
     Raises:
       ConfigError: no ``retrain`` section, or a bad template.
       DataError: a training partition is missing or empty (nothing is published).
       ClusterLost: a parameter server was lost (rerun to resume).
     """
-    from recsys_dist.evaluation.job import run_evaluation
-    from recsys_dist.export import export_model
-    from recsys_dist.checkpoint.store import CheckpointManager, find_checkpoint
-    from recsys_dist.train.run import train_run
-
-    base = load_config(config_path, overrides)
-    if base.retrain is None:
-        raise ConfigError(base.file, "retrain", "missing; add retrain: {root: DIR} (and "
-                          "optionally train_dates, eval_dates, gate) to retrain daily")
-    if base.data is None:
-        raise ConfigError(base.file, "data", "missing; retrain needs data.path with date "
-                          "partitions")
-    spec = base.retrain
-    if spec.gate.label is not None and spec.gate.label not in base.labels:
-        raise ConfigError(base.file, "retrain.gate.label", f"unknown label "
-                          f"{spec.gate.label!r}; the model predicts {', '.join(base.labels)}")
+    base = _check_retrain_config(load_config(config_path, overrides))
     train_range, eval_range = _windows(base, date)
-    pubs = Publications(spec.root)
-    if pubs.is_published(date):
-        message = f"{date} is already published in {pubs.directory(date)}; nothing to do"
-        print(f"done     {message}")
-        return DayOutcome(date, "already_published", message)
-    run_dir = pubs.run_dir(date)
-    decision_path = f"{run_dir}/{DECISION}"
-    if storage_io.exists(decision_path):
-        decision = _read_json(decision_path)
-        message = f"{date} was already decided: {decision['message']}; nothing to do"
-        print(f"done     {message}")
-        return DayOutcome(date, "already_" + decision["status"], message,
-                          decision.get("exit_code", 0))
+    pubs = Publications(base.retrain.root)
+    done = _already_done(pubs, date)
+    if done is not None:
+        return done
     previous = date - datetime.timedelta(days=1)
     if finish_held and _held(pubs, previous):
         # The default schedule holds out the next day, which exists only a day later: a
@@ -174,79 +169,148 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
     day = {"data.train": {"dates": train_range}, "data.eval": {"dates": eval_range}}
     if data_path is not None:
         day["data.path"] = data_path
-    config = load_config(config_path, overrides, day, source=f"retrain {date}")
+    plan = _plan(load_config(config_path, overrides, day, source=f"retrain {date}"), pubs,
+                 date, train_range, eval_range)
+    step, warm = _train(plan)
+    if not plan.eval_present and base.retrain.missing_eval == "hold":
+        message = (f"{date} trained (step {step:,}) but not published: the held-out "
+                   f"partition {eval_range} is not there yet; rerun the same command once it "
+                   "lands")
+        print(f"held     {message}")
+        return DayOutcome(date, "held", message)
+    new_metrics, comparison, gate_message = None, None, "ungated"
+    if plan.eval_present:
+        new_metrics, passed, gate_message = _evaluate_and_gate(plan)
+        comparison = new_metrics.get("comparison")
+        if not passed:
+            return _gated(plan, gate_message, comparison)
+    return _publish(plan, new_metrics, comparison, gate_message, warm)
+
+
+def _check_retrain_config(config: ExperimentConfig) -> ExperimentConfig:
+    if config.retrain is None:
+        raise ConfigError(config.file, "retrain", "missing; add retrain: {root: DIR} (and "
+                          "optionally train_dates, eval_dates, gate) to retrain daily")
+    if config.data is None:
+        raise ConfigError(config.file, "data", "missing; retrain needs data.path with date "
+                          "partitions")
+    label = config.retrain.gate.label
+    if label is not None and label not in config.labels:
+        raise ConfigError(config.file, "retrain.gate.label", f"unknown label {label!r}; the "
+                          f"model predicts {', '.join(config.labels)}")
+    return config
+
+
+def _already_done(pubs: Publications, date: datetime.date) -> DayOutcome | None:
+    """The outcome of a day that was published or decided before (reruns are no-ops)."""
+    if pubs.is_published(date):
+        message = f"{date} is already published in {pubs.directory(date)}; nothing to do"
+        print(f"done     {message}")
+        return DayOutcome(date, "already_published", message)
+    decision_path = f"{pubs.run_dir(date)}/{DECISION}"
+    if not storage_io.exists(decision_path):
+        return None
+    decision = _read_json(decision_path)
+    message = f"{date} was already decided: {decision['message']}; nothing to do"
+    print(f"done     {message}")
+    return DayOutcome(date, "already_" + decision["status"], message,
+                      decision.get("exit_code", 0))
+
+
+def _plan(config: ExperimentConfig, pubs: Publications, date: datetime.date,
+          train_range: str, eval_range: str) -> _DayPlan:
     parent = pubs.latest_before(date)
-    parent_manifest = pubs.manifest(parent) if parent else None
-    parent_checkpoint = None
-    if parent_manifest is not None and spec.warm_start:
-        parent_checkpoint = find_checkpoint(pubs.run_dir(parent), parent_manifest["checkpoint"])
-    eval_present = _eval_present(config)
+    plan = _DayPlan(date, config, pubs, train_range, eval_range, _eval_present(config),
+                    parent, pubs.manifest(parent) if parent else None)
     print(f"retrain  {date}: train on {train_range}, hold out {eval_range}"
-          + ("" if eval_present else " (not there yet)")
+          + ("" if plan.eval_present else " (not there yet)")
           + f"; previous published model: {parent or 'none'}")
+    return plan
+
+
+def _train(plan: _DayPlan) -> tuple[int, dict | None]:
+    """Trains the day (resuming its own run, else warm-starting from the parent); returns
+    the final step and what a fresh run started from (``warm_start.json``)."""
+    from recsys_dist.checkpoint.store import CheckpointManager, find_checkpoint
+    from recsys_dist.train.run import train_run
+
+    spec, run_dir = plan.config.retrain, plan.run_dir
+    parent_checkpoint = None
+    if plan.parent_manifest is not None and spec.warm_start:
+        parent_checkpoint = find_checkpoint(plan.pubs.run_dir(plan.parent),
+                                            plan.parent_manifest["checkpoint"])
     warm_path = f"{run_dir}/{WARM_START}"
     if parent_checkpoint is not None and CheckpointManager(run_dir).latest() is None:
         storage_io.makedirs(run_dir)  # a fresh run: record what it starts from
-        _write_json(warm_path, {"from": parent_checkpoint.directory, "parent": str(parent),
-                                "step": parent_checkpoint.step})
-    outcome = train_run(config, run_dir, evaluate=False, warm_start_from=parent_checkpoint,
+        _write_json(warm_path, {"from": parent_checkpoint.directory,
+                                "parent": str(plan.parent), "step": parent_checkpoint.step})
+    outcome = train_run(plan.config, run_dir, evaluate=False,
+                        warm_start_from=parent_checkpoint,
                         on_table_resize=spec.on_table_resize)
-    warm = None
-    if storage_io.exists(warm_path):
-        warm = _read_json(warm_path)
-    new_metrics, comparison, gate_message = None, None, "ungated"
-    if not eval_present:
-        if spec.missing_eval == "hold":
-            message = (f"{date} trained (step {outcome.step:,}) but not published: the "
-                       f"held-out partition {eval_range} is not there yet; rerun the same "
-                       "command once it lands")
-            print(f"held     {message}")
-            return DayOutcome(date, "held", message)
-    else:
-        old_metrics, baseline = None, None
-        if parent_manifest is not None:  # scored with its own config (features may drift)
-            scratch = tempfile.mkdtemp(prefix="recsys_dist_parent_config_")
-            try:  # (a remote publication's config is copied to local disk to be loaded)
-                parent_config = load_config(
-                    local_config(pubs.directory(parent), scratch),
-                    values={"data.eval": {"dates": eval_range}, "data.path": config.data.path},
-                    source=f"retrain {date}, previous model {parent}")
-                old_metrics = run_evaluation(parent_config, pubs.run_dir(parent),
-                                             f"{run_dir}/eval_previous",
-                                             checkpoint=parent_manifest["checkpoint"]).metrics
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            baseline = f"{run_dir}/eval_previous/metrics.json"
-        new_metrics = run_evaluation(config, run_dir, f"{run_dir}/eval",
-                                     baseline=baseline).metrics
-        comparison = new_metrics.get("comparison")
-        passed, gate_message = _gate(config, new_metrics, old_metrics)
-        if not passed:
-            message = (f"{date} NOT published: {gate_message}; {parent} stays current "
-                       f"(report {run_dir}/eval/report.html)")
-            _write_json(decision_path, {"status": "gated", "message": message,
-                                        "exit_code": GATED_EXIT, "comparison": comparison})
-            print(f"gated    {message}")
-            return DayOutcome(date, "gated", message, GATED_EXIT)
-    saved = find_checkpoint(run_dir)
-    directory = pubs.begin(date)
-    export_model(config, run_dir, f"{directory}/export")
+    return outcome.step, _read_json(warm_path) if storage_io.exists(warm_path) else None
+
+
+def _evaluate_and_gate(plan: _DayPlan) -> tuple[dict, bool, str]:
+    """Scores the new model and the parent on the same held-out rows; the gate's verdict."""
+    from recsys_dist.evaluation.job import run_evaluation
+
+    run_dir, old_metrics, baseline = plan.run_dir, None, None
+    if plan.parent_manifest is not None:  # scored with its own config (features may drift)
+        scratch = tempfile.mkdtemp(prefix="recsys_dist_parent_config_")
+        try:  # (a remote publication's config is copied to local disk to be loaded)
+            parent_config = load_config(
+                local_config(plan.pubs.directory(plan.parent), scratch),
+                values={"data.eval": {"dates": plan.eval_range},
+                        "data.path": plan.config.data.path},
+                source=f"retrain {plan.date}, previous model {plan.parent}")
+            old_metrics = run_evaluation(parent_config, plan.pubs.run_dir(plan.parent),
+                                         f"{run_dir}/eval_previous",
+                                         checkpoint=plan.parent_manifest["checkpoint"]).metrics
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        baseline = f"{run_dir}/eval_previous/metrics.json"
+    new_metrics = run_evaluation(plan.config, run_dir, f"{run_dir}/eval",
+                                 baseline=baseline).metrics
+    passed, message = _gate(plan.config, new_metrics, old_metrics)
+    return new_metrics, passed, message
+
+
+def _gated(plan: _DayPlan, gate_message: str, comparison: dict | None) -> DayOutcome:
+    message = (f"{plan.date} NOT published: {gate_message}; {plan.parent} stays current "
+               f"(report {plan.run_dir}/eval/report.html)")
+    _write_json(f"{plan.run_dir}/{DECISION}", {"status": "gated", "message": message,
+                                               "exit_code": GATED_EXIT,
+                                               "comparison": comparison})
+    print(f"gated    {message}")
+    return DayOutcome(plan.date, "gated", message, GATED_EXIT)
+
+
+def _publish(plan: _DayPlan, new_metrics: dict | None, comparison: dict | None,
+             gate_message: str, warm: dict | None) -> DayOutcome:
+    """Exports the day's model and publishes it (``_SUCCESS`` last, then ``CURRENT``)."""
+    from recsys_dist.checkpoint.store import find_checkpoint
+    from recsys_dist.export import export_model
+
+    config, date = plan.config, plan.date
+    saved = find_checkpoint(plan.run_dir)
+    directory = plan.pubs.begin(date)
+    export_model(config, plan.run_dir, f"{directory}/export")
     texts = resolved_files(config)
     manifest = {
         "date": date.isoformat(), "published_at": datetime.datetime.now(
             datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": config.model.name, "labels": config.labels,
-        "train_dates": str(train_range), "eval_dates": str(eval_range),
+        "train_dates": str(plan.train_range), "eval_dates": str(plan.eval_range),
         "metrics": {l: {k: v for k, v in m.items() if k not in ("slices", "calibration")}
                     for l, m in (new_metrics or {}).get("labels", {}).items()},
         "gate": gate_message, "comparison": comparison,
-        "parent": parent.isoformat() if parent else None,
+        "parent": plan.parent.isoformat() if plan.parent else None,
         "warm_started_from": warm["from"] if warm else None,
         "checkpoint": saved.directory, "step": saved.step,
         "config_sha256": hashlib.sha256("".join(texts.values()).encode()).hexdigest(),
         "code_version": _code_version(),
     }
-    pubs.finish(date, manifest, texts)
+    plan.pubs.finish(date, manifest, texts)
     message = f"{date} published to {directory} ({gate_message})"
     print(f"publish  {message}")
     return DayOutcome(date, "published", message)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import posixpath
 import shutil
 import tempfile
@@ -40,7 +39,7 @@ from typing import Any, Callable, Sequence
 from recsys_dist import storage_io
 from recsys_dist.config.experiment import DateRange
 from recsys_dist.errors import RecsysError
-from recsys_dist.retrain.publish import CURRENT, MANIFEST, SUCCESS, PublishError, local_config
+from recsys_dist.retrain.publish import SUCCESS, Publications, PublishError, local_config
 
 COMPARISON_JSON = "comparison.json"
 COMPARISON_HTML = "comparison.html"
@@ -58,35 +57,13 @@ def _join(*parts: str) -> str:
     return posixpath.join(*parts)
 
 
-def published_dates(root: str) -> tuple[list[str], list[str]]:
-    """Dates under ``ROOT/published``: complete ones (with ``_SUCCESS``) and incomplete ones.
-
-    Args:
-      root: The retraining root (local or ``s3://``).
-
-    Returns:
-      ``(complete, incomplete)``, each a sorted list of ``YYYY-MM-DD`` strings. Entries
-      whose name is not a date are ignored.
-    """
-    complete, incomplete = [], []
-    for name in storage_io.listdir(_join(root, "published")):
-        try:
-            datetime.date.fromisoformat(name)
-        except ValueError:
-            continue
-        if storage_io.exists(_join(root, "published", name, SUCCESS)):
-            complete.append(name)
-        else:
-            incomplete.append(name)
-    return sorted(complete), sorted(incomplete)
-
-
-def _select(root: str, models: Sequence[str] | None, last: int | None = None) -> list[str]:
-    complete, incomplete = published_dates(root)
+def _select(pubs: Publications, models: Sequence[str] | None,
+            last: int | None = None) -> list[str]:
+    complete, incomplete = ([d.isoformat() for d in dates] for dates in pubs.scan())
     if not complete:
         extra = (f" ({len(incomplete)} incomplete publication(s) without {SUCCESS}: "
                  f"{', '.join(incomplete)})" if incomplete else "")
-        raise OfflineEvalError(f"{_join(root, 'published')}: no published model (a complete "
+        raise OfflineEvalError(f"{pubs.published}: no published model (a complete "
                                f"one has {SUCCESS}){extra}; run recsys-dist retrain first")
     if not models:
         return complete[-last:] if last else complete
@@ -97,45 +74,18 @@ def _select(root: str, models: Sequence[str] | None, last: int | None = None) ->
     missing = [m for m in wanted if m not in complete]
     if missing:
         why = [f"{m} (incomplete: no {SUCCESS})" if m in incomplete else m for m in missing]
-        raise OfflineEvalError(f"not published under {_join(root, 'published')}: "
+        raise OfflineEvalError(f"not published under {pubs.published}: "
                                f"{', '.join(why)}; published models: {', '.join(complete)}")
     return wanted[-last:] if last else wanted
 
 
-def _manifest(directory: str) -> dict:
-    path = _join(directory, MANIFEST)
-    if not storage_io.exists(path):
-        raise OfflineEvalError(f"{path}: missing; {directory} is not a complete publication")
+def _publication(pubs: Publications, date: str, scratch: str) -> tuple[dict, str, str]:
+    """``(manifest, checkpoint, local config path)`` of a complete publication."""
+    day = datetime.date.fromisoformat(date)
     try:
-        manifest = json.loads(storage_io.read_text(path))
-    except ValueError as exc:
-        raise OfflineEvalError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or not manifest.get("checkpoint"):
-        raise OfflineEvalError(f"{path}: has no 'checkpoint' (the training checkpoint the "
-                               "model was exported from)")
-    return manifest
-
-
-def _checkpoint(root: str, date: str, manifest: dict, manifest_path: str) -> str:
-    """The manifest's checkpoint; if it moved with the root, ``ROOT/runs/<d>/checkpoints/...``."""
-    path = str(manifest["checkpoint"]).rstrip("/")
-    candidates = [path]
-    if "://" not in path and not os.path.isabs(path):
-        candidates.append(_join(root, path))
-    parts = path.split("/")
-    if len(parts) >= 4 and parts[-2] == "checkpoints" and parts[-4] == "runs":
-        candidates.append(_join(root, "runs", parts[-3], "checkpoints", parts[-1]))
-    for candidate in candidates:
-        if storage_io.exists(candidate):
-            return candidate
-    raise OfflineEvalError(f"{manifest_path}: checkpoint {path} of published model {date} does "
-                           f"not exist (was its run directory under {_join(root, 'runs')} "
-                           "removed?); the offline evaluation scores training checkpoints")
-
-
-def _local_config(directory: str, scratch: str) -> str:
-    try:
-        return local_config(directory, scratch)
+        manifest = pubs.manifest(day)
+        return (manifest, pubs.checkpoint(day, manifest),
+                local_config(pubs.directory(day), scratch))
     except PublishError as exc:
         raise OfflineEvalError(str(exc)) from None
 
@@ -229,10 +179,9 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
         raise OfflineEvalError(f"--dates {exc}") from None
     if last is not None and last < 1:
         raise OfflineEvalError(f"--last must be at least 1, got {last}")
-    selected = _select(root, models, last)
-    current_path = _join(root, CURRENT)
-    current = (storage_io.read_text(current_path).strip() or None
-               if storage_io.exists(current_path) else None)
+    pubs = Publications(root)
+    selected = _select(pubs, models, last)
+    current = pubs.current()
     values: dict = {"data.eval": {"dates": str(evaluated)}}
     if data_path is not None:
         values["data.path"] = data_path
@@ -241,11 +190,9 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
     scratch = tempfile.mkdtemp(prefix="recsys_dist_offline_eval_")
     try:
         for date in selected:
-            directory = _join(root, "published", date)
-            manifest = _manifest(directory)
-            checkpoint = _checkpoint(root, date, manifest, _join(directory, MANIFEST))
-            config = load_config(_local_config(directory, scratch), values=values,
-                                     source=f"offline-eval of {evaluated}")
+            manifest, checkpoint, config_path = _publication(pubs, date, scratch)
+            config = load_config(config_path, values=values,
+                                 source=f"offline-eval of {evaluated}")
             plans.append((date, manifest, checkpoint, config))
         storage_io.check_writable(out_dir, "the offline evaluation")
         reference = selected[0]

@@ -52,28 +52,66 @@ class Publications:
     def is_published(self, date: datetime.date) -> bool:
         return storage_io.exists(_join(self.directory(date), SUCCESS))
 
-    def dates(self) -> list[datetime.date]:
-        """Dates with a complete publication, oldest first."""
-        found = []
+    def scan(self) -> tuple[list[datetime.date], list[datetime.date]]:
+        """Dates under ``published/``: complete ones (with ``_SUCCESS``) and cut-short ones,
+        each oldest first. Entries whose name is not a date are ignored."""
+        complete, incomplete = [], []
         for name in storage_io.listdir(self.published):
             try:
                 date = datetime.date.fromisoformat(name)
             except ValueError:
                 continue
-            if self.is_published(date):
-                found.append(date)
-        return sorted(found)
+            (complete if self.is_published(date) else incomplete).append(date)
+        return sorted(complete), sorted(incomplete)
+
+    def dates(self) -> list[datetime.date]:
+        """Dates with a complete publication, oldest first."""
+        return self.scan()[0]
 
     def latest_before(self, date: datetime.date) -> datetime.date | None:
         earlier = [d for d in self.dates() if d < date]
         return earlier[-1] if earlier else None
 
     def manifest(self, date: datetime.date) -> dict:
-        path = _join(self.directory(date), MANIFEST)
+        """The publication's ``manifest.json``; it names the checkpoint it was exported from.
+
+        Raises:
+          PublishError: it is missing, not JSON, or names no checkpoint.
+        """
+        directory = self.directory(date)
+        path = _join(directory, MANIFEST)
+        if not storage_io.exists(path):
+            raise PublishError(f"{path}: missing; {directory} is not a complete publication")
         try:
-            return json.loads(storage_io.read_text(path))
-        except (storage_io.StorageError, ValueError) as exc:
-            raise PublishError(f"{path}: unreadable manifest ({exc})") from None
+            manifest = json.loads(storage_io.read_text(path))
+        except ValueError as exc:
+            raise PublishError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(manifest, dict) or not manifest.get("checkpoint"):
+            raise PublishError(f"{path}: has no 'checkpoint' (the training checkpoint the "
+                               "model was exported from)")
+        return manifest
+
+    def checkpoint(self, date: datetime.date, manifest: dict) -> str:
+        """The checkpoint ``manifest`` names or, if the root moved since (copied to S3, a
+        renamed mount), the same ``runs/<d>/checkpoints/<ckpt>`` under this root.
+
+        Raises:
+          PublishError: neither exists.
+        """
+        path = str(manifest["checkpoint"]).rstrip("/")
+        candidates = [path]
+        if "://" not in path and not os.path.isabs(path):
+            candidates.append(_join(self.root, path))
+        parts = path.split("/")
+        if len(parts) >= 4 and parts[-2] == "checkpoints" and parts[-4] == "runs":
+            candidates.append(_join(self.root, "runs", parts[-3], "checkpoints", parts[-1]))
+        for candidate in candidates:
+            if storage_io.exists(candidate):
+                return candidate
+        raise PublishError(f"{_join(self.directory(date), MANIFEST)}: checkpoint {path} of "
+                           f"published model {date} does not exist (was its run directory "
+                           f"under {_join(self.root, 'runs')} removed?); the offline "
+                           "evaluation scores training checkpoints")
 
     def current(self) -> str | None:
         path = _join(self.root, CURRENT)

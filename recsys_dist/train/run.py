@@ -58,6 +58,7 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
     from recsys_dist.cluster.runtime import connect, log_dir_for
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.data.oracle import oracle_candidates, oracle_columns
+    from recsys_dist.evaluation.evaluate import evaluate_split
     from recsys_dist.train.trainer import Trainer, completed_run
 
     workers = config.cluster.workers
@@ -108,7 +109,8 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
                                                 for k, v in result.auc.items()))
         metrics = None
         if eval_input is not None:
-            metrics = trainer.evaluate(eval_input, oracle)
+            metrics, _ = evaluate_split(runtime, trainer.model, eval_input, config.labels,
+                                        oracle)
             print_eval(config.labels, metrics)
         trainer.write_run_files(result, metrics)
         return RunOutcome(False, trainer.step, resumed.directory if resumed else None, warm,

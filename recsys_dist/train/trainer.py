@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import json
 import time
+from collections.abc import Iterator
 from typing import Literal
 
 import tensorflow as tf
@@ -54,13 +55,13 @@ from recsys_dist.checkpoint.store import (
     restore,
 )
 from recsys_dist.checkpoint.warm_start import WarmStartReport, stack_layouts, warm_start
+from recsys_dist.cluster.dispatch import InFlight, check_item_rows
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.cluster.replicas import replica_slice
 from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig, resolved_files
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
-from recsys_dist.errors import DataError
 from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
 from recsys_dist.models.zoo import build_from_config
 from recsys_dist.train.data_position import DataPosition
@@ -135,6 +136,55 @@ class _Progress:
     rows: int = 0
     skipped: int = 0
     rows_at_checkpoint: int = 0
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """The coordinator's running state of one attempt of a run."""
+
+    first_step: int
+    keep: int  # losses (and rate samples) the progress line averages over
+    progress: _Progress = dataclasses.field(default_factory=_Progress)
+    epoch: int | None = None  # the pass being trained
+    epochs: list = dataclasses.field(default_factory=list)  # finished passes' AUCs
+    pass_start: int = 0  # rows collected before this pass
+    first: tuple[float, int] | None = None  # (time, rows) at the first collected item
+    saved_at: int | None = None  # the step of this attempt's latest checkpoint
+
+    def __post_init__(self):
+        self.recent: collections.deque = collections.deque(maxlen=self.keep)  # (loss, weight)
+        self.window: collections.deque = collections.deque(maxlen=self.keep)  # (time, rows)
+
+
+class _Cadence:
+    """When the loop logs, writes summaries and checkpoints (``train.*_every_*``)."""
+
+    def __init__(self, train, first_step: int):
+        self.train = train
+        self.start = self._last_log = self._last_summary = self._last_save = time.perf_counter()
+        self._last_save_step = first_step
+
+    def log_due(self, now: float) -> bool:
+        if now - self._last_log < self.train.log_every_seconds:
+            return False
+        self._last_log = now
+        return True
+
+    def summary_due(self, now: float) -> bool:
+        if now - self._last_summary < self.train.summary_every_seconds:
+            return False
+        self._last_summary = now
+        return True
+
+    def checkpoint_due(self, now: float, step: int) -> bool:
+        train = self.train
+        return ((train.checkpoint_every_steps is not None
+                 and step - self._last_save_step >= train.checkpoint_every_steps)
+                or (train.checkpoint_every_seconds is not None
+                    and now - self._last_save >= train.checkpoint_every_seconds))
+
+    def saved(self, now: float, step: int) -> None:
+        self._last_save, self._last_save_step = now, step
 
 
 def data_position(config: ExperimentConfig, pipeline: InputPipeline) -> DataPosition:
@@ -368,102 +418,103 @@ class Trainer:
 
     def _fit(self, show_progress: bool, writer, summaries: storage_io.StagedDir
              ) -> TrainResult:
-        train, spec = self.config.train, self.pipeline.spec
-        coordinator = self.runtime.coordinator
-        progress = _Progress()
-        pending: collections.deque = collections.deque()
-        recent: collections.deque = collections.deque(maxlen=max(8, 4 * self.runtime.num_workers))
-        window: collections.deque = collections.deque(maxlen=recent.maxlen)  # (time, rows)
-        todo = self.position.schedule()
-        epoch, epochs = None, []  # the pass being trained; the finished ones' AUCs
-        pass_start = 0  # rows collected before this pass
-        scheduled_steps = first_step = self.step
-        exhausted, first = False, None
-        last_summary = last_log = start = last_save = time.perf_counter()
-        last_save_step = first_step
-        saved_at = None  # the step of this attempt's latest checkpoint
-
-        def collect(index: int, budget: int, remote) -> None:
-            loss_sum, weight, n_rows, n_steps = (float(v) for v in remote.fetch())
+        """The training loop: hands out the data position's items, collects them in
+        order, and logs, writes summaries and checkpoints when :class:`_Cadence` says."""
+        run = _Attempt(first_step=self.step, keep=max(8, 4 * self.runtime.num_workers))
+        cadence = _Cadence(self.config.train, run.first_step)
+        in_flight = InFlight(self.runtime.coordinator, self._train_item,
+                             2 * self.runtime.num_workers)
+        for epoch, index, budget in self._work():
+            if epoch != run.epoch:
+                if run.epoch is not None:  # a pass ends: its AUC covers its rows only
+                    self._drain(in_flight, run)
+                    run.epochs.append(self._end_epoch(run.epoch, show_progress))
+                    run.pass_start = run.progress.rows
+                run.epoch = epoch
             item = self.items[index]
-            full = -(-item.rows // spec.batch_size)
-            if budget >= full:
-                if int(n_rows) != item.rows:
-                    raise DataError(f"{self.pipeline.plan.files[item.file]} rows {item.start}.."
-                                    f"{item.stop}: a worker read {int(n_rows):,} rows, the "
-                                    f"footer says {item.rows:,}")
-                self.position.complete(index)
-            progress.steps += int(n_steps)
-            progress.rows += int(n_rows)
-            progress.skipped += int(n_rows - weight)
-            if n_steps:
-                recent.append((loss_sum, weight))
+            in_flight.put((index, budget), item.file, item.start, item.stop, budget)
+            if not in_flight.has_room():
+                self._collect_one(in_flight, run, cadence, show_progress, writer, summaries)
+        while len(in_flight):
+            self._collect_one(in_flight, run, cadence, show_progress, writer, summaries)
+        self.runtime.coordinator.join()
+        return self._finish(run, cadence, show_progress, writer, summaries)
 
-        while True:
-            while not exhausted and len(pending) < 2 * self.runtime.num_workers:
-                next_epoch, index = next(todo, (None, None))
-                budget = -(-self.items[index].rows // spec.batch_size) if index is not None else 0
-                if train.max_steps is not None:
-                    budget = min(budget, train.max_steps - scheduled_steps)
-                if index is None or budget <= 0:
-                    exhausted = True
-                    break
-                if next_epoch != epoch:
-                    if epoch is not None:  # a pass ends: its AUC covers its rows only
-                        while pending:
-                            collect(*pending.popleft())
-                        epochs.append(self._end_epoch(epoch, show_progress))
-                        pass_start = progress.rows
-                    epoch = next_epoch
-                item = self.items[index]
-                pending.append((index, budget, coordinator.schedule(
-                    self._train_item, args=tuple(tf.constant(v, tf.int64) for v in (
-                        item.file, item.start, item.stop, budget)))))
-                scheduled_steps += budget
-            if not pending:
-                break
-            collect(*pending.popleft())
-            if first is None:
-                first = (time.perf_counter(), progress.rows)
-            now = time.perf_counter()
-            window.append((now, progress.rows))
-            if show_progress and now - last_log >= train.log_every_seconds:
-                last_log = now
-                self._log(first_step + progress.steps, window, recent, epoch,
-                          progress.rows - pass_start)
-            if now - last_summary >= train.summary_every_seconds:
-                last_summary = now
-                self._summaries(writer, first_step + progress.steps,
-                                progress.rows / (now - start), recent)
-            steps_now = first_step + progress.steps
-            if ((train.checkpoint_every_steps is not None
-                 and steps_now - last_save_step >= train.checkpoint_every_steps)
-                    or (train.checkpoint_every_seconds is not None
-                        and now - last_save >= train.checkpoint_every_seconds)):
-                while pending:  # the checkpoint must match the finished items exactly
-                    collect(*pending.popleft())
-                self._checkpoint(progress, show_progress)
-                writer.flush()
-                summaries.sync()
-                last_save, last_save_step = time.perf_counter(), first_step + progress.steps
-                saved_at = last_save_step
-        coordinator.join()
-        if epoch is not None:
-            epochs.append(self._end_epoch(epoch, show_progress, reset=False))
-        seconds = time.perf_counter() - start
-        self._summaries(writer, first_step + progress.steps,
-                        progress.rows / seconds if seconds else 0.0, recent)
+    def _work(self) -> Iterator[tuple[int, int, int]]:
+        """``(epoch, item index, step budget)`` of what is left to train, in order; the
+        budget is the item's batches, cut to what ``train.max_steps`` leaves."""
+        max_steps, batch = self.config.train.max_steps, self.pipeline.spec.batch_size
+        scheduled = self.step
+        for epoch, index in self.position.schedule():
+            budget = -(-self.items[index].rows // batch)
+            if max_steps is not None:
+                budget = min(budget, max_steps - scheduled)
+            if budget <= 0:
+                return
+            scheduled += budget
+            yield epoch, index, budget
+
+    def _collect(self, tag: tuple[int, int], result, run: _Attempt) -> None:
+        """Counts one finished item; marks it done when it was trained whole."""
+        (index, budget), item = tag, self.items[tag[0]]
+        loss_sum, weight, n_rows, n_steps = (float(v) for v in result)
+        if budget >= -(-item.rows // self.pipeline.spec.batch_size):
+            check_item_rows(self.pipeline.plan.files, item, int(n_rows), "read")
+            self.position.complete(index)
+        progress = run.progress
+        progress.steps += int(n_steps)
+        progress.rows += int(n_rows)
+        progress.skipped += int(n_rows - weight)
+        if n_steps:
+            run.recent.append((loss_sum, weight))
+
+    def _drain(self, in_flight: InFlight, run: _Attempt) -> None:
+        while len(in_flight):
+            self._collect(*in_flight.pop(), run)
+
+    def _collect_one(self, in_flight: InFlight, run: _Attempt, cadence: _Cadence,
+                     show_progress: bool, writer, summaries: storage_io.StagedDir) -> None:
+        """Collects the oldest item, then logs, summarizes and checkpoints when due."""
+        self._collect(*in_flight.pop(), run)
+        now, steps = time.perf_counter(), run.first_step + run.progress.steps
+        if run.first is None:
+            run.first = (now, run.progress.rows)
+        run.window.append((now, run.progress.rows))
+        if show_progress and cadence.log_due(now):
+            self._log(steps, run.window, run.recent, run.epoch,
+                      run.progress.rows - run.pass_start)
+        if cadence.summary_due(now):
+            self._summaries(writer, steps, run.progress.rows / (now - cadence.start), run.recent)
+        if cadence.checkpoint_due(now, steps):
+            self._drain(in_flight, run)  # the checkpoint must match the finished items exactly
+            self._checkpoint(run.progress, show_progress)
+            writer.flush()
+            summaries.sync()
+            run.saved_at = run.first_step + run.progress.steps
+            cadence.saved(time.perf_counter(), run.saved_at)
+
+    def _finish(self, run: _Attempt, cadence: _Cadence, show_progress: bool, writer,
+                summaries: storage_io.StagedDir) -> TrainResult:
+        """Ends the last pass, writes the final summaries and checkpoint; the figures."""
+        progress = run.progress
+        if run.epoch is not None:
+            run.epochs.append(self._end_epoch(run.epoch, show_progress, reset=False))
+        seconds = time.perf_counter() - cadence.start
+        self._summaries(writer, run.first_step + progress.steps,
+                        progress.rows / seconds if seconds else 0.0, run.recent)
         writer.flush()
         end = time.perf_counter()  # the rates leave out the final checkpoint
         # Never rewrite the restored checkpoint, nor one this attempt just wrote.
-        if (progress.steps or self.restored is None) and saved_at != first_step + progress.steps:
+        if ((progress.steps or self.restored is None)
+                and run.saved_at != run.first_step + progress.steps):
             self._checkpoint(progress, show_progress)
         summaries.sync()
-        warm = ((progress.rows - first[1]) / (end - first[0])
-                if first and end > first[0] else float("nan"))
+        warm = ((progress.rows - run.first[1]) / (end - run.first[0])
+                if run.first and end > run.first[0] else float("nan"))
         return TrainResult(progress.steps, progress.rows, progress.skipped, seconds,
-                           _mean_loss(recent),
-                           {n: float(m.result()) for n, m in self.auc.items()}, warm, epochs)
+                           _mean_loss(run.recent),
+                           {n: float(m.result()) for n, m in self.auc.items()}, warm,
+                           run.epochs)
 
     def _end_epoch(self, epoch: int, show_progress: bool, reset: bool = True) -> dict:
         """The training AUC of pass ``epoch`` (from 0), which has just ended; the AUC
@@ -518,15 +569,6 @@ class Trainer:
             tf.summary.scalar("examples_per_second", rate)
             for name, metric in self.auc.items():
                 tf.summary.scalar(f"auc/{name}", float(metric.result()))
-
-    # ---- evaluation ---------------------------------------------------------------------
-    def evaluate(self, pipeline: InputPipeline, oracle_columns: dict[str, str]) -> dict:
-        """Exact held-out metrics of the current weights (see ``evaluation/evaluate.py``)."""
-        from recsys_dist.evaluation.evaluate import evaluate_split
-
-        metrics, _ = evaluate_split(self.runtime, self.model, pipeline, self.config.labels,
-                                    oracle_columns)
-        return metrics
 
     def write_config_files(self) -> None:
         """Writes the resolved config and its feature config into ``model_dir`` (local or

@@ -1,0 +1,63 @@
+"""Handing work items to the workers: a window of closures in flight, oldest first.
+
+Training and scoring both cut a split into items (row ranges of one file; see
+``data/input_fn.py``) and schedule one closure per item on the ``ClusterCoordinator``.
+They keep ``2 x workers`` closures in flight, so each worker has the next item queued
+while it runs one, and they take results back in the order they were scheduled, so the
+coordinator knows exactly which items are done (a checkpoint records that).
+``ClusterCoordinator`` re-runs a lost worker's closure on another worker, so each item
+returns once.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from recsys_dist.errors import DataError
+
+
+class InFlight:
+    """Closures of one function in flight on a coordinator, returned oldest first.
+
+    Args:
+      coordinator: The ``ClusterCoordinator``.
+      function: The ``tf.function`` each closure runs.
+      limit: Closures in flight at most (normally twice the workers).
+    """
+
+    def __init__(self, coordinator, function: Callable, limit: int):
+        self._coordinator, self._function, self._limit = coordinator, function, limit
+        self._pending: collections.deque = collections.deque()
+
+    def has_room(self) -> bool:
+        return len(self._pending) < self._limit
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def put(self, tag: Any, *args: int) -> None:
+        """Schedules ``function(*args)`` (int64 scalars); :meth:`pop` returns ``tag`` with it."""
+        self._pending.append((tag, self._coordinator.schedule(
+            self._function, args=tuple(tf.constant(v, tf.int64) for v in args))))
+
+    def pop(self) -> tuple[Any, Any]:
+        """``(tag, result)`` of the oldest closure, waiting for it."""
+        tag, remote = self._pending.popleft()
+        return tag, remote.fetch()
+
+
+def check_item_rows(files: list[str], item, rows: int, done: str) -> None:
+    """Raises if a worker returned another number of rows than ``item``'s footer holds.
+
+    Args:
+      files: The plan's files (``item.file`` indexes them).
+      item: The work item.
+      rows: Rows the worker returned.
+      done: What the worker did, for the message (``read``, ``scored``).
+    """
+    if rows != item.rows:
+        raise DataError(f"{files[item.file]} rows {item.start}..{item.stop}: a worker {done} "
+                        f"{rows:,} rows, the footer says {item.rows:,}")
