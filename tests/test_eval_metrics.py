@@ -6,11 +6,13 @@ import json
 import math
 import re
 import pathlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from recsys_dist.evaluation import metrics as M
+from recsys_dist.evaluation.metrics import bootstrap, numerics, ranking
 from recsys_dist.evaluation.report import write_report
 
 LN2 = math.log(2.0)
@@ -128,7 +130,7 @@ def test_calibration_ratio_and_empty_bins_dropped():
 def test_calibration_bins_hold_equal_counts():
     rng = np.random.default_rng(1)
     logits = rng.normal(size=10_000)
-    labels = rng.random(10_000) < M._sigmoid(logits)
+    labels = rng.random(10_000) < numerics.sigmoid(logits)
     result = M.calibration(labels, logits, bins=10)
     assert [b["rows"] for b in result["bins"]] == [1000] * 10
     assert sum(b["weight"] for b in result["bins"]) == 10_000
@@ -177,7 +179,7 @@ def test_group_score_order_equals_lexsort_on_every_path():
     groups = rng.integers(-30, 30, 4000)
     for s in (scores, scores.astype(np.float32)):
         for g in (groups, groups * 2**58):  # packed float32 key, rank key, stable fallback
-            order = M._group_score_order(g, s)
+            order = ranking._group_score_order(g, s)
             expected = np.lexsort((s, g))
             assert np.array_equal(g[order], g[expected]) and np.array_equal(s[order], s[expected])
 
@@ -215,7 +217,7 @@ def test_roc_curve_hand_example():
 def test_roc_curve_downsampled_keeps_the_ends():
     rng = np.random.default_rng(0)
     scores = rng.normal(size=20_000)
-    fpr, tpr = M.roc_curve(rng.random(20_000) < M._sigmoid(scores), scores, max_points=50)
+    fpr, tpr = M.roc_curve(rng.random(20_000) < numerics.sigmoid(scores), scores, max_points=50)
     assert 2 < len(fpr) <= 50
     assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0, 0, 1, 1)
     assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
@@ -260,7 +262,7 @@ def test_slice_metrics_numeric_values_and_vocabulary():
 def bootstrap_data(n, seed=0):
     rng = np.random.default_rng(seed)
     truth = rng.normal(size=n)
-    labels = (rng.random(n) < M._sigmoid(truth - 2)).astype(np.int8)
+    labels = (rng.random(n) < numerics.sigmoid(truth - 2)).astype(np.int8)
     new = (truth + 0.6 * rng.normal(size=n)).astype(np.float32)
     base = (truth + 0.9 * rng.normal(size=n)).astype(np.float32)
     return labels, new, base
@@ -293,15 +295,15 @@ def test_bootstrap_replicates_equal_weighted_auc_with_the_drawn_weights():
     new, base = rng.integers(0, 20, n).astype(float), rng.normal(size=n).round(1)
     weights = rng.random(n)
     for block_elements in (1, 3 * n):
-        with M.ThreadPoolExecutor(2) as pool:
-            deltas = M._bootstrap_deltas(M._Presorted(labels, new, weights),
-                                         M._Presorted(labels, base, weights), 7, 11,
-                                         block_elements, pool)
+        with ThreadPoolExecutor(2) as pool:
+            deltas = bootstrap._bootstrap_deltas(bootstrap._Presorted(labels, new, weights),
+                                                 bootstrap._Presorted(labels, base, weights), 7,
+                                                 11, block_elements, pool)
         block = max(1, block_elements // n)
         order = np.argsort(new)
         expected = []
         for start, seed in zip(range(0, 7, block), np.random.SeedSequence(11).spawn(7)):
-            draws = M._poisson1(np.random.default_rng(seed), (min(block, 7 - start), n))
+            draws = bootstrap._poisson1(np.random.default_rng(seed), (min(block, 7 - start), n))
             for row in draws:
                 drawn = np.empty(n)
                 drawn[order] = row
@@ -311,7 +313,7 @@ def test_bootstrap_replicates_equal_weighted_auc_with_the_drawn_weights():
 
 
 def test_poisson_draws_follow_poisson_one():
-    draws = M._poisson1(np.random.default_rng(0), (2_000_000,))
+    draws = bootstrap._poisson1(np.random.default_rng(0), (2_000_000,))
     counts = np.bincount(draws, minlength=8)[:8] / draws.size
     pmf = [math.exp(-1) / math.factorial(k) for k in range(8)]
     assert np.allclose(counts, pmf, atol=1e-3)
@@ -334,8 +336,8 @@ def make_outputs(n, seed=0):
     rng = np.random.default_rng(seed)
     truth = rng.normal(size=n)
     return {
-        "labels": {"click": (rng.random(n) < M._sigmoid(truth - 1)).astype(np.int64),
-                   "conversion": (rng.random(n) < M._sigmoid(truth - 3)).astype(np.int64)},
+        "labels": {"click": (rng.random(n) < numerics.sigmoid(truth - 1)).astype(np.int64),
+                   "conversion": (rng.random(n) < numerics.sigmoid(truth - 3)).astype(np.int64)},
         "logits": {"click": truth - 1 + 0.5 * rng.normal(size=n),
                    "conversion": truth - 3 + 0.7 * rng.normal(size=n)},
         "weights": rng.choice([1.0, 2.0], n),
@@ -394,7 +396,7 @@ def test_compute_metrics_layout_and_values():
     w = outputs["weights"]
     assert click["auc"] == pytest.approx(M.auc(y, x, w), abs=1e-12)
     assert click["logloss"] == pytest.approx(M.logloss(y, x, w), rel=1e-12)
-    assert click["gauc"] == M._json_safe(M.gauc(y, x, outputs["groups"], w))
+    assert click["gauc"] == M.json_safe(M.gauc(y, x, outputs["groups"], w))
     assert click["oracle"]["auc"] == pytest.approx(
         M.auc(y, data.oracle_logits["click"], w), abs=1e-12)
     assert [s["value"] for s in click["slices"]["country"]] == ["us", "de", "fr", "jp"]

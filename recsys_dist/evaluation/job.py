@@ -4,7 +4,7 @@
    and refuse it if it was written for another model or feature config.
 2. Plan the split (``--data PATH`` or ``--dates FROM..TO`` over ``data.path``) and
    score every row once on the cluster with ``training=False``.
-3. Compute exact metrics (``evaluation/metrics.py``) and write ``metrics.json``,
+3. Compute exact metrics (``evaluation/metrics/``) and write ``metrics.json``,
    ``predictions.parquet`` (row id, labels, logits: what a later ``--baseline`` pairs
    rows with) and a self-contained ``report.html``, then ``metrics.json`` last. The
    output directory (and a baseline) may be local or remote (``s3://``, ``hdfs://``):
