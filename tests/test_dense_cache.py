@@ -15,7 +15,7 @@ import pytest
 from recsys_dist.errors import ConfigError
 from recsys_dist.train.dense_cache import (DenseWeightCache, caching_variable,
                                            check_dense_refresh)
-from tests.test_train_cluster import write_config
+from tests.run_configs import zoo_config as write_config
 
 pytestmark = pytest.mark.cluster
 

@@ -28,7 +28,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -36,62 +35,15 @@ import pytest
 
 from recsys_dist.cluster.local import child_pids
 from recsys_dist.data.synth import synthesize
+from tests.run_configs import EPOCHS, EVERY
+from tests.run_configs import small_run_config as write_config
 
 pytestmark = pytest.mark.cluster
 
 CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
-EVERY = 30  # checkpoint_every_steps: a kill replays up to this many steps (+ in flight)
 IN_FLIGHT = 4 * 10  # 2 closures per worker x 2 workers x steps_per_call
-EPOCHS = 2
 AUC_TOLERANCE = 0.01  # measured scatter: see the module docstring
 
-FEATURES = """\
-tables:
-  huge: {rows: 2000000, dim: 8}   # big enough that a checkpoint write takes a while
-  big: {rows: 4000, dim: 8}
-  small: {rows: 300, dim: 8}
-  tag: {rows: 500, dim: 8}
-features:
-  I1: {kind: numeric, transform: log1p, nan_means_missing: true}
-  I5: {kind: numeric, transform: log1p, nan_means_missing: true}
-  C3: {kind: categorical, dtype: int64, table: big}
-  C4: {kind: categorical, dtype: int64, table: big}
-  C2: {kind: categorical, dtype: int64, table: small}
-  C17: {kind: categorical, dtype: int64, table: small}
-  C21: {kind: categorical, dtype: string, table: huge}
-  user_id: {kind: categorical, dtype: int64, table: big}
-  tags: {kind: multi_categorical, table: tag, max_length: 4}
-labels:
-  click: {}
-"""
-
-
-def write_config(tmp: pathlib.Path, data: pathlib.Path, mode: str = "local") -> str:
-    (tmp / "features.yaml").write_text(FEATURES)
-    path = tmp / "ft.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        features: features.yaml
-        data:
-          path: {data}
-          train: {{dates: 2026-01-01..2026-01-02}}
-          eval: {{dates: 2026-01-03}}
-        input: {{batch_size: 256}}
-        model:
-          name: dcn_v2
-          labels: [click]
-          params: {{cross_layers: 1, low_rank: 8, hidden_units: [32, 16]}}
-        train:
-          embedding_optimizer: {{name: adagrad, learning_rate: 0.1}}
-          dense_optimizer: {{name: adam, learning_rate: 0.003}}
-          steps_per_call: 10
-          epochs: {EPOCHS}
-          checkpoint_every_steps: {EVERY}
-          keep_checkpoints: 2
-          log_every_seconds: 0
-          embedding_shard_bytes: 1024
-        cluster: {{mode: {mode}, workers: 2, ps: 2}}
-        """))
-    return str(path)
 
 
 class TrainRun:

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys_dist.data.synth import synthesize
-from tests.test_fault_tolerance import FEATURES, write_config
+from tests.run_configs import SMALL_FEATURES as FEATURES
+from tests.run_configs import small_run_config as write_config
 
 pytestmark = pytest.mark.cluster
 

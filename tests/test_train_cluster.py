@@ -12,7 +12,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -20,66 +19,10 @@ import pytest
 from recsys_dist.cluster.local import child_pids
 from recsys_dist.data.synth import synthesize
 from recsys_dist.models.embedding import FeatureEmbeddings
+from tests.run_configs import zoo_config as write_config
 
 pytestmark = pytest.mark.cluster
 
-FEATURES = """\
-tables:
-  big: {rows: 4000, dim: 8}
-  small: {rows: 300, dim: 8}
-  tag: {rows: 500, dim: 8}
-  cross: {rows: 2000, dim: 8}
-features:
-  I1: {kind: numeric, transform: log1p, nan_means_missing: true}
-  I5: {kind: numeric, transform: log1p, nan_means_missing: true}
-  C3: {kind: categorical, dtype: int64, table: big}
-  C4: {kind: categorical, dtype: int64, table: big}
-  C2: {kind: categorical, dtype: int64, table: small}
-  C17: {kind: categorical, dtype: int64, table: small}
-  C21: {kind: categorical, dtype: string, table: big}
-  user_id: {kind: categorical, dtype: int64, table: big}
-  tags: {kind: multi_categorical, table: tag, max_length: 4}
-  C2_x_C17: {kind: cross, inputs: [C2, C17], table: cross}
-labels:
-  click: {}
-  conversion: {}
-"""
-
-
-def write_config(tmp: pathlib.Path, data: pathlib.Path, model: str, **extra: str) -> str:
-    (tmp / "features.yaml").write_text(FEATURES)
-    labels = "[click, conversion]" if model == "mmoe" else "[click]"
-    inputs = ("\n  inputs: {wide: [C3, C4, C2, C17, C21, user_id, C2_x_C17], "
-              "deep: [I1, I5, C3, C4, C2, C17, C21, user_id, tags]}"
-              if model == "wide_deep" else "")
-    params = {"lr": "{}", "wide_deep": "{hidden_units: [32, 16]}",
-              "deepfm": "{hidden_units: [32, 16]}",
-              "dcn_v2": "{cross_layers: 2, low_rank: 8, hidden_units: [32, 16]}",
-              "dlrm": "{bottom_units: [16], top_units: [32, 16]}",
-              "mmoe": "{num_experts: 2, expert_units: [32], tower_units: [16]}"}[model]
-    text = textwrap.dedent(f"""\
-        features: features.yaml
-        data:
-          path: {data}
-          train: {{dates: 2026-01-01..2026-01-02}}
-          eval: {{dates: 2026-01-03}}
-        input: {{batch_size: 256}}
-        model:
-          name: {model}
-          labels: {labels}
-          params: {params}""") + inputs + "\n" + textwrap.dedent(f"""\
-        train:
-          embedding_optimizer: {{name: adagrad, learning_rate: 0.1}}
-          dense_optimizer: {{name: adam, learning_rate: 0.003}}
-          steps_per_call: 10
-          epochs: {extra.get("epochs", 2)}
-          embedding_shard_bytes: 1024
-          log_every_seconds: 1000
-        cluster: {{mode: local, workers: 2, ps: 2}}
-        """)
-    path = tmp / f"{model}.yaml"
-    path.write_text(text)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
