@@ -214,26 +214,7 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
              for v in getattr(opt, "_hyper", {}).values() if isinstance(v, tf.Variable)}
     report = WarmStartReport()
     taken: set[str] = set()
-    targets: list[tuple[str, object, str, bool]] = []  # (key, live variable, what, slot?)
-    for node_id, node in enumerate(graph.nodes):
-        key = _value_key(node)
-        live = matched.get(node_id)
-        if key is not None and live is not None and _is_variable(live):
-            targets.append((key, live, _name(live, key), False))
-        for slot in node.slot_variables:
-            original = matched.get(slot.original_variable_node_id)
-            optimizer = matched.get(node_id)
-            slot_key = _value_key(graph.nodes[slot.slot_variable_node_id])
-            if original is None or optimizer is None or slot_key is None:
-                continue
-            try:
-                live_slot = optimizer.get_slot(original, slot.slot_name)
-            except (KeyError, AttributeError):
-                continue
-            targets.append((slot_key, live_slot, f"{_name(original, '?')}/{slot.slot_name}",
-                            True))
-            if id(original) in stack_of:
-                stack_of[id(live_slot)] = stack_of[id(original)]
+    targets = _targets(graph, matched, stack_of)
     resized: dict[str, tuple] = {}
     seen_stacks = set()
     for key, live, name, is_slot in targets:
@@ -260,6 +241,41 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
         raise WarmStartError(f"cannot warm start: {detail}. A resized table loses its rows' "
                              "meaning; set retrain.on_table_resize: reinitialize to start it "
                              "fresh, or keep its size")
+    _report_unused(report, stacks, seen_stacks, saved_stacks, shapes, taken)
+    return report
+
+
+def _targets(graph, matched: dict, stack_of: dict) -> list[tuple[str, object, str, bool]]:
+    """``(checkpoint key, live variable, name, is a slot)`` of every variable and optimizer
+    slot the live objects share with the checkpoint; a slot of a table stack is entered
+    in ``stack_of`` under its stack."""
+    targets = []
+    for node_id, node in enumerate(graph.nodes):
+        key = _value_key(node)
+        live = matched.get(node_id)
+        if key is not None and live is not None and _is_variable(live):
+            targets.append((key, live, _name(live, key), False))
+        for slot in node.slot_variables:
+            original = matched.get(slot.original_variable_node_id)
+            optimizer = matched.get(node_id)
+            slot_key = _value_key(graph.nodes[slot.slot_variable_node_id])
+            if original is None or optimizer is None or slot_key is None:
+                continue
+            try:
+                live_slot = optimizer.get_slot(original, slot.slot_name)
+            except (KeyError, AttributeError):
+                continue
+            targets.append((slot_key, live_slot, f"{_name(original, '?')}/{slot.slot_name}",
+                            True))
+            if id(original) in stack_of:
+                stack_of[id(live_slot)] = stack_of[id(original)]
+    return targets
+
+
+def _report_unused(report: WarmStartReport, stacks: list[TableStack], seen_stacks: set,
+                   saved_stacks: dict, shapes: dict, taken: set[str]) -> None:
+    """Adds the live tables the checkpoint lacks (fresh) and the checkpoint's tables and
+    variables nothing live takes (ignored) to ``report``."""
     live_tables: dict[str, set[str]] = {}
     for stack in stacks:
         live_tables.setdefault(_layer_of(stack.key), set()).update(stack.layout)
@@ -273,7 +289,6 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
         k.split("/.ATTRIBUTES")[0] for k in shapes
         if k not in taken and k != _GRAPH_KEY and "/.ATTRIBUTES/" in k
         and "OPTIMIZER_SLOT" not in k and "/.OBJECT_CONFIG" not in k))
-    return report
 
 
 def _name(variable, default: str) -> str:

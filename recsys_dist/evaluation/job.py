@@ -115,6 +115,31 @@ def _bootstrap(config: ExperimentConfig, data: M.EvalData, base_logits: dict[str
         for label in config.labels if label in base_logits}
 
 
+def _baseline(config: ExperimentConfig, baseline: str | None
+              ) -> tuple[SavedCheckpoint | None, str | None]:
+    """``(checkpoint, None)`` for a baseline model to score, ``(None, metrics.json path)``
+    for a baseline evaluation to compare with, or ``(None, None)``."""
+    if baseline is None:
+        return None, None
+    if baseline.endswith(".json"):
+        return None, baseline
+    if storage_io.exists(f"{baseline}/{METRICS}") and not storage_io.exists(
+            f"{baseline}/checkpoints"):
+        return None, f"{baseline}/{METRICS}"
+    saved = find_checkpoint(baseline)
+    check_signature(saved, config, what=f"{config.file} (baseline {baseline})")
+    return saved, None
+
+
+def _comparison(config: ExperimentConfig, metrics: dict, data: M.EvalData, base: tuple
+                ) -> dict:
+    """Deltas against the baseline ``(metrics, logits, row ids, description)`` and, when
+    the baseline has row ids, the paired bootstrap interval of the AUC delta."""
+    base_metrics, base_logits, base_ids, description = base
+    boot = _bootstrap(config, data, base_logits, base_ids) if base_ids is not None else None
+    return M.build_comparison(description, metrics, base_metrics, boot)
+
+
 def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
                    checkpoint: str | None = None, data_path: str | None = None,
                    baseline: str | None = None, progress=None) -> EvaluationResult:
@@ -132,17 +157,7 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
 
     saved = find_checkpoint(model_dir, checkpoint)
     check_signature(saved, config, what=config.file)
-    base_saved = None
-    base_metrics_path = None
-    if baseline is not None:
-        if baseline.endswith(".json"):
-            base_metrics_path = baseline
-        elif storage_io.exists(f"{baseline}/{METRICS}") and not storage_io.exists(
-                f"{baseline}/checkpoints"):
-            base_metrics_path = f"{baseline}/{METRICS}"
-        else:
-            base_saved = find_checkpoint(baseline)
-            check_signature(base_saved, config, what=f"{config.file} (baseline {baseline})")
+    base_saved, base_metrics_path = _baseline(config, baseline)
     spec = config.evaluation
     keep = {c: f"evaluation.slice_columns ({c})" for c in spec.slice_columns}
     if spec.group_column:
@@ -173,11 +188,7 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
             base = (base_metrics, base_data.logits, base_data.row_ids, base_saved.directory)
     if base_metrics_path is not None:
         base = (*_load_evaluation(base_metrics_path, config.labels), base_metrics_path)
-    comparison = None
-    if base is not None:
-        base_metrics, base_logits, base_ids, description = base
-        boot = _bootstrap(config, data, base_logits, base_ids) if base_ids is not None else None
-        comparison = M.build_comparison(description, metrics, base_metrics, boot)
+    comparison = _comparison(config, metrics, data, base) if base is not None else None
     metrics = dict(metrics, checkpoint=saved.directory, step=saved.step,
                    data=list(pipeline.plan.files), rows_per_second=data.rows / seconds)
     _save_predictions(storage_io.join(out_dir, PREDICTIONS), data, config.labels)

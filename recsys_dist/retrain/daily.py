@@ -155,7 +155,7 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
       ClusterLost: a parameter server was lost (rerun to resume).
     """
     base = _check_retrain_config(load_config(config_path, overrides))
-    train_range, eval_range = _windows(base, date)
+    train_range, eval_range = (str(window) for window in _windows(base, date))
     pubs = Publications(base.retrain.root)
     done = _already_done(pubs, date)
     if done is not None:
@@ -300,7 +300,7 @@ def _publish(plan: _DayPlan, new_metrics: dict | None, comparison: dict | None,
         "date": date.isoformat(), "published_at": datetime.datetime.now(
             datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": config.model.name, "labels": config.labels,
-        "train_dates": str(plan.train_range), "eval_dates": str(plan.eval_range),
+        "train_dates": plan.train_range, "eval_dates": plan.eval_range,
         "metrics": {l: {k: v for k, v in m.items() if k not in ("slices", "calibration")}
                     for l, m in (new_metrics or {}).get("labels", {}).items()},
         "gate": gate_message, "comparison": comparison,

@@ -44,22 +44,11 @@ def print_eval(labels: list[str], metrics: dict) -> None:
         print(line + f" ({metrics['rows']:,} rows)")
 
 
-def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None = None,
-              evaluate: bool = True, warm_start_from: SavedCheckpoint | None = None,
-              on_table_resize: Literal["fail", "reinitialize"] = "fail") -> RunOutcome:
-    """Trains ``config`` into ``model_dir``: resumes its own checkpoint if it has one,
-    else starts from ``warm_start_from`` (if given), else from scratch.
-
-    Raises:
-      ClusterLost: a parameter server was lost (restart to resume).
-      DataError, ConfigError, CheckpointError, WarmStartError: bad input.
-    """
-    from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
-    from recsys_dist.cluster.runtime import connect, log_dir_for
+def _plan_inputs(config: ExperimentConfig, model_dir: str, data_path: str | None,
+                 evaluate: bool):
+    """``(train input, eval input or None, oracle columns)``, planned and printed."""
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.data.oracle import oracle_candidates, oracle_columns
-    from recsys_dist.evaluation.evaluate import evaluate_split
-    from recsys_dist.train.trainer import Trainer, completed_run
 
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers, data_path=data_path)
@@ -73,6 +62,25 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
         oracle = oracle_columns(config.labels, eval_input.extra_columns)
         print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
               + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
+    return train_input, eval_input, oracle
+
+
+def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None = None,
+              evaluate: bool = True, warm_start_from: SavedCheckpoint | None = None,
+              on_table_resize: Literal["fail", "reinitialize"] = "fail") -> RunOutcome:
+    """Trains ``config`` into ``model_dir``: resumes its own checkpoint if it has one,
+    else starts from ``warm_start_from`` (if given), else from scratch.
+
+    Raises:
+      ClusterLost: a parameter server was lost (restart to resume).
+      DataError, ConfigError, CheckpointError, WarmStartError: bad input.
+    """
+    from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
+    from recsys_dist.cluster.runtime import connect, log_dir_for
+    from recsys_dist.evaluation.evaluate import evaluate_split
+    from recsys_dist.train.trainer import Trainer, completed_run
+
+    train_input, eval_input, oracle = _plan_inputs(config, model_dir, data_path, evaluate)
     done = completed_run(config, train_input, model_dir)
     if done is not None:
         saved, position = done
