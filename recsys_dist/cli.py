@@ -1,29 +1,43 @@
 """The ``recsys-dist`` command line.
 
 Commands:
-  data synth   Write synthetic Criteo-like Parquet data with an oracle logit.
-  validate     Check a config, then the data's schema (and, with --scan, every value).
-  data read    Read one pass of a split on a local cluster through the worker input path.
-  train        Train a model on a parameter-server cluster, then evaluate it held out.
-  server       Run one worker or parameter-server task of a multi-machine cluster.
+  data synth    Write synthetic Criteo-like Parquet data with an oracle logit.
+  validate      Check a config, then the data's schema (and, with --scan, every value).
+  data read     Read one pass of a split on a local cluster through the worker input path.
+  train         Train a model on a parameter-server cluster, then evaluate it held out.
+  evaluate      Score a checkpoint on a split; write metrics and an HTML report.
+  retrain       One day of scheduled retraining: train, gate, publish.
+  backfill      Retrain every date of a range, in order.
+  offline-eval  Score published models on the same days and compare them.
+  export        Write a SavedModel that TensorFlow Serving serves.
+  server        Run one worker or parameter-server task of a multi-machine cluster.
+
+Each command is a ``_cmd_<name>(args)`` function; its arguments are declared by
+``_add_<name>(commands)``, with the arguments several commands share declared once in
+the small ``_add_...`` helpers above them.
 
 Errors caused by input (configs, data, arguments) print ``error: <message>`` and exit
-non-zero (2 for configs and arguments, 3 for data); they never print a traceback.
+non-zero (2 for configs and arguments, 3 for data); they never print a traceback (see
+:mod:`recsys_dist.console`).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import logging
 import os
-import signal
 import sys
 import tempfile
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
+from recsys_dist.console import (
+    add_verbose_argument,
+    quiet_tensorflow,
+    reporting_errors,
+    run_command,
+)
 from recsys_dist.errors import RecsysError
 
 
@@ -273,35 +287,77 @@ def _cmd_retrain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_offline_eval(args: argparse.Namespace) -> int:
+    from recsys_dist.evaluation.comparison_report import comparison_text
+    from recsys_dist.retrain.offline_eval import evaluate_published
+
+    models = [m for m in args.models.split(",") if m.strip()] if args.models else None
+    comparison = evaluate_published(
+        args.root, args.dates, args.out, models=models, data_path=args.data, last=args.last,
+        log=lambda line: print(line, file=sys.stderr, flush=True))
+    for line in comparison_text(comparison):
+        print(line)
+    print(f"report   {comparison['html']}")
+    return 0
+
+
 def _cmd_server(args: argparse.Namespace) -> int:
     from recsys_dist.cluster import server
 
-    argv = []
-    if args.job is not None:
-        argv += ["--job", args.job]
-    if args.index is not None:
-        argv += ["--index", str(args.index)]
-    if args.cluster_spec is not None:
-        argv += ["--cluster-spec", args.cluster_spec]
-    if args.inter_op_threads is not None:
-        argv += ["--inter-op-threads", str(args.inter_op_threads)]
-    if args.intra_op_threads is not None:
-        argv += ["--intra-op-threads", str(args.intra_op_threads)]
-    return server.main(argv)
+    return server.run_task(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``recsys-dist``."""
-    parser = argparse.ArgumentParser(
-        prog="recsys-dist",
-        description="Train sparse CTR / ranking models on TensorFlow parameter servers.")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="keep TensorFlow's own Python log messages (hidden by default: "
-                             "errors are reported as one clear line)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+# ---- the parser: arguments shared by several commands ---------------------------------------
 
+
+def _add_config_and_set(sub: argparse.ArgumentParser, of_the_run: bool = False) -> None:
+    """``--config`` (required, or defaulting to the run's own) and ``--set``."""
+    if of_the_run:
+        sub.add_argument("--config", help="model/training config YAML (default: the "
+                                          "run's own, MODEL_DIR/config.yaml)")
+    else:
+        sub.add_argument("--config", required=True, help="model/training config YAML")
+    sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, e.g. --set input.batch_size=1024")
+
+
+def _add_data(sub, help_text: str = "data path overriding data.path: a root of dt= "
+                                    "partitions, a directory, a Parquet file or a glob; "
+                                    "local or s3://") -> None:
+    """``--data`` (``sub`` may be an argument group)."""
+    sub.add_argument("--data", help=help_text)
+
+
+def _add_config_args(sub: argparse.ArgumentParser) -> None:
+    """``--config``, ``--set`` and ``--data``."""
+    _add_config_and_set(sub)
+    _add_data(sub)
+
+
+def _add_run_args(sub: argparse.ArgumentParser, verb: str) -> None:
+    """``--config`` (default: the run's), ``--set``, ``--model-dir`` and ``--checkpoint``
+    of a command that reads a trained run."""
+    _add_config_and_set(sub, of_the_run=True)
+    sub.add_argument("--model-dir", required=True, help=f"the run to {verb}")
+    sub.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
+                                          "complete one of --model-dir)")
+
+
+def _add_retrain_data(sub: argparse.ArgumentParser) -> None:
+    _add_data(sub, "override data.path (the root of date partitions)")
+
+
+# ---- the parser: one function per command ---------------------------------------------------
+
+
+def _add_data_commands(commands) -> None:
     data = commands.add_parser("data", help="make or read data")
     data_commands = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    _add_synth(data_commands)
+    _add_read(data_commands)
+
+
+def _add_synth(data_commands) -> None:
     synth = data_commands.add_parser(
         "synth", help="write synthetic Criteo-like Parquet data with an oracle logit",
         description="Write OUT/dt=YYYY-MM-DD/part-NNNNN.parquet for N days. Labels come "
@@ -320,23 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--quiet", action="store_true", help="no per-file progress lines")
     synth.set_defaults(func=_cmd_synth)
 
-    def add_config_and_set(sub: argparse.ArgumentParser, of_the_run: bool = False) -> None:
-        if of_the_run:
-            sub.add_argument("--config", help="model/training config YAML (default: the "
-                                              "run's own, MODEL_DIR/config.yaml)")
-        else:
-            sub.add_argument("--config", required=True, help="model/training config YAML")
-        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="override a config key, e.g. --set input.batch_size=1024")
 
-    def add_config_args(sub: argparse.ArgumentParser) -> None:
-        add_config_and_set(sub)
-        sub.add_argument("--data", help="data path overriding data.path: a root of dt= "
-                         "partitions, a directory, a Parquet file or a glob; local or s3://")
-
+def _add_read(data_commands) -> None:
     read = data_commands.add_parser(
         "read", help="read one pass of a split on a local cluster through the worker input path")
-    add_config_args(read)
+    _add_config_args(read)
     read.add_argument("--split", choices=["train", "eval"], default="train",
                       help="which split of data: to read (default train)")
     read.add_argument("--workers", type=_positive, help="workers (default cluster.workers)")
@@ -346,13 +390,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="collect every row id and check each planned row was read exactly once")
     read.set_defaults(func=_cmd_read)
 
+
+def _add_validate(commands) -> None:
     validate = commands.add_parser(
         "validate", help="check a config, then the data's schema against it",
         description="Checks the config and the feature config it names. With --data (or the "
                     "config's data section and --split), reads every Parquet footer and checks "
                     "columns, types, null labels and bad files. --scan also reads every row "
                     "through the in-graph input function and checks its values.")
-    add_config_args(validate)
+    _add_config_args(validate)
     validate.add_argument("--split", choices=["train", "eval", "all"], default=None,
                           help="with --data: apply this split's dates under the path (default: "
                                "all files under it); without --data: check this split of "
@@ -361,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="also read every row in-graph and check its values")
     validate.set_defaults(func=_cmd_validate)
 
+
+def _add_train(commands) -> None:
     train = commands.add_parser(
         "train", help="train a model on a parameter-server cluster, then evaluate it",
         description="Trains config.model on the training split with embeddings sharded over "
@@ -368,11 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "then evaluates on data.eval (AUC and logloss next to the oracle's when "
                     "the data has oracle logits). Writes TensorBoard summaries, the resolved "
                     "config and train_result.json to --model-dir.")
-    add_config_args(train)
+    _add_config_args(train)
     train.add_argument("--model-dir", help="output directory (default runs/<config name>)")
     train.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
     train.set_defaults(func=_cmd_train)
 
+
+def _add_evaluate(commands) -> None:
     evaluate = commands.add_parser(
         "evaluate", help="score a checkpoint on a split and write metrics and an HTML report",
         description="Scores every row of the evaluation data once with a checkpoint "
@@ -380,14 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "predictions.parquet and a self-contained report.html to --out: AUC, "
                     "GAUC, logloss, normalised entropy, calibration, slices and the oracle's "
                     "AUC/logloss when the data has its logit. See docs/evaluation.md.")
-    add_config_and_set(evaluate, of_the_run=True)
-    evaluate.add_argument("--model-dir", required=True, help="the run to evaluate")
-    evaluate.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
-                                               "complete one of --model-dir)")
+    _add_run_args(evaluate, "evaluate")
     where = evaluate.add_mutually_exclusive_group()
-    where.add_argument("--data", help="evaluation data: a root with date partitions (the "
-                                      "config's data.eval dates apply), a directory, a file "
-                                      "or a glob")
+    _add_data(where, "evaluation data: a root with date partitions (the config's data.eval "
+                     "dates apply), a directory, a file or a glob")
     where.add_argument("--dates", help="FROM..TO (or one date) of partitions under data.path "
                                        "(default: the config's data.eval)")
     evaluate.add_argument("--out", required=True, help="output directory (local)")
@@ -396,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--quiet", action="store_true", help="no progress lines")
     evaluate.set_defaults(func=_cmd_evaluate)
 
+
+def _add_retrain(commands) -> None:
     retrain = commands.add_parser(
         "retrain", help="retrain on a date's partitions, gate against the previous model, "
                         "publish",
@@ -406,125 +454,128 @@ def build_parser() -> argparse.ArgumentParser:
                     "than retrain.gate.max_drop. Rerunning a date is idempotent. Exit "
                     "codes: 0 published or held, 5 gated, 2 config, 3 data, 4 cluster lost. "
                     "Same as pipelines/daily_retrain.py. See docs/retrain.md.")
-    add_config_and_set(retrain)
+    _add_config_and_set(retrain)
     retrain.add_argument("--date", required=True, type=_date, help="run date, YYYY-MM-DD")
-    retrain.add_argument("--data", help="override data.path (the root of date partitions)")
+    _add_retrain_data(retrain)
     retrain.set_defaults(func=_cmd_retrain)
 
+
+def _add_backfill(commands) -> None:
     backfill = commands.add_parser(
         "backfill", help="run retrain for every date of a range, in order",
         description="Runs recsys-dist retrain for each date from --from to --to, oldest "
                     "first; published or gated days are skipped quickly on a rerun.")
-    add_config_and_set(backfill)
+    _add_config_and_set(backfill)
     backfill.add_argument("--from", dest="first", required=True, type=_date,
                           help="first date, YYYY-MM-DD")
     backfill.add_argument("--to", dest="last", required=True, type=_date,
                           help="last date, YYYY-MM-DD")
-    backfill.add_argument("--data", help="override data.path (the root of date partitions)")
+    _add_retrain_data(backfill)
     backfill.set_defaults(func=_cmd_retrain)
 
+
+OFFLINE_EVAL_DESCRIPTION = (
+    "Score published models on the same days and compare them: per-model reports plus "
+    "comparison.json and a self-contained comparison.html.")
+
+
+def add_offline_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``recsys-dist offline-eval`` (and ``pipelines/offline_eval.py``)."""
+    parser.add_argument("--root", required=True,
+                        help="retraining root holding published/<date>/ (local or s3://)")
+    parser.add_argument("--dates", required=True,
+                        help="evaluation partitions, FROM..TO or one date (YYYY-MM-DD)")
+    parser.add_argument("--models", help="comma-separated dates of the published models to "
+                                         "evaluate (default: every published model)")
+    parser.add_argument("--last", type=int, metavar="N",
+                        help="only the N newest of those models (e.g. 7 for the last week's)")
+    _add_data(parser, "data root overriding each model's data.path")
+    parser.add_argument("--out", required=True, help="output directory (local or s3://)")
+    parser.set_defaults(func=_cmd_offline_eval)
+
+
+def _add_offline_eval(commands) -> None:
+    offline_eval = commands.add_parser(
+        "offline-eval", help="score published models on the same days and compare them",
+        description=OFFLINE_EVAL_DESCRIPTION + " The oldest model is the reference. Exit "
+                    "codes: 0 done, 2 arguments or publication, 3 data, 4 cluster lost. "
+                    "Same as pipelines/offline_eval.py. See docs/scheduling.md.")
+    add_offline_eval_arguments(offline_eval)
+
+
+def _add_export(commands) -> None:
     export = commands.add_parser(
         "export", help="write a SavedModel that stock TensorFlow Serving serves",
         description="Writes a SavedModel whose serving_default signature takes the raw "
                     "Parquet columns (same names and types) and returns a probability per "
                     "label. Feature transforms run in-graph; sharded tables become plain "
                     "variables, so serving needs no parameter server. See docs/export.md.")
-    add_config_and_set(export, of_the_run=True)
-    export.add_argument("--model-dir", required=True, help="the run to export")
-    export.add_argument("--checkpoint", help="a checkpoint directory (default: the newest "
-                                             "complete one of --model-dir)")
+    _add_run_args(export, "export")
     export.add_argument("--out", required=True, help="output directory (must not exist or "
                                                      "be empty)")
     export.set_defaults(func=_cmd_export)
+
+
+def _add_server(commands) -> None:
+    from recsys_dist.cluster.server import add_server_arguments
 
     server = commands.add_parser(
         "server", help="run one worker or parameter-server task (multi-machine clusters)",
         description="Runs a TensorFlow server task for cluster.mode: tf_config. Without "
                     "--job/--index/--cluster-spec it reads them from TF_CONFIG.")
-    server.add_argument("--job", choices=["worker", "ps"], help="task type")
-    server.add_argument("--index", type=int, help="task index")
-    server.add_argument("--cluster-spec", help='JSON, e.g. {"worker": ["h1:2222"], '
-                                               '"ps": ["h2:2222"]}')
-    server.add_argument("--inter-op-threads", type=int,
-                        help="inter-op threads (default: workers + 2)")
-    server.add_argument("--intra-op-threads", type=int,
-                        help="threads per op (default: TensorFlow's, one per core; set it "
-                             "when several tasks share a machine)")
+    add_server_arguments(server)
     server.set_defaults(func=_cmd_server)
+
+
+#: The commands of ``recsys-dist``, in the order ``--help`` lists them.
+_COMMANDS = (_add_data_commands, _add_validate, _add_train, _add_evaluate, _add_retrain,
+             _add_backfill, _add_offline_eval, _add_export, _add_server)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``recsys-dist``."""
+    parser = argparse.ArgumentParser(
+        prog="recsys-dist",
+        description="Train sparse CTR / ranking models on TensorFlow parameter servers.")
+    add_verbose_argument(parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in _COMMANDS:
+        add_command(commands)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.verbose:
-        # e.g. ClusterCoordinator logs every failed closure with its graph stack; the
-        # command reports the cause itself.
-        logging.getLogger("tensorflow").setLevel(logging.CRITICAL)
+# ---- running --------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None,
+         parser: argparse.ArgumentParser | None = None) -> int:
+    """Runs the command line; returns the exit code.
+
+    Args:
+      argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
+      parser: Parses ``argv`` instead of :func:`build_parser`'s (e.g. the parser of
+        ``pipelines/offline_eval.py``); it must set ``func`` and ``verbose``.
+    """
+    args = (parser or build_parser()).parse_args(argv)
+    quiet_tensorflow(args.verbose)
     return reporting_errors(lambda: args.func(args))
 
 
-def reporting_errors(action: Callable[[], int]) -> int:
-    """Runs ``action``; a :class:`RecsysError` becomes ``error: <message>`` on stderr and
-    its exit code (never a traceback), Ctrl-C exit code 130."""
-    try:
-        return action()
-    except RecsysError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-
-
-def exit_now(code: int) -> None:
-    """Flushes and exits through ``os._exit`` (see :func:`run`)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def run() -> None:
-    """Console-script entry point.
-
-    Exits through ``os._exit`` after flushing, also on ``SystemExit`` (SIGTERM and
-    SIGHUP raise it, see ``cluster/local.py``; so does argparse): after its servers are
-    gone, a ``ClusterCoordinator`` hangs in its destructor at interpreter exit (its
-    failure handler holds a lock while it waits for the lost workers to come back), so a
-    SIGTERM mid-training never ended the process. (Arrow's S3 client, used by the
-    Parquet op, is finalized by an exit handler the op registers; ``os._exit`` skips
-    exit handlers, which is safe for a process about to end.)
-    """
-    from recsys_dist.cluster.local import terminate_on_signals, termination_signal
-    from recsys_dist.tf_log_filter import filter_stderr_for_life
-
-    filter_stderr_for_life()  # TF_CPP_MIN_LOG_LEVEL for TensorFlow's Abseil lines too
-    try:
-        with terminate_on_signals():  # SIGTERM, SIGHUP and SIGINT at any moment
-            code = main()
-    except SystemExit as exc:
-        signum = termination_signal()
-        if signum is not None and exc.code == 128 + signum:
-            print(f"error: stopped by {signal.Signals(signum).name}", file=sys.stderr)
-        elif isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr)
-        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001  re-raised unless a signal caused it
-        signum = termination_signal()
-        if signum is None:
-            raise
-        # The signal's SystemExit surfaced from TensorFlow's C code as another error;
-        # the signal is what happened, and the cleanup on the way out has run.
-        print(f"error: stopped by {signal.Signals(signum).name}", file=sys.stderr)
-        code = 128 + signum
+def _restart_if_asked(code: int) -> None:
+    """Starts this command again as a fresh process when :func:`restart_after` asked: the
+    lost cluster's coordinator state cannot be reused."""
     if code == RESTART_EXIT and _restart_as is not None:
-        # A fresh process: the lost cluster's coordinator state cannot be reused.
         sys.stdout.flush()
         sys.stderr.flush()
         os.environ["RECSYS_DIST_RESTART"] = str(_restart_as)
         os.execv(sys.executable, [sys.executable, "-m", "recsys_dist.cli", *sys.argv[1:]])
-    exit_now(code)
+
+
+def run() -> None:
+    """Console-script entry point: :func:`main` under
+    :func:`recsys_dist.console.run_command` (signals, ``error:`` lines, ``os._exit``),
+    restarting the command after a lost parameter server (:func:`restart_after`)."""
+    run_command(main, before_exit=_restart_if_asked)
 
 
 if __name__ == "__main__":

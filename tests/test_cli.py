@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
+import signal
+import socket
 import subprocess
 import sys
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -126,3 +130,116 @@ def test_a_signal_that_surfaces_as_another_error_still_exits_128_plus_signum():
     assert result.returncode == 128 + 15
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "error: stopped by SIGTERM"
+
+
+# ---- recsys-dist offline-eval: the same command as pipelines/offline_eval.py ----------------
+
+OFFLINE_EVAL_SCRIPT = str(ROOT / "pipelines" / "offline_eval.py")
+
+
+def published_root(tmp_path: pathlib.Path, *dates: str) -> pathlib.Path:
+    """A retraining root whose ``published/`` holds complete publications of ``dates``
+    (only ``_SUCCESS``: enough for the rejections, which come before any is read)."""
+    root = tmp_path / "root"
+    (root / "runs").mkdir(parents=True)
+    for date in dates:
+        (root / "published" / date).mkdir(parents=True)
+        (root / "published" / date / "_SUCCESS").write_text(date + "\n")
+    return root
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--models", "2026-01-02,2026-01-05"],
+     "error: not published under {published}: 2026-01-05; published models: 2026-01-01, "
+     "2026-01-02"),
+    (["--last", "0"], "error: --last must be at least 1, got 0"),
+    (["--dates", "2026-01-09..2026-01-04"], "error: --dates "),
+])
+def test_offline_eval_rejects_bad_arguments_with_one_line(tmp_path, capsys, flags, message):
+    root = published_root(tmp_path, "2026-01-01", "2026-01-02")
+    (root / "published" / "2026-01-03").mkdir()  # incomplete: no _SUCCESS
+    argv = ["offline-eval", "--root", str(root), "--dates", "2026-01-04",
+            "--out", str(tmp_path / "out"), *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message.format(published=root / "published")), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    if flags[0] == "--dates":
+        assert "2026-01-09..2026-01-04" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_offline_eval_names_an_incomplete_publication(tmp_path, capsys):
+    root = published_root(tmp_path, "2026-01-01")
+    (root / "published" / "2026-01-03").mkdir()
+    assert main(["offline-eval", "--root", str(root), "--dates", "2026-01-04", "--models",
+                 "2026-01-03", "--out", str(tmp_path / "out")]) == 2
+    assert "2026-01-03 (incomplete: no _SUCCESS)" in capsys.readouterr().err
+
+
+def test_offline_eval_needs_root_dates_and_out(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["offline-eval", "--dates", "2026-01-04"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "recsys-dist offline-eval: error: the following arguments are required: --root, " \
+           "--out" in err
+
+
+def test_offline_eval_command_and_script_reject_a_root_without_models_alike(tmp_path):
+    empty = published_root(tmp_path)
+    args = ["--root", str(empty), "--dates", "2026-01-04", "--out", str(tmp_path / "out")]
+    results = [subprocess.run(command + args, capture_output=True, text=True, timeout=120)
+               for command in (CLI + ["offline-eval"], [sys.executable, OFFLINE_EVAL_SCRIPT])]
+    for result in results:
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert result.stderr == (f"error: {empty / 'published'}: no published model (a "
+                                 "complete one has _SUCCESS); run recsys-dist retrain first\n")
+    assert results[0].stdout == results[1].stdout == ""
+    # The script keeps its own program name in usage errors.
+    usage = subprocess.run([sys.executable, OFFLINE_EVAL_SCRIPT, "--root", "r"],
+                           capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2
+    assert "offline_eval.py: error: the following arguments are required: --dates, --out" \
+        in usage.stderr
+
+
+def test_server_command_takes_the_server_modules_arguments():
+    from recsys_dist.cli import build_parser
+
+    args = build_parser().parse_args(["server", "--job", "ps", "--index", "1"])
+    assert (args.job, args.index, args.cluster_spec) == ("ps", 1, None)
+    assert (args.inter_op_threads, args.intra_op_threads) == (None, 0)
+    result = subprocess.run(CLI + ["server", "--cluster-spec", "{}"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == "error: --cluster-spec needs --job and --index\n"
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_a_server_task_with_one_line(sent):
+    """The task waits in Python, not in TensorFlow's join(), so the command's handler runs
+    (inside join() a SIGTERM was ignored and the task served on)."""
+    from recsys_dist.cluster.local import free_ports
+
+    worker, ps = (f"127.0.0.1:{port}" for port in free_ports(2))
+    process = subprocess.Popen(
+        CLI + ["server", "--job", "ps", "--index", "0", "--cluster-spec",
+               json.dumps({"worker": [worker], "ps": [ps]})],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # serving once the port accepts connections
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", int(ps.rsplit(":", 1)[1]))) == 0:
+                    break
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.2)
+        process.send_signal(sent)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + sent, err
+    assert err.splitlines()[-1] == f"error: stopped by {sent.name}", err
+    assert "Traceback" not in err

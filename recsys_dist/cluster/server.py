@@ -9,7 +9,8 @@ Run it as::
     python -m recsys_dist.cluster.server --job worker --index 0 \\
         --cluster-spec '{"worker": ["127.0.0.1:2222"], "ps": ["127.0.0.1:2223"]}'
 
-or, one process per machine or pod, with ``TF_CONFIG`` set and no flags::
+or as ``recsys-dist server`` with the same flags (:func:`add_server_arguments`), or, one
+process per machine or pod, with ``TF_CONFIG`` set and no flags::
 
     TF_CONFIG='{"cluster": {...}, "task": {"type": "ps", "index": 0}}' \\
         python -m recsys_dist.cluster.server
@@ -26,6 +27,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -220,7 +222,35 @@ def serve(
         file=sys.stderr,
         flush=True,
     )
-    server.join()
+    # Wait here rather than in the server's C++ join(): Python runs a signal handler (the
+    # one `recsys-dist server` installs for SIGTERM, SIGINT and SIGHUP) only between
+    # bytecodes, so inside join() a SIGTERM was ignored. The server lives in its own
+    # threads; this frame keeps the object alive.
+    while server is not None:
+        time.sleep(3600)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the arguments of a server task (``--job``, ``--index``, ``--cluster-spec``,
+    ``--inter-op-threads``, ``--intra-op-threads``) to ``parser``: used by
+    ``python -m recsys_dist.cluster.server`` and ``recsys-dist server``."""
+    parser.add_argument("--job", choices=SERVER_JOBS,
+                        help="job of this task (default: TF_CONFIG)")
+    parser.add_argument("--index", type=int,
+                        help="task index within its job (default: TF_CONFIG)")
+    parser.add_argument(
+        "--cluster-spec",
+        help='JSON, e.g. {"worker": ["h1:2222"], "ps": ["h2:2222"]}; default: TF_CONFIG '
+             '"cluster"',
+    )
+    parser.add_argument(
+        "--inter-op-threads", type=int, help="inter-op thread pool size (default: workers + 2)"
+    )
+    parser.add_argument(
+        "--intra-op-threads", type=int, default=0,
+        help="threads per op (default 0: TensorFlow's choice, one per core; set it when "
+             "several tasks share a machine)",
+    )
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -228,19 +258,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m recsys_dist.cluster.server",
         description="Run one TensorFlow server task (worker or ps) until killed.",
     )
-    parser.add_argument("--job", choices=SERVER_JOBS, help="job of this task (default: TF_CONFIG)")
-    parser.add_argument("--index", type=int, help="task index within its job (default: TF_CONFIG)")
-    parser.add_argument(
-        "--cluster-spec",
-        help='JSON {"worker": ["host:port", ...], "ps": [...]}; default: TF_CONFIG "cluster"',
-    )
-    parser.add_argument(
-        "--inter-op-threads", type=int, help="inter-op thread pool size (default: workers + 2)"
-    )
-    parser.add_argument(
-        "--intra-op-threads", type=int, default=0,
-        help="threads per op (default 0: TensorFlow's choice, one per core)",
-    )
+    add_server_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -258,15 +276,13 @@ def _resolve_task(args: argparse.Namespace) -> tuple[str, int, dict[str, list[st
     return args.job, args.index, validate_cluster_spec(parsed, source="--cluster-spec")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status on a user error.
-
-    Args:
-      argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
-    """
-    # The server blocks inside C++ join(), where Python never sees KeyboardInterrupt.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    args = _parse_args(argv)
+def run_task(args: argparse.Namespace) -> int:
+    """Runs the server task that the arguments of :func:`add_server_arguments` (and
+    ``TF_CONFIG``) describe; blocks until killed. Returns the exit status of a user
+    error, after printing ``error: <message>`` on stderr."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        # No handler of a command: Ctrl-C ends the task at once, without a traceback.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         job, index, cluster_spec = _resolve_task(args)
         serve(job, index, cluster_spec, args.inter_op_threads, args.intra_op_threads)
@@ -274,6 +290,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status on a user error.
+
+    Args:
+      argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
+    """
+    return run_task(_parse_args(argv))
 
 
 if __name__ == "__main__":

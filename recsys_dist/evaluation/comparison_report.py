@@ -169,3 +169,29 @@ def _auc_chart(comparison: dict) -> str:
     axes.grid(axis="y", alpha=0.3)
     # Drawn at its own size: the report's CSS shrinks plots to 420px.
     return png(figure).replace("<img ", '<img style="width: auto; max-width: 100%" ', 1)
+
+
+def _fmt_text(value: object, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "n/a"
+
+
+def comparison_text(comparison: dict) -> list[str]:
+    """The comparison as text lines: one per model and label, with its AUC, the delta vs
+    the reference and its interval, and its logloss; the current model is starred."""
+    lines = [f"{'model':<12} {'step':>8} {'label':<12} {'AUC':>7} {'Δ AUC':>9} "
+             f"{'interval':>21} {'logloss':>8}"]
+    for model in comparison["models"]:
+        name = model["date"] + ("*" if model.get("current") else "")
+        for label, entry in model["labels"].items():
+            boot = entry.get("bootstrap") or {}
+            delta = (entry.get("delta") or {}).get("auc")
+            interval = (f"[{_fmt_text(boot.get('low'), '+.4f')}, "
+                        f"{_fmt_text(boot.get('high'), '+.4f')}]" if boot else "")
+            shown = ("reference" if model["date"] == comparison["reference"]
+                     else _fmt_text(delta, "+.4f"))
+            lines.append(f"{name:<12} {_fmt_text(model.get('step'), ',d'):>8} {label:<12} "
+                         f"{_fmt_text(entry.get('auc'), '.4f'):>7} {shown:>9} {interval:>21} "
+                         f"{_fmt_text(entry.get('logloss'), '.4f'):>8}")
+    if comparison.get("current"):
+        lines.append(f"(* = current: {comparison['current']})")
+    return lines
