@@ -83,20 +83,7 @@ def parse_value(annotation: Any, value: Any, doc: LocatedYaml, path: str,
     meta = meta or {}
     origin = typing.get_origin(annotation)
     if origin in (Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return parse_value(option, value, doc, path, meta)
-            except Exception as exc:  # noqa: BLE001  collect and report the best option
-                errors.append(exc)
-        if len(errors) == 1:
-            raise errors[0]
-        raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
+        return _parse_union(annotation, value, doc, path, meta)
     if origin is Literal:
         allowed = typing.get_args(annotation)
         if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
@@ -104,30 +91,63 @@ def parse_value(annotation: Any, value: Any, doc: LocatedYaml, path: str,
                             + ", ".join(repr(a) for a in allowed) + "." + did_you_mean(value, allowed))
         return value
     if origin is list:
-        if not isinstance(value, list):
-            raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
-        (item_type,) = typing.get_args(annotation)
-        item_meta = {"min": meta["item_min"]} if "item_min" in meta else None
-        out = [parse_value(item_type, item, doc, _join(path, i), item_meta)
-               for i, item in enumerate(value)]
-        _check_bounds(out, meta, doc, path)
-        return out
+        return _parse_list(annotation, value, doc, path, meta)
     if origin is dict:
-        if not isinstance(value, dict):
-            raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
-        _, item_type = typing.get_args(annotation)
-        key_field = meta.get("key_field")
-        out_map = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise doc.error(_join(path, key), f"names must be strings, got {_describe(key)}")
-            extra = {key_field: key} if key_field else None
-            out_map[key] = parse_value(item_type, item, doc, _join(path, key), None) \
-                if extra is None else parse_dataclass(item_type, item, doc, _join(path, key), extra)
-        _check_bounds(out_map, meta, doc, path)
-        return out_map
+        return _parse_dict(annotation, value, doc, path, meta)
     if dataclasses.is_dataclass(annotation):
         return parse_dataclass(annotation, value, doc, path)
+    return _parse_scalar(annotation, value, doc, path, meta)
+
+
+def _parse_union(annotation: Any, value: Any, doc: LocatedYaml, path: str,
+                 meta: typing.Mapping[str, Any]) -> Any:
+    options = typing.get_args(annotation)
+    if value is None and type(None) in options:
+        return None
+    errors = []
+    for option in options:
+        if option is type(None):
+            continue
+        try:
+            return parse_value(option, value, doc, path, meta)
+        except Exception as exc:  # noqa: BLE001  collect and report the best option
+            errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
+
+
+def _parse_list(annotation: Any, value: Any, doc: LocatedYaml, path: str,
+                meta: typing.Mapping[str, Any]) -> list:
+    if not isinstance(value, list):
+        raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
+    (item_type,) = typing.get_args(annotation)
+    item_meta = {"min": meta["item_min"]} if "item_min" in meta else None
+    out = [parse_value(item_type, item, doc, _join(path, i), item_meta)
+           for i, item in enumerate(value)]
+    _check_bounds(out, meta, doc, path)
+    return out
+
+
+def _parse_dict(annotation: Any, value: Any, doc: LocatedYaml, path: str,
+                meta: typing.Mapping[str, Any]) -> dict:
+    if not isinstance(value, dict):
+        raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
+    _, item_type = typing.get_args(annotation)
+    key_field = meta.get("key_field")
+    out_map = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise doc.error(_join(path, key), f"names must be strings, got {_describe(key)}")
+        extra = {key_field: key} if key_field else None
+        out_map[key] = parse_value(item_type, item, doc, _join(path, key), None) \
+            if extra is None else parse_dataclass(item_type, item, doc, _join(path, key), extra)
+    _check_bounds(out_map, meta, doc, path)
+    return out_map
+
+
+def _parse_scalar(annotation: Any, value: Any, doc: LocatedYaml, path: str,
+                  meta: typing.Mapping[str, Any]) -> Any:
     if annotation is bool:
         if not isinstance(value, bool):
             raise doc.error(path, f"got {_describe(value)}; expected true or false")

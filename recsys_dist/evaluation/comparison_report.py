@@ -61,33 +61,7 @@ def render_comparison_html(comparison: dict) -> str:
         header += [f"{prefix}GAUC"] if has["gauc"] else []
         header += [f"{prefix}{h}" for h in ["logloss", "Δ logloss", "NE", "calibration ratio"]]
         header += [f"{prefix}oracle AUC"] if has["oracle_auc"] else []
-    rows = []
-    for model in models:
-        trained = escape(model.get("train_dates") or "n/a")
-        if model.get("trained_on_eval_dates"):
-            trained += " *"
-        row = [f'<a href="{escape(model["report"])}">{escape(model["date"])}</a>',
-               "yes" if model.get("current") else "", escape(fmt_int(model.get("step"))),
-               escape(model.get("parent") or "none"), trained]
-        is_reference = model["date"] == comparison["reference"]
-        for label in labels:
-            entry = model["labels"].get(label) or {}
-            delta = entry.get("delta") or {}
-            boot = entry.get("bootstrap") or {}
-            interval = _interval(boot)
-            level = boot.get("confidence")
-            row += [escape(fmt(entry.get("auc"))),
-                    "reference" if is_reference else fmt_delta(delta.get("auc"), "auc"),
-                    escape(f"[{interval[0]:+.5f}, {interval[1]:+.5f}]"
-                           + (f" at {100 * level:g}%" if level else "")) if interval else "n/a",
-                    escape(fmt(boot.get("p_worse"), 3))]
-            row += [escape(fmt(entry.get("gauc")))] if has["gauc"] else []
-            row += [escape(fmt(entry.get("logloss"))),
-                    "reference" if is_reference else fmt_delta(delta.get("logloss"), "logloss"),
-                    escape(fmt(entry.get("normalized_entropy"))),
-                    escape(fmt(entry.get("calibration_ratio"), 3))]
-            row += [escape(fmt(entry.get("oracle_auc")))] if has["oracle_auc"] else []
-        rows.append(row)
+    rows = [_model_row(model, comparison, has) for model in models]
     notes = [f"{escape(fmt_int(comparison.get('rows')))} rows of "
              f"{escape(comparison['dates'])} from "
              f"{escape(comparison.get('root'))}; every model scores the same rows with its own "
@@ -113,6 +87,35 @@ def render_comparison_html(comparison: dict) -> str:
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _model_row(model: dict, comparison: dict, has: dict[str, bool]) -> list[str]:
+    """One model's row of the comparison table (cells are HTML)."""
+    trained = escape(model.get("train_dates") or "n/a")
+    if model.get("trained_on_eval_dates"):
+        trained += " *"
+    row = [f'<a href="{escape(model["report"])}">{escape(model["date"])}</a>',
+           "yes" if model.get("current") else "", escape(fmt_int(model.get("step"))),
+           escape(model.get("parent") or "none"), trained]
+    is_reference = model["date"] == comparison["reference"]
+    for label in comparison["labels"]:
+        entry = model["labels"].get(label) or {}
+        delta = entry.get("delta") or {}
+        boot = entry.get("bootstrap") or {}
+        interval = _interval(boot)
+        level = boot.get("confidence")
+        row += [escape(fmt(entry.get("auc"))),
+                "reference" if is_reference else fmt_delta(delta.get("auc"), "auc"),
+                escape(f"[{interval[0]:+.5f}, {interval[1]:+.5f}]"
+                       + (f" at {100 * level:g}%" if level else "")) if interval else "n/a",
+                escape(fmt(boot.get("p_worse"), 3))]
+        row += [escape(fmt(entry.get("gauc")))] if has["gauc"] else []
+        row += [escape(fmt(entry.get("logloss"))),
+                "reference" if is_reference else fmt_delta(delta.get("logloss"), "logloss"),
+                escape(fmt(entry.get("normalized_entropy"))),
+                escape(fmt(entry.get("calibration_ratio"), 3))]
+        row += [escape(fmt(entry.get("oracle_auc")))] if has["oracle_auc"] else []
+    return row
 
 
 def _auc_chart(comparison: dict) -> str:

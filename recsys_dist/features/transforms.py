@@ -203,26 +203,8 @@ class FeatureTransform:
         if isinstance(raw, tf.RaggedTensor):
             nrows, rowids, splits = raw.nrows(), raw.value_rowids(), raw.row_splits
             tokens = raw.flat_values
-            keep = present.flat_values if present is not None else None
-            bad_rows = tf.zeros([nrows], tf.bool)
-            if weights is not None:
-                # A row whose weights list is not as long as its ids list is bad data;
-                # it keeps no ids (the two lists are only aligned when lengths agree).
-                bad_rows = tf.not_equal(raw.row_lengths(), weights.row_lengths())
-                row_ok = tf.gather(tf.logical_not(bad_rows), rowids)
-                keep = row_ok if keep is None else tf.logical_and(keep, row_ok)
-                # Where lengths agree, element k of the ids is element k of the weights.
-                position = tf.range(tf.size(tokens, tf.int64)) - tf.gather(splits, rowids)
-                # (one padding weight past the end, for rows whose lengths disagree)
-                size = tf.size(weights.flat_values, tf.int64)
-                at = tf.minimum(tf.gather(weights.row_splits, rowids) + position, size)
-                weight_values = tf.gather(tf.concat(
-                    [tf.cast(weights.flat_values, tf.float32), [0.0]], 0), at)
-                if weights_present is not None:
-                    keep = tf.logical_and(keep, tf.gather(tf.concat(
-                        [weights_present.flat_values, [False]], 0), at))
-            else:
-                weight_values = None
+            keep, bad_rows, weight_values = _list_weights(raw, present, weights,
+                                                          weights_present)
         else:  # a delimited string; a null string reads as "" (no ids)
             split = tf.strings.split(raw, feat.separator)
             nrows, rowids, splits = tf.shape(raw, tf.int64)[0], split.value_rowids(), \
@@ -253,26 +235,8 @@ class FeatureTransform:
             ids = tf.strings.to_hash_bucket_fast(tokens, self.config.rows_of(feat))
         else:  # integer ids hash as a categorical feature's integer ids do
             ids = hashing.to_bucket(hashing.hash_int64(tokens), self.config.rows_of(feat))
-        # Slot of each value in the [N, L] result: its position among its row's kept
-        # values; dropped values (nulls, empty tokens, past max_length) get slot -1,
-        # which the segment sums leave out. No boolean masks: they cost more than
-        # hashing a few values for nothing.
-        nrows = tf.cast(nrows, tf.int64)
-        kept = tf.ones(tf.shape(rowids), tf.int64) if keep is None else tf.cast(keep, tf.int64)
-        before = tf.cumsum(kept, exclusive=True)  # kept values before each value
-        position = before - tf.gather(before, tf.gather(splits, rowids))
-        slot = rowids * feat.max_length + position
-        if keep is not None:
-            slot = tf.where(keep, slot, -1)
-        slot = tf.where(position < feat.max_length, slot, -1)
-        cells = nrows * feat.max_length
-        dense_ids = tf.reshape(tf.math.unsorted_segment_sum(ids, slot, cells),
-                               [-1, feat.max_length])
-        dense_weights = tf.reshape(tf.math.unsorted_segment_sum(weight_values, slot, cells),
-                                   [-1, feat.max_length])
-        dense_ids.set_shape([None, feat.max_length])
-        dense_weights.set_shape([None, feat.max_length])
-        return {"ids": dense_ids, "weights": dense_weights}, bad_rows
+        return _padded(ids, weight_values, nrows, rowids, splits, keep, feat.max_length), \
+            bad_rows
 
     # ---- the transform --------------------------------------------------------------
     def __call__(self, raw: dict, source: tf.Tensor, first_row: tf.Tensor,
@@ -370,3 +334,53 @@ class FeatureTransform:
         features, _, valid = unlabeled(raw, source, first_row, present)
         with tf.control_dependencies([valid]):
             return tf.nest.map_structure(tf.identity, features)
+
+
+def _list_weights(raw: tf.RaggedTensor, present, weights, weights_present):
+    """``(keep, bad rows, weight per value)`` of a list column's flat values.
+
+    ``keep`` (None: keep all) drops nulls and, with a weights column, the values of rows
+    whose weights list is not as long as their ids list (bad rows: the two lists are only
+    aligned when their lengths agree) and values whose weight is null."""
+    rowids, splits, tokens = raw.value_rowids(), raw.row_splits, raw.flat_values
+    keep = present.flat_values if present is not None else None
+    if weights is None:
+        return keep, tf.zeros([raw.nrows()], tf.bool), None
+    bad_rows = tf.not_equal(raw.row_lengths(), weights.row_lengths())
+    row_ok = tf.gather(tf.logical_not(bad_rows), rowids)
+    keep = row_ok if keep is None else tf.logical_and(keep, row_ok)
+    # Where lengths agree, element k of the ids is element k of the weights.
+    position = tf.range(tf.size(tokens, tf.int64)) - tf.gather(splits, rowids)
+    # (one padding weight past the end, for rows whose lengths disagree)
+    size = tf.size(weights.flat_values, tf.int64)
+    at = tf.minimum(tf.gather(weights.row_splits, rowids) + position, size)
+    weight_values = tf.gather(tf.concat(
+        [tf.cast(weights.flat_values, tf.float32), [0.0]], 0), at)
+    if weights_present is not None:
+        keep = tf.logical_and(keep, tf.gather(tf.concat(
+            [weights_present.flat_values, [False]], 0), at))
+    return keep, bad_rows, weight_values
+
+
+def _padded(ids, weight_values, nrows, rowids, splits, keep, max_length: int
+            ) -> dict[str, tf.Tensor]:
+    """``{"ids", "weights"}``, ``[N, max_length]`` each, from flat values and row ids.
+
+    Slot of each value in the result: its position among its row's kept values; dropped
+    values (``keep`` false, or past ``max_length``) get slot -1, which the segment sums
+    leave out. No boolean masks: they cost more than hashing a few values for nothing."""
+    nrows = tf.cast(nrows, tf.int64)
+    kept = tf.ones(tf.shape(rowids), tf.int64) if keep is None else tf.cast(keep, tf.int64)
+    before = tf.cumsum(kept, exclusive=True)  # kept values before each value
+    position = before - tf.gather(before, tf.gather(splits, rowids))
+    slot = rowids * max_length + position
+    if keep is not None:
+        slot = tf.where(keep, slot, -1)
+    slot = tf.where(position < max_length, slot, -1)
+    cells = nrows * max_length
+    dense_ids = tf.reshape(tf.math.unsorted_segment_sum(ids, slot, cells), [-1, max_length])
+    dense_weights = tf.reshape(tf.math.unsorted_segment_sum(weight_values, slot, cells),
+                               [-1, max_length])
+    dense_ids.set_shape([None, max_length])
+    dense_weights.set_shape([None, max_length])
+    return {"ids": dense_ids, "weights": dense_weights}
