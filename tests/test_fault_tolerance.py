@@ -167,7 +167,11 @@ def test_worker_killed_mid_run_is_restarted_and_the_run_completes(setup, tmp_pat
     # Seen within 0.5 s; the restart itself takes seconds, and this short run may end
     # first, so test_local_cluster checks the restart on its own.
     assert "worker 0 exited with code -9; restarting it" in run.output
-    assert "resume" not in run.output  # workers come back without a restore
+    # Workers come back without a restore, as a rule. Under double load (two test suites on
+    # 2 cores) TensorFlow raised a worker's death as UnavailableError 2 times in 23 kills,
+    # and the command restarted from its checkpoint: correct, one interval slower
+    # (docs/fault-tolerance.md). More than one restart would be a bug.
+    assert run.output.count("restart  lost a task of the cluster") <= 1, run.output[-3000:]
     assert_complete_and_close(tmp_path / "run", baseline)
 
 

@@ -12,6 +12,7 @@ which the ``train`` command answers with a restart from its last checkpoint.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Iterator
 
 import tensorflow as tf
@@ -37,7 +38,10 @@ def cluster_failures_as_cluster_lost() -> Iterator[None]:
     except tf.errors.OpError as exc:
         if not is_cluster_failure(exc):
             raise
-        first = (exc.message or str(exc)).strip().splitlines()[0][:300]
-        raise ClusterLost(f"lost a task of the cluster ({type(exc).__name__}: {first}); the "
-                          "variables on the parameter servers are gone, so training must "
+        text = exc.message or str(exc)
+        first = text.strip().splitlines()[0][:300]
+        tasks = sorted(set(re.findall(r"/job:(?:worker|ps)/replica:\d+/task:\d+", text)))
+        named = f"; it names {', '.join(tasks)}" if tasks else ""
+        raise ClusterLost(f"lost a task of the cluster ({type(exc).__name__}: {first}{named}); "
+                          "the variables on the parameter servers are gone, so training must "
                           "restart from the last checkpoint") from None
