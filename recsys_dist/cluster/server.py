@@ -224,10 +224,11 @@ def serve(
     )
     # Wait here rather than in the server's C++ join(): Python runs a signal handler (the
     # one `recsys-dist server` installs for SIGTERM, SIGINT and SIGHUP) only between
-    # bytecodes, so inside join() a SIGTERM was ignored. The server lives in its own
-    # threads; this frame keeps the object alive.
+    # bytecodes, so inside join() a SIGTERM was ignored. Short sleeps: the kernel may
+    # hand the signal to one of TensorFlow's threads, and then nothing wakes this one;
+    # the handler runs when its sleep ends. This frame keeps the server object alive.
     while server is not None:
-        time.sleep(3600)
+        time.sleep(0.25)
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
