@@ -117,3 +117,20 @@ def test_no_module_imports_a_private_name_of_another_part():
                 offenders += [f"{name}: {node.module}.{a.name}" for a in node.names
                               if a.name.startswith("_")]
     assert not offenders, "\n".join(offenders)
+
+
+#: The longest a function may be, docstring included: longer ones read as several jobs.
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_longer_than_the_limit():
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} "
+                                f"{node.name}: {lines} lines")
+    assert not long, (f"functions longer than {MAX_FUNCTION_LINES} lines; split them:\n"
+                      + "\n".join(long))

@@ -159,6 +159,26 @@ def _raise_open_file_limit() -> None:
         )
 
 
+def _checked_threads(job: str, spec: dict[str, list[str]], inter_op_threads: int | None,
+                     intra_op_threads: int) -> int:
+    """The server's inter-op thread count (default ``num_workers + 2``), after checking
+    both counts; warns when a worker has too few threads for ``join()``."""
+    threads = default_inter_op_threads(spec) if inter_op_threads is None else inter_op_threads
+    if threads < 1:
+        raise ClusterError(f"inter_op_threads must be >= 1, got {threads}")
+    if intra_op_threads < 0:
+        raise ClusterError(f"intra_op_threads must be >= 0 (0: TensorFlow's default), "
+                           f"got {intra_op_threads}")
+    if job == "worker" and threads <= len(spec["worker"]):
+        print(
+            f"recsys_dist server: warning: inter_op_threads={threads} < num_workers + 1 = "
+            f"{len(spec['worker']) + 1}; ClusterCoordinator.join() may hang",
+            file=sys.stderr,
+            flush=True,
+        )
+    return threads
+
+
 def serve(
     job: str,
     index: int,
@@ -185,19 +205,7 @@ def serve(
     """
     spec = validate_cluster_spec(cluster_spec)
     _check_task(job, index, spec)
-    threads = default_inter_op_threads(spec) if inter_op_threads is None else inter_op_threads
-    if threads < 1:
-        raise ClusterError(f"inter_op_threads must be >= 1, got {threads}")
-    if intra_op_threads < 0:
-        raise ClusterError(f"intra_op_threads must be >= 0 (0: TensorFlow's default), "
-                           f"got {intra_op_threads}")
-    if job == "worker" and threads <= len(spec["worker"]):
-        print(
-            f"recsys_dist server: warning: inter_op_threads={threads} < num_workers + 1 = "
-            f"{len(spec['worker']) + 1}; ClusterCoordinator.join() may hang",
-            file=sys.stderr,
-            flush=True,
-        )
+    threads = _checked_threads(job, spec, inter_op_threads, intra_op_threads)
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     _raise_open_file_limit()
 

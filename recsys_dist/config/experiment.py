@@ -426,7 +426,8 @@ def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, features: FeatureConfig)
     if model.inputs is None:
         if len(groups) > 1:
             raise doc.error("model.inputs", f"model {model.name!r} needs its input groups "
-                            + ", ".join(groups) + " listed, e.g. inputs: {wide: [...], deep: [...]}")
+                            + ", ".join(groups)
+                            + " listed, e.g. inputs: {wide: [...], deep: [...]}")
         return {groups[0]: list(features.features)}
     for group, names in model.inputs.items():
         if group not in groups:

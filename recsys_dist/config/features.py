@@ -253,57 +253,19 @@ def _load_vocabulary(doc: LocatedYaml, path: str, file: str, dtype: str) -> list
 
 
 def _check_references(doc: LocatedYaml, config: FeatureConfig) -> FeatureConfig:
+    """``config`` with its vocabularies loaded, after checking what features, labels and
+    tables refer to."""
     tables, features = config.tables, config.features
     vocabularies: dict[str, list] = {}
     columns_used: dict[str, str] = {}
     for name, feat in features.items():
-        path = f"features.{name}"
-        table = getattr(feat, "table", None)
-        if table is not None and table not in tables:
-            raise doc.error(path + ".table", f"unknown table {table!r}; defined tables are "
-                            + ", ".join(sorted(tables)) + "." + did_you_mean(table, tables))
-        if isinstance(feat, (CategoricalFeature, MultiCategoricalFeature)):
-            if feat.vocabulary is not None and feat.hash_buckets is not None:
-                raise doc.error(path, "set either 'vocabulary' or 'hash_buckets', not both")
-            if feat.vocabulary is not None:
-                dtype = feat.dtype if isinstance(feat, CategoricalFeature) else "string"
-                vocabularies[name] = _load_vocabulary(doc, path + ".vocabulary", feat.vocabulary,
-                                                      dtype)
-        if isinstance(feat, NumericFeature):
-            _check_numeric(doc, path, feat, tables)
-        if isinstance(feat, MultiCategoricalFeature) and feat.weights_column is not None:
-            if feat.weighted:
-                raise doc.error(path + ".weights_column", "set either 'weighted' (id:weight "
-                                "entries in a delimited string) or 'weights_column' (a "
-                                "parallel list<float> column), not both")
-            if feat.weights_column == (feat.column or name):
-                raise doc.error(path + ".weights_column", "names the ids column itself; "
-                                "expected a separate list<float> column")
-        if isinstance(feat, CrossFeature):
-            for i, inp in enumerate(feat.inputs):
-                if inp not in features:
-                    raise doc.error(f"{path}.inputs[{i}]", f"unknown feature {inp!r}."
-                                    + did_you_mean(inp, features))
-                if not isinstance(features[inp], CategoricalFeature):
-                    raise doc.error(f"{path}.inputs[{i}]", f"feature {inp!r} is "
-                                    f"{features[inp].kind}; a cross takes categorical features")
-            if len(set(feat.inputs)) != len(feat.inputs):
-                raise doc.error(path + ".inputs", "lists the same feature twice")
+        vocabulary = _check_feature(doc, name, feat, tables, features)
+        if vocabulary is not None:
+            vocabularies[name] = vocabulary
         if not isinstance(feat, CrossFeature):
-            column = feat.column or name
-            columns_used.setdefault(column, name)
+            columns_used.setdefault(feat.column or name, name)
     checked = dataclasses.replace(config, vocabularies=vocabularies)
-    for name, feat in features.items():
-        table = getattr(feat, "table", None)
-        if table is None:
-            continue
-        need = checked.rows_of(feat) if not isinstance(feat, NumericFeature) else \
-            len(feat.boundaries or []) + 1
-        if need > tables[table].rows:
-            what = "vocabulary size + oov_buckets (+ 1 missing row)" if name in vocabularies else (
-                "len(boundaries) + 1" if isinstance(feat, NumericFeature) else "hash_buckets")
-            raise doc.error(f"features.{name}", f"needs {need} rows ({what}) but table "
-                            f"{table!r} has rows={tables[table].rows}; raise tables.{table}.rows")
+    _check_table_rows(doc, checked)
     for name, label in config.labels.items():
         column = label.column or name
         if column in columns_used:
@@ -313,6 +275,61 @@ def _check_references(doc: LocatedYaml, config: FeatureConfig) -> FeatureConfig:
     if unused:
         raise doc.error(f"tables.{unused[0]}", "is used by no feature; remove it or reference it")
     return checked
+
+
+def _check_feature(doc: LocatedYaml, name: str, feat, tables: dict[str, TableSpec],
+                   features: dict) -> list | None:
+    """Checks one feature's references; returns its vocabulary when it has one."""
+    path = f"features.{name}"
+    table = getattr(feat, "table", None)
+    if table is not None and table not in tables:
+        raise doc.error(path + ".table", f"unknown table {table!r}; defined tables are "
+                        + ", ".join(sorted(tables)) + "." + did_you_mean(table, tables))
+    vocabulary = None
+    if isinstance(feat, (CategoricalFeature, MultiCategoricalFeature)):
+        if feat.vocabulary is not None and feat.hash_buckets is not None:
+            raise doc.error(path, "set either 'vocabulary' or 'hash_buckets', not both")
+        if feat.vocabulary is not None:
+            dtype = feat.dtype if isinstance(feat, CategoricalFeature) else "string"
+            vocabulary = _load_vocabulary(doc, path + ".vocabulary", feat.vocabulary, dtype)
+    if isinstance(feat, NumericFeature):
+        _check_numeric(doc, path, feat, tables)
+    if isinstance(feat, MultiCategoricalFeature) and feat.weights_column is not None:
+        if feat.weighted:
+            raise doc.error(path + ".weights_column", "set either 'weighted' (id:weight "
+                            "entries in a delimited string) or 'weights_column' (a "
+                            "parallel list<float> column), not both")
+        if feat.weights_column == (feat.column or name):
+            raise doc.error(path + ".weights_column", "names the ids column itself; "
+                            "expected a separate list<float> column")
+    if isinstance(feat, CrossFeature):
+        for i, inp in enumerate(feat.inputs):
+            if inp not in features:
+                raise doc.error(f"{path}.inputs[{i}]", f"unknown feature {inp!r}."
+                                + did_you_mean(inp, features))
+            if not isinstance(features[inp], CategoricalFeature):
+                raise doc.error(f"{path}.inputs[{i}]", f"feature {inp!r} is "
+                                f"{features[inp].kind}; a cross takes categorical features")
+        if len(set(feat.inputs)) != len(feat.inputs):
+            raise doc.error(path + ".inputs", "lists the same feature twice")
+    return vocabulary
+
+
+def _check_table_rows(doc: LocatedYaml, config: FeatureConfig) -> None:
+    """Every table has the rows its features' ids need."""
+    for name, feat in config.features.items():
+        table = getattr(feat, "table", None)
+        if table is None:
+            continue
+        need = config.rows_of(feat) if not isinstance(feat, NumericFeature) else \
+            len(feat.boundaries or []) + 1
+        if need > config.tables[table].rows:
+            what = "vocabulary size + oov_buckets (+ 1 missing row)" \
+                if name in config.vocabularies else (
+                    "len(boundaries) + 1" if isinstance(feat, NumericFeature) else "hash_buckets")
+            raise doc.error(f"features.{name}", f"needs {need} rows ({what}) but table "
+                            f"{table!r} has rows={config.tables[table].rows}; raise "
+                            f"tables.{table}.rows")
 
 
 def _check_numeric(doc: LocatedYaml, path: str, feat: NumericFeature,

@@ -88,7 +88,8 @@ def parse_value(annotation: Any, value: Any, doc: LocatedYaml, path: str,
         allowed = typing.get_args(annotation)
         if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
             raise doc.error(path, f"got {value!r}; expected one of "
-                            + ", ".join(repr(a) for a in allowed) + "." + did_you_mean(value, allowed))
+                            + ", ".join(repr(a) for a in allowed) + "."
+                            + did_you_mean(value, allowed))
         return value
     if origin is list:
         return _parse_list(annotation, value, doc, path, meta)

@@ -91,7 +91,8 @@ and the id (the same id always gives the same string, whatever the seed).
 Missing categorical values (a few fields, :data:`CATEGORICAL_MISSING_RATES`) are stored
 as id ``0`` or the empty string. ``user_id`` is Zipf-Mandelbrot over 200,000 users,
 ``tags`` (a ``list<int64>`` column) holds 0-8 distinct Zipf tag ids out of 5,000 and
-``topics`` (a delimited string) 1-3 distinct ``id:weight`` pairs out of 200 topics with weights in hundredths summing to about 1.
+``topics`` (a delimited string) 1-3 distinct ``id:weight`` pairs out of 200 topics with
+weights in hundredths summing to about 1.
 """
 
 from __future__ import annotations
@@ -216,6 +217,14 @@ class SynthReport:
     seconds: float
 
 
+def _check_counts(**counts: int) -> None:
+    """Each count is an integer >= 1 (``seed`` >= 0), else a ValueError naming it."""
+    for name, value in counts.items():
+        low = 0 if name == "seed" else 1
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
 def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: int = 0,
                start_date: datetime.date = datetime.date(2026, 1, 1),
                rows_per_file: int = 100_000, row_groups_per_file: int = 4,
@@ -223,12 +232,12 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
     """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
 
     Each day gets ``max(2, ceil(rows_per_day / rows_per_file))`` (never more than
-    ``rows_per_day``, so no file is empty) snappy-compressed Parquet files with rows split as evenly as possible, each with up to
-    ``row_groups_per_file`` row groups. Files are written to a temporary name and
-    renamed into place; ``part-*.parquet`` files left in a day's directory by an earlier
-    run with more files per day are removed, so a day is always exactly what this call
-    wrote. The same arguments always produce the same column data, and
-    day ``d`` (counting from ``start_date``) depends only on ``seed`` and ``d``.
+    ``rows_per_day``, so no file is empty) snappy-compressed Parquet files with rows split
+    as evenly as possible, each with up to ``row_groups_per_file`` row groups. Files are
+    written to a temporary name and renamed into place; ``part-*.parquet`` files left in a
+    day's directory by an earlier run with more files per day are removed, so a day is
+    always exactly what this call wrote. The same arguments always produce the same column
+    data, and day ``d`` (counting from ``start_date``) depends only on ``seed`` and ``d``.
 
     Args:
       out_dir: Root directory; created if missing.
@@ -246,12 +255,8 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
     Raises:
       ValueError: An argument is out of range; the message names it.
     """
-    for name, value, low in [("days", days, 1), ("rows_per_day", rows_per_day, 1),
-                             ("rows_per_file", rows_per_file, 1),
-                             ("row_groups_per_file", row_groups_per_file, 1),
-                             ("seed", seed, 0)]:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    _check_counts(days=days, rows_per_day=rows_per_day, rows_per_file=rows_per_file,
+                  row_groups_per_file=row_groups_per_file, seed=seed)
     started = time.perf_counter()
     generator = RowGenerator(int(seed))
     file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)
@@ -544,12 +549,14 @@ class RowGenerator:
         seed, terms = self._seed, {}
         for field, sigma in _CLICK_FIELD_SIGMAS.items():
             ids, scale = b.categorical[field], sigma * _effect_scale(b.slots[field])
-            terms[field] = IdTerm((ids,), scale, scale * hashed_normal(stream_key(seed, "click", field), ids))
+            effect = hashed_normal(stream_key(seed, "click", field), ids)
+            terms[field] = IdTerm((ids,), scale, scale * effect)
         for (f, g), sigma in CLICK_PAIR_SIGMAS.items():
             scale = sigma * np.sqrt(_effect_scale(b.slots[f]) * _effect_scale(b.slots[g]))
             terms[f"{f} x {g}"] = IdTerm(
                 (b.categorical[f], b.categorical[g]), scale,
-                scale * _affinity(stream_key(seed, "click", f, g), b.categorical[f], b.categorical[g]))
+                scale * _affinity(stream_key(seed, "click", f, g), b.categorical[f],
+                                  b.categorical[g]))
         scale = _USER_SIGMA * _effect_scale(b.user_slot)
         terms["user"] = IdTerm((b.user_id,), scale,
                                scale * hashed_normal(stream_key(seed, "click", "user"), b.user_id))
@@ -613,7 +620,8 @@ def _affinity(key: int, first: np.ndarray, second: np.ndarray) -> np.ndarray:
     vectors are standard normals hashed from ``key`` (unit variance, mean 0)."""
     total = np.zeros(first.shape)
     for k in range(_AFFINITY_RANK):
-        total += hashed_normal(stream_key(key, "u", k), first) * hashed_normal(stream_key(key, "v", k), second)
+        total += (hashed_normal(stream_key(key, "u", k), first)
+                  * hashed_normal(stream_key(key, "v", k), second))
     return total / math.sqrt(_AFFINITY_RANK)
 
 

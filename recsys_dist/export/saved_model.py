@@ -249,7 +249,8 @@ def _check_out_dir(out_dir: str) -> None:
 
 
 def _write_info(directory: str, info: dict[str, Any]) -> None:
-    storage_io.write_text(storage_io.join(directory, EXPORT_INFO), json.dumps(info, indent=1) + "\n")
+    storage_io.write_text(storage_io.join(directory, EXPORT_INFO),
+                          json.dumps(info, indent=1) + "\n")
 
 
 def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:

@@ -256,6 +256,13 @@ class FeatureTransform:
         """
         present = present or {}
         checks: list[tuple[tf.Tensor, str]] = []
+        out = self._features(raw, present, checks)
+        labels = self._labels(raw, present, checks)
+        return out, labels, self._valid(raw, checks, source, first_row)
+
+    def _features(self, raw: dict, present: dict, checks: list) -> dict:
+        """The model inputs of a chunk; appends each feature's ``(bad rows, message)`` to
+        ``checks``."""
         out: dict = {}
         for name in self.feature_names:
             feat = self.config.features[name]
@@ -282,6 +289,10 @@ class FeatureTransform:
                 elif wcol:
                     checks.append((bad, f"list column {column!r} (feature {name!r}) and its "
                                    f"weights_column {wcol!r} differ in length"))
+        return out
+
+    def _labels(self, raw: dict, present: dict, checks: list) -> dict[str, tf.Tensor]:
+        """The labels of a chunk as float 0/1 (a bad one reads 0); appends their checks."""
         labels: dict[str, tf.Tensor] = {}
         for name in self.labels:
             column = self.config.column_of(self.config.labels[name])
@@ -292,6 +303,12 @@ class FeatureTransform:
             checks.append((bad, f"label column {column!r} has a null or a value other than "
                            "0 or 1"))
             labels[name] = tf.where(bad, 0.0, y)
+        return labels
+
+    def _valid(self, raw: dict, checks: list, source: tf.Tensor,
+               first_row: tf.Tensor) -> tf.Tensor:
+        """The float row weight (0 for a skipped bad row) under ``on_bad_row: skip``;
+        under ``fail``, all ones behind assertions that name the first bad row."""
         first = next(iter(raw.values()))
         rows = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
         valid = tf.ones([rows], tf.bool)
@@ -306,8 +323,7 @@ class FeatureTransform:
             else:
                 valid = tf.logical_and(valid, tf.logical_not(bad))
         with tf.control_dependencies(asserts):
-            valid = tf.cast(tf.identity(valid), tf.float32)
-        return out, labels, valid
+            return tf.cast(tf.identity(valid), tf.float32)
 
     def features_only(self, raw: dict, source: tf.Tensor, first_row: tf.Tensor,
                       present: dict | None = None) -> dict:

@@ -134,6 +134,53 @@ def _model_entry(date: str, manifest: dict, metrics: dict, current: str | None,
     }
 
 
+def _plan(pubs: Publications, date: str, scratch: str, values: dict,
+          evaluated: DateRange) -> tuple:
+    """``(date, manifest, checkpoint, config)`` of one publication, its config loaded with
+    the evaluation ``values``."""
+    from recsys_dist.config import load_config
+
+    manifest, checkpoint, config_path = _publication(pubs, date, scratch)
+    config = load_config(config_path, values=values, source=f"offline-eval of {evaluated}")
+    return date, manifest, checkpoint, config
+
+
+def _evaluate_plans(plans: list[tuple], out_dir: str, current: str | None,
+                    evaluated: DateRange, log: Callable[[str], None] | None) -> list[dict]:
+    """Scores each planned publication into ``out_dir/<date>/``; the first is the
+    reference the others are compared with."""
+    from recsys_dist.evaluation.job import METRICS, run_evaluation
+
+    reference = plans[0][0]
+    reference_metrics = _join(out_dir, reference, METRICS)
+    entries = []
+    for index, (date, manifest, checkpoint, config) in enumerate(plans):
+        if log is not None:
+            log(f"evaluate {date} ({index + 1} of {len(plans)}): step "
+                f"{manifest.get('step', '?')} on {evaluated}"
+                + ("" if index == 0 else f", vs reference {reference}"))
+        run_dir = posixpath.dirname(posixpath.dirname(checkpoint))
+        result = run_evaluation(config, run_dir, _join(out_dir, date), checkpoint=checkpoint,
+                                baseline=None if index == 0 else reference_metrics)
+        entries.append(_model_entry(date, manifest, result.metrics, current, evaluated))
+    return entries
+
+
+def _comparison(root: str, evaluated: DateRange, reference: str, current: str | None,
+                entries: list[dict], out_dir: str) -> dict:
+    """What ``comparison.json`` holds (see :func:`evaluate_published`)."""
+    return {
+        "root": root,
+        "dates": str(evaluated),
+        "reference": reference,
+        "current": current,
+        "labels": list(dict.fromkeys(label for e in entries for label in e["labels"])),
+        "rows": entries[0]["rows"],
+        "models": entries,
+        "html": _join(out_dir, COMPARISON_HTML),
+    }
+
+
 def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | None = None,
                        data_path: str | None = None, *, last: int | None = None,
                        log: Callable[[str], None] | None = None) -> dict:
@@ -167,9 +214,6 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
       ConfigError, DataError, CheckpointError: from loading a model's config or scoring it
         (e.g. an evaluation date with no partition).
     """
-    from recsys_dist.config import load_config
-    from recsys_dist.evaluation.job import METRICS, run_evaluation
-
     try:
         evaluated = DateRange.parse(dates)
     except ValueError as exc:
@@ -177,46 +221,18 @@ def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | 
     if last is not None and last < 1:
         raise OfflineEvalError(f"--last must be at least 1, got {last}")
     pubs = Publications(root)
-    selected = _select(pubs, models, last)
-    current = pubs.current()
+    selected, current = _select(pubs, models, last), pubs.current()
     values: dict = {"data.eval": {"dates": str(evaluated)}}
     if data_path is not None:
         values["data.path"] = data_path
-    # Check every publication and config before the first (slow) evaluation starts.
-    plans = []
     scratch = tempfile.mkdtemp(prefix="recsys_dist_offline_eval_")
     try:
-        for date in selected:
-            manifest, checkpoint, config_path = _publication(pubs, date, scratch)
-            config = load_config(config_path, values=values,
-                                 source=f"offline-eval of {evaluated}")
-            plans.append((date, manifest, checkpoint, config))
+        # Check every publication and config before the first (slow) evaluation starts.
+        plans = [_plan(pubs, date, scratch, values, evaluated) for date in selected]
         storage_io.check_writable(out_dir, "the offline evaluation")
-        reference = selected[0]
-        reference_metrics = _join(out_dir, reference, METRICS)
-        entries = []
-        for index, (date, manifest, checkpoint, config) in enumerate(plans):
-            if log is not None:
-                log(f"evaluate {date} ({index + 1} of {len(plans)}): step "
-                    f"{manifest.get('step', '?')} on {evaluated}"
-                    + ("" if index == 0 else f", vs reference {reference}"))
-            run_dir = posixpath.dirname(posixpath.dirname(checkpoint))
-            result = run_evaluation(config, run_dir, _join(out_dir, date),
-                                    checkpoint=checkpoint,
-                                    baseline=None if index == 0 else reference_metrics)
-            entries.append(_model_entry(date, manifest, result.metrics, current, evaluated))
+        entries = _evaluate_plans(plans, out_dir, current, evaluated, log)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    labels = list(dict.fromkeys(label for e in entries for label in e["labels"]))
-    comparison = {
-        "root": root,
-        "dates": str(evaluated),
-        "reference": reference,
-        "current": current,
-        "labels": labels,
-        "rows": entries[0]["rows"],
-        "models": entries,
-        "html": _join(out_dir, COMPARISON_HTML),
-    }
+    comparison = _comparison(root, evaluated, selected[0], current, entries, out_dir)
     write_comparison(out_dir, comparison)
     return comparison

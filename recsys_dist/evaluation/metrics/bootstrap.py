@@ -169,12 +169,16 @@ def paired_bootstrap_auc_delta(labels: Any, scores_new: Any, scores_base: Any,
     with ThreadPoolExecutor(threads) as pool:
         new, base = pool.map(lambda s: _Presorted(y, s, w), (new_scores, base_scores))
         deltas = _bootstrap_deltas(new, base, replicates, seed, block_elements, pool)
+    return dict(_interval(deltas, confidence), delta=float(new.auc - base.auc))
+
+
+def _interval(deltas: np.ndarray, confidence: float) -> dict:
+    """The percentile interval and summary of the replicates' deltas (nan ones dropped)."""
     valid = deltas[np.isfinite(deltas)]
     tail = (1.0 - confidence) / 2.0
     low, high = (np.quantile(valid, [tail, 1.0 - tail]) if valid.size
                  else (math.nan, math.nan))
     return {
-        "delta": float(new.auc - base.auc),
         "low": float(low),
         "high": float(high),
         "replicates": int(valid.size),

@@ -104,20 +104,7 @@ class EvalAccumulator:
         """
         slices = dict(slices or {})
         oracle_logits = dict(oracle_logits or {})
-        if not labels:
-            raise ValueError("labels is empty; expected at least one label name -> array")
-        if set(logits) != set(labels):
-            raise ValueError(f"logits must have the same names as labels: labels "
-                             f"{sorted(labels)}, logits {sorted(logits)}")
-        unknown = set(oracle_logits) - set(labels)
-        if unknown:
-            raise ValueError(f"oracle_logits has names {sorted(unknown)} that are not labels "
-                             f"{sorted(labels)}")
-        schema = (tuple(sorted(labels)), groups is not None, tuple(sorted(slices)),
-                  tuple(sorted(oracle_logits)))
-        if self._schema is not None and schema != self._schema:
-            raise ValueError(f"chunk does not match the first chunk: expected (labels, has "
-                             f"groups, slices, oracle labels) = {self._schema}, got {schema}")
+        schema = self._check_schema(labels, logits, groups, slices, oracle_logits)
         ids = as_1d(row_ids, "row_ids")
         if ids.dtype.kind not in "iu":
             raise ValueError(f"row_ids must be integers, got dtype {ids.dtype}")
@@ -147,6 +134,25 @@ class EvalAccumulator:
         for key, values in chunk.items():
             self._columns.setdefault(key, []).append(values)
         self._rows += rows
+
+    def _check_schema(self, labels: Mapping[str, Any], logits: Mapping[str, Any], groups: Any,
+                      slices: Mapping[str, Any], oracle_logits: Mapping[str, Any]) -> tuple:
+        """The chunk's schema, checked against itself and against the first chunk's."""
+        if not labels:
+            raise ValueError("labels is empty; expected at least one label name -> array")
+        if set(logits) != set(labels):
+            raise ValueError(f"logits must have the same names as labels: labels "
+                             f"{sorted(labels)}, logits {sorted(logits)}")
+        unknown = set(oracle_logits) - set(labels)
+        if unknown:
+            raise ValueError(f"oracle_logits has names {sorted(unknown)} that are not labels "
+                             f"{sorted(labels)}")
+        schema = (tuple(sorted(labels)), groups is not None, tuple(sorted(slices)),
+                  tuple(sorted(oracle_logits)))
+        if self._schema is not None and schema != self._schema:
+            raise ValueError(f"chunk does not match the first chunk: expected (labels, has "
+                             f"groups, slices, oracle labels) = {self._schema}, got {schema}")
+        return schema
 
     @staticmethod
     def _logits(values: Any, name: str, rows: int) -> np.ndarray:
