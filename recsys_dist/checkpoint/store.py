@@ -372,8 +372,26 @@ def model_signature(config) -> dict:
     so :func:`check_signature` refuses it with a message naming the difference.
     """
     features = config.features
-    return {"model": config.model.name, "labels": list(config.labels),
-            "tables": {name: [t.rows, t.dim] for name, t in sorted(features.tables.items())}}
+    signature = {"model": config.model.name, "labels": list(config.labels),
+                 "tables": {name: _table_signature(t)
+                            for name, t in sorted(features.tables.items())}}
+    if any(t.dynamic for t in features.tables.values()):
+        # a dynamic table keeps one shard per parameter server
+        signature["dynamic_shards"] = config.cluster.ps
+    return signature
+
+
+def _table_signature(table) -> list:
+    """``[rows, dim]`` of a hashed table, ``["dynamic", capacity_per_shard, dim]``."""
+    if table.dynamic:
+        return ["dynamic", table.capacity_per_shard, table.dim]
+    return [table.rows, table.dim]
+
+
+def _describe_table(signature: list) -> str:
+    if signature and signature[0] == "dynamic":
+        return (f"dynamic with capacity_per_shard {signature[1]} and dim {signature[2]}")
+    return f"{signature[0]} x {signature[1]}"
 
 
 def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> None:
@@ -396,8 +414,14 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
             problems.append(f"table {name!r} is in the checkpoint but not in "
                             f"{config.features.file}")
         elif list(a) != list(b):
-            problems.append(f"table {name!r} is {a[0]} x {a[1]} in the checkpoint but "
-                            f"{b[0]} x {b[1]} in {config.features.file}")
+            problems.append(f"table {name!r} is {_describe_table(a)} in the checkpoint but "
+                            f"{_describe_table(b)} in {config.features.file}")
+    if theirs.get("dynamic_shards") != ours.get("dynamic_shards") \
+            and None not in (theirs.get("dynamic_shards"), ours.get("dynamic_shards")):
+        problems.append(f"its dynamic tables have {theirs['dynamic_shards']} shards (one per "
+                        f"parameter server) but {config.file} has cluster.ps = "
+                        f"{ours['dynamic_shards']}; moving a dynamic table to another number "
+                        "of parameter servers is not supported yet")
     raise CheckpointError(f"{saved.directory}: written for a different feature or model "
                           f"config than {what}: " + "; ".join(problems))
 

@@ -36,6 +36,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from recsys_dist.errors import RecsysError
+from recsys_dist.models.dynamic_table import DynamicTable
 from recsys_dist.models.embedding import TableStack, assign_shard_rows, shard_rows
 
 _VALUE = "VARIABLE_VALUE"
@@ -214,7 +215,8 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
              for v in getattr(opt, "_hyper", {}).values() if isinstance(v, tf.Variable)}
     report = WarmStartReport()
     taken: set[str] = set()
-    targets = _targets(graph, matched, stack_of)
+    growable = _restore_dynamic_tables(reader, graph, matched, report, source or prefix)
+    targets = _targets(graph, matched, stack_of, growable)
     resized: dict[str, tuple] = {}
     seen_stacks = set()
     for key, live, name, is_slot in targets:
@@ -230,25 +232,86 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
             seen_stacks.add(stack.key)
             _restore_stack(prefix, key, saved_shape, live, name, stack, saved_stacks,
                            is_slot, on_table_resize, report, resized)
+        elif id(live) in growable and list(saved_shape) != live.shape.as_list():
+            # a dynamic table's rows: its capacity may grow, its rows keep their places
+            _assign_rows(prefix, key, list(saved_shape), live, 0, 0, saved_shape[0])
+            report.restored.append(name)
         elif list(saved_shape) != live.shape.as_list():
             report.reinitialized.append(name)
         else:
             _assign(prefix, key, list(saved_shape), live)
             report.restored.append(name)
     if resized:
-        detail = "; ".join(f"table {t!r} is {a[0]} x {a[1]} in {source or prefix} but "
-                           f"{b[0]} x {b[1]} now" for t, (a, b) in sorted(resized.items()))
-        raise WarmStartError(f"cannot warm start: {detail}. A resized table loses its rows' "
-                             "meaning; set retrain.on_table_resize: reinitialize to start it "
-                             "fresh, or keep its size")
+        _fail_resized(resized, source or prefix)
     _report_unused(report, stacks, seen_stacks, saved_stacks, shapes, taken)
     return report
 
 
-def _targets(graph, matched: dict, stack_of: dict) -> list[tuple[str, object, str, bool]]:
+def _fail_resized(resized: dict[str, tuple], source: str) -> None:
+    detail = "; ".join(f"table {t!r} is {a[0]} x {a[1]} in {source} but {b[0]} x {b[1]} now"
+                       for t, (a, b) in sorted(resized.items()))
+    raise WarmStartError(f"cannot warm start: {detail}. A resized table loses its rows' "
+                         "meaning; set retrain.on_table_resize: reinitialize to start it "
+                         "fresh, or keep its size")
+
+
+def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartReport,
+                            source: str) -> set[int]:
+    """Restores the id -> row index and admission counts of every dynamic table the
+    checkpoint shares with the live model; returns the ids of their row variables (which
+    may grow: a larger ``capacity_per_shard`` keeps every row in place).
+
+    Raises:
+      WarmStartError: the checkpoint's table has another number of shards, or more live
+        ids than a shard can now hold.
+    """
+    node_of = {id(obj): node_id for node_id, obj in matched.items()}
+    growable: set[int] = set()
+    for node_id, table in matched.items():
+        if not isinstance(table, DynamicTable):
+            continue
+        name = table.spec.name
+        lists = [graph.nodes[c.node_id] for c in graph.nodes[node_id].children
+                 if c.local_name == "shards"]
+        saved = len(lists[0].children) if lists else 0
+        if saved != len(table.shards):
+            raise WarmStartError(
+                f"cannot warm start: dynamic table {name!r} has {saved} shards in {source} "
+                f"but {len(table.shards)} now (one per parameter server); moving a dynamic "
+                "table to another number of parameter servers is not supported yet")
+        for index, shard in enumerate(table.shards):
+            growable.update({id(shard.emb), id(shard.last_seen)})
+            keys, rows = _table_contents(reader, graph, node_of.get(id(shard.index)))
+            if keys is None:
+                continue
+            if rows.size and int(rows.max()) >= shard.capacity:
+                raise WarmStartError(
+                    f"cannot warm start: dynamic table {name!r} holds {rows.size:,} ids on "
+                    f"shard {index} in {source}, more than capacity_per_shard "
+                    f"{shard.capacity:,}; raise tables.{name}.capacity_per_shard")
+            shard.index.insert(keys, rows)
+            counted, seen = _table_contents(reader, graph, node_of.get(id(shard.counts)))
+            if counted is not None and counted.size:
+                shard.counts.insert(counted, seen)
+            report.restored.append(f"dynamic table {name} shard {index}: {keys.size:,} ids")
+    return growable
+
+
+def _table_contents(reader, graph, node_id: int | None):
+    """``(keys, values)`` numpy arrays of a saved hash table, or ``(None, None)``."""
+    if node_id is None:
+        return None, None
+    keys = {a.name: a.checkpoint_key for a in graph.nodes[node_id].attributes}
+    if "table-keys" not in keys:
+        return None, None
+    return reader.get_tensor(keys["table-keys"]), reader.get_tensor(keys["table-values"])
+
+
+def _targets(graph, matched: dict, stack_of: dict,
+             growable: set[int]) -> list[tuple[str, object, str, bool]]:
     """``(checkpoint key, live variable, name, is a slot)`` of every variable and optimizer
     slot the live objects share with the checkpoint; a slot of a table stack is entered
-    in ``stack_of`` under its stack."""
+    in ``stack_of`` under its stack, a slot of a dynamic table's rows in ``growable``."""
     targets = []
     for node_id, node in enumerate(graph.nodes):
         key = _value_key(node)
@@ -269,6 +332,8 @@ def _targets(graph, matched: dict, stack_of: dict) -> list[tuple[str, object, st
                             True))
             if id(original) in stack_of:
                 stack_of[id(live_slot)] = stack_of[id(original)]
+            if id(original) in growable:
+                growable.add(id(live_slot))
     return targets
 
 

@@ -36,13 +36,34 @@ class TableSpec:
 
     Attributes:
       name: Table name (the mapping key).
-      rows: Number of embedding rows: the hash space or vocabulary size.
       dim: Embedding dimension.
+      kind: ``hashed`` (ids hashed into ``rows`` rows; two ids may share one) or
+        ``dynamic`` (every admitted id gets its own row on its parameter server).
+      rows: Rows of a hashed table: the hash space or vocabulary size.
+      capacity_per_shard: Rows of a dynamic table on each parameter server.
+      admit_after: A dynamic table gives an id a row once it was seen in this many
+        training batches; until then it reads a zero vector and gets no gradient.
+      evict_after_days: Daily retraining drops ids of a dynamic table not seen for this
+        many days (None: never).
     """
 
     name: str
-    rows: int = field(metadata={"min": 1})
     dim: int = field(metadata={"min": 1})
+    kind: Literal["hashed", "dynamic"] = "hashed"
+    rows: int | None = field(default=None, metadata={"min": 1})
+    capacity_per_shard: int | None = field(default=None, metadata={"min": 1})
+    admit_after: int = field(default=1, metadata={"min": 1})
+    evict_after_days: int | None = field(default=None, metadata={"min": 1})
+
+    @property
+    def dynamic(self) -> bool:
+        return self.kind == "dynamic"
+
+
+#: The id space of a dynamic table's keys: features hash their values into
+#: ``[0, DYNAMIC_KEY_SPACE)`` (the last key is the missing value's), and the table
+#: gives each admitted key its own row.
+DYNAMIC_KEY_SPACE = 2**62
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +228,10 @@ class FeatureConfig:
         if feature.name in self.vocabularies:
             missing_row = 1 if isinstance(feature, CategoricalFeature) else 0
             return len(self.vocabularies[feature.name]) + feature.oov_buckets + missing_row
-        return feature.hash_buckets or self.tables[feature.table].rows
+        table = self.tables[feature.table]
+        if table.dynamic:
+            return DYNAMIC_KEY_SPACE
+        return feature.hash_buckets or table.rows
 
 
 def _parse_features(doc: LocatedYaml, raw: object) -> dict[str, Feature]:
@@ -285,6 +309,8 @@ def _check_feature(doc: LocatedYaml, name: str, feat, tables: dict[str, TableSpe
     if table is not None and table not in tables:
         raise doc.error(path + ".table", f"unknown table {table!r}; defined tables are "
                         + ", ".join(sorted(tables)) + "." + did_you_mean(table, tables))
+    if table is not None and tables[table].dynamic:
+        _check_dynamic_use(doc, path, feat, tables[table])
     vocabulary = None
     if isinstance(feat, (CategoricalFeature, MultiCategoricalFeature)):
         if feat.vocabulary is not None and feat.hash_buckets is not None:
@@ -319,7 +345,7 @@ def _check_table_rows(doc: LocatedYaml, config: FeatureConfig) -> None:
     """Every table has the rows its features' ids need."""
     for name, feat in config.features.items():
         table = getattr(feat, "table", None)
-        if table is None:
+        if table is None or config.tables[table].dynamic:
             continue
         need = config.rows_of(feat) if not isinstance(feat, NumericFeature) else \
             len(feat.boundaries or []) + 1
@@ -330,6 +356,40 @@ def _check_table_rows(doc: LocatedYaml, config: FeatureConfig) -> None:
             raise doc.error(f"features.{name}", f"needs {need} rows ({what}) but table "
                             f"{table!r} has rows={config.tables[table].rows}; raise "
                             f"tables.{table}.rows")
+
+
+def _check_table(doc: LocatedYaml, table: TableSpec) -> None:
+    """A hashed table has ``rows``; a dynamic one ``capacity_per_shard`` and no ``rows``."""
+    path = f"tables.{table.name}"
+    if not table.dynamic:
+        if table.rows is None:
+            raise doc.error(path + ".rows", "missing required key; a hashed table needs its "
+                            "number of rows (or set kind: dynamic and capacity_per_shard)")
+        for key in ("capacity_per_shard", "evict_after_days"):
+            if getattr(table, key) is not None:
+                raise doc.error(f"{path}.{key}", "only applies to kind: dynamic")
+        if table.admit_after != 1:
+            raise doc.error(f"{path}.admit_after", "only applies to kind: dynamic")
+        return
+    if table.rows is not None:
+        raise doc.error(path + ".rows", "does not apply to kind: dynamic (every admitted id "
+                        "gets its own row); set capacity_per_shard, the rows on each "
+                        "parameter server")
+    if table.capacity_per_shard is None:
+        raise doc.error(path + ".capacity_per_shard", "missing required key; a dynamic table "
+                        "needs the number of rows it may hold on each parameter server")
+
+
+def _check_dynamic_use(doc: LocatedYaml, path: str, feat, table: TableSpec) -> None:
+    """A dynamic table takes hashed ids: no vocabulary, no bucketized floats."""
+    if isinstance(feat, NumericFeature):
+        raise doc.error(path + ".table", f"table {table.name!r} is kind: dynamic, but "
+                        f"numeric feature values are floats (bucket ids); give the buckets "
+                        f"a hashed table with rows >= len(boundaries) + 1")
+    for key in ("vocabulary", "hash_buckets"):
+        if getattr(feat, key, None) is not None:
+            raise doc.error(f"{path}.{key}", f"does not apply to a feature of dynamic table "
+                            f"{table.name!r}: it gives every id its own row")
 
 
 def _check_numeric(doc: LocatedYaml, path: str, feat: NumericFeature,
@@ -372,6 +432,8 @@ def parse_feature_config(doc: LocatedYaml) -> FeatureConfig:
                             + ", ".join(sorted(allowed)) + "." + did_you_mean(key, allowed))
     tables = parse_value(dict[str, TableSpec], data.get("tables") or {}, doc, "tables",
                          {"key_field": "name"})
+    for table in tables.values():
+        _check_table(doc, table)
     features = _parse_features(doc, data.get("features"))
     if not data.get("labels"):
         raise doc.error("labels", "no labels defined; expected at least one binary label, "

@@ -39,7 +39,8 @@ from recsys_dist.config.features import FeatureConfig, MultiCategoricalFeature, 
 from recsys_dist.features.transforms import missing_indicator_name
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
-from recsys_dist.models.sharding import embedding_tables
+from recsys_dist.models.dynamic_table import DynamicTable
+from recsys_dist.models.sharding import dynamic_shards, embedding_tables
 
 
 def table_of(feature: Any) -> str | None:
@@ -252,7 +253,10 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         self._dims = {t: dim_override or features.tables[t].dim
                       for t in self._feature_tables.values()}
         layouts: dict[int, dict[str, tuple[int, int]]] = {}
+        dynamic = {t: d for t, d in self._dims.items() if features.tables[t].dynamic}
         for table, dim in self._dims.items():
+            if table in dynamic:
+                continue
             layout = layouts.setdefault(dim, {})
             first = sum(rows for _, rows in layout.values())
             layout[table] = (first, features.tables[table].rows)
@@ -265,6 +269,10 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                     dtype=tf.float32, trainable=True,
                     initializer=_StackInitializer(initializer, seed, layout))
                 self._stacks[dim] = TableStack(f"{self.name}/{name}", variable, layout)
+            self._dynamic_tables = {
+                table: DynamicTable(features.tables[table], dim, dynamic_shards(), initializer,
+                                    derive_seed(seed, table), name=f"{self.name}_{table}")
+                for table, dim in dynamic.items()}
 
     @property
     def sparse_feature_names(self) -> list[str]:
@@ -293,41 +301,63 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
 
     @property
     def tables(self) -> dict[str, StackedTable]:
-        """Table name -> its rows inside its stack (readable and assignable)."""
+        """Hashed table name -> its rows inside its stack (readable and assignable)."""
         return {table: StackedTable(self._stacks[dim], table)
-                for table, dim in self._dims.items()}
+                for table, dim in self._dims.items() if table not in self._dynamic_tables}
 
-    def call(self, features: dict[str, Any]) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
+    @property
+    def dynamic_tables(self) -> dict[str, DynamicTable]:
+        """Dynamic table name -> the table (``kind: dynamic``)."""
+        return dict(self._dynamic_tables)
+
+    @property
+    def table_variables(self) -> list[tf.Variable]:
+        """Every table's trainable rows: the stacks, then the dynamic tables' shards."""
+        return [s.variable for s in self._stacks.values()] + [
+            v for table in self._dynamic_tables.values() for v in table.embedding_variables]
+
+    def call(self, features: dict[str, Any], training: bool | None = None
+             ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
         missing = [n for n in (*self._feature_tables, *self._dense_names) if n not in features]
         if missing:
             raise KeyError(f"the batch has no feature(s) {missing}; it has {sorted(features)}")
         sparse = {}
         for stack in self._stacks.values():
             names = [n for n, t in self._feature_tables.items() if t in stack.layout]
-            ids, pooling = [], {}
-            for name in names:
-                offset = stack.layout[self._feature_tables[name]][0]
-                value = features[name]
-                if name in self._combiners:
-                    weights = tf.cast(value["weights"], tf.float32)
-                    kept_ids, rows, kept_weights = _present(value["ids"], weights)
-                    pooling[name] = (rows, kept_weights, weights)
-                    ids.append(kept_ids + offset)
-                else:
-                    ids.append(value + offset)
-            vectors = tf.split(_lookup(stack.variable, tf.concat(ids, axis=0)),
-                               [tf.shape(i)[0] for i in ids], num=len(ids))
-            for name, vector in zip(names, vectors):
-                if name in pooling:
-                    sparse[name] = _pool(vector, *pooling[name], self._combiners[name])
-                else:
-                    sparse[name] = vector
+            offsets = [stack.layout[self._feature_tables[n]][0] for n in names]
+            sparse.update(self._gather(features, names, offsets,
+                                       lambda ids, stack=stack: _lookup(stack.variable, ids)))
+        for table_name, table in self._dynamic_tables.items():
+            names = [n for n, t in self._feature_tables.items() if t == table_name]
+            sparse.update(self._gather(
+                features, names, [0] * len(names),
+                lambda ids, table=table: table.lookup(ids, training=bool(training))))
         sparse = {name: sparse[name] for name in self._feature_tables}
         dense = None
         if self._dense_names:
             dense = tf.stack([tf.cast(features[n], tf.float32) for n in self._dense_names],
                              axis=1)
         return sparse, dense
+
+
+    def _gather(self, features: dict[str, Any], names: list[str], offsets: list[int],
+                lookup) -> dict[str, tf.Tensor]:
+        """``[B, D]`` per feature of one table source: the ids of ``names`` (each shifted
+        by its offset) read with one ``lookup`` call, multi-valued ones pooled."""
+        ids, pooling = [], {}
+        for name, offset in zip(names, offsets):
+            value = features[name]
+            if name in self._combiners:
+                weights = tf.cast(value["weights"], tf.float32)
+                kept_ids, rows, kept_weights = _present(value["ids"], weights)
+                pooling[name] = (rows, kept_weights, weights)
+                ids.append(kept_ids + offset)
+            else:
+                ids.append(value + offset)
+        vectors = tf.split(lookup(tf.concat(ids, axis=0)), [tf.shape(i)[0] for i in ids],
+                           num=len(ids))
+        return {name: _pool(vector, *pooling[name], self._combiners[name])
+                if name in pooling else vector for name, vector in zip(names, vectors)}
 
 
 def check_feature_names(features: FeatureConfig, feature_names: list[str]) -> None:
@@ -377,8 +407,8 @@ class FeatureLinear(tf.keras.layers.Layer):
             self.bias = self.add_weight(name="bias", shape=(num_outputs,), dtype=tf.float32,
                                         initializer="zeros", trainable=True)
 
-    def call(self, features: dict[str, Any]) -> tf.Tensor:
-        sparse, dense = self.embeddings(features)
+    def call(self, features: dict[str, Any], training: bool | None = None) -> tf.Tensor:
+        sparse, dense = self.embeddings(features, training=training)
         terms = list(sparse.values())
         if self.dense is not None:
             terms.append(self.dense(dense))

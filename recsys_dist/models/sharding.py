@@ -47,3 +47,20 @@ class TablePartitioner:
         if getattr(_scope, "depth", 0) == 0:
             return [1] * len(shape)
         return self._tables(shape, dtype, axis)
+
+
+@contextlib.contextmanager
+def dynamic_table_shards(count: int) -> Iterator[None]:
+    """Dynamic tables built inside have ``count`` shards when no
+    ``ParameterServerStrategy`` decides (there: one per parameter server)."""
+    previous = dynamic_shards()
+    _scope.dynamic_shards = count
+    try:
+        yield
+    finally:
+        _scope.dynamic_shards = previous
+
+
+def dynamic_shards() -> int:
+    """The shard count :func:`dynamic_table_shards` set (default 1)."""
+    return getattr(_scope, "dynamic_shards", 1)

@@ -46,6 +46,7 @@ from recsys_dist.models.blocks import (
     derive_seed,
     seeded_initializer,
 )
+from recsys_dist.models.sharding import dynamic_table_shards
 from recsys_dist.models.embedding import (
     FeatureEmbeddings,
     FeatureLinear,
@@ -127,6 +128,16 @@ class RankingModel(tf.keras.Model):
         return out
 
     @property
+    def dynamic_tables(self) -> dict[str, list]:
+        """Dynamic table name -> its :class:`DynamicTable` in each layer that reads it."""
+        found: dict[str, list] = {}
+        for module in self.submodules:
+            if isinstance(module, FeatureEmbeddings):
+                for name, table in module.dynamic_tables.items():
+                    found.setdefault(name, []).append(table)
+        return found
+
+    @property
     def dense_variables(self) -> list[tf.Variable]:
         """Every trainable variable that is not in :attr:`embedding_variables`."""
         embedding = {v.ref() for v in self.embedding_variables}
@@ -190,7 +201,7 @@ class LogisticRegression(RankingModel):
         self.linear = FeatureLinear(features, inputs["wide"], len(labels), name="linear")
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        return self.linear(features)
+        return self.linear(features, training=training)
 
 
 class WideDeep(RankingModel):
@@ -219,8 +230,8 @@ class WideDeep(RankingModel):
         self.head = _head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        deep = self.deep(_concat(*self.embeddings(features)), training=training)
-        return self.wide(features) + self.head(deep)
+        deep = self.deep(_concat(*self.embeddings(features, training=training)), training=training)
+        return self.wide(features, training=training) + self.head(deep)
 
 
 class DeepFM(RankingModel):
@@ -257,10 +268,10 @@ class DeepFM(RankingModel):
         self.head = _head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        sparse, dense = self.embeddings(features)
+        sparse, dense = self.embeddings(features, training=training)
         fm = self.fm(tf.stack(list(sparse.values()), axis=1))  # [B]
         deep = self.deep(_concat(sparse, dense), training=training)
-        return self.linear(features) + fm[:, None] + self.head(deep)
+        return self.linear(features, training=training) + fm[:, None] + self.head(deep)
 
 
 class DCNv2(RankingModel):
@@ -294,7 +305,7 @@ class DCNv2(RankingModel):
         self.head = _head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        x0 = _concat(*self.embeddings(features))
+        x0 = _concat(*self.embeddings(features, training=training))
         if self.structure == "stacked":
             hidden = self.deep(self.cross(x0), training=training)
         else:
@@ -343,7 +354,7 @@ class DLRM(RankingModel):
         self.head = _head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        sparse, dense = self.embeddings(features)
+        sparse, dense = self.embeddings(features, training=training)
         bottom = self.bottom(dense, training=training)  # [B, D]
         interactions = self.interaction(tf.stack([bottom, *sparse.values()], axis=1))
         return self.head(self.top(tf.concat([bottom, interactions], axis=1), training=training))
@@ -384,7 +395,8 @@ class MMoE(RankingModel):
         self.heads = [_head(1, seed, name=f"head_{t}") for t in range(len(labels))]
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        mixed = self.experts(_concat(*self.embeddings(features)), training=training)
+        inputs = _concat(*self.embeddings(features, training=training))
+        mixed = self.experts(inputs, training=training)
         return tf.concat([head(tower(x, training=training))
                           for x, tower, head in zip(mixed, self.towers, self.heads)], axis=1)
 
@@ -432,7 +444,10 @@ def build_from_config(config: ExperimentConfig) -> RankingModel:
     Under a strategy's ``scope()`` the variables are created where the strategy puts
     them (the tables sharded over the parameter servers).
     """
-    model = build_model(config.model.name, config.features, config.inputs, config.labels,
-                        config.model.params, seed=config.train.seed)
+    # Outside ParameterServerStrategy (export, tests) dynamic tables keep the shards they
+    # had on the run's parameter servers, so a checkpoint restores one to one.
+    with dynamic_table_shards(config.cluster.ps):
+        model = build_model(config.model.name, config.features, config.inputs, config.labels,
+                            config.model.params, seed=config.train.seed)
     model.create_variables()
     return model

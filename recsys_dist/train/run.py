@@ -65,6 +65,19 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, data_path: str | None
     return train_input, eval_input, oracle
 
 
+def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
+    """One line per dynamic table, and a warning for each that refused ids when full."""
+    lines = []
+    for name, s in stats.items():
+        lines.append(f"table    {name}: {s['live_ids']:,} ids of capacity {s['capacity']:,} "
+                     f"({s['shards']} shards); {s['counted_not_admitted']:,} ids seen but not "
+                     f"admitted yet; {s['lookups_without_row']:,} lookups read zeros")
+        if s["dropped_full"]:
+            lines.append(f"warning  dynamic table {name} is full: {s['dropped_full']:,} ids "
+                         "were refused a row and read zeros; raise its capacity_per_shard")
+    return lines
+
+
 def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None = None,
               evaluate: bool = True, warm_start_from: SavedCheckpoint | None = None,
               on_table_resize: Literal["fail", "reinitialize"] = "fail") -> RunOutcome:
@@ -115,6 +128,8 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
               f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
               f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
                                                 for k, v in result.auc.items()))
+        for line in dynamic_table_lines(result.dynamic_tables):
+            print(line)
         metrics = None
         if eval_input is not None:
             metrics, _ = evaluate_split(runtime, trainer.model, eval_input, config.labels,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import datetime
 import json
 import time
 from collections.abc import Iterator
@@ -88,6 +89,9 @@ class TrainResult:
       epochs: Per pass this run trained: ``{"epoch": n (from 1), "auc": {label: AUC}}``,
         each AUC over that pass's rows only (a resumed pass: over the rows after the
         resume).
+      dynamic_tables: Per dynamic table of each layer (``<layer>_<table>``), its
+        :meth:`DynamicTable.stats` at the end: live ids, capacity, ids refused because a
+        shard was full, lookups without a row, ids counted but not admitted yet.
     """
 
     steps: int
@@ -98,6 +102,7 @@ class TrainResult:
     auc: dict[str, float]
     warm_examples_per_second: float = float("nan")
     epochs: list[dict] = dataclasses.field(default_factory=list)
+    dynamic_tables: dict[str, dict] = dataclasses.field(default_factory=dict)
 
     @property
     def examples_per_second(self) -> float:
@@ -185,6 +190,14 @@ class _Cadence:
 
     def saved(self, now: float, step: int) -> None:
         self._last_save, self._last_save_step = now, step
+
+
+def training_day(config: ExperimentConfig) -> datetime.date:
+    """The day a dynamic table's trained rows count as last seen: the last date of the
+    training window, or today when the window is not a date range."""
+    split = config.data.train if config.data is not None else None
+    dates = split.date_range() if split is not None else None
+    return dates.last if dates is not None else datetime.date.today()
 
 
 def data_position(config: ExperimentConfig, pipeline: InputPipeline) -> DataPosition:
@@ -406,6 +419,9 @@ class Trainer:
           ClusterLost: a parameter server was lost (restart from the last checkpoint).
         """
         self.write_config_files()  # evaluate and export read it by default, even mid-run
+        for tables in self.model.dynamic_tables.values():
+            for table in tables:  # rows trained by this run were last seen on its last day
+                table.set_day(training_day(self.config))
         # TensorFlow writes the summaries locally; for a remote model dir they are staged
         # and uploaded at each checkpoint and at the end.
         with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost(), \
@@ -514,7 +530,12 @@ class Trainer:
         return TrainResult(progress.steps, progress.rows, progress.skipped, seconds,
                            _mean_loss(run.recent),
                            {n: float(m.result()) for n, m in self.auc.items()}, warm,
-                           run.epochs)
+                           run.epochs, self.dynamic_table_stats())
+
+    def dynamic_table_stats(self) -> dict[str, dict]:
+        """:meth:`DynamicTable.stats` of every dynamic table, by ``<layer>_<table>``."""
+        return {table.name: table.stats() for tables in self.model.dynamic_tables.values()
+                for table in tables}
 
     def _end_epoch(self, epoch: int, show_progress: bool, reset: bool = True) -> dict:
         """The training AUC of pass ``epoch`` (from 0), which has just ended; the AUC
@@ -569,6 +590,10 @@ class Trainer:
             tf.summary.scalar("examples_per_second", rate)
             for name, metric in self.auc.items():
                 tf.summary.scalar(f"auc/{name}", float(metric.result()))
+            for table, stats in self.dynamic_table_stats().items():
+                for key in ("live_ids", "dropped_full", "lookups_without_row",
+                            "counted_not_admitted"):
+                    tf.summary.scalar(f"dynamic/{table}/{key}", stats[key])
 
     def write_config_files(self) -> None:
         """Writes the resolved config and its feature config into ``model_dir`` (local or

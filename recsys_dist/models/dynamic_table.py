@@ -1,0 +1,225 @@
+"""Collision-free embedding tables: every admitted id gets its own row.
+
+A hashed table (``kind: hashed``) maps ids into a fixed number of rows, so two ids may
+share one vector. A dynamic table (``kind: dynamic`` in the feature config) gives each id
+its own row, allocated the first time the id is admitted, on the parameter server that
+owns the id. Everything is stock TensorFlow: no custom op, so an exported model serves
+with plain TensorFlow.
+
+Per shard (one per parameter server; an id belongs to shard ``mix(id) % shards``):
+
+- ``index``: a ``MutableHashTable`` id -> row (-1 for an unknown id);
+- ``counts``: a ``MutableHashTable`` id -> training batches it appeared in, for ids not
+  admitted yet (only when ``admit_after > 1``);
+- ``emb``: the ``[capacity_per_shard, dim]`` rows (the optimizer's slots are created next
+  to it), ``last_seen``: the day each row was last trained, ``next_row``: rows in use;
+- counters: ``dropped_full`` (ids refused because the shard was full) and ``waiting``
+  (lookups of ids not admitted yet, or refused).
+
+Training resolves ids under one ``tf.CriticalSection`` per shard: look up, count,
+allocate rows for the newly admitted ids and insert them, as one step. So concurrent
+workers never give one id two rows nor two ids one row (TensorFlow has no find-or-insert
+op, and ``next_row.assign_add`` is not safe under concurrency). The vectors are then
+gathered outside the lock; their gradient is an ``IndexedSlices`` over the gathered
+rows, so the existing optimizers update only those. An id without a row reads zeros and
+gets no gradient. Evaluation and serving only look up.
+"""
+
+from __future__ import annotations
+
+import datetime
+import weakref
+from typing import Any
+
+import tensorflow as tf
+
+from recsys_dist.config.features import TableSpec
+from recsys_dist.features import hashing
+from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
+
+#: Day numbers count from this date (``last_seen``, eviction).
+EPOCH = datetime.date(1970, 1, 1)
+
+
+def day_number(day: datetime.date) -> int:
+    return (day - EPOCH).days
+
+
+def _parameter_servers() -> list[str] | None:
+    """The parameter-server devices of the current ``ParameterServerStrategy``, else None."""
+    strategy = tf.distribute.get_strategy()
+    if not isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return None
+    # The coordinator is connected to the cluster: its logical devices are the servers'.
+    tasks = sorted({int(d.name.split("/task:")[1].split("/")[0])
+                    for d in tf.config.list_logical_devices("CPU") if "/job:ps/" in d.name})
+    return [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in tasks]
+
+
+class _Place:
+    """What ``ParameterServerStrategy``'s variable creator needs from ``colocate_with``
+    to put a variable on a given server (inside its scope ``tf.device`` is ignored for
+    variables, which it places round-robin)."""
+
+    def __init__(self, device: str, name: str):
+        self.device, self.name = device, name
+
+
+def _colocated(device: str | None, name: str):
+    """A creator scope that places variables on ``device`` under a strategy."""
+    def creator(next_creator, **kwargs):
+        if device is not None and tf.distribute.has_strategy():
+            kwargs["colocate_with"] = _Place(device, name)
+        return next_creator(**kwargs)
+    return tf.variable_creator_scope(creator)
+
+
+#: Graph -> the output of the last critical-section execution built in it.
+_last_execution: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _one_after_another(execute):
+    """Builds ``execute()`` after the graph's previous critical-section execution.
+
+    Two executions of different critical sections in one ``tf.function``, left
+    unordered, deadlock (measured on TF 2.19 with two trivial sections); ordered by a
+    control dependency they do not. A step touches every shard of every dynamic table,
+    so each execution waits for the one built before it.
+    """
+    if tf.executing_eagerly():
+        return execute()
+    graph = tf.compat.v1.get_default_graph()
+    previous = _last_execution.get(graph)
+    with tf.control_dependencies([previous] if previous is not None else []):
+        out = execute()
+    _last_execution[graph] = out
+    return out
+
+
+class DynamicShard(tf.Module):
+    """One parameter server's part of a dynamic table (see the module docstring)."""
+
+    def __init__(self, table: TableSpec, dim: int, index: int, device: str | None,
+                 initializer: InitializerLike, seed: int | None, name: str):
+        super().__init__(name=name)
+        self.capacity, self.admit_after = table.capacity_per_shard, table.admit_after
+        self.device = device
+        with tf.device(device), _colocated(device, name):
+            self.index = tf.lookup.experimental.MutableHashTable(
+                tf.int64, tf.int64, default_value=-1, name=f"{name}_index")
+            self.counts = tf.lookup.experimental.MutableHashTable(
+                tf.int64, tf.int64, default_value=0, name=f"{name}_counts")
+            init = seeded_initializer(initializer, derive_seed(seed, name))
+            self.emb = tf.Variable(init((self.capacity, dim), tf.float32), name=f"{name}_emb")
+            self.last_seen = tf.Variable(tf.zeros([self.capacity], tf.int64), trainable=False,
+                                         name=f"{name}_last_seen")
+            self.next_row = tf.Variable(tf.constant(0, tf.int64), trainable=False,
+                                        name=f"{name}_next_row")
+            self.day = tf.Variable(tf.constant(day_number(datetime.date.today()), tf.int64),
+                                   trainable=False, name=f"{name}_day")
+            self.dropped_full = tf.Variable(tf.constant(0, tf.int64), trainable=False,
+                                            name=f"{name}_dropped_full")
+            self.waiting = tf.Variable(tf.constant(0, tf.int64), trainable=False,
+                                       name=f"{name}_waiting")
+            self._lock = tf.CriticalSection(name=f"{name}_lock")
+
+    def resolve(self, keys: tf.Tensor, training: bool) -> tf.Tensor:
+        """Rows of distinct ``keys`` (-1: no row). Training admits and counts, under the
+        shard's lock; otherwise a plain lookup."""
+        if not training:
+            return tf.reshape(self.index.lookup(keys), [-1])
+        return _one_after_another(lambda: self._lock.execute(lambda: self._admit(keys)))
+
+    def _admit(self, keys: tf.Tensor) -> tf.Tensor:
+        rows = tf.reshape(self.index.lookup(keys), [-1])
+        candidates = tf.boolean_mask(keys, rows < 0)
+        if self.admit_after > 1:
+            seen = tf.reshape(self.counts.lookup(candidates), [-1]) + 1
+            ready = seen >= self.admit_after
+            self.counts.insert(tf.boolean_mask(candidates, ~ready),
+                               tf.boolean_mask(seen, ~ready))
+            candidates = tf.boolean_mask(candidates, ready)
+        start = self.next_row.read_value()
+        wanted = tf.size(candidates, out_type=tf.int64)
+        take = tf.minimum(wanted, tf.maximum(self.capacity - start, 0))
+        admitted = candidates[:take]
+        self.index.insert(admitted, tf.range(start, start + take))
+        if self.admit_after > 1:
+            self.counts.remove(admitted)
+        self.next_row.assign(start + take)
+        self.dropped_full.assign_add(wanted - take)
+        rows = tf.reshape(self.index.lookup(keys), [-1])
+        live = tf.boolean_mask(rows, rows >= 0)
+        self.waiting.assign_add(tf.size(rows, out_type=tf.int64)
+                                - tf.size(live, out_type=tf.int64))
+        self.last_seen.scatter_update(tf.IndexedSlices(
+            tf.fill(tf.shape(live), self.day.read_value()), live))
+        return rows
+
+    def gather(self, rows: tf.Tensor) -> tf.Tensor:
+        """``[N, dim]`` vectors of ``rows``; zeros where a row is -1."""
+        valid = rows >= 0
+        found = tf.gather(self.emb, tf.boolean_mask(rows, valid))
+        shape = tf.stack([tf.size(rows, out_type=tf.int64),
+                          tf.shape(self.emb, out_type=tf.int64)[1]])
+        return tf.scatter_nd(tf.where(valid), found, shape)
+
+
+class DynamicTable(tf.Module):
+    """A collision-free table sharded over the parameter servers.
+
+    Args:
+      table: The table's spec (``kind: dynamic``).
+      dim: Embedding dim (the table's, or the linear model's outputs).
+      shards: Number of shards when not under ``ParameterServerStrategy`` (there, one per
+        parameter server).
+      initializer: Initializer of the rows (each row starts from it when admitted).
+      seed: Seed of the initializer.
+      name: Variable name prefix.
+    """
+
+    def __init__(self, table: TableSpec, dim: int, shards: int = 1,
+                 initializer: InitializerLike = "random_uniform", seed: int | None = None,
+                 name: str = "dynamic"):
+        super().__init__(name=name)
+        devices = _parameter_servers() or [None] * shards
+        self.spec, self.dim = table, dim
+        self.shards = [DynamicShard(table, dim, i, device, initializer, seed, f"{name}_{i}")
+                       for i, device in enumerate(devices)]
+
+    @property
+    def embedding_variables(self) -> list[tf.Variable]:
+        return [shard.emb for shard in self.shards]
+
+    def shard_of(self, keys: tf.Tensor) -> tf.Tensor:
+        """The shard (int32) of each key."""
+        return tf.cast(hashing.to_bucket(hashing.hash_int64(keys), len(self.shards)), tf.int32)
+
+    def lookup(self, keys: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """``[N, dim]`` vectors of 1-D int64 ``keys``: each distinct key resolved once, on
+        its shard. Training admits new keys (see :class:`DynamicShard`)."""
+        unique, position = tf.unique(tf.reshape(keys, [-1]))
+        n = len(self.shards)
+        parts = tf.dynamic_partition(unique, self.shard_of(unique), n)
+        places = tf.dynamic_partition(tf.range(tf.size(unique)), self.shard_of(unique), n)
+        vectors = [shard.gather(shard.resolve(part, training))
+                   for shard, part in zip(self.shards, parts)]
+        return tf.gather(tf.dynamic_stitch(places, vectors), position)
+
+    def set_day(self, day: datetime.date) -> None:
+        """Marks the rows trained from now on as seen on ``day``."""
+        for shard in self.shards:
+            shard.day.assign(day_number(day))
+
+    def stats(self) -> dict[str, Any]:
+        """Live ids, capacity, ids refused for a full shard, lookups without a row and
+        the ids counted but not admitted yet, summed over the shards."""
+        return {
+            "live_ids": int(sum(int(s.next_row.numpy()) for s in self.shards)),
+            "capacity": int(self.spec.capacity_per_shard * len(self.shards)),
+            "dropped_full": int(sum(int(s.dropped_full.numpy()) for s in self.shards)),
+            "lookups_without_row": int(sum(int(s.waiting.numpy()) for s in self.shards)),
+            "counted_not_admitted": int(sum(int(s.counts.size().numpy())
+                                            for s in self.shards)),
+            "shards": len(self.shards),
+        }
