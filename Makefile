@@ -37,10 +37,18 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not cluster"
 
+# Every benchmark that has a target, with the arguments of the figures the README and docs
+# cite (benchmarks/README.md). The one-off studies in benchmarks/studies/ are not run.
 bench: $(STAMP)
+	$(PY) benchmarks/op_correctness.py
+	$(PY) benchmarks/sparse_kernels.py --rounds 3
 	$(PY) benchmarks/input_bench.py
 	$(PY) benchmarks/checkpoint_bench.py
 	$(PY) benchmarks/eval_bench.py
+	$(PY) benchmarks/startup_bench.py
+	$(PY) benchmarks/train_bench.py
+	$(PY) benchmarks/scale_bench.py --rows 10000000,100000000
+	$(PY) benchmarks/quality.py
 
 clean-demo:
 	rm -rf $(DEMO_DATA)

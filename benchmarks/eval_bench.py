@@ -15,19 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import subprocess
-import sys
 import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
-
-
-def run(*args: str) -> str:
-    result = subprocess.run([CLI, *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"recsys-dist {args[0]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    return result.stdout
+from common import DEMO_CONFIG, cli as run  # this folder
 
 
 def main() -> None:
@@ -40,12 +30,13 @@ def main() -> None:
         run("data", "synth", "--out", data, "--days", str(args.days), "--rows-per-day",
             str(args.rows_per_day), "--seed", "3", "--quiet")
         dates = f"2026-01-01..2026-01-{args.days:02d}"
-        config = str(ROOT / "configs" / "demo.yaml")
+        config = DEMO_CONFIG
+        local = ("--set", "cluster.mode=local")  # as measured; the demo runs in_process
         run("train", "--config", config, "--data", data, "--model-dir", model, "--no-eval",
-            "--set", f"data.train={{dates: '{dates}'}}")
+            "--set", f"data.train={{dates: '{dates}'}}", *local)
         trained = json.loads(pathlib.Path(model, "train_result.json").read_text())
         run("evaluate", "--config", config, "--model-dir", model, "--set", f"data.path={data}",
-            "--dates", dates, "--out", f"{tmp}/eval", "--quiet")
+            "--dates", dates, "--out", f"{tmp}/eval", "--quiet", *local)
         evaluated = json.loads(pathlib.Path(tmp, "eval", "metrics.json").read_text())
     rows = evaluated["rows"]
     train_rate = trained["examples_per_second"]

@@ -22,11 +22,10 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import statistics
 import sys
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 
@@ -39,29 +38,33 @@ from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.schema_check import split_read_dtype  # noqa: E402
 from recsys_dist.data.synth import synthesize  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from common import DEMO_CONFIG, best_median, interleaved, ratios  # noqa: E402  this folder
 
 
-def interleaved(sides: dict[str, Callable[[], None]], rows: int, rounds: int
-                ) -> dict[str, dict[str, list[float]]]:
+def measured(sides: dict[str, Callable[[], None]], rows: int, rounds: int
+             ) -> dict[str, dict[str, list[float]]]:
     """Rows/s of each side per round, sides alternating within a round (one warm-up),
     by wall clock and by this process's CPU time (all its threads): on a shared machine
     the CPU-time figure moves less with what else runs."""
     for run in sides.values():
         run()
-    rates: dict[str, dict[str, list[float]]] = {
-        name: {"wall": [], "cpu": []} for name in sides}
-    for r in range(rounds):
-        line = []
-        for name, run in sides.items():
+
+    def timed(run: Callable[[], None]) -> Callable[[], tuple[float, float]]:
+        def measure() -> tuple[float, float]:
             wall, cpu = time.perf_counter(), time.process_time()
             run()
-            rates[name]["wall"].append(rows / (time.perf_counter() - wall))
-            rates[name]["cpu"].append(rows / (time.process_time() - cpu))
-            line.append(f"{name} {rates[name]['wall'][-1]:>11,.0f} "
-                        f"(cpu {rates[name]['cpu'][-1]:>11,.0f})")
-        print(f"  round {r + 1}: " + " | ".join(line) + " rows/s", flush=True)
-    return rates
+            return rows / (time.perf_counter() - wall), rows / (time.process_time() - cpu)
+        return measure
+
+    def show(round_: int, done: dict[str, tuple[float, float]]) -> None:
+        if len(done) == len(sides):
+            print(f"  round {round_}: " + " | ".join(
+                f"{name} {wall:>11,.0f} (cpu {cpu:>11,.0f})"
+                for name, (wall, cpu) in done.items()) + " rows/s", flush=True)
+
+    results = interleaved({name: timed(run) for name, run in sides.items()}, rounds, show=show)
+    return {name: {"wall": [wall for wall, _ in values], "cpu": [cpu for _, cpu in values]}
+            for name, values in results.items()}
 
 
 def report(title: str, rates: dict[str, dict[str, list[float]]], baseline: str,
@@ -73,11 +76,10 @@ def report(title: str, rates: dict[str, dict[str, list[float]]], baseline: str,
     for clock in ("wall", "cpu"):
         base = rates[baseline][clock]
         for name, by_clock in rates.items():
-            values = by_clock[clock]
-            best, median = max(values), statistics.median(values)
+            best, median = best_median(by_clock[clock])
             line = f"  {clock:4s} {name:28s} best {best:>11,.0f}  median {median:>11,.0f} rows/s"
             if name != baseline:
-                ratio_best, ratio_median = best / max(base), median / statistics.median(base)
+                ratio_best, ratio_median = ratios(by_clock[clock], base)
                 if clock == "wall" and first is None:
                     first = ratio_best
                 line += f"  ratio best {ratio_best:.2f}, median {ratio_median:.2f}"
@@ -161,7 +163,7 @@ def s3_comparison(files: list[str], dtypes, ragged, file_rows, columns, rows, ro
         s3 = pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
                                      access_key="bench", secret_key="bench",
                                      region="us-east-1")
-        rates = interleaved({
+        rates = measured({
             "pyarrow S3 read_table": pyarrow_reader([f"bench/{k}" for k in keys], columns, s3),
             "op S3 read": op_reader([f"s3://bench/{k}" for k in keys], dtypes, ragged,
                                     file_rows),
@@ -184,7 +186,7 @@ def main() -> None:
         if data is None:
             data = tmp
             synthesize(tmp, days=1, rows_per_day=args.rows, seed=1)
-        config = load_config(ROOT / "configs" / "demo.yaml")
+        config = load_config(DEMO_CONFIG)
         pipeline = prepare_input(config, None, num_workers=1, data_path=data).single_worker()
         plan, columns = pipeline.plan, pipeline.transform.columns
         rows = plan.total_rows
@@ -197,12 +199,12 @@ def main() -> None:
               f"{pipeline.spec.read_parallelism}, batch {pipeline.spec.batch_size}; "
               f"{os.cpu_count()} cores", flush=True)
         baseline = "pyarrow read_table"
-        raw = interleaved({baseline: pyarrow_reader(files, columns),
-                           "op raw read": op_reader(files, dtypes, ragged, file_rows)},
-                          rows, args.rounds)
-        whole = interleaved({baseline: pyarrow_reader(files, columns),
-                             "whole input pipeline": pipeline_reader(pipeline)},
-                            rows, args.rounds)
+        raw = measured({baseline: pyarrow_reader(files, columns),
+                        "op raw read": op_reader(files, dtypes, ragged, file_rows)},
+                       rows, args.rounds)
+        whole = measured({baseline: pyarrow_reader(files, columns),
+                          "whole input pipeline": pipeline_reader(pipeline)},
+                         rows, args.rounds)
         if not args.no_s3:
             s3_comparison(files, dtypes, ragged, file_rows, columns, rows, args.rounds)
         report("1. raw read, local disk (pyarrow use_threads=False)", raw, baseline, 0.9)

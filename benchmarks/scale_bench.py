@@ -16,15 +16,13 @@ import argparse
 import json
 import pathlib
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
 from recsys_dist.cluster.local import child_pids
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
+from common import CLI, cli  # this folder
 
 FEATURES = """\
 tables:
@@ -115,8 +113,8 @@ def main() -> None:
     largest = None
     with tempfile.TemporaryDirectory(prefix="scale_bench_") as tmp:
         data = str(pathlib.Path(tmp) / "data")
-        subprocess.run([CLI, "data", "synth", "--out", data, "--days", "1", "--rows-per-day",
-                        "200000", "--quiet"], check=True)
+        cli("data", "synth", "--out", data, "--days", "1", "--rows-per-day", "200000",
+            "--quiet")
         for rows in sizes:
             result = run(rows, args.steps, data, pathlib.Path(tmp))
             print(f"{rows:>13,} rows x 16: {'trained' if result['ok'] else 'FAILED'} "

@@ -8,6 +8,9 @@ sorted segment sums, in interleaved rounds (every round, then best and median). 
 kernel should beat its plain-op form: a ratio above 1 on a new TensorFlow release means
 the slowdown is back, and that release should not be pinned.
 
+The last line is ``ratio X``: the worse of the two kernels' median ratios (bar: at most 1;
+docs/stack.md cites 0.69 on TensorFlow 2.19.1 and 1.56 on 2.20.0, 3 rounds each).
+
 Usage: ``python benchmarks/sparse_kernels.py [--rounds 5] [--threads 1]``
 (``--threads``: intra-op threads; the local cluster gives each of its tasks 1 on 2 cores)
 """
@@ -15,13 +18,15 @@ Usage: ``python benchmarks/sparse_kernels.py [--rounds 5] [--threads 1]``
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
+
+from common import best_median, interleaved, ratios  # noqa: E402  this folder
 
 ROWS, DIM, TOUCHED, CALLS = 200_000, 16, 13_000, 200
 
@@ -70,23 +75,28 @@ def main() -> None:
              "unsorted segment sum": (segment_sum_unsorted, segment_sum_sorted)}
     for fused, plain in pairs.values():
         fused(), plain()  # trace
-    times = {name: ([], []) for name in pairs}
     print(f"TensorFlow {tf.__version__}, {args.threads} intra-op thread(s), {TOUCHED:,} ids "
           f"into a {ROWS:,} x {DIM} table; microseconds per call", flush=True)
-    for round_ in range(1, args.rounds + 1):
-        for name, (fused, plain) in pairs.items():
-            fused_us, plain_us = _per_call_us(fused), _per_call_us(plain)
-            times[name][0].append(fused_us)
-            times[name][1].append(plain_us)
-            print(f"  round {round_}: {name:22s} kernel {fused_us:8.0f}  plain ops "
+
+    def show(round_: int, done: dict[tuple[str, str], float]) -> None:
+        (name, side), plain_us = list(done.items())[-1]
+        if side == "plain":
+            print(f"  round {round_}: {name:22s} kernel {done[(name, 'kernel')]:8.0f}  plain ops "
                   f"{plain_us:8.0f}", flush=True)
+
+    sides = {(name, side): functools.partial(_per_call_us, function)
+             for name, functions in pairs.items()
+             for side, function in zip(("kernel", "plain"), functions)}
+    times = interleaved(sides, args.rounds, show=show)
     worst = 0.0
-    for name, (fused, plain) in times.items():
-        best = min(fused) / min(plain)
-        median = statistics.median(fused) / statistics.median(plain)
+    for name in pairs:
+        fused, plain = times[(name, "kernel")], times[(name, "plain")]
+        (fused_best, fused_median), (plain_best, plain_median) = (
+            best_median(fused, min), best_median(plain, min))
+        best, median = ratios(fused, plain, min)
         worst = max(worst, median)
-        print(f"{name:22s} kernel best {min(fused):6.0f} median {statistics.median(fused):6.0f}"
-              f" | plain ops best {min(plain):6.0f} median {statistics.median(plain):6.0f}"
+        print(f"{name:22s} kernel best {fused_best:6.0f} median {fused_median:6.0f}"
+              f" | plain ops best {plain_best:6.0f} median {plain_median:6.0f}"
               f" | ratio kernel/plain best {best:.2f}, median {median:.2f}")
     print(f"ratio {worst:.2f} (kernel / plain ops, the worse of the two; above 1: the "
           "TensorFlow 2.20 slowdown)")

@@ -28,14 +28,14 @@ from __future__ import annotations
 import argparse
 import pathlib
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
+from common import CLI, DEMO_CONFIG, best_median, cli, interleaved, ratios  # this folder
+
 MODES = ("local", "in_process")
 PHASES = {"plan": "train ", "cluster": "cluster ", "first step": "step "}
 
@@ -71,28 +71,39 @@ def main() -> None:
     try:
         data = args.data or str(work / "data")
         if not args.data:
-            subprocess.run([CLI, "data", "synth", "--out", data, "--days", "3",
-                            "--rows-per-day", "200000", "--seed", "7", "--quiet"], check=True)
-        config = str(ROOT / "configs" / "demo.yaml")
-        results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+            cli("data", "synth", "--out", data, "--days", "3", "--rows-per-day", "200000",
+                "--seed", "7", "--quiet")
         columns = [*PHASES, "total"]
-        print(f"{'round':>5} {'mode':<10} " + " ".join(f"{c:>10}" for c in columns))
-        for round_ in range(1, args.rounds + 1):
-            for mode in MODES if round_ % 2 else reversed(MODES):
-                model_dir = str(work / f"run-{mode}-{round_}")
-                seen = timed_run(config, data, mode, model_dir)
+
+        def run(mode: str) -> Callable[[], dict[str, float]]:
+            def timed() -> dict[str, float]:
+                model_dir = str(work / f"run-{mode}")
+                seen = timed_run(DEMO_CONFIG, data, mode, model_dir)
                 shutil.rmtree(model_dir, ignore_errors=True)
-                results[mode].append(seen)
-                print(f"{round_:>5} {mode:<10} "
-                      + " ".join(f"{seen[c]:>9.1f}s" for c in columns), flush=True)
+                return seen
+            return timed
+
+        def show(round_: int, done: dict[str, dict[str, float]]) -> None:
+            mode, seen = list(done.items())[-1]
+            print(f"{round_:>5} {mode:<10} " + " ".join(f"{seen[c]:>9.1f}s" for c in columns),
+                  flush=True)
+
+        print(f"{'round':>5} {'mode':<10} " + " ".join(f"{c:>10}" for c in columns))
+        results = interleaved({mode: run(mode) for mode in MODES}, args.rounds,
+                              alternate=True, show=show)
         print()
-        for stat, pick in (("best", min), ("median", statistics.median)):
+
+        def phase(mode: str, column: str) -> list[float]:
+            return [seen[column] for seen in results[mode]]
+
+        for stat, index in (("best", 0), ("median", 1)):
             for mode in MODES:
-                print(f"{stat:>6} {mode:<10} " + " ".join(
-                    f"{pick(r[c] for r in results[mode]):>9.1f}s" for c in columns))
-            print(f"{stat:>6} {'ratio':<10} " + " ".join(
-                f"{pick(r[c] for r in results['in_process']) / pick(r[c] for r in results['local']):>10.2f}"
-                for c in columns) + "  (in_process / local)")
+                figures = [best_median(phase(mode, c), min)[index] for c in columns]
+                print(f"{stat:>6} {mode:<10} " + " ".join(f"{v:>9.1f}s" for v in figures))
+            figures = [ratios(phase("in_process", c), phase("local", c), min)[index]
+                       for c in columns]
+            print(f"{stat:>6} {'ratio':<10} " + " ".join(f"{v:>10.2f}" for v in figures)
+                  + "  (in_process / local)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

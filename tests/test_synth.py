@@ -150,13 +150,26 @@ def test_labels_and_oracle(day0):
 
 
 def test_click_terms_sum_to_the_stored_oracle_logit():
-    """The named terms benchmarks/quality_terms.py regresses on are the whole logit."""
+    """The named terms benchmarks/studies/quality_terms.py regresses on are the whole logit."""
     generator = synth.RowGenerator(5)
     batch, logit, _, _ = generator.clicks(2, 0, 2_000)
     terms = generator.click_terms(batch)
     assert {"C5 x C8", "user", "tags", "topics", "num I1"} <= set(terms)
     total = sum(terms.values()) + generator._click_bias
     np.testing.assert_array_equal(total.astype(np.float32), logit)
+
+
+def test_features_are_the_rows_clicks_labels():
+    """``features`` (the rows without labels, for benchmarks/studies/learnable_ceiling.py)
+    draws the same rows as ``clicks``."""
+    generator = synth.RowGenerator(5)
+    batch = generator.features(2, 1, 500)
+    labelled, _, _, _ = generator.clicks(2, 1, 500)
+    for field in synth.CATEGORICAL_FIELDS:
+        np.testing.assert_array_equal(batch.categorical[field], labelled.categorical[field])
+    np.testing.assert_array_equal(batch.numeric["I1"], labelled.numeric["I1"])
+    np.testing.assert_array_equal(batch.user_id, labelled.user_id)
+    np.testing.assert_array_equal(batch.tag_ids, labelled.tag_ids)
 
 
 def test_numeric_values(day0):

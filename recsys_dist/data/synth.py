@@ -36,7 +36,7 @@ for a missing value, see below), ``p_u`` the user's popularity rank, and
 ``w(p) = (1 + p / 300) ** -0.5``. So
 the ids a few million rows show often carry most of the signal, and a model trained on
 such data can get close to the oracle: on 7 days x 500k rows, an estimate of what is
-learnable from days 1-6 (``benchmarks/learnable_ceiling.py``) is within 0.002 AUC of the
+learnable from days 1-6 (``benchmarks/studies/learnable_ceiling.py``) is within 0.002 AUC of the
 oracle on day 7. (Without ``w``, most of the signal sat in ids seen a handful of times,
 and the learnable part was 0.012 AUC below the oracle.)
 
@@ -416,6 +416,11 @@ class RowGenerator:
         click_logit = (self._click_logit(batch) + self._click_bias).astype(np.float32)
         click = rng.random(n) < _sigmoid(click_logit.astype(np.float64))
         return batch, click_logit, click, rng
+
+    def features(self, day: int, file_index: int, n: int) -> _Batch:
+        """The features of file ``file_index`` of ``day`` (``n`` rows), the rows :meth:`clicks`
+        labels, without drawing their labels."""
+        return self._features(day, np.random.default_rng([self._seed, day, file_index]), n)
 
     def table(self, day: int, file_index: int, n: int) -> pa.Table:
         """Generates file ``file_index`` of ``day`` with ``n`` rows as an Arrow table."""

@@ -2,7 +2,7 @@
 
 A training step reads every dense variable from the parameter servers and sends its
 gradient back: for the demo model 1.22 MB each way per step, most of what a step moves
-(``benchmarks/ps_traffic.py``). With ``train.dense_refresh_steps: N`` a worker reads the
+(``benchmarks/studies/ps_traffic.py``). With ``train.dense_refresh_steps: N`` a worker reads the
 dense weights when a scheduled call starts and then every ``N`` steps of the call, and
 its steps compute their forward and backward passes from that copy. Every step's
 gradient is still applied to the parameter servers' weights at once, by the dense
