@@ -215,7 +215,7 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
              for v in getattr(opt, "_hyper", {}).values() if isinstance(v, tf.Variable)}
     report = WarmStartReport()
     taken: set[str] = set()
-    growable = _restore_dynamic_tables(reader, graph, matched, report, source or prefix)
+    growable = _restore_dynamic_tables(reader, graph, matched, report, source or prefix, taken)
     targets = _targets(graph, matched, stack_of, growable)
     resized: dict[str, tuple] = {}
     seen_stacks = set()
@@ -256,7 +256,7 @@ def _fail_resized(resized: dict[str, tuple], source: str) -> None:
 
 
 def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartReport,
-                            source: str) -> set[int]:
+                            source: str, taken: set[str]) -> set[int]:
     """Restores the id -> row index and admission counts of every dynamic table the
     checkpoint shares with the live model; returns the ids of their row variables (which
     may grow: a larger ``capacity_per_shard`` keeps every row in place).
@@ -281,7 +281,7 @@ def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartRepor
                 "table to another number of parameter servers is not supported yet")
         for index, shard in enumerate(table.shards):
             growable.update({id(shard.emb), id(shard.last_seen)})
-            keys, rows = _table_contents(reader, graph, node_of.get(id(shard.index)))
+            keys, rows = _table_contents(reader, graph, node_of.get(id(shard.index)), taken)
             if keys is None:
                 continue
             if rows.size and int(rows.max()) >= shard.capacity:
@@ -290,21 +290,25 @@ def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartRepor
                     f"shard {index} in {source}, more than capacity_per_shard "
                     f"{shard.capacity:,}; raise tables.{name}.capacity_per_shard")
             shard.index.insert(keys, rows)
-            counted, seen = _table_contents(reader, graph, node_of.get(id(shard.counts)))
+            counted, seen = _table_contents(reader, graph, node_of.get(id(shard.counts)),
+                                           taken)
             if counted is not None and counted.size:
                 shard.counts.insert(counted, seen)
             report.restored.append(f"dynamic table {name} shard {index}: {keys.size:,} ids")
     return growable
 
 
-def _table_contents(reader, graph, node_id: int | None):
+def _table_contents(reader, graph, node_id: int | None, taken: set[str]):
     """``(keys, values)`` numpy arrays of a saved hash table, or ``(None, None)``."""
     if node_id is None:
         return None, None
+    # A hash table is one attribute, "table", saved as "<key>-keys" and "<key>-values".
     keys = {a.name: a.checkpoint_key for a in graph.nodes[node_id].attributes}
-    if "table-keys" not in keys:
+    if "table" not in keys or not reader.has_tensor(keys["table"] + "-keys"):
         return None, None
-    return reader.get_tensor(keys["table-keys"]), reader.get_tensor(keys["table-values"])
+    taken.update((keys["table"] + "-keys", keys["table"] + "-values"))
+    return (reader.get_tensor(keys["table"] + "-keys"),
+            reader.get_tensor(keys["table"] + "-values"))
 
 
 def _targets(graph, matched: dict, stack_of: dict,
