@@ -121,6 +121,41 @@ def test_only_rows_with_an_id_get_a_gradient():
     assert sorted(set(grad.indices.numpy().tolist())) == [0, 1]
 
 
+STEP_SCRIPT = """
+import tensorflow as tf
+from recsys_dist.config.features import TableSpec
+from recsys_dist.models.dynamic_table import DynamicTable, ShardLocks, lookup_tables
+
+spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
+layers = []
+for layer in ("a", "b"):  # two layers (a model's embeddings and its linear part)
+    locks = ShardLocks([None, None], layer)
+    layers.append([DynamicTable(spec, 4, 2, seed=i, name=f"{layer}{i}", locks=locks)
+                   for i in range(2)])
+keys = tf.constant([1, 2, 3, 4, 5, 1], tf.int64)
+
+@tf.function
+def step():
+    with tf.GradientTape() as tape:
+        loss = tf.add_n([tf.reduce_sum(v) for tables in layers
+                         for v in lookup_tables(tables, [keys, keys + 7], training=True)])
+    variables = [v for tables in layers for t in tables for v in t.embedding_variables]
+    return tape.gradient(loss, variables)
+
+step()
+print(sum(t.stats()["live_ids"] for tables in layers for t in tables))
+"""
+
+
+def test_a_step_over_several_locked_tables_and_shards_finishes():
+    """Unordered critical sections in one tf.function deadlock: every execution must be
+    chained after the one before (run in a subprocess, so a hang fails, not stalls)."""
+    done = subprocess.run([sys.executable, "-c", STEP_SCRIPT], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "20"  # 4 tables x 5 distinct keys
+
+
 def test_every_id_lives_on_its_shard_with_a_row_of_its_own():
     table = DynamicTable(dynamic_spec(capacity=400), 4, shards=3, seed=0)
     ids = np.random.default_rng(0).integers(0, 2**62, 600)

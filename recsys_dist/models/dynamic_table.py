@@ -45,6 +45,24 @@ def day_number(day: datetime.date) -> int:
     return (day - EPOCH).days
 
 
+class ShardLocks:
+    """One ``tf.CriticalSection`` per shard, on the shard's server. Every dynamic table of a
+    layer shares them, so a training step takes each server's lock once for all its tables.
+    (A plain holder: critical sections are not saved.)"""
+
+    def __init__(self, devices: list[str | None], name: str):
+        self.locks = []
+        for i, device in enumerate(devices):
+            with tf.device(device):
+                self.locks.append(tf.CriticalSection(name=f"{name}_lock_{i}"))
+
+
+def shard_devices(count: int) -> list[str | None]:
+    """Where the shards live: one per parameter server under ``ParameterServerStrategy``,
+    else ``count`` shards on this process's device."""
+    return _parameter_servers() or [None] * count
+
+
 def _parameter_servers() -> list[str] | None:
     """The parameter-server devices of the current ``ParameterServerStrategy``, else None."""
     strategy = tf.distribute.get_strategy()
@@ -90,7 +108,7 @@ def _one_after_another(execute):
         return execute()
     graph = tf.compat.v1.get_default_graph()
     previous = _last_execution.get(graph)
-    with tf.control_dependencies([previous] if previous is not None else []):
+    with tf.control_dependencies(tf.nest.flatten(previous) if previous is not None else []):
         out = execute()
     _last_execution[graph] = out
     return out
@@ -121,17 +139,15 @@ class DynamicShard(tf.Module):
                                             name=f"{name}_dropped_full")
             self.waiting = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                        name=f"{name}_waiting")
-            self._lock = tf.CriticalSection(name=f"{name}_lock")
 
-    def resolve(self, keys: tf.Tensor, training: bool) -> tf.Tensor:
-        """Rows of distinct ``keys`` (-1: no row). Training admits and counts, under the
-        shard's lock; otherwise a plain lookup."""
-        if not training:
-            return tf.reshape(self.index.lookup(keys), [-1])
-        return _one_after_another(lambda: self._lock.execute(lambda: self._admit(keys)))
+    def find(self, keys: tf.Tensor) -> tf.Tensor:
+        """Rows of ``keys`` (-1: no row); inserts and counts nothing."""
+        return tf.reshape(self.index.lookup(keys), [-1])
 
-    def _admit(self, keys: tf.Tensor) -> tf.Tensor:
-        rows = tf.reshape(self.index.lookup(keys), [-1])
+    def admit(self, keys: tf.Tensor) -> tf.Tensor:
+        """Rows of distinct ``keys`` after counting them and admitting those due; call it
+        under the shard's lock (:func:`lookup_tables` does)."""
+        rows = self.find(keys)
         candidates = tf.boolean_mask(keys, rows < 0)
         if self.admit_after > 1:
             seen = tf.reshape(self.counts.lookup(candidates), [-1]) + 1
@@ -180,12 +196,13 @@ class DynamicTable(tf.Module):
 
     def __init__(self, table: TableSpec, dim: int, shards: int = 1,
                  initializer: InitializerLike = "random_uniform", seed: int | None = None,
-                 name: str = "dynamic"):
+                 name: str = "dynamic", locks: ShardLocks | None = None):
         super().__init__(name=name)
-        devices = _parameter_servers() or [None] * shards
+        devices = shard_devices(shards)
         self.spec, self.dim = table, dim
         self.shards = [DynamicShard(table, dim, i, device, initializer, seed, f"{name}_{i}")
                        for i, device in enumerate(devices)]
+        self.locks = locks or ShardLocks(devices, name)
 
     @property
     def embedding_variables(self) -> list[tf.Variable]:
@@ -198,13 +215,7 @@ class DynamicTable(tf.Module):
     def lookup(self, keys: tf.Tensor, training: bool = False) -> tf.Tensor:
         """``[N, dim]`` vectors of 1-D int64 ``keys``: each distinct key resolved once, on
         its shard. Training admits new keys (see :class:`DynamicShard`)."""
-        unique, position = tf.unique(tf.reshape(keys, [-1]))
-        n = len(self.shards)
-        parts = tf.dynamic_partition(unique, self.shard_of(unique), n)
-        places = tf.dynamic_partition(tf.range(tf.size(unique)), self.shard_of(unique), n)
-        vectors = [shard.gather(shard.resolve(part, training))
-                   for shard, part in zip(self.shards, parts)]
-        return tf.gather(tf.dynamic_stitch(places, vectors), position)
+        return lookup_tables([self], [keys], training)[0]
 
     def set_day(self, day: datetime.date) -> None:
         """Marks the rows trained from now on as seen on ``day``."""
@@ -223,3 +234,34 @@ class DynamicTable(tf.Module):
                                             for s in self.shards)),
             "shards": len(self.shards),
         }
+
+
+def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: bool
+                  ) -> list[tf.Tensor]:
+    """``[N_t, dim_t]`` vectors of each table's 1-D int64 ``keys``.
+
+    The tables share their shard count and locks (one layer's tables). Each distinct key
+    is resolved once, on its shard; in training, every table's part on shard i is
+    resolved under one execution of shard i's lock, so a step takes each lock once.
+    """
+    count = len(tables[0].shards)
+    plans = []
+    for table, table_keys in zip(tables, keys):
+        unique, position = tf.unique(tf.reshape(table_keys, [-1]))
+        shard = table.shard_of(unique)
+        plans.append((position, tf.dynamic_partition(unique, shard, count),
+                      tf.dynamic_partition(tf.range(tf.size(unique)), shard, count)))
+    rows: list[list] = [[] for _ in tables]
+    for i in range(count):
+        parts = [plan[1][i] for plan in plans]
+        if training:
+            lock = tables[0].locks.locks[i]
+            resolved = _one_after_another(lambda: lock.execute(lambda: tuple(
+                table.shards[i].admit(part) for table, part in zip(tables, parts))))
+        else:
+            resolved = [table.shards[i].find(part) for table, part in zip(tables, parts)]
+        for table_rows, shard_rows in zip(rows, resolved):
+            table_rows.append(shard_rows)
+    return [tf.gather(tf.dynamic_stitch(places, [shard.gather(r) for shard, r in
+                                                 zip(table.shards, table_rows)]), position)
+            for table, (position, _, places), table_rows in zip(tables, plans, rows)]

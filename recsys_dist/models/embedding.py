@@ -39,7 +39,8 @@ from recsys_dist.config.features import FeatureConfig, MultiCategoricalFeature, 
 from recsys_dist.features.transforms import missing_indicator_name
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
-from recsys_dist.models.dynamic_table import DynamicTable
+from recsys_dist.models.dynamic_table import (DynamicTable, ShardLocks, lookup_tables,
+                                              shard_devices)
 from recsys_dist.models.sharding import dynamic_shards, embedding_tables
 
 
@@ -269,9 +270,11 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                     dtype=tf.float32, trainable=True,
                     initializer=_StackInitializer(initializer, seed, layout))
                 self._stacks[dim] = TableStack(f"{self.name}/{name}", variable, layout)
+            locks = ShardLocks(shard_devices(dynamic_shards()), self.name) if dynamic else None
             self._dynamic_tables = {
                 table: DynamicTable(features.tables[table], dim, dynamic_shards(), initializer,
-                                    derive_seed(seed, table), name=f"{self.name}_{table}")
+                                    derive_seed(seed, table), name=f"{self.name}_{table}",
+                                    locks=locks)
                 for table, dim in dynamic.items()}
 
     @property
@@ -327,11 +330,8 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
             offsets = [stack.layout[self._feature_tables[n]][0] for n in names]
             sparse.update(self._gather(features, names, offsets,
                                        lambda ids, stack=stack: _lookup(stack.variable, ids)))
-        for table_name, table in self._dynamic_tables.items():
-            names = [n for n, t in self._feature_tables.items() if t == table_name]
-            sparse.update(self._gather(
-                features, names, [0] * len(names),
-                lambda ids, table=table: table.lookup(ids, training=bool(training))))
+        if self._dynamic_tables:
+            sparse.update(self._dynamic_lookup(features, bool(training)))
         sparse = {name: sparse[name] for name in self._feature_tables}
         dense = None
         if self._dense_names:
@@ -340,10 +340,28 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         return sparse, dense
 
 
+    def _dynamic_lookup(self, features: dict[str, Any], training: bool) -> dict[str, tf.Tensor]:
+        """``[B, D]`` per feature of a dynamic table: every dynamic table resolved at once
+        (each shard's lock taken once), then pooled like the stacks' features."""
+        tables = list(self._dynamic_tables)
+        names = {t: [n for n, u in self._feature_tables.items() if u == t] for t in tables}
+        prepared = {t: self._prepare(features, names[t], [0] * len(names[t])) for t in tables}
+        vectors = lookup_tables([self._dynamic_tables[t] for t in tables],
+                                [prepared[t][0] for t in tables], training)
+        out: dict[str, tf.Tensor] = {}
+        for t, found in zip(tables, vectors):
+            out.update(self._finish(names[t], found, *prepared[t][1:]))
+        return out
+
     def _gather(self, features: dict[str, Any], names: list[str], offsets: list[int],
                 lookup) -> dict[str, tf.Tensor]:
         """``[B, D]`` per feature of one table source: the ids of ``names`` (each shifted
         by its offset) read with one ``lookup`` call, multi-valued ones pooled."""
+        ids, sizes, pooling = self._prepare(features, names, offsets)
+        return self._finish(names, lookup(ids), sizes, pooling)
+
+    def _prepare(self, features: dict[str, Any], names: list[str], offsets: list[int]):
+        """``(ids of all names, each one's count, pooling inputs)`` for one lookup."""
         ids, pooling = [], {}
         for name, offset in zip(names, offsets):
             value = features[name]
@@ -354,10 +372,14 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                 ids.append(kept_ids + offset)
             else:
                 ids.append(value + offset)
-        vectors = tf.split(lookup(tf.concat(ids, axis=0)), [tf.shape(i)[0] for i in ids],
-                           num=len(ids))
+        return tf.concat(ids, axis=0), [tf.shape(i)[0] for i in ids], pooling
+
+    def _finish(self, names: list[str], vectors: tf.Tensor, sizes: list, pooling: dict
+                ) -> dict[str, tf.Tensor]:
+        """Splits one lookup's vectors back into features, pooling multi-valued ones."""
+        split = tf.split(vectors, sizes, num=len(names))
         return {name: _pool(vector, *pooling[name], self._combiners[name])
-                if name in pooling else vector for name, vector in zip(names, vectors)}
+                if name in pooling else vector for name, vector in zip(names, split)}
 
 
 def check_feature_names(features: FeatureConfig, feature_names: list[str]) -> None:

@@ -1,0 +1,160 @@
+"""Dynamic tables against hashed tables: held-out AUC, training speed and memory per id.
+
+Trains the same model twice per round on the same rows, interleaved, with
+``recsys-dist train`` on a local cluster (2 workers, 2 parameter servers, one process
+each) and evaluates it on the held-out window:
+
+- ``hashed``: the feature config as it is (ids hashed into each table's ``rows``);
+- ``dynamic``: the tables named by ``--tables`` turned into ``kind: dynamic`` with
+  ``capacity_per_shard`` = their ``rows`` (room for twice as many ids as the hashed
+  table has rows), every other table unchanged.
+
+Each round prints both sides' AUC, logloss, examples/s after warm-up and the dynamic
+tables' live ids; then each side's best and median and the ratios. Memory per live id is
+measured in this process: the resident-set growth of a ``MutableHashTable`` holding
+``--memory-ids`` int64 ids, plus the bytes of one row, its Adagrad slot and its
+last-seen day. The last line reads ``auc gain X, speed ratio Y`` (dynamic minus hashed
+held-out AUC, dynamic over hashed examples/s, medians).
+
+Synthetic data by default (``recsys-dist data synth``, 3 days; train on 2, evaluate on
+the 3rd); give ``--config`` and ``--data`` for other data, e.g. the Criteo sample with
+``configs/criteo.yaml``.
+
+Usage: ``python benchmarks/dynamic_tables.py [--rounds 2] [--rows-per-day 200000]
+[--tables user,c3,c4,c12] [--config FILE --data DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import resource
+import shutil
+import tempfile
+
+import yaml
+
+from common import CLI, DEMO_CONFIG, best_median, cli, interleaved, ratios  # this folder
+
+SIDES = ("hashed", "dynamic")
+
+
+def dynamic_features(features_file: str, tables: list[str], out: pathlib.Path) -> str:
+    """A copy of the feature config with ``tables`` made dynamic."""
+    doc = yaml.safe_load(pathlib.Path(features_file).read_text())
+    unknown = [t for t in tables if t not in doc["tables"]]
+    if unknown:
+        raise SystemExit(f"--tables: {unknown} not in {features_file}; it has "
+                         + ", ".join(doc["tables"]))
+    for name in tables:
+        spec = doc["tables"][name]
+        doc["tables"][name] = {"kind": "dynamic", "dim": spec["dim"],
+                               "capacity_per_shard": spec["rows"]}
+    for feature in doc["features"].values():
+        if feature.get("table") in tables:
+            feature.pop("hash_buckets", None)
+    path = out / "features_dynamic.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def train_and_evaluate(config: str, data: str, features: str | None, run: pathlib.Path,
+                       extra: list[str]) -> dict:
+    shutil.rmtree(run, ignore_errors=True)
+    sets = ["--set", "cluster.mode=local", "--set", "train.log_every_seconds=0"]
+    for item in extra:
+        sets += ["--set", item]
+    if features is not None:
+        sets += ["--set", f"features={features}"]
+    out = cli("train", "--config", config, "--data", data, "--model-dir", str(run), *sets)
+    warm = re.search(r"([\d,]+) ex/s after warm-up", out)
+    auc = re.search(r"eval     \S+: AUC ([\d.]+), logloss ([\d.]+)", out)
+    if warm is None or auc is None:
+        raise SystemExit(f"could not read the figures of train:\n{out[-2000:]}")
+    result = json.loads((run / "train_result.json").read_text())
+    return {"auc": float(auc.group(1)), "logloss": float(auc.group(2)),
+            "ex_per_s": float(warm.group(1).replace(",", "")),
+            "dynamic": result.get("dynamic_tables", {})}
+
+
+def bytes_per_hash_entry(ids: int) -> float:
+    """Resident-set growth per entry of a ``MutableHashTable`` int64 -> int64."""
+    import numpy as np
+    import tensorflow as tf
+
+    table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=-1)
+    keys = tf.constant(np.random.default_rng(0).integers(0, 2**62, ids))
+    values = tf.range(ids, dtype=tf.int64)
+    table.insert(keys[:1000], values[:1000])  # allocator warm-up
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    table.insert(keys, values)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (after - before) * 1024 / ids
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rows-per-day", type=int, default=200_000)
+    parser.add_argument("--tables", default="user,c3,c4,c12",
+                        help="comma-separated tables to make dynamic")
+    parser.add_argument("--config", default=DEMO_CONFIG)
+    parser.add_argument("--data", help="dt= Parquet root (default: synthetic data)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for both sides")
+    parser.add_argument("--memory-ids", type=int, default=2_000_000)
+    args = parser.parse_args()
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="dynamic_tables_bench_"))
+    try:
+        data = args.data
+        if data is None:
+            data = str(scratch / "data")
+            cli("data", "synth", "--out", data, "--days", "3", "--rows-per-day",
+                str(args.rows_per_day), "--seed", "7", "--quiet")
+        from recsys_dist.config import load_config  # after argparse: --help stays fast
+
+        config = load_config(args.config, [f"data.path={data}", *args.set])
+        tables = [t for t in args.tables.split(",") if t]
+        features = {"hashed": None,
+                    "dynamic": dynamic_features(config.features.file, tables, scratch)}
+        print(f"config {args.config}, data {data}; dynamic tables: {', '.join(tables)}")
+
+        def show(round_: int, done: dict) -> None:
+            side, r = list(done.items())[-1]
+            live = ", ".join(f"{k} {v['live_ids']:,} ids ({v['dropped_full']:,} refused)"
+                             for k, v in r["dynamic"].items() if k.startswith("embeddings_"))
+            print(f"round {round_} {side:8s} AUC {r['auc']:.4f} logloss {r['logloss']:.4f} "
+                  f"{r['ex_per_s']:,.0f} ex/s" + (f"; {live}" if live else ""), flush=True)
+
+        results = interleaved(
+            {side: (lambda side=side: train_and_evaluate(
+                args.config, data, features[side], scratch / side, args.set))
+             for side in SIDES}, args.rounds, alternate=True, show=show)
+        for side in SIDES:
+            best, median = best_median(r["auc"] for r in results[side])
+            speed_best, speed_median = best_median(r["ex_per_s"] for r in results[side])
+            print(f"{side:8s} AUC best {best:.4f} median {median:.4f}; ex/s best "
+                  f"{speed_best:,.0f} median {speed_median:,.0f}")
+        speed_best, speed_median = ratios([r["ex_per_s"] for r in results["dynamic"]],
+                                          [r["ex_per_s"] for r in results["hashed"]])
+        auc_best = max(r["auc"] for r in results["dynamic"]) - max(
+            r["auc"] for r in results["hashed"])
+        auc_median = (best_median(r["auc"] for r in results["dynamic"])[1]
+                      - best_median(r["auc"] for r in results["hashed"])[1])
+        dim = 16
+        row = dim * 4 * 2 + 8  # the row, its Adagrad accumulator, its last-seen day
+        entry = bytes_per_hash_entry(args.memory_ids)
+        print(f"memory per live id (dim {dim}): row + slot + day {row} B, id -> row entry "
+              f"{entry:.0f} B: {row + entry:.0f} B, {(row + entry) / row:.2f}x the row and "
+              "its slot (the capacity's rows are allocated up front)")
+        print(f"speed ratio dynamic/hashed: best {speed_best:.2f}, median {speed_median:.2f}; "
+              f"auc gain: best {auc_best:+.4f}, median {auc_median:+.4f}")
+        print(f"auc gain {auc_median:+.4f}, speed ratio {speed_median:.2f}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
