@@ -64,6 +64,8 @@ def test_a_dynamic_table_parses(tmp_path):
      r"tables\.user\.capacity_per_shard.*missing required key"),
     (lambda d: d["tables"]["user"].update(admit_after=0),
      r"tables\.user\.admit_after.*expected a value >= 1"),
+    (lambda d: d["tables"]["user"].update(evict_after_days=30),
+     r"tables\.user\.evict_after_days.*not implemented yet"),
     (lambda d: d["tables"]["small"].update(capacity_per_shard=5),
      r"tables\.small\.capacity_per_shard.*only applies to kind: dynamic"),
     (lambda d: d["tables"]["small"].pop("rows"),
