@@ -40,10 +40,11 @@ def write_config(directory: pathlib.Path, data: pathlib.Path, root: pathlib.Path
     (warm start, gate, publish); cluster sizes and processes are covered by
     tests/cluster/test_train.py and test_fault_tolerance.py, and every server process
     costs seconds of start-up."""
-    retrain = DELETE if root is None else {"root": str(root), "gate": {"max_drop": 0.002}}
+    changes = {"train.epochs": 1, "cluster.workers": 1, "cluster.ps": 1}
+    if root is not None:
+        changes["retrain"] = {"root": str(root), "gate": {"max_drop": 0.002}}
     return small_run_config(directory, data, mode="in_process", features=features,
-                            changes={"train.epochs": 1, "cluster.workers": 1, "cluster.ps": 1,
-                                     "retrain": retrain})
+                            changes=changes)
 
 
 def retrain(config: str, date: str, *extra: str, pipeline: bool = False
