@@ -1,17 +1,15 @@
-"""Shared fixtures: tiny Parquet files and configs written by the tests themselves."""
+"""Fixtures shared by every folder of the suite. Helpers that are not fixtures are in
+``tests/support/``."""
 
 from __future__ import annotations
 
 import os
-import pathlib
-import textwrap
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
+from tests.support import configs
+from tests.support.data import free_port
 
 
 def pytest_unconfigure(config):
@@ -23,65 +21,29 @@ def pytest_unconfigure(config):
     os.dup2(null, 2)
     os.close(null)
 
-SMALL_FEATURES = """\
-tables:
-  ads: {rows: 1000, dim: 4}
-  tag: {rows: 100, dim: 4}
-features:
-  ad: {kind: categorical, dtype: int64, table: ads}
-  site: {kind: categorical, dtype: string, table: ads}
-  price: {kind: numeric, transform: log1p}
-  tags: {kind: multi_categorical, table: tag, max_length: 3}
-labels:
-  click: {}
-"""
-
-
-def small_table(n: int = 100, seed: int = 0, **columns) -> pa.Table:
-    """A table matching SMALL_FEATURES; keyword arguments replace columns."""
-    rng = np.random.default_rng(seed)
-    data = {
-        "ad": pa.array(rng.integers(1, 500, n), pa.int64()),
-        "site": pa.array([f"s{i % 7}" for i in range(n)], pa.string()),
-        "price": pa.array(rng.lognormal(size=n).astype(np.float32), pa.float32()),
-        "tags": pa.array(["|".join(str(t) for t in range(i % 4)) for i in range(n)], pa.string()),
-        "click": pa.array(rng.integers(0, 2, n), pa.int64()),
-    }
-    data.update(columns)
-    return pa.table(data)
-
-
-def write_parquet(path: pathlib.Path, table: pa.Table, row_group_size: int | None = None) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, row_group_size=row_group_size)
-    return str(path)
-
 
 @pytest.fixture
 def small_config(tmp_path):
-    """Returns a function writing a small model config; keyword args go in data:."""
+    """Returns a function writing a small model config into ``tmp_path``: its argument is
+    the feature config (a dict, default ``SMALL_FEATURES``), keyword arguments go in
+    ``data:``. See :func:`tests.support.configs.small_config`."""
 
-    def make(features: str = SMALL_FEATURES, **data) -> str:
-        (tmp_path / "features.yaml").write_text(textwrap.dedent(features))
-        data.setdefault("path", str(tmp_path / "data"))
-        data_yaml = ", ".join(f"{k}: {v}" for k, v in data.items())
-        (tmp_path / "model.yaml").write_text(
-            "features: features.yaml\n"
-            f"data: {{{data_yaml}}}\n"
-            "model: {name: dcn_v2}\n"
-            "input: {batch_size: 32, shuffle: false}\n"
-            "cluster: {workers: 2, ps: 1}\n")
-        return str(tmp_path / "model.yaml")
+    def make(features: dict = configs.SMALL_FEATURES, **data) -> str:
+        return configs.small_config(tmp_path, features, **data)
 
     return make
 
 
-def free_port() -> int:
-    import socket
+@pytest.fixture(scope="module")
+def synth_dir(tmp_path_factory):
+    """Two days of synthetic data, 3,000 rows a day in files of 1,000, written by
+    ``recsys-dist data synth``."""
+    from recsys_dist.cli import main
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    out = tmp_path_factory.mktemp("cli_synth")
+    assert main(["data", "synth", "--out", str(out), "--days", "2", "--rows-per-day", "3000",
+                 "--rows-per-file", "1000", "--quiet"]) == 0
+    return out
 
 
 @pytest.fixture(scope="session")
@@ -91,8 +53,6 @@ def s3_server():
     Sets the standard AWS variables that both Arrow (the Parquet op) and s3fs read,
     in this process; returns them so cluster fixtures can pass them to server processes.
     """
-    import os
-
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -114,11 +74,3 @@ def s3_server():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-def upload_dir(client, bucket: str, local: pathlib.Path, prefix: str) -> str:
-    """Uploads every file under ``local`` to ``s3://bucket/prefix/``; returns that URL."""
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(local).as_posix()}")
-    return f"s3://{bucket}/{prefix}"

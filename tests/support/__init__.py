@@ -1,0 +1,1 @@
+"""Helpers shared by test modules. Test modules import these, never each other."""

@@ -1,0 +1,69 @@
+"""Model params (``model.params``): schema defaults, parsed values, bounds with their
+location, and a module that imports without TensorFlow."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from recsys_dist.config.model_params import (
+    MODEL_PARAMS,
+    DCNv2Params,
+    MMoEParams,
+    WideDeepParams,
+)
+from recsys_dist.config.schema import parse_dataclass
+from recsys_dist.config.yaml_loader import load_yaml
+from recsys_dist.errors import ConfigError
+from tests.support.paths import REPO as PROJECT_ROOT
+
+
+def _params_doc(tmp_path: pathlib.Path, text: str):
+    path = tmp_path / "model.yaml"
+    path.write_text(textwrap.dedent(text))
+    return load_yaml(path)
+
+
+@pytest.mark.parametrize("name", list(MODEL_PARAMS))
+def test_params_parse_with_schema_defaults(tmp_path, name):
+    doc = _params_doc(tmp_path, "params: {}\n")
+    parsed = parse_dataclass(MODEL_PARAMS[name], doc.data["params"], doc, "model.params")
+    assert parsed == MODEL_PARAMS[name]()
+
+
+def test_params_parse_values_and_report_bounds_with_location(tmp_path):
+    doc = _params_doc(tmp_path, """\
+        good: {cross_layers: 2, low_rank: 8, structure: parallel, hidden_units: [32]}
+        bad:
+          cross_layers: 0
+        """)
+    good = parse_dataclass(DCNv2Params, doc.data["good"], doc, "good")
+    assert good == DCNv2Params(cross_layers=2, low_rank=8, structure="parallel",
+                               hidden_units=[32])
+    with pytest.raises(ConfigError, match=r"model.yaml:3: bad.cross_layers: got 0; "
+                                          r"expected a value >= 1"):
+        parse_dataclass(DCNv2Params, doc.data["bad"], doc, "bad")
+
+
+@pytest.mark.parametrize("cls, kwargs, match", [
+    (DCNv2Params, {"cross_layers": 0}, r"DCNv2Params.cross_layers: got 0; expected a value >= 1"),
+    (DCNv2Params, {"structure": "tower"}, r"structure: got 'tower'; expected one of 'stacked'"),
+    (WideDeepParams, {"hidden_units": []}, r"hidden_units: got \[\]; expected at least 1"),
+    (WideDeepParams, {"hidden_units": [64, 0]}, r"every item must be >= 1"),
+    (MMoEParams, {"dropout": 1.0}, r"MMoEParams.dropout: got 1.0; expected a value <= 0.99"),
+])
+def test_params_reject_bad_values_in_python(cls, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cls(**kwargs)
+
+
+def test_params_module_imports_without_tensorflow():
+    code = ("import sys; import recsys_dist.config.model_params; "
+            "assert 'tensorflow' not in sys.modules, 'params imported tensorflow'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT_ROOT,
+                   env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})

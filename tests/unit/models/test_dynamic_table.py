@@ -1,0 +1,239 @@
+"""Dynamic tables (``kind: dynamic``) in one process: config, admission, capacity,
+gradients, checkpoints, warm start. ``tests/cluster/test_dynamic_tables.py`` trains them
+on real servers."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+from recsys_dist.config.features import TableSpec, load_feature_config
+from recsys_dist.errors import ConfigError
+from recsys_dist.models.dynamic_table import DynamicTable
+
+
+
+def dynamic_spec(capacity: int = 8, admit_after: int = 1) -> TableSpec:
+    return TableSpec(name="user", dim=4, kind="dynamic", capacity_per_shard=capacity,
+                     admit_after=admit_after)
+
+
+def keys(*values: int) -> tf.Tensor:
+    return tf.constant(values, tf.int64)
+
+
+# ---- the feature config ----------------------------------------------------------------
+FEATURES = {
+    "tables": {"user": {"kind": "dynamic", "dim": 4, "capacity_per_shard": 100},
+               "small": {"rows": 10, "dim": 4}},
+    "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
+                 "C2": {"kind": "categorical", "dtype": "int64", "table": "small"}},
+    "labels": {"click": {}},
+}
+
+
+def write_features(tmp_path, change) -> str:
+    doc = yaml.safe_load(yaml.safe_dump(FEATURES))
+    change(doc)
+    path = tmp_path / "features.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_a_dynamic_table_parses(tmp_path):
+    config = load_feature_config(write_features(tmp_path, lambda doc: None))
+    assert config.tables["user"].dynamic and config.tables["user"].admit_after == 1
+    assert not config.tables["small"].dynamic
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["tables"]["user"].update(rows=5),
+     r"tables\.user\.rows.*does not apply to kind: dynamic"),
+    (lambda d: d["tables"]["user"].pop("capacity_per_shard"),
+     r"tables\.user\.capacity_per_shard.*missing required key"),
+    (lambda d: d["tables"]["user"].update(admit_after=0),
+     r"tables\.user\.admit_after.*expected a value >= 1"),
+    (lambda d: d["tables"]["user"].update(evict_after_days=30),
+     r"tables\.user\.evict_after_days.*not implemented yet"),
+    (lambda d: d["tables"]["small"].update(capacity_per_shard=5),
+     r"tables\.small\.capacity_per_shard.*only applies to kind: dynamic"),
+    (lambda d: d["tables"]["small"].pop("rows"),
+     r"tables\.small\.rows.*missing required key"),
+    (lambda d: d["features"].update(I1={"kind": "numeric", "transform": "bucketize",
+                                        "boundaries": [1.0, 2.0], "table": "user"}),
+     r"features\.I1\.table.*'user' is kind: dynamic, but numeric feature values are floats"),
+    (lambda d: d["features"]["user_id"].update(hash_buckets=50),
+     r"features\.user_id\.hash_buckets.*does not apply to a feature of dynamic table 'user'"),
+])
+def test_a_bad_dynamic_table_is_named(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_feature_config(write_features(tmp_path, change))
+
+
+# ---- the table in one process ----------------------------------------------------------
+def test_admission_after_two_batches_then_a_row_each():
+    table = DynamicTable(dynamic_spec(admit_after=2), 4, shards=2, seed=0)
+    first = table.lookup(keys(1, 2, 3, 2), training=True)
+    np.testing.assert_array_equal(first.numpy(), 0.0)  # seen once: not admitted yet
+    assert table.stats()["counted_not_admitted"] == 3
+    second = table.lookup(keys(1, 2, 3), training=True)
+    assert np.all(np.abs(second.numpy()).sum(axis=1) > 0)
+    stats = table.stats()
+    assert (stats["live_ids"], stats["counted_not_admitted"]) == (3, 0)  # counts trimmed
+    np.testing.assert_array_equal(table.lookup(keys(3, 1, 2)).numpy(),
+                                  tf.gather(second, [2, 0, 1]).numpy())
+
+
+def test_evaluation_neither_inserts_nor_counts():
+    table = DynamicTable(dynamic_spec(), 4, shards=2, seed=0)
+    np.testing.assert_array_equal(table.lookup(keys(5, 6)).numpy(), 0.0)
+    assert table.stats()["live_ids"] == 0 and table.stats()["lookups_without_row"] == 0
+
+
+def test_a_full_shard_refuses_ids_counts_them_and_reads_zeros():
+    table = DynamicTable(dynamic_spec(capacity=3), 4, shards=1, seed=0)
+    vectors = table.lookup(keys(*range(10, 15)), training=True).numpy()
+    rows_with_vectors = int(np.sum(np.abs(vectors).sum(axis=1) > 0))
+    stats = table.stats()
+    assert (rows_with_vectors, stats["live_ids"], stats["dropped_full"]) == (3, 3, 2)
+
+
+def test_only_rows_with_an_id_get_a_gradient():
+    table = DynamicTable(dynamic_spec(capacity=2), 4, shards=1, seed=0)
+
+    @tf.function
+    def grads(k):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(table.lookup(k, training=True))
+        return tape.gradient(loss, table.embedding_variables)[0]
+
+    grad = grads(keys(1, 2, 3, 1))  # 3 is refused: the shard holds 2 rows
+    assert isinstance(grad, tf.IndexedSlices)
+    assert sorted(set(grad.indices.numpy().tolist())) == [0, 1]
+
+
+STEP_SCRIPT = """
+import tensorflow as tf
+from recsys_dist.config.features import TableSpec
+from recsys_dist.models.dynamic_table import DynamicTable, ShardLocks, lookup_tables
+
+spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
+layers = []
+for layer in ("a", "b"):  # two layers (a model's embeddings and its linear part)
+    locks = ShardLocks([None, None], layer)
+    layers.append([DynamicTable(spec, 4, 2, seed=i, name=f"{layer}{i}", locks=locks)
+                   for i in range(2)])
+keys = tf.constant([1, 2, 3, 4, 5, 1], tf.int64)
+
+@tf.function
+def step():
+    with tf.GradientTape() as tape:
+        loss = tf.add_n([tf.reduce_sum(v) for tables in layers
+                         for v in lookup_tables(tables, [keys, keys + 7], training=True)])
+    variables = [v for tables in layers for t in tables for v in t.embedding_variables]
+    return tape.gradient(loss, variables)
+
+step()
+print(sum(t.stats()["live_ids"] for tables in layers for t in tables))
+"""
+
+
+def test_a_step_over_several_locked_tables_and_shards_finishes():
+    """Unordered critical sections in one tf.function deadlock: every execution must be
+    chained after the one before (run in a subprocess, so a hang fails, not stalls)."""
+    done = subprocess.run([sys.executable, "-c", STEP_SCRIPT], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "20"  # 4 tables x 5 distinct keys
+
+
+def test_every_id_lives_on_its_shard_with_a_row_of_its_own():
+    table = DynamicTable(dynamic_spec(capacity=400), 4, shards=3, seed=0)
+    ids = np.random.default_rng(0).integers(0, 2**62, 600)
+    for chunk in np.array_split(ids, 6):
+        table.lookup(tf.constant(chunk), training=True)
+    for index, shard in enumerate(table.shards):
+        stored, rows = (t.numpy() for t in shard.index.export())
+        assert len(set(rows.tolist())) == len(rows) == int(shard.next_row.numpy())
+        assert rows.max() < int(shard.next_row.numpy())
+        assert np.all(table.shard_of(tf.constant(stored)).numpy() == index)
+    assert table.stats()["live_ids"] == len(set(ids.tolist()))
+
+
+def test_a_checkpoint_restores_keys_rows_and_counts_bit_exactly(tmp_path):
+    table = DynamicTable(dynamic_spec(admit_after=2), 4, shards=2, seed=0)
+    for batch in ([1, 2, 3], [2, 3, 4], [5]):
+        table.lookup(tf.constant(batch, tf.int64), training=True)
+    path = tf.train.Checkpoint(table=table).save(str(tmp_path / "ckpt"))
+    again = DynamicTable(dynamic_spec(admit_after=2), 4, shards=2, seed=9)
+    tf.train.Checkpoint(table=again).restore(path).assert_existing_objects_matched()
+    assert again.stats() == table.stats()
+    probe = keys(1, 2, 3, 4, 5, 77)
+    np.testing.assert_array_equal(again.lookup(probe).numpy(), table.lookup(probe).numpy())
+    for old, new in zip(table.shards, again.shards):
+        assert sorted(zip(*(t.numpy().tolist() for t in old.counts.export()))) == \
+            sorted(zip(*(t.numpy().tolist() for t in new.counts.export())))
+
+
+def _warm(tmp_path, table, live):
+    from recsys_dist.checkpoint.warm_start import warm_start
+
+    prefix = tf.train.Checkpoint(table=table).save(str(tmp_path / "ckpt"))
+    return warm_start(tf.train.Checkpoint(table=live), prefix, [], {}, [], source="yesterday")
+
+
+def test_a_warm_start_keeps_every_id_row_and_may_grow_the_capacity(tmp_path):
+    table = DynamicTable(dynamic_spec(capacity=8), 4, shards=2, seed=0)
+    table.lookup(keys(*range(10)), training=True)
+    bigger = DynamicTable(dynamic_spec(capacity=20), 4, shards=2, seed=3)
+    report = _warm(tmp_path, table, bigger)
+    assert any("dynamic table user shard 0" in line for line in report.restored)
+    np.testing.assert_array_equal(bigger.lookup(keys(*range(10))).numpy(),
+                                  table.lookup(keys(*range(10))).numpy())
+    bigger.lookup(keys(100), training=True)  # a new id takes the next free row
+    assert bigger.stats()["live_ids"] == 11
+
+
+def test_a_warm_start_into_another_number_of_shards_is_refused(tmp_path):
+    from recsys_dist.checkpoint.warm_start import WarmStartError
+
+    table = DynamicTable(dynamic_spec(), 4, shards=2, seed=0)
+    table.lookup(keys(1, 2), training=True)
+    with pytest.raises(WarmStartError, match=r"dynamic table 'user' has 2 shards in "
+                                             r"yesterday but 3 now"):
+        _warm(tmp_path, table, DynamicTable(dynamic_spec(), 4, shards=3, seed=0))
+
+
+def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(small_config,
+                                                                          tmp_path):
+    from recsys_dist.checkpoint.store import (CheckpointError, SavedCheckpoint,
+                                              check_signature, model_signature)
+    from recsys_dist.config import load_config
+
+    hashed = load_config(small_config())
+    features = yaml.safe_load(pathlib.Path(hashed.features.file).read_text())
+    table = next(iter(features["tables"]))
+    features["tables"][table] = {"kind": "dynamic", "dim": features["tables"][table]["dim"],
+                                 "capacity_per_shard": 1000}
+    for feature in features["features"].values():
+        if feature.get("table") == table:
+            feature.pop("hash_buckets", None)
+    dynamic_file = tmp_path / "dynamic_features.yaml"
+    dynamic_file.write_text(yaml.safe_dump(features))
+    dynamic = load_config(small_config(), [f"features={dynamic_file}"])
+    saved = SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7,
+                            {"signature": model_signature(hashed)})
+    with pytest.raises(CheckpointError, match=rf"table '{table}' is \d+ x \d+ in the "
+                                              r"checkpoint but dynamic with capacity_per_shard"):
+        check_signature(saved, dynamic)
+    saved = SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7,
+                            {"signature": model_signature(dynamic)})
+    with pytest.raises(CheckpointError, match=rf"table '{table}' is dynamic .* in the "
+                                              r"checkpoint but \d+ x \d+"):
+        check_signature(saved, hashed)
