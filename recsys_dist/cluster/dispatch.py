@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from recsys_dist.errors import DataError
+from recsys_dist.errors import ClusterLost, DataError
 
 
 class InFlight:
@@ -46,7 +46,13 @@ class InFlight:
     def pop(self) -> tuple[Any, Any]:
         """``(tag, result)`` of the oldest closure, waiting for it."""
         tag, remote = self._pending.popleft()
-        return tag, remote.fetch()
+        result = remote.fetch()
+        if result is None:
+            # Seen once under heavy load, after a worker's RPC failed: the coordinator
+            # handed back a closure with no values. Treat it as a lost task (resume from
+            # the last checkpoint) rather than fail on the missing figures.
+            raise ClusterLost("a work item came back from a worker without its result")
+        return tag, result
 
 
 def check_item_rows(files: list[str], item, rows: int, done: str) -> None:
