@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/startup_bench.py
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/scale_bench.py --rows 10000000,100000000
+	$(PY) benchmarks/dynamic_tables.py
 	$(PY) benchmarks/quality.py
 
 clean-demo:

@@ -65,7 +65,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         report = synthesize(args.out, days=args.days, rows_per_day=args.rows_per_day,
                             seed=args.seed, start_date=args.start_date,
                             rows_per_file=args.rows_per_file,
-                            row_groups_per_file=args.row_groups_per_file,
+                            row_groups_per_file=args.row_groups_per_file, users=args.users,
                             progress=(lambda line: print(line, file=sys.stderr))
                             if not args.quiet else None)
     except ValueError as exc:
@@ -373,6 +373,10 @@ def _add_synth(data_commands) -> None:
                        help="rows per Parquet file (default 100000; at least 2 files a day)")
     synth.add_argument("--row-groups-per-file", type=_positive, default=4,
                        help="row groups per file (default 4)")
+    synth.add_argument("--users", type=_positive, default=200_000,
+                       help="user ids drawn from this many users, Zipf-distributed "
+                            "(default 200000; e.g. 5000000 for a long tail of ids that "
+                            "collide in the demo's hashed user table)")
     synth.add_argument("--quiet", action="store_true", help="no per-file progress lines")
     synth.set_defaults(func=_cmd_synth)
 

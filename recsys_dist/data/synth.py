@@ -89,7 +89,7 @@ sampling. The rank goes through two day-dependent maps before becoming an id:
 ``C21``..``C26`` hold the 8 lowercase hex digits of a 32-bit hash of the field name
 and the id (the same id always gives the same string, whatever the seed).
 Missing categorical values (a few fields, :data:`CATEGORICAL_MISSING_RATES`) are stored
-as id ``0`` or the empty string. ``user_id`` is Zipf-Mandelbrot over 200,000 users,
+as id ``0`` or the empty string. ``user_id`` is Zipf-Mandelbrot over 200,000 users (``users``),
 ``tags`` (a ``list<int64>`` column) holds 0-8 distinct Zipf tag ids out of 5,000 and
 ``topics`` (a delimited string) 1-3 distinct ``id:weight`` pairs out of 200 topics with
 weights in hundredths summing to about 1.
@@ -178,7 +178,10 @@ _TARGET_CLICK_RATE = 0.25
 _TARGET_CONVERSION_RATE = 0.035
 _PILOT_ROWS = 20_000
 
-_USERS, _USER_ZIPF, _USER_OFFSET = 200_000, 0.85, 20.0
+#: Users by default; ``users`` (``data synth --users``) draws from a larger or smaller
+#: pool, e.g. a long tail of ids that collide in a hashed table.
+USERS = 200_000
+_USER_ZIPF, _USER_OFFSET = 0.85, 20.0
 _TAGS, _TAG_ZIPF = 5_000, 1.0
 _TAG_COUNT_PROBS = [0.06, 0.26, 0.27, 0.19, 0.11, 0.06, 0.03, 0.015, 0.005]
 _TOPICS, _TOPIC_ZIPF = 200, 0.9
@@ -228,7 +231,8 @@ def _check_counts(**counts: int) -> None:
 def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: int = 0,
                start_date: datetime.date = datetime.date(2026, 1, 1),
                rows_per_file: int = 100_000, row_groups_per_file: int = 4,
-               progress: Callable[[str], None] | None = None) -> SynthReport:
+               progress: Callable[[str], None] | None = None,
+               users: int = USERS) -> SynthReport:
     """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
 
     Each day gets ``max(2, ceil(rows_per_day / rows_per_file))`` (never more than
@@ -248,6 +252,7 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
       rows_per_file: Target maximum rows per file, at least 1.
       row_groups_per_file: Row groups per file, at least 1.
       progress: Called with a one-line message after each file is written.
+      users: Size of the user pool ``user_id`` is drawn from (Zipf-Mandelbrot).
 
     Returns:
       A :class:`SynthReport` describing the written files.
@@ -256,9 +261,9 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
       ValueError: An argument is out of range; the message names it.
     """
     _check_counts(days=days, rows_per_day=rows_per_day, rows_per_file=rows_per_file,
-                  row_groups_per_file=row_groups_per_file, seed=seed)
+                  row_groups_per_file=row_groups_per_file, seed=seed, users=users)
     started = time.perf_counter()
-    generator = RowGenerator(int(seed))
+    generator = RowGenerator(int(seed), users=int(users))
     file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)
     dts, files = [], []
     clicks = conversions = 0
@@ -399,12 +404,12 @@ class IdTerm:
 class RowGenerator:
     """Samples rows and labels for one seed, caching per-run tables."""
 
-    def __init__(self, seed: int):
-        self._seed = seed
+    def __init__(self, seed: int, users: int = USERS):
+        self._seed, self._users = seed, users
         self._cdfs: dict[tuple[int, float, float], np.ndarray] = {}
         self._head_maps: dict[str, tuple[int, np.ndarray]] = {}  # field -> latest day
         self._permutations = {name: self._permutation(name, n) for name, n in
-                              [*CARDINALITIES.items(), ("user_id", _USERS), ("tags", _TAGS)]}
+                              [*CARDINALITIES.items(), ("user_id", users), ("tags", _TAGS)]}
         self._click_bias, self._cvr_bias = self._calibrate()
 
     def clicks(self, day: int, file_index: int, n: int
@@ -450,8 +455,8 @@ class RowGenerator:
         categorical, slots = {}, {}
         for f in CATEGORICAL_FIELDS:
             categorical[f], slots[f] = self._categorical(f, day, rng, n)
-        user_rank = self._zipf(rng, n, _USERS, _USER_ZIPF, _USER_OFFSET)
-        user_id = self._scramble("user_id", user_rank, _USERS) + 1
+        user_rank = self._zipf(rng, n, self._users, _USER_ZIPF, _USER_OFFSET)
+        user_id = self._scramble("user_id", user_rank, self._users) + 1
         tag_counts = rng.choice(len(_TAG_COUNT_PROBS), size=n, p=_TAG_COUNT_PROBS)
         tag_rows = np.repeat(np.arange(n, dtype=np.int64), tag_counts)
         tag_ranks = self._zipf(rng, tag_rows.size, _TAGS, _TAG_ZIPF)

@@ -271,3 +271,14 @@ def test_bad_arguments_are_rejected(tmp_path, name, value):
                                          rf"{re.escape(repr(value))}$"):
         synth.synthesize(tmp_path, **kwargs)
     assert not list(tmp_path.iterdir())
+
+
+def test_the_user_pool_is_a_parameter(tmp_path):
+    few = synth.synthesize(tmp_path / "few", days=1, rows_per_day=4000, seed=3, users=50)
+    many = synth.synthesize(tmp_path / "many", days=1, rows_per_day=4000, seed=3,
+                            users=5_000_000)
+    distinct = [len(set(pq.read_table(r.files).column("user_id").to_pylist()))
+                for r in (few, many)]
+    assert distinct[0] <= 50 < 2000 < distinct[1]
+    with pytest.raises(ValueError, match="users must be an integer >= 1"):
+        synth.synthesize(tmp_path / "none", days=1, rows_per_day=10, users=0)
