@@ -42,7 +42,8 @@ from common import DEMO_CONFIG, best_median, cli, interleaved, ratios  # this fo
 SIDES = ("hashed", "dynamic")
 
 
-def dynamic_features(features_file: str, tables: list[str], out: pathlib.Path) -> str:
+def dynamic_features(features_file: str, tables: list[str], out: pathlib.Path,
+                     admit_after: int = 1) -> str:
     """A copy of the feature config with ``tables`` made dynamic."""
     doc = yaml.safe_load(pathlib.Path(features_file).read_text())
     unknown = [t for t in tables if t not in doc["tables"]]
@@ -52,7 +53,7 @@ def dynamic_features(features_file: str, tables: list[str], out: pathlib.Path) -
     for name in tables:
         spec = doc["tables"][name]
         doc["tables"][name] = {"kind": "dynamic", "dim": spec["dim"],
-                               "capacity_per_shard": spec["rows"]}
+                               "capacity_per_shard": spec["rows"], "admit_after": admit_after}
     for feature in doc["features"].values():
         if feature.get("table") in tables:
             feature.pop("hash_buckets", None)
@@ -109,6 +110,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for both sides")
     parser.add_argument("--memory-ids", type=int, default=2_000_000)
+    parser.add_argument("--admit-after", type=int, default=1,
+                        help="admit_after of the dynamic tables")
     args = parser.parse_args()
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="dynamic_tables_bench_"))
     try:
@@ -122,8 +125,10 @@ def main() -> None:
         config = load_config(args.config, [f"data.path={data}", *args.set])
         tables = [t for t in args.tables.split(",") if t]
         features = {"hashed": None,
-                    "dynamic": dynamic_features(config.features.file, tables, scratch)}
-        print(f"config {args.config}, data {data}; dynamic tables: {', '.join(tables)}")
+                    "dynamic": dynamic_features(config.features.file, tables, scratch,
+                                                args.admit_after)}
+        print(f"config {args.config}, data {data}; dynamic tables: {', '.join(tables)} "
+              f"(admit_after {args.admit_after})")
 
         def show(round_: int, done: dict) -> None:
             side, r = list(done.items())[-1]
