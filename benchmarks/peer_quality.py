@@ -1,0 +1,794 @@
+"""Model quality against peers: our zoo next to scikit-learn, LightGBM and tf-keras in one process.
+
+One run trains every method on the same training window of a ``dt=YYYY-MM-DD`` Parquet
+dataset and scores the same held-out window, and prints one table: per method, AUC and
+logloss on the held-out window, AUC on the training window (a training AUC far above the
+held-out one shows over-fitting, two low ones under-fitting) and wall time.
+
+The methods:
+
+- **logreg C=...**: scikit-learn ``LogisticRegression`` (L2, ``liblinear`` by default) on a
+  one-hot encoding of exactly the ids our feature transforms produce: the rows are read
+  with pyarrow and turned into the model's integer ids by
+  :class:`recsys_dist.features.transforms.FeatureTransform` (same hashing, bucketizing,
+  crosses and null policy as training), one sparse column per (table, row); features that
+  share a table share its columns, a multi-valued feature puts its pooling weights (its
+  combiner's) on its ids' columns. The dense numeric inputs our ``lr`` reads (``log1p``
+  values and missing indicators) are extra columns as they are. So it sees what our
+  ``lr`` sees. One fit per C of ``--c-grid`` (default 0.01, 0.1, 1.0), run to
+  convergence (``--logreg-max-iter``); a fit that stops at the limit says so. The best C
+  (held-out AUC) is marked and is the ``logreg`` of the last line.
+- **lightgbm**: LightGBM on the raw columns the feature config reads (not the transforms):
+  categorical features' columns (string or integer ids) as pandas category codes learned
+  on the training window (an unseen or null id is missing), numeric columns as they are
+  (nulls as NaN), declared categorical/numeric accordingly. Multi-valued columns (lists,
+  delimited strings) and crosses are left out: LightGBM has no multi-valued feature, and
+  trees find interactions themselves. Setting (:data:`LIGHTGBM_PARAMS`): 300 trees, 31
+  leaves, learning rate 0.05, LightGBM's defaults otherwise (min 20 rows per leaf, 255
+  bins, categorical splits with ``max_cat_threshold`` 32 and ``cat_smooth`` 10), no early
+  stopping, 2 threads.
+- **<model> one process**: the single-process tf-keras reference of each deep model of
+  ``--models`` (not ``lr``): the same model and both optimizers built in this process,
+  no parameter servers, one pass over the training window through the same input
+  function, as :func:`single_process_reference` describes.
+- **<model> (zoo)**: our zoo through the real CLI: ``recsys-dist train`` on a local
+  cluster of 2 workers and 2 parameter servers with ``--no-eval``, then ``recsys-dist
+  evaluate`` on the held-out window and, with ``--dates``, on the training window; the
+  figures come from ``metrics.json`` of ``evaluate --out``.
+
+Wall time: for logreg the shared read and encoding plus that C's fit and held-out
+scoring; for LightGBM the shared read, its own encoding, training and held-out scoring;
+for the references training and held-out scoring; for the zoo the ``train`` and the
+held-out ``evaluate`` commands, each with its own start-up. Scoring the training window is
+left out everywhere.
+
+The last line printed is ``best zoo minus best peer: X, lr minus logreg: Y`` (held-out
+AUC; peers are logreg at its best C, LightGBM and the one-process references).
+
+Usage::
+
+    python benchmarks/peer_quality.py [--rows-per-day 200000] [--models lr,dcn_v2,deepfm]
+        [--out FILE.md]                  # synthetic data, seed 11, train days 1-6, eval day 7
+    python benchmarks/peer_quality.py --config configs/criteo.yaml \\
+        --data /work/shared/data/criteo_sample --out FILE.md
+
+Without ``--data`` it writes 7 days of synthetic data with ``recsys-dist data synth --days 7
+--rows-per-day N --seed 11`` and uses ``configs/demo.yaml`` with train 2026-01-01..06 and
+eval 2026-01-07. With another config the windows are its ``data.train`` and ``data.eval``
+(``--train``/``--eval`` override them). The data are checked as ``recsys-dist validate``
+checks them before anything trains (``--check`` stops there). The peers need the
+``bench`` extra: ``pip install -e '.[bench]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
+from recsys_dist.console import reporting_errors
+from recsys_dist.errors import RecsysError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = ROOT / "configs" / "demo.yaml"
+SYNTH_TRAIN, SYNTH_EVAL, SYNTH_DAYS, SYNTH_SEED = "2026-01-01..2026-01-06", "2026-01-07", 7, 11
+DEFAULT_MODELS = "lr,dcn_v2,deepfm"
+ZOO = ("lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe")
+C_GRID = (0.01, 0.1, 1.0)
+#: LightGBM's setting; everything not named keeps LightGBM's default.
+LIGHTGBM_PARAMS = {"objective": "binary", "num_leaves": 31, "learning_rate": 0.05,
+                   "num_threads": 2, "seed": 0, "verbose": -1}
+LIGHTGBM_TREES = 300
+#: The peers' packages (module -> pip name), installed by the ``bench`` extra.
+BENCH_PACKAGES = {"sklearn": "scikit-learn", "lightgbm": "lightgbm", "pandas": "pandas",
+                  "scipy": "scipy"}
+ORACLE = "oracle_logit"
+SCORE_BATCH = 8192
+CHUNK_ROWS = 131_072
+
+
+class MissingPackages(RecsysError):
+    """The peers' packages are not installed."""
+
+
+def require_bench_packages() -> None:
+    """Raises :class:`MissingPackages` (one line naming the extra) if a peer is missing."""
+    missing = [pip for module, pip in BENCH_PACKAGES.items()
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise MissingPackages(
+            f"benchmarks/peer_quality.py needs {', '.join(BENCH_PACKAGES.values())}; missing: "
+            f"{', '.join(missing)}. Install them with: pip install -e '.[bench]'")
+
+
+# ---- inputs -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Inputs:
+    """A checked config and its two windows.
+
+    Attributes:
+      config_path: The config file.
+      overrides: ``--set`` items that make the config read this data and these windows
+        (given to every method, the CLI included).
+      config: The loaded config (its model is the config's own).
+      pipelines: ``train`` / ``eval`` -> the planned split, as ``recsys-dist validate``
+        plans it.
+    """
+
+    config_path: str
+    overrides: list[str]
+    config: Any
+    pipelines: dict[str, Any]
+
+    def rows(self, split: str) -> int:
+        return self.pipelines[split].plan.total_rows
+
+    def window(self, split: str) -> str:
+        chosen = getattr(self.config.data, split)
+        return chosen.dates if chosen.dates is not None else f"glob {chosen.glob}"
+
+
+def window_overrides(data: str | None, train: str | None, eval_: str | None) -> list[str]:
+    """``--set`` items for the data path and the train / eval windows (dates)."""
+    items = [f"data.path={os.path.abspath(data)}"] if data is not None else []
+    items += [f"data.train={{dates: {train}}}"] if train else []
+    items += [f"data.eval={{dates: {eval_}}}"] if eval_ else []
+    return items
+
+
+def validate_inputs(config_path: str, overrides: list[str]) -> Inputs:
+    """Loads the config and checks both windows as ``recsys-dist validate`` does (the same
+    calls: :func:`~recsys_dist.config.load_config`, then
+    :func:`~recsys_dist.data.input_fn.prepare_input` per split: files, footers, schema
+    against the feature config, shard plan).
+
+    Raises:
+      RecsysError: the same errors as ``recsys-dist validate``: ``ConfigError`` for the
+        config, ``DataError`` for a missing column, a window without partitions, a bad
+        file...
+    """
+    from recsys_dist.config import load_config
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.errors import ConfigError
+
+    config = load_config(config_path, overrides)
+    for split in ("train", "eval"):
+        if config.data is None or getattr(config.data, split) is None:
+            raise ConfigError(config.file, f"data.{split}", "missing; the benchmark needs a "
+                              "training and a held-out window (--train / --eval FROM..TO)")
+    pipelines = {split: prepare_input(config, split, config.cluster.workers,
+                                      optional_extra_columns=(ORACLE,))
+                 for split in ("train", "eval")}
+    return Inputs(config_path, list(overrides), config, pipelines)
+
+
+# ---- rows of the table ------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Row:
+    """One method's figures (AUC and logloss on the held-out window)."""
+
+    method: str
+    kind: str  # "peer" or "zoo"
+    auc: float
+    logloss: float
+    train_auc: float
+    seconds: float
+    setting: str
+    note: str = ""
+
+    def line(self) -> str:
+        return (f"{self.method}: held-out AUC {self.auc:.4f}, logloss {self.logloss:.4f}, "
+                f"train-window AUC {self.train_auc:.4f}, {self.seconds:.0f} s"
+                + (f" ({self.note})" if self.note else ""))
+
+    def markdown(self) -> str:
+        setting = self.setting + (f"; {self.note}" if self.note else "")
+        return (f"| {self.method} | {self.auc:.4f} | {self.logloss:.4f} | {self.train_auc:.4f} "
+                f"| {self.seconds:.0f} | {setting} |")
+
+
+def _metrics(labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+             ) -> tuple[float, float]:
+    from recsys_dist.evaluation.metrics import auc, logloss
+
+    return auc(labels, logits, weights), logloss(labels, logits, weights)
+
+
+# ---- reading the rows with pyarrow, and our transforms on them ----------------------------
+
+
+def _scalar_tensor(array, dtype: str):
+    """``(values, valid)`` of a scalar Arrow array, as the Parquet op returns them: nulls
+    read as 0 / "" / false, with a validity flag."""
+    import pyarrow as pa
+    import tensorflow as tf
+
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), bool)
+    if dtype == "string":
+        if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+            array = array.cast(pa.string())
+        values = array.fill_null("").to_numpy(zero_copy_only=False)
+        return tf.constant(values.astype(object), tf.string), tf.constant(valid)
+    fill = False if dtype == "bool" else 0
+    values = np.asarray(array.fill_null(fill).to_numpy(zero_copy_only=False)).astype(dtype)
+    return tf.constant(values), tf.constant(valid)
+
+
+def arrow_to_raw(batch, column_dtypes: dict[str, str]) -> tuple[dict, dict]:
+    """``(raw, present)`` for :class:`FeatureTransform` from a pyarrow table or batch, with
+    the columns read as ``column_dtypes`` says (the schema check's dtypes)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import tensorflow as tf
+
+    from recsys_dist.data.schema_check import split_read_dtype
+
+    raw, present = {}, {}
+    for name, read_dtype in column_dtypes.items():
+        array = batch.column(name)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        dtype, is_list = split_read_dtype(read_dtype)
+        if is_list:
+            lengths = np.asarray(pc.list_value_length(array).fill_null(0).to_numpy(), np.int64)
+            values, valid = _scalar_tensor(array.flatten(), dtype)  # a null list is empty
+            raw[name] = tf.RaggedTensor.from_row_lengths(values, lengths, validate=False)
+            present[name] = tf.RaggedTensor.from_row_lengths(valid, lengths, validate=False)
+        else:
+            raw[name], present[name] = _scalar_tensor(array, dtype)
+    return raw, present
+
+
+@dataclasses.dataclass
+class SplitData:
+    """One window read with pyarrow: per-file tables and the transform's outputs."""
+
+    tables: list  # pyarrow tables, one per file, the columns the peers read
+    labels: np.ndarray  # float64 0/1 of the measured label, valid rows only
+    oracle: np.ndarray | None
+    one_hot: Any  # scipy CSR of the lr inputs, valid rows only
+    valid: np.ndarray  # bool per row over all tables
+
+
+class OneHotEncoder:
+    """The one-hot (plus dense numeric) encoding of a model input group's transform outputs.
+
+    Columns: each table the group's id-valued features read gets ``rows`` columns, one per
+    table row, in the order the tables first appear; then one column per dense input
+    (numeric feature, missing indicator) in :class:`FeatureEmbeddings`' order.
+    """
+
+    def __init__(self, features, names: list[str]):
+        from recsys_dist.config.features import MultiCategoricalFeature, NumericFeature
+        from recsys_dist.features.transforms import missing_indicator_name
+        from recsys_dist.models.embedding import table_of
+
+        self.tables: dict[str, int] = {}
+        self.id_features: dict[str, str] = {}
+        self.combiners: dict[str, str] = {}
+        self.dense: list[str] = []
+        for name in names:
+            feature = features.features[name]
+            table = table_of(feature)
+            if table is None:
+                self.dense.append(name)
+                if isinstance(feature, NumericFeature) and feature.missing_indicator:
+                    self.dense.append(missing_indicator_name(name))
+                continue
+            self.id_features[name] = table
+            if isinstance(feature, MultiCategoricalFeature):
+                self.combiners[name] = feature.combiner
+            if table not in self.tables:
+                self.tables[table] = features.tables[table].rows
+        offsets = np.cumsum([0, *self.tables.values()])
+        self.offsets = dict(zip(self.tables, offsets[:-1].tolist()))
+        self.width = int(offsets[-1]) + len(self.dense)
+
+    def encode(self, features: dict, keep: np.ndarray):
+        """A CSR matrix ``[kept rows, width]`` of one chunk's transform outputs."""
+        import scipy.sparse as sp
+
+        n = int(keep.shape[0])
+        rows, cols, vals = [], [], []
+        arange = np.arange(n, dtype=np.int64)
+        for name, table in self.id_features.items():
+            value = features[name]
+            if name in self.combiners:
+                ids, weights = value["ids"].numpy(), value["weights"].numpy().astype(np.float64)
+                if self.combiners[name] == "sum":
+                    divisor = np.ones(n)
+                elif self.combiners[name] == "mean":
+                    divisor = weights.sum(axis=1)
+                else:
+                    divisor = np.sqrt(np.square(weights).sum(axis=1))
+                row, slot = np.nonzero(weights)
+                scale = np.divide(1.0, divisor, out=np.zeros(n), where=divisor != 0)
+                rows.append(row.astype(np.int64))
+                cols.append(self.offsets[table] + ids[row, slot])
+                vals.append(weights[row, slot] * scale[row])
+            else:
+                rows.append(arange)
+                cols.append(self.offsets[table] + value.numpy().astype(np.int64))
+                vals.append(np.ones(n))
+        first_dense = self.width - len(self.dense)
+        for k, name in enumerate(self.dense):
+            x = features[name].numpy().astype(np.float64)
+            nonzero = np.flatnonzero(x)
+            rows.append(nonzero.astype(np.int64))
+            cols.append(np.full(nonzero.shape, first_dense + k, np.int64))
+            vals.append(x[nonzero])
+        matrix = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows),
+                                                       np.concatenate(cols))),
+                               shape=(n, self.width))  # duplicates (shared tables) add up
+        return matrix[np.flatnonzero(keep)]
+
+
+def read_split(inputs: Inputs, split: str, encoder: OneHotEncoder, columns: list[str],
+               log: Callable[[str], None]) -> SplitData:
+    """Reads a window's files with pyarrow and encodes them through our transforms.
+
+    ``columns``: extra raw columns to keep for LightGBM (besides the transform's)."""
+    import pyarrow.parquet as pq
+    import scipy.sparse as sp
+    import tensorflow as tf
+
+    pipeline = inputs.pipelines[split]
+    transform = pipeline.transform
+    label = inputs.config.labels[0]
+    oracle = ORACLE in pipeline.extra_columns
+    wanted = list(dict.fromkeys(transform.columns + columns + ([ORACLE] if oracle else [])))
+    tables, labels, oracles, blocks, valids = [], [], [], [], []
+    started = time.perf_counter()
+    for path in pipeline.plan.files:
+        table = pq.read_table(path, columns=wanted)
+        tables.append(table)
+        for start in range(0, table.num_rows, CHUNK_ROWS):
+            chunk = table.slice(start, CHUNK_ROWS)
+            raw, present = arrow_to_raw(chunk, transform.column_dtypes)
+            features, chunk_labels, valid = transform(raw, tf.constant(path),
+                                                      tf.constant(start, tf.int64), present)
+            keep = valid.numpy() > 0
+            valids.append(keep)
+            labels.append(chunk_labels[label].numpy()[keep].astype(np.float64))
+            if oracle:
+                column = chunk.column(ORACLE).to_numpy(zero_copy_only=False)
+                oracles.append(np.asarray(column, np.float64)[keep])
+            blocks.append(encoder.encode(features, keep))
+    log(f"read and encoded the {split} window ({sum(t.num_rows for t in tables):,} rows, "
+        f"{len(tables)} files) in {time.perf_counter() - started:.0f} s")
+    return SplitData(tables, np.concatenate(labels), np.concatenate(oracles) if oracle else None,
+                     sp.vstack(blocks, format="csr"), np.concatenate(valids))
+
+
+# ---- the peers ---------------------------------------------------------------------------
+
+
+def logreg_rows(train: SplitData, held_out: SplitData, c_grid: tuple[float, ...], solver: str,
+                max_iter: int, shared_seconds: float, report: Callable[[Row], None]
+                ) -> list[Row]:
+    """One L2 logistic regression per C, on the one-hot encoding."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
+    rows = []
+    for c in c_grid:
+        started = time.perf_counter()
+        model = LogisticRegression(C=c, solver=solver, max_iter=max_iter, tol=1e-4)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            model.fit(train.one_hot, train.labels)
+        auc, loss = _metrics(held_out.labels, model.decision_function(held_out.one_hot))
+        seconds = shared_seconds + time.perf_counter() - started
+        train_auc, _ = _metrics(train.labels, model.decision_function(train.one_hot))
+        iterations = int(np.max(model.n_iter_))
+        converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        note = (f"converged in {iterations} iterations" if converged else
+                f"DID NOT CONVERGE in {iterations} iterations (max_iter {max_iter})")
+        row = Row(f"logreg C={c:g}", "peer", auc, loss, train_auc, seconds,
+                  f"sklearn LogisticRegression, L2, {solver}, "
+                  f"{train.one_hot.shape[1]:,} columns", note)
+        report(row)
+        rows.append(row)
+    best = max(rows, key=lambda r: r.auc)
+    edge = len(c_grid) > 1 and rows.index(best) in (0, len(rows) - 1)
+    best.note = ("best C, at the edge of the grid (widen --c-grid); " if edge
+                 else "best C; ") + best.note
+    return rows
+
+
+def _lightgbm_matrix(tables: list, categorical: list[str], numeric: list[str],
+                     codes: dict[str, Any] | None) -> tuple[np.ndarray, dict[str, Any]]:
+    """The raw columns as a float matrix: categorical ones as pandas category codes (of
+    ``codes``, or learned here), nulls and unseen ids as NaN; numeric ones as they are."""
+    import pandas as pd
+    import pyarrow as pa
+
+    learned = {} if codes is None else codes
+    matrix = np.empty((sum(t.num_rows for t in tables), len(categorical) + len(numeric)))
+    for j, name in enumerate(categorical + numeric):
+        column = pa.chunked_array([c for t in tables for c in t.column(name).chunks],
+                                  type=tables[0].schema.field(name).type)
+        if name in categorical:
+            values = column.to_pandas()
+            if codes is None:
+                code, learned[name] = pd.factorize(values, use_na_sentinel=True)
+            else:
+                code = learned[name].get_indexer(values)
+            matrix[:, j] = np.where(code < 0, np.nan, code)
+        else:
+            matrix[:, j] = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return matrix, learned
+
+
+def lightgbm_row(config, train: SplitData, held_out: SplitData, shared_seconds: float) -> Row:
+    """LightGBM on the raw columns, categoricals declared."""
+    import lightgbm as lgb
+
+    categorical, numeric = lightgbm_columns(config)
+    started = time.perf_counter()
+    x_train, codes = _lightgbm_matrix(train.tables, categorical, numeric, None)
+    x_eval, _ = _lightgbm_matrix(held_out.tables, categorical, numeric, codes)
+    x_train, x_eval = x_train[train.valid], x_eval[held_out.valid]
+    names = categorical + numeric
+    dataset = lgb.Dataset(x_train, label=train.labels, feature_name=names,
+                          categorical_feature=categorical, free_raw_data=True)
+    booster = lgb.train(LIGHTGBM_PARAMS, dataset, num_boost_round=LIGHTGBM_TREES)
+    auc, loss = _metrics(held_out.labels, booster.predict(x_eval, raw_score=True))
+    seconds = shared_seconds + time.perf_counter() - started
+    train_auc, _ = _metrics(train.labels, booster.predict(x_train, raw_score=True))
+    return Row("lightgbm", "peer", auc, loss, train_auc, seconds,
+               f"LightGBM {LIGHTGBM_TREES} trees, {LIGHTGBM_PARAMS['num_leaves']} leaves, "
+               f"lr {LIGHTGBM_PARAMS['learning_rate']}; {len(categorical)} categorical + "
+               f"{len(numeric)} numeric raw columns")
+
+
+def lightgbm_columns(config) -> tuple[list[str], list[str]]:
+    """The raw columns LightGBM reads: categorical features' and numeric features' columns
+    (multi-valued features and crosses left out)."""
+    from recsys_dist.config.features import CategoricalFeature, NumericFeature
+
+    features = config.features
+    categorical = list(dict.fromkeys(features.column_of(f) for f in features.features.values()
+                                     if isinstance(f, CategoricalFeature)))
+    numeric = list(dict.fromkeys(features.column_of(f) for f in features.features.values()
+                                 if isinstance(f, NumericFeature)
+                                 and features.column_of(f) not in categorical))
+    return categorical, numeric
+
+
+# ---- the single-process reference ----------------------------------------------------------
+
+
+def _score(model, config, split: str) -> dict[str, float]:
+    """AUC and logloss of the first label on a split, scored with ``training=False`` in
+    this process (plus the oracle's, when the data stores it)."""
+    import tensorflow as tf
+
+    from recsys_dist.data.input_fn import prepare_input
+
+    label = config.labels[0]
+    spec = dataclasses.replace(config.input, batch_size=max(SCORE_BATCH,
+                                                            config.input.batch_size))
+    pipeline = prepare_input(config, split, 1, spec=spec, optional_extra_columns=(ORACLE,))
+    predict = tf.function(lambda features: model(features, training=False)[label],
+                          autograph=False, reduce_retracing=True)
+    labels, logits, weights, oracle = [], [], [], []
+    for batch in pipeline.dataset_fn(training=False, worker_index=0)():
+        logits.append(predict(batch["features"]).numpy())
+        labels.append(batch["labels"][label].numpy())
+        weights.append(batch["valid"].numpy())
+        if ORACLE in pipeline.extra_columns:
+            oracle.append(batch["extra"][ORACLE].numpy())
+    y, z, w = (np.concatenate(a) for a in (labels, logits, weights))
+    result = dict(zip(("auc", "logloss"), _metrics(y, z, w)), rows=len(y))
+    if oracle:
+        result["oracle_auc"], result["oracle_logloss"] = _metrics(y, np.concatenate(oracle), w)
+    return result
+
+
+def single_process_reference(config, score_train: bool = False,
+                             log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Trains ``config``'s model in this process, without parameter servers, and scores it.
+
+    It builds the model and both of its optimizers (the config's embedding optimizer for
+    the tables, its dense optimizer for the towers) in this process, trains one pass over
+    the training split (``train.epochs`` is not read) through the same input function as
+    the cluster (one reader, shuffled units and rows, the trainer's own loss), and scores
+    the evaluation split (and with ``score_train`` the training split) with
+    ``training=False``.
+
+    Returns:
+      ``{"steps", "train_seconds", "seconds" (training and held-out scoring), "eval":
+      {"auc", "logloss", "rows"[, "oracle_auc", "oracle_logloss"]}, "train": same or None}``.
+    """
+    import tensorflow as tf
+
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.models.zoo import build_from_config
+    from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
+    from recsys_dist.train.trainer import replica_loss
+
+    model = build_from_config(config)
+    train_spec, batch_size = config.train, config.input.batch_size
+    tables, dense = (make_optimizer(spec, scaled_learning_rate(spec, train_spec, batch_size, 1))
+                     for spec in (train_spec.embedding_optimizer, train_spec.dense_optimizer))
+    table_vars, dense_vars = model.embedding_variables, model.dense_variables
+
+    @tf.function(autograph=False)
+    def step(batch):
+        with tf.GradientTape() as tape:  # the trainer's own loss, for one replica
+            logits = model(batch["features"], training=True)
+            loss, _ = replica_loss(logits, batch["labels"], batch["valid"], config.labels, 1,
+                                   model.losses)
+        grads = tape.gradient(loss, table_vars + dense_vars)
+        tables.apply_gradients(zip(grads[:len(table_vars)], table_vars))
+        dense.apply_gradients(zip(grads[len(table_vars):], dense_vars))
+        return loss
+
+    started, steps, recent = time.perf_counter(), 0, []
+    train = prepare_input(config, "train", 1)
+    for batch in train.dataset_fn(training=True, worker_index=0)():
+        recent = (recent + [float(step(batch))])[-500:]
+        steps += 1
+        if steps % 1000 == 0:
+            log(f"step {steps:,}: loss of the last 500 steps {np.mean(recent):.4f}")
+    train_seconds = time.perf_counter() - started
+    held_out = _score(model, config, "eval")
+    seconds = time.perf_counter() - started
+    return {"steps": steps, "train_seconds": train_seconds, "seconds": seconds,
+            "eval": held_out, "train": _score(model, config, "train") if score_train else None}
+
+
+# ---- the zoo through the CLI ----------------------------------------------------------------
+
+
+def model_overrides(config, model: str) -> list[str]:
+    """``--set`` items that switch the config to ``model`` (its other ``model.params``
+    are dropped by the config loader; the model's defaults apply)."""
+    items = [f"model.name={model}"]
+    if model == "wide_deep":
+        from recsys_dist.config.features import CategoricalFeature, CrossFeature
+
+        wide = [n for n, f in config.features.features.items()
+                if isinstance(f, (CategoricalFeature, CrossFeature))]
+        items.append("model.inputs={wide: [" + ", ".join(wide) + "], deep: ["
+                     + ", ".join(config.features.features) + "]}")
+    elif model == "mmoe" and len(config.features.labels) >= 2:
+        items.append("model.labels=[" + ", ".join(config.features.labels) + "]")
+    return items
+
+
+CLUSTER = ["cluster.mode=local", "cluster.workers=2", "cluster.ps=2"]
+
+
+def cli(*args: str, log_file: pathlib.Path) -> float:
+    """Runs ``recsys-dist ARGS`` with this worktree's code; returns its wall seconds.
+
+    Raises:
+      RecsysError: the command failed (its last lines are in the message).
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
+        [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]))
+    command = [sys.executable, "-m", "recsys_dist.cli", *args]
+    started = time.perf_counter()
+    with open(log_file, "w", encoding="utf-8") as log:
+        code = subprocess.run(command, check=False, stdout=log, stderr=subprocess.STDOUT, env=env,
+                              cwd=ROOT).returncode
+    seconds = time.perf_counter() - started
+    if code != 0:
+        tail = log_file.read_text(encoding="utf-8").strip().splitlines()[-3:]
+        raise RecsysError(f"recsys-dist {args[0]} exited with {code}: " + " / ".join(tail))
+    return seconds
+
+
+def zoo_row(inputs: Inputs, model: str, work: pathlib.Path) -> Row:
+    """Trains ``model`` with ``recsys-dist train --no-eval`` on a local cluster and scores
+    it with ``recsys-dist evaluate`` on both windows."""
+    model_dir = work / "zoo" / model
+    shutil.rmtree(model_dir, ignore_errors=True)
+    model_dir.mkdir(parents=True)
+    sets = [a for item in [*inputs.overrides, *CLUSTER, *model_overrides(inputs.config, model)]
+            for a in ("--set", item)]
+    base = ["--config", inputs.config_path, "--model-dir", str(model_dir), *sets]
+    seconds = cli("train", *base, "--no-eval", log_file=work / f"{model}-train.log")
+    seconds += cli("evaluate", *base, "--out", str(model_dir / "eval"), "--quiet",
+                   log_file=work / f"{model}-evaluate.log")
+    train_split = inputs.config.data.train
+    window = (["--dates", train_split.dates] if train_split.dates is not None
+              else ["--set", f"data.eval={{glob: '{train_split.glob}'}}"])
+    cli("evaluate", *base, "--out", str(model_dir / "eval_train"), "--quiet", *window,
+        log_file=work / f"{model}-evaluate-train.log")
+    label = inputs.config.labels[0]
+    held_out = json.loads((model_dir / "eval" / "metrics.json").read_text())["labels"][label]
+    on_train = json.loads((model_dir / "eval_train" / "metrics.json").read_text())
+    result = json.loads((model_dir / "train_result.json").read_text())
+    rate = result.get("examples_per_second")
+    return Row(f"{model} (zoo)", "zoo", held_out["auc"], held_out["logloss"],
+               on_train["labels"][label]["auc"], seconds,
+               "recsys-dist train --no-eval, 2 workers + 2 ps (local), then evaluate"
+               + (f"; {rate:,.0f} train ex/s" if rate else ""))
+
+
+def reference_row(inputs: Inputs, model: str, log: Callable[[str], None]) -> Row:
+    from recsys_dist.config import load_config
+
+    config = load_config(inputs.config_path, [*inputs.overrides,
+                                              *model_overrides(inputs.config, model)])
+    result = single_process_reference(config, score_train=True, log=log)
+    held_out, on_train = result["eval"], result["train"]
+    return Row(f"{model} one process", "peer", held_out["auc"], held_out["logloss"],
+               on_train["auc"], result["seconds"],
+               f"tf-keras in this process, no parameter servers, {result['steps']:,} steps")
+
+
+# ---- the run -------------------------------------------------------------------------------
+
+
+def summary(rows: list[Row]) -> str:
+    """``best zoo minus best peer: X, lr minus logreg: Y`` (held-out AUC)."""
+    zoo = [r for r in rows if r.kind == "zoo"]
+    peers = [r for r in rows if r.kind == "peer"]
+    best = (f"{max(r.auc for r in zoo) - max(r.auc for r in peers):+.4f}"
+            if zoo and peers else "n/a")
+    lr = [r for r in zoo if r.method == "lr (zoo)"]
+    logreg = [r for r in peers if r.method.startswith("logreg")]
+    versus = f"{lr[0].auc - max(r.auc for r in logreg):+.4f}" if lr and logreg else "n/a"
+    return f"best zoo minus best peer: {best}, lr minus logreg: {versus}"
+
+
+def table(rows: list[Row], header: str) -> str:
+    columns = ("| method | held-out AUC | held-out logloss | train-window AUC | wall s "
+               "| setting |")
+    return "\n".join([header, "", columns, "|---|---|---|---|---|---|",
+                      *(r.markdown() for r in rows)]) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG),
+                        help="model/training config (default configs/demo.yaml)")
+    parser.add_argument("--data", help="root of dt=YYYY-MM-DD partitions (default: write "
+                                       "synthetic data)")
+    parser.add_argument("--rows-per-day", type=int, default=200_000,
+                        help="rows per day of the synthetic data (default 200000)")
+    parser.add_argument("--train", help="training window FROM..TO (default: 2026-01-01..06 "
+                                        "with the default config, else the config's)")
+    parser.add_argument("--eval", help="held-out window FROM..TO (default: 2026-01-07 with "
+                                       "the default config, else the config's)")
+    parser.add_argument("--models", default=DEFAULT_MODELS,
+                        help=f"zoo models, comma-separated (default {DEFAULT_MODELS}; any of "
+                             + ", ".join(ZOO) + ")")
+    parser.add_argument("--c-grid", default=",".join(f"{c:g}" for c in C_GRID),
+                        help="C values of the logistic regression (default 0.01,0.1,1)")
+    parser.add_argument("--logreg-solver", default="liblinear",
+                        choices=["liblinear", "lbfgs", "saga", "newton-cg", "sag"])
+    parser.add_argument("--logreg-max-iter", type=int, default=1000)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key for every method")
+    parser.add_argument("--work-dir", help="keep data, runs and logs here (default: a "
+                                           "temporary directory, removed at the end)")
+    parser.add_argument("--out", help="also write the table as Markdown to this file")
+    parser.add_argument("--check", action="store_true",
+                        help="only check the config and data (as recsys-dist validate)")
+    args = parser.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in args.models if m not in ZOO]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(ZOO)}")
+    args.c_grid = tuple(sorted(float(c) for c in args.c_grid.split(",")))
+    return args
+
+
+def synthesize(work: pathlib.Path, rows_per_day: int) -> str:
+    data = work / "data"
+    cli("data", "synth", "--out", str(data), "--days", str(SYNTH_DAYS), "--rows-per-day",
+        str(rows_per_day), "--seed", str(SYNTH_SEED), "--quiet", log_file=work / "synth.log")
+    return str(data)
+
+
+def run(args: argparse.Namespace, work: pathlib.Path) -> int:
+    def log(line: str) -> None:
+        print(f"  ... {line}", file=sys.stderr, flush=True)
+
+    default_config = pathlib.Path(args.config).resolve() == DEFAULT_CONFIG
+    train = args.train or (SYNTH_TRAIN if default_config else None)
+    eval_ = args.eval or (SYNTH_EVAL if default_config else None)
+    if not args.check:
+        require_bench_packages()
+    data = args.data
+    if data is None:
+        log(f"writing synthetic data: {SYNTH_DAYS} days x {args.rows_per_day:,} rows, "
+            f"seed {SYNTH_SEED}")
+        data = synthesize(work, args.rows_per_day)
+    inputs = validate_inputs(os.path.abspath(args.config),
+                             window_overrides(data, train, eval_) + args.set)
+    described = (f"{inputs.window('train')} ({inputs.rows('train'):,} rows) for training, "
+                 f"{inputs.window('eval')} ({inputs.rows('eval'):,} rows) held out")
+    print(f"inputs OK: {data}: {described}", flush=True)
+    if args.check:
+        return 0
+
+    from recsys_dist.config import load_config
+
+    rows: list[Row] = []
+
+    def report(row: Row) -> None:
+        rows.append(row)
+        print(row.line(), flush=True)
+
+    lr_config = load_config(args.config, inputs.overrides + ["model.name=lr"])
+    encoder = OneHotEncoder(lr_config.features, lr_config.inputs["wide"])
+    categorical, numeric = lightgbm_columns(inputs.config)
+    started = time.perf_counter()
+    splits = {s: read_split(inputs, s, encoder, categorical + numeric, log)
+              for s in ("eval", "train")}
+    shared = time.perf_counter() - started
+    oracle = ""
+    if splits["eval"].oracle is not None:
+        oracle = (f" Oracle (the data's true logit): held-out AUC "
+                  f"{_metrics(splits['eval'].labels, splits['eval'].oracle)[0]:.4f}, "
+                  f"train-window AUC "
+                  f"{_metrics(splits['train'].labels, splits['train'].oracle)[0]:.4f}.")
+    log(f"logistic regression, C in {args.c_grid}")
+    rows.extend(logreg_rows(splits["train"], splits["eval"], args.c_grid, args.logreg_solver,
+                            args.logreg_max_iter, shared,
+                            lambda r: print(r.line(), flush=True)))
+    print(f"logreg best C: {max((r for r in rows), key=lambda r: r.auc).method}", flush=True)
+    log("LightGBM")
+    report(lightgbm_row(inputs.config, splits["train"], splits["eval"], shared))
+    del splits
+    for model in args.models:
+        if model != "lr":
+            log(f"{model} in one process")
+            report(reference_row(inputs, model, log))
+    for model in args.models:
+        log(f"{model} through recsys-dist train and evaluate")
+        report(zoo_row(inputs, model, work))
+
+    source = (f"synthetic data (`recsys-dist data synth --days {SYNTH_DAYS} --rows-per-day "
+              f"{args.rows_per_day} --seed {SYNTH_SEED}`)" if args.data is None
+              else f"`{args.data}`")
+    header = (f"Data: {source}; config `{os.path.relpath(args.config, ROOT)}`; label "
+              f"`{inputs.config.labels[0]}`; {described}.{oracle}")
+    text = table(rows, header)
+    print()
+    print(text)
+    if args.out:
+        pathlib.Path(args.out).write_text(text + "\n" + summary(rows) + "\n")
+    print(summary(rows), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.work_dir:
+        work = pathlib.Path(args.work_dir).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        return reporting_errors(lambda: run(args, work))
+    with tempfile.TemporaryDirectory(prefix="peer_quality_") as tmp:
+        return reporting_errors(lambda: run(args, pathlib.Path(tmp)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""benchmarks/peer_quality.py without a cluster: its input checks are `recsys-dist
+validate`'s (same messages, exit codes, no traceback), it names the `bench` extra when a
+peer is missing, and its one-hot encoding is exactly what our `lr` model reads."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
+from recsys_dist import cli
+from recsys_dist.data.synth import synthesize
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEMO = str(ROOT / "configs" / "demo.yaml")
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location(
+        "peer_quality", ROOT / "benchmarks" / "peer_quality.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["peer_quality"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+peer_quality = _load_benchmark()
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory) -> pathlib.Path:
+    """Two days of 400 synthetic rows."""
+    root = tmp_path_factory.mktemp("peer") / "data"
+    synthesize(root, days=2, rows_per_day=400, seed=3, rows_per_file=200,
+               row_groups_per_file=2)
+    return root
+
+
+@pytest.fixture(scope="module")
+def without_c5(tiny_data) -> pathlib.Path:
+    """The same data without the column C5, which the demo's feature config reads."""
+    root = tiny_data.parent / "without_c5"
+    for path in tiny_data.rglob("*.parquet"):
+        out = root / path.relative_to(tiny_data)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pq.read_table(path).drop_columns(["C5"]), out)
+    return root
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in err if not line.startswith("note: ")]
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def _validate_error(capsys, data, train, eval_) -> tuple[int, str]:
+    code = cli.main(["validate", "--config", DEMO, "--set", f"data.path={data}",
+                     "--set", f"data.train={{dates: {train}}}",
+                     "--set", f"data.eval={{dates: {eval_}}}"])
+    return code, _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("case", ["missing column", "empty window"])
+def test_bad_input_fails_as_validate_does(case, tiny_data, without_c5, capsys):
+    data, train, eval_ = {"missing column": (without_c5, "2026-01-01", "2026-01-02"),
+                          "empty window": (tiny_data, "2026-01-01", "2026-01-09")}[case]
+    expected_code, expected = _validate_error(capsys, data, train, eval_)
+    code = peer_quality.main(["--config", DEMO, "--data", str(data), "--train", train,
+                              "--eval", eval_, "--check"])
+    assert (code, _one_error_line(capsys)) == (expected_code, expected)
+    assert code == 3
+    if case == "missing column":
+        assert "column 'C5' (read by feature 'C5') is missing" in expected
+    else:
+        assert "no Parquet files for dt=2026-01-09" in expected
+
+
+def test_good_input_passes_the_check(tiny_data, capsys):
+    code = peer_quality.main(["--config", DEMO, "--data", str(tiny_data), "--train",
+                              "2026-01-01", "--eval", "2026-01-02", "--check"])
+    assert code == 0
+    assert "inputs OK" in capsys.readouterr().out
+
+
+def test_missing_peer_names_the_bench_extra(monkeypatch, tiny_data, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "lightgbm" else real(name, *a))
+    code = peer_quality.main(["--config", DEMO, "--data", str(tiny_data), "--train",
+                              "2026-01-01", "--eval", "2026-01-02"])
+    line = _one_error_line(capsys)
+    assert code != 0
+    assert "missing: lightgbm" in line and "pip install -e '.[bench]'" in line
+
+
+def test_one_hot_encoding_is_what_lr_reads(tiny_data):
+    """The CSR of pyarrow rows through our transforms, times the weights of an `lr` model,
+    equals that model's logits on the same rows read by the Parquet op."""
+    pytest.importorskip("scipy")
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.models.zoo import build_from_config
+
+    overrides = [f"data.path={tiny_data}", "data.train={dates: 2026-01-01}",
+                 "data.eval={dates: 2026-01-02}", "model.name=lr"]
+    inputs = peer_quality.validate_inputs(DEMO, overrides)
+    config = inputs.config
+    encoder = peer_quality.OneHotEncoder(config.features, config.inputs["wide"])
+    split = peer_quality.read_split(inputs, "eval", encoder, [], lambda line: None)
+
+    model = build_from_config(config)
+    model.create_variables()
+    rng = np.random.default_rng(0)
+    for variable in model.trainable_variables:
+        variable.assign(rng.normal(size=variable.shape).astype(np.float32))
+    linear = model.linear
+    weights = np.zeros(encoder.width)
+    for table, stacked in linear.embeddings.tables.items():
+        first = encoder.offsets[table]
+        weights[first:first + stacked.rows] = stacked.numpy()[:, 0]
+    assert linear.embeddings.dense_feature_names == encoder.dense
+    weights[encoder.width - len(encoder.dense):] = linear.dense.kernel.numpy()[:, 0]
+    ours = split.one_hot @ weights + float(linear.bias.numpy()[0])
+
+    pipeline = prepare_input(config, "eval", 1)
+    rows, logits = [], []
+    for batch in pipeline.dataset_fn(training=False, worker_index=0)():
+        rows.append(batch["row"].numpy())
+        logits.append(model(batch["features"], training=False)["click"].numpy())
+    order = np.argsort(np.concatenate(rows), kind="stable")
+    expected = np.concatenate(logits)[order]
+    assert len(ours) == len(expected) == 400
+    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
+    assert np.any(expected != 0.0)
