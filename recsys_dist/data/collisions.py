@@ -30,8 +30,7 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 
 from recsys_dist import storage_io
-from recsys_dist.config.features import (CategoricalFeature, CrossFeature,
-                                         MultiCategoricalFeature)
+from recsys_dist.config.features import CategoricalFeature, CrossFeature, MultiCategoricalFeature
 from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.features import hashing
 from recsys_dist.features.transforms import FeatureTransform

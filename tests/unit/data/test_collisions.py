@@ -192,7 +192,8 @@ def test_the_suggestion_follows_the_printed_share():
     def line(shared: int) -> str:
         return TableIds("c3", False, 1000, 1000, 21829, 21000, shared).lines()[0]
 
-    assert line(10) == "ids      table c3: 21,829 distinct ids in 1,000 rows; 1.0% share a row (fine)"
+    assert line(10) == ("ids      table c3: 21,829 distinct ids in 1,000 rows; 1.0% share a row "
+                        "(fine)")
     # 21,828 / -ln(0.99) = 2,171,8.. rows, rounded up to two significant digits
     assert line(11) == ("ids      table c3: 21,829 distinct ids in 1,000 rows; 1.1% of lookups "
                         "share a row with another id: consider kind: dynamic or rows >= 2,200,000")
