@@ -108,6 +108,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     else:
         print("data     not checked (no --data and no data section in the config)")
         return 0
+    from recsys_dist.data.collisions import table_ids
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.data.read_pass import read_pass_local
 
@@ -121,6 +122,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             result = read_pass_local(pipeline.single_worker())
             print(f"scan     read {result.rows:,} rows in-graph in {result.seconds:.1f}s: "
                   f"{result.skipped_rows:,} bad rows skipped")
+            for table in table_ids(pipeline, config.cluster.ps):
+                for line in table.lines():
+                    print(line)
     return 0
 
 
@@ -401,14 +405,16 @@ def _add_validate(commands) -> None:
         description="Checks the config and the feature config it names. With --data (or the "
                     "config's data section and --split), reads every Parquet footer and checks "
                     "columns, types, null labels and bad files. --scan also reads every row "
-                    "through the in-graph input function and checks its values.")
+                    "through the in-graph input function and checks its values, then counts "
+                    "each table's distinct ids and how often hashed ids share a row.")
     _add_config_args(validate)
     validate.add_argument("--split", choices=["train", "eval", "all"], default=None,
                           help="with --data: apply this split's dates under the path (default: "
                                "all files under it); without --data: check this split of "
                                "data.path (default: every configured split)")
     validate.add_argument("--scan", action="store_true",
-                          help="also read every row in-graph and check its values")
+                          help="also read every row in-graph and check its values; report "
+                               "each table's distinct ids and hash collisions")
     validate.set_defaults(func=_cmd_validate)
 
 
