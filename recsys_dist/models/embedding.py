@@ -313,12 +313,6 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         """Dynamic table name -> the table (``kind: dynamic``)."""
         return dict(self._dynamic_tables)
 
-    @property
-    def table_variables(self) -> list[tf.Variable]:
-        """Every table's trainable rows: the stacks, then the dynamic tables' shards."""
-        return [s.variable for s in self._stacks.values()] + [
-            v for table in self._dynamic_tables.values() for v in table.embedding_variables]
-
     def call(self, features: dict[str, Any], training: bool | None = None
              ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
         missing = [n for n in (*self._feature_tables, *self._dense_names) if n not in features]
