@@ -237,3 +237,33 @@ def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(smal
     with pytest.raises(CheckpointError, match=rf"table '{table}' is dynamic .* in the "
                                               r"checkpoint but \d+ x \d+"):
         check_signature(saved, hashed)
+
+
+def test_trained_rows_record_the_day_they_were_last_seen():
+    import datetime
+
+    from recsys_dist.models.dynamic_table import day_number
+
+    table = DynamicTable(dynamic_spec(capacity=4), 4, shards=1, seed=0)
+    table.set_day(datetime.date(2026, 1, 2))
+    table.lookup(keys(1, 2), training=True)
+    table.set_day(datetime.date(2026, 1, 5))
+    table.lookup(keys(2), training=True)
+    table.lookup(keys(1))  # evaluation: no update
+    shard = table.shards[0]
+    stored, rows = (t.numpy() for t in shard.index.export())
+    seen = dict(zip(stored.tolist(), shard.last_seen.numpy()[rows].tolist()))
+    assert seen == {1: day_number(datetime.date(2026, 1, 2)),
+                    2: day_number(datetime.date(2026, 1, 5))}
+
+
+def test_the_run_prints_each_table_and_warns_when_one_was_full():
+    from recsys_dist.train.run import dynamic_table_lines
+
+    stats = {"live_ids": 8, "capacity": 8, "dropped_full": 3, "lookups_without_row": 3,
+             "counted_not_admitted": 0, "shards": 2}
+    lines = dynamic_table_lines({"embeddings_user": stats})
+    assert lines[0].startswith("table    embeddings_user: 8 ids of capacity 8 (2 shards)")
+    assert lines[1] == ("warning  dynamic table embeddings_user is full: 3 ids were refused "
+                        "a row and read zeros; raise its capacity_per_shard")
+    assert len(dynamic_table_lines({"t": dict(stats, dropped_full=0)})) == 1
