@@ -146,31 +146,43 @@ class DynamicShard(tf.Module):
 
     def admit(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of distinct ``keys`` after counting them and admitting those due; call it
-        under the shard's lock (:func:`lookup_tables` does)."""
+        under the shard's lock (:func:`lookup_tables` does).
+
+        The rows come back only after every update has landed: ``CriticalSection.execute``
+        releases its lock once the returned tensors exist, so an update that nothing
+        returned waits on could land after another step took the lock, and two ids
+        would get one row.
+        """
+        updates = []
         rows = self.find(keys)
         candidates = tf.boolean_mask(keys, rows < 0)
         if self.admit_after > 1:
             seen = tf.reshape(self.counts.lookup(candidates), [-1]) + 1
             ready = seen >= self.admit_after
-            self.counts.insert(tf.boolean_mask(candidates, ~ready),
-                               tf.boolean_mask(seen, ~ready))
+            updates.append(self.counts.insert(tf.boolean_mask(candidates, ~ready),
+                                              tf.boolean_mask(seen, ~ready)))
             candidates = tf.boolean_mask(candidates, ready)
         start = self.next_row.read_value()
         wanted = tf.size(candidates, out_type=tf.int64)
         take = tf.minimum(wanted, tf.maximum(self.capacity - start, 0))
         admitted = candidates[:take]
-        self.index.insert(admitted, tf.range(start, start + take))
+        inserted = self.index.insert(admitted, tf.range(start, start + take))
+        updates.append(inserted)
         if self.admit_after > 1:
-            self.counts.remove(admitted)
-        self.next_row.assign(start + take)
-        self.dropped_full.assign_add(wanted - take)
-        rows = tf.reshape(self.index.lookup(keys), [-1])
+            updates.append(self.counts.remove(admitted))
+        updates.append(self.next_row.assign(start + take))
+        updates.append(self.dropped_full.assign_add(wanted - take))
+        with tf.control_dependencies([inserted] if inserted is not None else []):
+            rows = tf.reshape(self.index.lookup(keys), [-1])
         live = tf.boolean_mask(rows, rows >= 0)
-        self.waiting.assign_add(tf.size(rows, out_type=tf.int64)
-                                - tf.size(live, out_type=tf.int64))
-        self.last_seen.scatter_update(tf.IndexedSlices(
-            tf.fill(tf.shape(live), self.day.read_value()), live))
-        return rows
+        updates.append(self.waiting.assign_add(tf.size(rows, out_type=tf.int64)
+                                               - tf.size(live, out_type=tf.int64)))
+        updates.append(self.last_seen.scatter_update(tf.IndexedSlices(
+            tf.fill(tf.shape(live), self.day.read_value()), live)))
+        if tf.executing_eagerly():
+            return rows
+        with tf.control_dependencies([u for u in updates if u is not None]):
+            return tf.identity(rows)
 
     def gather(self, rows: tf.Tensor) -> tf.Tensor:
         """``[N, dim]`` vectors of ``rows``; zeros where a row is -1."""
