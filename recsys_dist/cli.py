@@ -104,7 +104,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     elif args.split not in (None, "all"):
         splits = [args.split]
     elif config.data is not None:
-        splits = [s for s in ("train", "eval") if getattr(config.data, s) is not None] or [None]
+        splits = [s for s in ("train", "eval", "validation")
+                  if getattr(config.data, s) is not None] or [None]
     else:
         print("data     not checked (no --data and no data section in the config)")
         return 0
@@ -389,7 +390,7 @@ def _add_read(data_commands) -> None:
     read = data_commands.add_parser(
         "read", help="read one pass of a split on a local cluster through the worker input path")
     _add_config_args(read)
-    read.add_argument("--split", choices=["train", "eval"], default="train",
+    read.add_argument("--split", choices=["train", "eval", "validation"], default="train",
                       help="which split of data: to read (default train)")
     read.add_argument("--workers", type=_positive, help="workers (default cluster.workers)")
     read.add_argument("--ps", type=_positive, help="parameter servers (default cluster.ps)")
@@ -408,7 +409,8 @@ def _add_validate(commands) -> None:
                     "through the in-graph input function and checks its values, then counts "
                     "each table's distinct ids and how often hashed ids share a row.")
     _add_config_args(validate)
-    validate.add_argument("--split", choices=["train", "eval", "all"], default=None,
+    validate.add_argument("--split", choices=["train", "eval", "validation", "all"],
+                          default=None,
                           help="with --data: apply this split's dates under the path (default: "
                                "all files under it); without --data: check this split of "
                                "data.path (default: every configured split)")

@@ -223,12 +223,16 @@ class CheckpointManager:
     Args:
       model_dir: The run's directory (local path or ``s3://``).
       keep: Complete checkpoints to keep.
+
+    Attributes:
+      pinned: Steps whose checkpoints are kept beyond ``keep`` (early stopping's best pass).
     """
 
     def __init__(self, model_dir: str, keep: int = 3):
         self.model_dir = model_dir
         self.root = _join(model_dir, CHECKPOINTS)
         self.keep = keep
+        self.pinned: set[int] = set()
 
     def _entries(self) -> list[tuple[int, str, bool]]:
         """(step, directory, complete) of every checkpoint directory, oldest first."""
@@ -249,6 +253,13 @@ class CheckpointManager:
         """The newest complete checkpoint, or None."""
         for step, directory, complete in reversed(self._entries()):
             if complete:
+                return self._load(step, directory)
+        return None
+
+    def at_step(self, step: int) -> SavedCheckpoint | None:
+        """The complete checkpoint of global step ``step``, or None."""
+        for entry_step, directory, complete in self._entries():
+            if entry_step == step and complete:
                 return self._load(step, directory)
         return None
 
@@ -316,7 +327,8 @@ class CheckpointManager:
         entries = self._entries()
         complete = [e for e in entries if e[2]]
         newest = complete[-1][0] if complete else -1
-        keep = {e[1] for e in complete[-self.keep:]}
+        keep = {e[1] for e in complete[-self.keep:]} | {
+            e[1] for e in complete if e[0] in self.pinned}
         for step, directory, is_complete in entries:
             if directory in keep:
                 continue

@@ -102,6 +102,9 @@ class DataSpec:
       path: Root holding ``<partition_key>=YYYY-MM-DD/`` directories; local or ``s3://``.
       train: Files for training.
       eval: Files for held-out evaluation.
+      validation: Files scored after every training pass when ``train.early_stopping``
+        is set (keep them apart from ``eval``, which then stays untouched by the choice
+        of the pass).
       partition_key: Name of the date partition directory key.
       on_bad_file: ``fail`` or ``skip`` a file that is corrupt, truncated or empty.
       on_bad_row: ``fail`` or ``skip`` (weight 0, counted) a row with a non-finite
@@ -111,6 +114,7 @@ class DataSpec:
     path: str
     train: DataSplit | None = None
     eval: DataSplit | None = None
+    validation: DataSplit | None = None
     partition_key: str = "dt"
     on_bad_file: Literal["fail", "skip"] = "fail"
     on_bad_row: Literal["fail", "skip"] = "fail"
@@ -196,6 +200,27 @@ class OptimizerSpec:
     epsilon: float = field(default=1e-7, metadata={"min": 0.0})
 
 
+@dataclasses.dataclass(frozen=True)
+class EarlyStoppingSpec:
+    """Stop training when the validation metric stops improving (``train.early_stopping``).
+
+    After every pass the model scores ``data.validation``; when ``patience`` passes in a
+    row gain less than ``min_delta`` over the best pass so far, training stops and the
+    best pass's weights become the run's final model.
+
+    Attributes:
+      patience: Passes without a gain before stopping.
+      min_delta: Smallest change of the metric that counts as a gain.
+      metric: ``auc`` (higher is better) or ``logloss`` (lower is better).
+      label: Label whose metric decides (default: the model's first label).
+    """
+
+    patience: int = field(default=1, metadata={"min": 1})
+    min_delta: float = field(default=0.0, metadata={"min": 0.0})
+    metric: Literal["auc", "logloss"] = "auc"
+    label: str | None = None
+
+
 #: Settings each optimizer reads besides ``name`` and ``learning_rate``.
 OPTIMIZER_KEYS = {"adagrad": {"initial_accumulator_value"},
                   "ftrl": {"initial_accumulator_value", "l1", "l2"},
@@ -210,12 +235,18 @@ class TrainSpec:
     Attributes:
       embedding_optimizer: Optimizer of the embedding tables (on the parameter servers).
       dense_optimizer: Optimizer of the dense towers.
+      linear_optimizer: Optimizer of the per-id weights of linear parts (``lr``, the wide
+        part of ``wide_deep``, the first-order part of ``deepfm``); ``null``: the
+        embedding optimizer updates them too. A linear weight is a scalar per id and
+        tolerates a larger step than an embedding row.
       steps_per_call: Training steps packed into each function the coordinator schedules.
       dense_refresh_steps: Read the dense weights from the parameter servers every this
         many steps instead of every step (``train/dense_cache.py``): a step's dense
         weights may then miss up to ``dense_refresh_steps - 1`` earlier steps of its
         worker. ``null``: read them every step, without the cache.
       epochs: Passes over the training split (ignored when ``max_steps`` ends it first).
+      early_stopping: Stop before ``epochs`` when the ``data.validation`` metric stops
+        improving, and keep the best pass's weights (``null``: off).
       max_steps: Stop after this many steps in total (over all workers).
       lr_scaling: Scale learning rates with the per-step batch (``input.batch_size`` times
         the replicas of a worker) relative to ``base_batch_size``: ``linear``, ``sqrt``
@@ -236,9 +267,11 @@ class TrainSpec:
 
     embedding_optimizer: OptimizerSpec = OptimizerSpec("adagrad", 0.05)
     dense_optimizer: OptimizerSpec = OptimizerSpec("adam", 0.001)
+    linear_optimizer: OptimizerSpec | None = None
     steps_per_call: int = field(default=20, metadata={"min": 1})
     dense_refresh_steps: int | None = field(default=None, metadata={"min": 1})
     epochs: int = field(default=1, metadata={"min": 1})
+    early_stopping: EarlyStoppingSpec | None = None
     max_steps: int | None = field(default=None, metadata={"min": 1})
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
     base_batch_size: int = field(default=512, metadata={"min": 1})
@@ -455,7 +488,7 @@ def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, features: FeatureConfig)
 def _check_data(doc: LocatedYaml, data: DataSpec | None) -> None:
     if data is None:
         return
-    for split_name in ("train", "eval"):
+    for split_name in ("train", "eval", "validation"):
         split = getattr(data, split_name)
         if split is None:
             continue
@@ -496,6 +529,7 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
         raise doc.error("model.labels", "model 'mmoe' is multi-task; it needs at least 2 labels")
     inputs = _resolve_inputs(doc, parsed.model, features)
     _check_optimizers(doc, raw, parsed.train)
+    _check_early_stopping(doc, parsed, labels)
     return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
                             parsed.cluster, parsed.train, inputs, labels, raw,
                             parsed.evaluation, parsed.retrain)
@@ -527,8 +561,10 @@ def _resolve_paths(doc: LocatedYaml, raw: Any) -> Any:
 
 def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:
     section = raw.get("train") or {}
-    for key in ("embedding_optimizer", "dense_optimizer"):
-        spec: OptimizerSpec = getattr(train, key)
+    for key in ("embedding_optimizer", "dense_optimizer", "linear_optimizer"):
+        spec: OptimizerSpec | None = getattr(train, key)
+        if spec is None:
+            continue
         given = section.get(key) or {}
         for name in given:
             if name not in ("name", "learning_rate") and name not in OPTIMIZER_KEYS[spec.name]:
@@ -536,10 +572,28 @@ def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:
                                 f"{spec.name!r}; it reads "
                                 + (", ".join(sorted(OPTIMIZER_KEYS[spec.name])) or "only "
                                    "learning_rate"))
-    if train.embedding_optimizer.name == "adam":
-        raise doc.error("train.embedding_optimizer.name", "got 'adam'; embedding tables take "
-                        "'adagrad', 'ftrl' or 'sgd' (Adam's dense moments would double the "
-                        "parameter-server memory and update every row's slots)")
+    for key in ("embedding_optimizer", "linear_optimizer"):
+        spec = getattr(train, key)
+        if spec is not None and spec.name == "adam":
+            raise doc.error(f"train.{key}.name", "got 'adam'; embedding tables take "
+                            "'adagrad', 'ftrl' or 'sgd' (Adam's dense moments would double "
+                            "the parameter-server memory and update every row's slots)")
+
+
+def _check_early_stopping(doc: LocatedYaml, parsed: "_ConfigFile", labels: list[str]) -> None:
+    spec = parsed.train.early_stopping
+    if spec is None:
+        return
+    if parsed.data is None or parsed.data.validation is None:
+        raise doc.error("train.early_stopping", "needs a validation split to score after "
+                        "every pass: set data.validation.dates (FROM..TO) or "
+                        "data.validation.glob, days apart from data.train and data.eval")
+    if parsed.train.epochs < 2:
+        raise doc.error("train.early_stopping", f"needs train.epochs of at least 2 (got "
+                        f"{parsed.train.epochs}): it stops between passes")
+    if spec.label is not None and spec.label not in labels:
+        raise doc.error("train.early_stopping.label", f"got {spec.label!r}; the model "
+                        "predicts " + ", ".join(labels) + "." + did_you_mean(spec.label, labels))
 
 
 def _parse_dates_as_text(data: Any) -> Any:

@@ -188,7 +188,7 @@ class InputPipeline:
         return dataset_fn
 
 
-def _split_files(config: ExperimentConfig, split: Literal["train", "eval"] | None,
+def _split_files(config: ExperimentConfig, split: Literal["train", "eval", "validation"] | None,
                  data_path: str | None) -> list[str]:
     data = config.data
     if data_path is not None:
@@ -212,7 +212,7 @@ def _looks_like_root(path: str) -> bool:
     return not path.endswith(".parquet") and not any(c in path for c in "*?[")
 
 
-def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | None,
+def prepare_input(config: ExperimentConfig, split: Literal["train", "eval", "validation"] | None,
                   num_workers: int, data_path: str | None = None,
                   spec: InputSpec | None = None,
                   extra_columns: tuple[str, ...] = (),
@@ -222,7 +222,8 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval"] | No
 
     Args:
       config: The experiment config.
-      split: ``train`` or ``eval`` from ``config.data``; ``None`` reads all of the path.
+      split: ``train``, ``eval`` or ``validation`` from ``config.data``; ``None`` reads
+        all of the path.
       num_workers: Workers to plan for.
       data_path: Overrides ``data.path``: a root with date partitions (the split's
         dates are applied), a directory, a file or a glob.

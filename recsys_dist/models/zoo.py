@@ -128,6 +128,14 @@ class RankingModel(tf.keras.Model):
         return out
 
     @property
+    def linear_variables(self) -> list[tf.Variable]:
+        """The part of :attr:`embedding_variables` that holds per-id weights of linear
+        parts (:class:`FeatureLinear`): ``train.linear_optimizer`` updates these."""
+        linear = {v.ref() for module in self.submodules if isinstance(module, FeatureLinear)
+                  for v in module.embeddings.trainable_variables}
+        return [v for v in self.embedding_variables if v.ref() in linear]
+
+    @property
     def dynamic_tables(self) -> dict[str, list]:
         """Dynamic table name -> its :class:`DynamicTable` in each layer that reads it."""
         found: dict[str, list] = {}

@@ -194,6 +194,11 @@ def _check_retrain_config(config: ExperimentConfig) -> ExperimentConfig:
     if config.data is None:
         raise ConfigError(config.file, "data", "missing; retrain needs data.path with date "
                           "partitions")
+    if config.train.early_stopping is not None:
+        raise ConfigError(config.file, "train.early_stopping", "retrain does not stop early: "
+                          "its validation split would have to move with --date. Choose "
+                          "train.epochs offline (train with early_stopping on past days) and "
+                          "remove it, or --set train.early_stopping=null")
     label = config.retrain.gate.label
     if label is not None and label not in config.labels:
         raise ConfigError(config.file, "retrain.gate.label", f"unknown label {label!r}; the "

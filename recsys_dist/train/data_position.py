@@ -76,6 +76,7 @@ class DataPosition:
         self.shuffle = shuffle
         self.seed = seed
         self.done = [0] * len(items)
+        self.stopped = False  # early stopping ended the run before its last pass
         self.fingerprint = items_fingerprint(files, items, file_bytes)
 
     # ---- progress -----------------------------------------------------------------------
@@ -90,7 +91,12 @@ class DataPosition:
 
     @property
     def finished(self) -> bool:
-        return all(d >= self.epochs for d in self.done)
+        return self.stopped or all(d >= self.epochs for d in self.done)
+
+    @property
+    def passes_done(self) -> int:
+        """Passes every item has finished."""
+        return min(self.done, default=0)
 
     def complete(self, index: int) -> None:
         """Records one more finished pass of item ``index``."""
@@ -99,6 +105,8 @@ class DataPosition:
     def schedule(self) -> Iterator[tuple[int, int]]:
         """(pass, item index) still to run, pass by pass (each index once per missing
         pass); passes count from 0."""
+        if self.stopped:
+            return
         for epoch in range(self.epochs):
             todo = [i for i, d in enumerate(self.done) if d <= epoch]
             if self.shuffle:
@@ -108,7 +116,7 @@ class DataPosition:
     # ---- persistence --------------------------------------------------------------------
     def to_json(self) -> dict:
         return {"fingerprint": self.fingerprint, "epochs": self.epochs,
-                "items": len(self.items), "done": list(self.done),
+                "items": len(self.items), "done": list(self.done), "stopped": self.stopped,
                 "finished_rows": self.finished_rows, "total_rows": self.total_rows}
 
     def restore(self, state: dict, source: str) -> None:
@@ -129,3 +137,4 @@ class DataPosition:
                 "Resume with the same data and settings, or "
                 "train into a new --model-dir")
         self.done = [int(d) for d in state["done"]]
+        self.stopped = bool(state.get("stopped", False))

@@ -12,6 +12,7 @@ import math
 
 import tensorflow as tf
 
+from recsys_dist.checkpoint.store import create_slots
 from recsys_dist.config.experiment import OptimizerSpec, TrainSpec
 
 
@@ -45,3 +46,55 @@ def make_optimizer(spec: OptimizerSpec, learning_rate: float):
         return legacy.SGD(learning_rate)
     return legacy.Adam(learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2,
                        epsilon=spec.epsilon)
+
+
+class ModelOptimizers:
+    """The optimizers of one model, each over its own group of variables.
+
+    - ``embedding``: the embedding tables (without the linear ones when ``linear`` is set);
+    - ``linear``: the per-id weights of linear parts, when ``train.linear_optimizer`` is set;
+    - ``dense``: everything else (towers, heads, biases).
+
+    The groups partition the model's trainable variables. Build it under the strategy
+    scope; it creates every slot at once (before any restore: ``checkpoint/store.py``).
+    """
+
+    def __init__(self, model, train: TrainSpec, batch_size: int, replicas_per_worker: int):
+        def build(spec: OptimizerSpec):
+            return make_optimizer(spec, scaled_learning_rate(spec, train, batch_size,
+                                                             replicas_per_worker))
+
+        self.embedding, self.dense = build(train.embedding_optimizer), build(train.dense_optimizer)
+        self.linear = build(train.linear_optimizer) if train.linear_optimizer else None
+        self.tables = model.embedding_variables
+        linear = {v.ref() for v in model.linear_variables} if self.linear else set()
+        #: (optimizer, indices into ``tables``) of each group of tables.
+        self.table_groups = [(self.embedding, [i for i, v in enumerate(self.tables)
+                                               if v.ref() not in linear])]
+        if self.linear:
+            self.table_groups.append((self.linear, [i for i, v in enumerate(self.tables)
+                                                    if v.ref() in linear]))
+        self.dense_variables = model.dense_variables
+        for optimizer, indices in self.table_groups:
+            create_slots(optimizer, [self.tables[i] for i in indices])
+        create_slots(self.dense, self.dense_variables)
+
+    @property
+    def all(self) -> list:
+        """Every optimizer."""
+        return [self.embedding, self.dense] + ([self.linear] if self.linear else [])
+
+    def checkpoint_objects(self) -> dict:
+        """Named optimizers for ``tf.train.Checkpoint`` (``linear_optimizer`` only when set,
+        so checkpoints without it keep their layout)."""
+        objects = {"embedding_optimizer": self.embedding, "dense_optimizer": self.dense}
+        if self.linear:
+            objects["linear_optimizer"] = self.linear
+        return objects
+
+    def apply(self, table_gradients: list, dense_gradients: list) -> None:
+        """Applies the gradients of the model's ``embedding_variables`` (in that order)
+        and of its ``dense_variables``, each group with its optimizer."""
+        for optimizer, indices in self.table_groups:
+            optimizer.apply_gradients([(table_gradients[i], self.tables[i]) for i in indices])
+        self.dense.apply_gradients(zip(dense_gradients, self.dense_variables))

@@ -65,6 +65,38 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, data_path: str | None
     return train_input, eval_input, oracle
 
 
+def _plan_validation(config: ExperimentConfig, data_path: str | None):
+    """The ``data.validation`` input early stopping scores after each pass, or None."""
+    from recsys_dist.data.input_fn import prepare_input
+
+    if config.train.early_stopping is None:
+        return None
+    validation = prepare_input(config, "validation", config.cluster.workers,
+                               data_path=data_path)
+    spec = config.train.early_stopping
+    print(f"validate {len(validation.plan.files)} files, {validation.plan.total_rows:,} rows "
+          f"after every epoch; stop after {spec.patience} epoch(s) without a gain in "
+          f"{spec.metric}")
+    return validation
+
+
+def result_lines(result) -> list[str]:
+    """What ``train`` prints of a :class:`~recsys_dist.train.trainer.TrainResult`."""
+    lines = [f"trained  {result.steps:,} steps, {result.examples:,} examples in "
+             f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
+             f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
+             f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
+                                               for k, v in result.auc.items())]
+    stopping = result.early_stopping
+    if stopping and stopping["best"]:
+        best, last = stopping["best"], stopping["history"][-1]
+        lines.append(f"best     epoch {best['epoch']} of {last['epoch']} trained: validation "
+                     f"{stopping['metric']}/{stopping['label']} {best['value']:.4f}"
+                     + ("; stopped early" if stopping["stopped"] else ""))
+    lines.extend(dynamic_table_lines(result.dynamic_tables))
+    return lines
+
+
 def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
     """One line per dynamic table, and a warning for each that refused ids when full."""
     lines = []
@@ -94,6 +126,7 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
     from recsys_dist.train.trainer import Trainer, completed_run
 
     train_input, eval_input, oracle = _plan_inputs(config, model_dir, data_path, evaluate)
+    validation = _plan_validation(config, data_path)
     done = completed_run(config, train_input, model_dir)
     if done is not None:
         saved, position = done
@@ -108,7 +141,7 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
             config.cluster, log_dir_for(model_dir), config.train.embedding_shard_bytes
     ) as runtime:
         print(f"cluster  {runtime.describe()}")
-        trainer = Trainer(config, runtime, train_input, model_dir)
+        trainer = Trainer(config, runtime, train_input, model_dir, validation)
         resumed = trainer.resume()
         warm = None
         if resumed is not None:
@@ -123,12 +156,7 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
             for line in report.warnings():
                 print(f"warning  {line}")
         result = trainer.fit()
-        print(f"trained  {result.steps:,} steps, {result.examples:,} examples in "
-              f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
-              f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
-              f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
-                                                for k, v in result.auc.items()))
-        for line in dynamic_table_lines(result.dynamic_tables):
+        for line in result_lines(result):
             print(line)
         metrics = None
         if eval_input is not None:

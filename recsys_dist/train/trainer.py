@@ -50,7 +50,6 @@ from recsys_dist.checkpoint.store import (
     DamagedCheckpoint,
     SavedCheckpoint,
     check_signature,
-    create_slots,
     local_prefix,
     model_signature,
     restore,
@@ -63,11 +62,13 @@ from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig, resolved_files
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
+from recsys_dist.evaluation.evaluate import evaluate_split
 from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
 from recsys_dist.models.zoo import build_from_config
 from recsys_dist.train.data_position import DataPosition
 from recsys_dist.train.dense_cache import DenseWeightCache, check_dense_refresh, watched
-from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
+from recsys_dist.train.early_stopping import EarlyStopping
+from recsys_dist.train.optimizers import ModelOptimizers
 
 AUC_THRESHOLDS = 2000
 RESULT_FILE = "train_result.json"  # written last by a finished run
@@ -92,6 +93,9 @@ class TrainResult:
       dynamic_tables: Per dynamic table of each layer (``<layer>_<table>``), its
         :meth:`DynamicTable.stats` at the end: live ids, capacity, ids refused because a
         shard was full, lookups without a row, ids counted but not admitted yet.
+      early_stopping: With ``train.early_stopping``: the validation metric of every
+        pass (``history``), the ``best`` pass (whose weights the run ends with) and
+        whether it ``stopped`` before the last pass.
     """
 
     steps: int
@@ -103,6 +107,7 @@ class TrainResult:
     warm_examples_per_second: float = float("nan")
     epochs: list[dict] = dataclasses.field(default_factory=list)
     dynamic_tables: dict[str, dict] = dataclasses.field(default_factory=dict)
+    early_stopping: dict | None = None
 
     @property
     def examples_per_second(self) -> float:
@@ -155,6 +160,7 @@ class _Attempt:
     pass_start: int = 0  # rows collected before this pass
     first: tuple[float, int] | None = None  # (time, rows) at the first collected item
     saved_at: int | None = None  # the step of this attempt's latest checkpoint
+    stopped: bool = False  # early stopping ended the run at the end of pass `epoch`
 
     def __post_init__(self):
         self.recent: collections.deque = collections.deque(maxlen=self.keep)  # (loss, weight)
@@ -236,10 +242,12 @@ class Trainer:
       runtime: The connected cluster.
       pipeline: The planned training split.
       model_dir: Where checkpoints, summaries and the resolved config go.
+      validation: The planned ``data.validation`` split, scored after every pass when
+        ``train.early_stopping`` is set (required then).
     """
 
     def __init__(self, config: ExperimentConfig, runtime: Runtime, pipeline: InputPipeline,
-                 model_dir: str):
+                 model_dir: str, validation: InputPipeline | None = None):
         self.config = config
         self.runtime = runtime
         self.pipeline = pipeline
@@ -249,27 +257,28 @@ class Trainer:
         train = config.train
         with strategy.scope():
             self.model = build_from_config(config)
-            batch = pipeline.spec.batch_size
-            self.embedding_optimizer, self.dense_optimizer = (
-                make_optimizer(spec, scaled_learning_rate(spec, train, batch, self.replicas))
-                for spec in (train.embedding_optimizer, train.dense_optimizer))
             # Slots exist before any restore (checkpoint/store.py says why).
-            create_slots(self.embedding_optimizer, self.model.embedding_variables)
-            create_slots(self.dense_optimizer, self.model.dense_variables)
+            self.optimizers = ModelOptimizers(self.model, train, pipeline.spec.batch_size,
+                                              self.replicas)
             self.auc = {label: tf.keras.metrics.AUC(num_thresholds=AUC_THRESHOLDS,
                                                     from_logits=True, name=f"auc_{label}")
                         for label in config.labels}
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name="global_step")
-        self.checkpoint = tf.train.Checkpoint(
-            model=self.model, embedding_optimizer=self.embedding_optimizer,
-            dense_optimizer=self.dense_optimizer, global_step=self.global_step)
+        self.checkpoint = tf.train.Checkpoint(model=self.model, global_step=self.global_step,
+                                              **self.optimizers.checkpoint_objects())
         self.checkpoints = CheckpointManager(model_dir, train.keep_checkpoints)
         self.position = data_position(config, pipeline)
         self.items = self.position.items
         self.restored: SavedCheckpoint | None = None
         self._rows_before = 0  # rows trained by earlier attempts (from the checkpoint)
         self._train_item = self._make_train_item()
+        spec = train.early_stopping
+        if spec is not None and validation is None:
+            raise ValueError("train.early_stopping needs the validation split's pipeline")
+        self.validation = validation
+        self.early_stopping = (EarlyStopping(spec, spec.label or config.labels[0])
+                               if spec is not None else None)
 
     # ---- checkpoints --------------------------------------------------------------------
     def resume(self) -> SavedCheckpoint | None:
@@ -301,6 +310,9 @@ class Trainer:
                       f"{saved.directory}", flush=True)
             self.position.restore(saved.state["position"], saved.directory)
             self._rows_before = int(saved.state.get("rows_trained", 0))
+            if self.early_stopping is not None:
+                self.early_stopping.restore(saved.state.get("early_stopping"))
+                self._pin_best()
             self.restored = saved
             return saved
         if damaged:
@@ -316,7 +328,7 @@ class Trainer:
         with local_prefix(saved) as prefix:  # downloaded first when remote
             return warm_start(self.checkpoint, prefix, self._stacks(),
                               saved.state.get("embedding_stacks", {}),
-                              [self.embedding_optimizer, self.dense_optimizer],
+                              self.optimizers.all,
                               on_table_resize, source=saved.directory)
 
     def _stacks(self) -> list[TableStack]:
@@ -346,6 +358,8 @@ class Trainer:
                                      if c not in label_columns},
                  "rows_trained": self._rows_before + rows_this_attempt,
                  "complete": self.is_complete()}
+        if self.early_stopping is not None:
+            state["early_stopping"] = self.early_stopping.to_json()
         return self.checkpoints.save(self.checkpoint, self.step, state)
 
     # ---- the step -----------------------------------------------------------------------
@@ -367,9 +381,7 @@ class Trainer:
             loss, per_example = replica_loss(logits, batch["labels"], valid, labels,
                                              self.replicas, model.losses)
         grads = tape.gradient(loss, embedding_vars + list(dense_sources))
-        self.embedding_optimizer.apply_gradients(zip(grads[:len(embedding_vars)],
-                                                     embedding_vars))
-        self.dense_optimizer.apply_gradients(zip(grads[len(embedding_vars):], dense_vars))
+        self.optimizers.apply(grads[:len(embedding_vars)], grads[len(embedding_vars):])
         for name in labels:
             self.auc[name].update_state(batch["labels"][name], logits[name], sample_weight=valid)
         return (tf.reduce_sum(per_example), tf.reduce_sum(valid),
@@ -440,12 +452,15 @@ class Trainer:
         cadence = _Cadence(self.config.train, run.first_step)
         in_flight = InFlight(self.runtime.coordinator, self._train_item,
                              2 * self.runtime.num_workers)
+        self._unscored_pass(run, cadence, show_progress)
         for epoch, index, budget in self._work():
             if epoch != run.epoch:
                 if run.epoch is not None:  # a pass ends: its AUC covers its rows only
                     self._drain(in_flight, run)
                     run.epochs.append(self._end_epoch(run.epoch, show_progress))
                     run.pass_start = run.progress.rows
+                    if self._after_pass(run, run.epoch + 1, cadence, show_progress):
+                        break
                 run.epoch = epoch
             item = self.items[index]
             in_flight.put((index, budget), item.file, item.start, item.stop, budget)
@@ -513,24 +528,92 @@ class Trainer:
                 summaries: storage_io.StagedDir) -> TrainResult:
         """Ends the last pass, writes the final summaries and checkpoint; the figures."""
         progress = run.progress
-        if run.epoch is not None:
+        if run.epoch is not None and not run.stopped:
             run.epochs.append(self._end_epoch(run.epoch, show_progress, reset=False))
+            self._after_pass(run, run.epoch + 1, cadence, show_progress)
+        restored_best = self._restore_best(show_progress)
         seconds = time.perf_counter() - cadence.start
         self._summaries(writer, run.first_step + progress.steps,
                         progress.rows / seconds if seconds else 0.0, run.recent)
         writer.flush()
         end = time.perf_counter()  # the rates leave out the final checkpoint
         # Never rewrite the restored checkpoint, nor one this attempt just wrote.
-        if ((progress.steps or self.restored is None)
-                and run.saved_at != run.first_step + progress.steps):
+        if restored_best or ((progress.steps or self.restored is None)
+                             and run.saved_at != run.first_step + progress.steps):
             self._checkpoint(progress, show_progress)
         summaries.sync()
         warm = ((progress.rows - run.first[1]) / (end - run.first[0])
                 if run.first and end > run.first[0] else float("nan"))
+        # The last pass's AUC (a stop between passes has already reset the metrics).
+        auc = (run.epochs[-1]["auc"] if run.epochs
+               else {n: float(m.result()) for n, m in self.auc.items()})
         return TrainResult(progress.steps, progress.rows, progress.skipped, seconds,
-                           _mean_loss(run.recent),
-                           {n: float(m.result()) for n, m in self.auc.items()}, warm,
-                           run.epochs, self.dynamic_table_stats())
+                           _mean_loss(run.recent), auc, warm,
+                           run.epochs, self.dynamic_table_stats(),
+                           self.early_stopping.to_json() if self.early_stopping else None)
+
+    # ---- early stopping -----------------------------------------------------------------
+    def _after_pass(self, run: _Attempt, epoch: int, cadence: _Cadence,
+                    show_progress: bool) -> bool:
+        """With ``train.early_stopping``: scores the validation split after pass ``epoch``
+        (from 1; call with nothing in flight), checkpoints, and keeps the best pass's
+        checkpoint. Returns True when training should stop."""
+        stopping = self.early_stopping
+        if stopping is None:
+            return False
+        metrics, _ = evaluate_split(self.runtime, self.model, self.validation,
+                                    self.config.labels, {})
+        scores = metrics["labels"][stopping.label]
+        stop = stopping.record(epoch, self.step, scores[stopping.metric])
+        for entry in run.epochs:
+            if entry["epoch"] == epoch:
+                entry["validation"] = {"auc": scores["auc"], "logloss": scores["logloss"]}
+        if show_progress:
+            print(stopping.describe_last(), flush=True)
+        if stop:
+            self.position.stopped = run.stopped = True
+            if show_progress and epoch < self.position.epochs:
+                print(f"early    stop after epoch {epoch} of {self.position.epochs}: "
+                      f"{stopping.spec.patience} epoch(s) without a gain of more than "
+                      f"{stopping.spec.min_delta} in validation {stopping.metric}", flush=True)
+        self._pin_best()
+        self._checkpoint(run.progress, show_progress)
+        run.saved_at = self.step
+        cadence.saved(time.perf_counter(), self.step)
+        return stop
+
+    def _unscored_pass(self, run: _Attempt, cadence: _Cadence, show_progress: bool) -> None:
+        """A resumed run whose checkpoint was written after a pass ended but before it
+        was scored scores it now (the weights are that pass's: the next pass had not
+        started)."""
+        stopping = self.early_stopping
+        if (stopping is not None and not self.position.stopped
+                and self.position.passes_done > stopping.scored_passes):
+            self._after_pass(run, self.position.passes_done, cadence, show_progress)
+
+    def _pin_best(self) -> None:
+        best = self.early_stopping.best if self.early_stopping else None
+        self.checkpoints.pinned = {best["step"]} if best else set()
+
+    def _restore_best(self, show_progress: bool) -> bool:
+        """Loads the best pass's weights when the run ends on a worse one (keeping the
+        global step); True when it did."""
+        best = self.early_stopping.best if self.early_stopping else None
+        if best is None or best["step"] == self.step:
+            return False
+        saved = self.checkpoints.at_step(best["step"])
+        if saved is None:
+            raise CheckpointError(f"{self.checkpoints.root}: the checkpoint of the best "
+                                  f"epoch ({best['epoch']}, step {best['step']:,}) is gone; "
+                                  "it is kept for early stopping, so it was removed by hand")
+        step = self.step
+        restore(self.checkpoint, saved)
+        self.global_step.assign(step)
+        if show_progress:
+            print(f"best     epoch {best['epoch']} (validation {self.early_stopping.metric} "
+                  f"{best['value']:.4f}): its weights, from {saved.directory}, are the "
+                  "run's final model", flush=True)
+        return True
 
     def dynamic_table_stats(self) -> dict[str, dict]:
         """:meth:`DynamicTable.stats` of every dynamic table, by ``<layer>_<table>``."""

@@ -141,7 +141,7 @@ def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data
     # Optimizer slots live with their shard.
     trainer.fit(show_progress=False)
     for variable in trainer.model.embedding_variables:
-        slot = trainer.embedding_optimizer.get_slot(variable, "accumulator")
+        slot = trainer.optimizers.embedding.get_slot(variable, "accumulator")
         assert slot.device == variable.device
 
 

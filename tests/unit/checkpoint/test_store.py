@@ -40,6 +40,20 @@ def test_keeps_the_last_k_and_restores_the_newest_complete(tmp_path):
     np.testing.assert_array_equal(target.v.numpy(), [40.0] * 3)
 
 
+def test_a_pinned_checkpoint_outlives_keep_and_is_found_by_its_step(tmp_path):
+    manager = CheckpointManager(str(tmp_path), keep=1)
+    manager.pinned = {20}
+    for step in (10, 20, 30, 40):
+        manager.save(_checkpoint(float(step)), step, {"n": step})
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["ckpt-000000000020", "ckpt-000000000040"]
+    assert manager.at_step(20).state["n"] == 20
+    assert manager.at_step(30) is None
+    manager.pinned = set()
+    manager.save(_checkpoint(50.0), 50, {})
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["ckpt-000000000050"]
+
+
 def test_a_checkpoint_without_its_marker_is_never_restored_and_is_cleaned_up(tmp_path):
     manager = CheckpointManager(str(tmp_path), keep=3)
     manager.save(_checkpoint(1.0), 100, {})

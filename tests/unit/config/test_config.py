@@ -297,6 +297,18 @@ TRAIN_REJECTIONS = [
     ("train.steps_per_call=0", r"train\.steps_per_call: got 0; expected a value >= 1"),
     ("train.lr_scaling=quadratic", r"train\.lr_scaling: got 'quadratic'; expected one of 'none', "
      r"'linear', 'sqrt'"),
+    ("train.linear_optimizer={name: adam, learning_rate: 0.05}",
+     r"train\.linear_optimizer\.name: got 'adam'; embedding tables take 'adagrad', 'ftrl' "
+     r"or 'sgd'"),
+    ("train.linear_optimizer={name: sgd, learning_rate: 0.05, l2: 1.0}",
+     r"train\.linear_optimizer\.l2: does not apply to optimizer 'sgd'"),
+    ("train.early_stopping={patience: 1}",
+     r"train\.early_stopping: needs a validation split to score after every pass: set "
+     r"data\.validation\.dates"),
+    ("train.early_stopping={patience: 0}", r"train\.early_stopping\.patience: got 0; expected a "
+     r"value >= 1"),
+    ("train.early_stopping={metric: gauc}", r"train\.early_stopping\.metric: got 'gauc'; "
+     r"expected one of 'auc', 'logloss'"),
     ("model.params={cross_layer: 2}",
      r"model\.params\.cross_layer: unknown key.*Did you mean \"cross_layers\"\?"),
     ("model.params={hidden_units: [64, 0]}",
@@ -310,6 +322,21 @@ TRAIN_REJECTIONS = [
 def test_train_and_model_params_rejections(tmp_path, override, pattern):
     with pytest.raises(ConfigError, match=pattern):
         load_config(write(tmp_path), [override])
+
+
+def test_early_stopping_needs_epochs_and_a_label_of_the_model(tmp_path):
+    validation = "data.validation={dates: 2026-01-05}"
+    with pytest.raises(ConfigError, match=r"train\.early_stopping: needs train\.epochs of at "
+                                          r"least 2 \(got 1\): it stops between passes"):
+        load_config(write(tmp_path), [validation, "train.early_stopping={patience: 1}"])
+    with pytest.raises(ConfigError, match=r"train\.early_stopping\.label: got 'clik'; the model "
+                                          r"predicts click, conversion\. Did you mean"):
+        load_config(write(tmp_path), [validation, "train.epochs=3",
+                                      "train.early_stopping={label: clik}"])
+    config = load_config(write(tmp_path), [validation, "train.epochs=3",
+                                           "train.early_stopping={patience: 2}"])
+    assert config.train.early_stopping.patience == 2
+    assert config.data.validation.dates == "2026-01-05"
 
 
 def test_train_and_params_defaults(tmp_path):

@@ -108,6 +108,19 @@ def test_wide_deep_groups_can_differ(tiny):
     assert model.wide.embeddings.tables["ad"].shape == (50, 2)  # one column per label
 
 
+@pytest.mark.parametrize("name, linear_prefixes", [
+    ("lr", {"linear_embeddings"}), ("wide_deep", {"wide_embeddings"}),
+    ("deepfm", {"linear_embeddings"}), ("dcn_v2", set())])
+def test_linear_variables_are_the_per_id_weights_of_linear_parts(tiny, name, linear_prefixes):
+    model = build_model(name, tiny, model_inputs(name, tiny), LABELS)
+    model.create_variables()
+    linear = model.linear_variables
+    assert _refs(linear) <= _refs(model.embedding_variables)
+    assert {v.name.split("/")[0] for v in linear} == linear_prefixes
+    if name != "lr":
+        assert _refs(model.embedding_variables) - _refs(linear)  # the deep part's tables
+
+
 @pytest.mark.parametrize("name", ["dcn_v2", "mmoe"])
 def test_same_seed_same_weights(tiny, name):
     def weights(seed: int) -> list[np.ndarray]:

@@ -65,3 +65,15 @@ def test_data_position_of_other_data_is_refused():
     with pytest.raises(PositionMismatch, match="ckpt-9: the checkpoint's data position was "
                                                "recorded over other data"):
         other.restore(position.to_json(), "ckpt-9")
+
+
+def test_a_position_stopped_early_is_finished_schedules_nothing_and_keeps_it():
+    position = _position(epochs=4)
+    for _, index in list(position.schedule())[:5]:
+        position.complete(index)
+    assert position.passes_done == 1 and not position.finished
+    position.stopped = True
+    assert position.finished and list(position.schedule()) == []
+    resumed = _position(epochs=4)
+    resumed.restore(json.loads(json.dumps(position.to_json())), "ckpt")
+    assert resumed.stopped and resumed.finished and resumed.finished_rows == 50

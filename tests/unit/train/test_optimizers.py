@@ -48,3 +48,37 @@ def test_sparse_adagrad_step_touches_only_looked_up_rows():
     optimizer.apply_gradients([(tape.gradient(loss, table), table)])
     changed = tf.reduce_any(tf.not_equal(table, 1.0), axis=1).numpy().tolist()
     assert changed == [False, True, False, True, False]
+
+
+def test_the_linear_optimizer_updates_the_linear_tables_and_nothing_else(tmp_path):
+    """With ``train.linear_optimizer`` the groups partition the trainable variables, and
+    each optimizer moves only its own (an embedding rate of 0 holds the deep tables)."""
+    from recsys_dist.models.zoo import build_model
+    from recsys_dist.train.optimizers import ModelOptimizers
+    from tests.support.models import (LABELS, TINY_FEATURES, model_inputs, tiny_batch,
+                                      total_loss, write_feature_config)
+
+    features = write_feature_config(tmp_path, TINY_FEATURES)
+    model = build_model("deepfm", features, model_inputs("deepfm", features), LABELS)
+    model.create_variables()
+    train = TrainSpec(embedding_optimizer=OptimizerSpec("sgd", 0.0),
+                      linear_optimizer=OptimizerSpec("adagrad", 0.5))
+    optimizers = ModelOptimizers(model, train, 512, 1)
+    assert sorted(optimizers.checkpoint_objects()) == ["dense_optimizer",
+                                                       "embedding_optimizer",
+                                                       "linear_optimizer"]
+    grouped = [optimizers.tables[i] for _, indices in optimizers.table_groups for i in indices]
+    assert sorted(v.name for v in grouped) == sorted(v.name for v in model.embedding_variables)
+    before = {v.name: v.numpy().copy() for v in model.embedding_variables}
+    batch, labels = tiny_batch()
+    tables, dense = model.embedding_variables, model.dense_variables
+    with tf.GradientTape() as tape:
+        loss = total_loss(model(batch, training=True), labels)
+    grads = tape.gradient(loss, tables + dense)
+    optimizers.apply(grads[:len(tables)], grads[len(tables):])
+    moved = {v.name for v in tables if (v.numpy() != before[v.name]).any()}
+    assert moved == {v.name for v in model.linear_variables}
+    assert optimizers.linear.get_slot(model.linear_variables[0], "accumulator") is not None
+    without = ModelOptimizers(model, TrainSpec(), 512, 1)
+    assert without.linear is None and len(without.table_groups) == 1
+    assert sorted(without.checkpoint_objects()) == ["dense_optimizer", "embedding_optimizer"]
