@@ -24,78 +24,23 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 
-from recsys_dist.cluster.local import child_pids
 from recsys_dist.data.synth import synthesize
 from tests.support.paths import CLI
 from tests.support.run_configs import EPOCHS, EVERY
 from tests.support.run_configs import small_run_config as write_config
+from tests.support.train_run import TrainRun
 
 pytestmark = pytest.mark.cluster
 
 IN_FLIGHT = 4 * 10  # 2 closures per worker x 2 workers x steps_per_call
 AUC_TOLERANCE = 0.01  # measured scatter: see the module docstring
 
-
-
-class TrainRun:
-    """``recsys-dist train`` in a subprocess, its output collected line by line."""
-
-    def __init__(self, config: str, model_dir: pathlib.Path, *extra: str):
-        self.process = subprocess.Popen(
-            [CLI, "train", "--config", config, "--model-dir", str(model_dir), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for(self, pattern: str, count: int = 1, timeout: float = 240) -> re.Match:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            found = [m for m in (re.search(pattern, line) for line in list(self.lines)) if m]
-            if len(found) >= count:
-                return found[count - 1]
-            if self.process.poll() is not None and not self._reader.is_alive():
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no {count} x {pattern!r} in the output:\n{self.output[-4000:]}")
-
-    def finish(self, timeout: float = 400) -> int:
-        code = self.process.wait(timeout=timeout)
-        self._reader.join(timeout=10)
-        return code
-
-    def servers(self, job: str) -> list[int]:
-        """Pids of this run's ``job`` server processes, by task index."""
-        found = {}
-        for pid in child_pids(self.process.pid):
-            try:
-                argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except FileNotFoundError:
-                continue
-            if b"--job" in argv and argv[argv.index(b"--job") + 1].decode() == job:
-                found[int(argv[argv.index(b"--index") + 1])] = pid
-        return [found[i] for i in sorted(found)]
-
-    def last_step(self) -> int:
-        steps = [int(m.group(1).replace(",", "")) for m in
-                 (re.match(r"(?:step|checkpoint step) ([\d,]+)", line) for line in self.lines) if m]
-        return max(steps, default=0)
 
 
 def final_state(model_dir: pathlib.Path) -> dict:

@@ -192,6 +192,10 @@ def test_retrain_rejections_name_the_key(days, tmp_path):
     assert result.returncode == 2 and "retrain: missing" in result.stderr, result.stderr
     bad = retrain(config, "2026-01-02", "--set", "retrain.train_dates={day-1}")
     assert bad.returncode == 2 and "retrain.train_dates" in bad.stderr, bad.stderr
+    stopping = retrain(config, "2026-01-02", "--set", "data.validation={dates: 2026-01-03}",
+                       "--set", "train.epochs=3", "--set", "train.early_stopping={patience: 1}")
+    assert stopping.returncode == 2, stopping.stderr
+    assert "train.early_stopping: retrain does not stop early" in stopping.stderr
 
 
 def test_a_held_day_is_gated_and_published_by_the_next_run(days):

@@ -128,6 +128,35 @@ def test_nulls_and_list_columns_train_from_local_disk_and_s3(tmp_path, data, run
         assert click_after["logloss"] < click_before["logloss"] - 0.005, (where, before, after)
 
 
+def test_a_linear_optimizer_updates_only_the_linear_parts_tables(tmp_path, data, runtime):
+    """wide_deep with ``train.linear_optimizer`` and an embedding rate of 0: the wide
+    part's per-id weights move on the parameter servers, the deep tables stay put, and
+    the linear optimizer's slots sit with their shards and are checkpointed."""
+    import tensorflow as tf
+
+    from recsys_dist.config import load_config
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.train.trainer import Trainer
+
+    config = load_config(write_config(tmp_path, data, "wide_deep", epochs=1), [
+        "train.embedding_optimizer={name: sgd, learning_rate: 0.0}",
+        "train.linear_optimizer={name: adagrad, learning_rate: 0.05}"])
+    trainer = Trainer(config, runtime, prepare_input(config, "train", 2),
+                      str(tmp_path / "model"))
+    model, optimizers = trainer.model, trainer.optimizers
+    linear = {v.ref() for v in model.linear_variables}
+    assert linear and linear < {v.ref() for v in model.embedding_variables}
+    before = {v.ref(): v.numpy() for v in model.embedding_variables}
+    trainer.fit(show_progress=False)
+    moved = {v.ref() for v in model.embedding_variables if (v.numpy() != before[v.ref()]).any()}
+    assert moved == linear
+    for variable in model.linear_variables:
+        assert optimizers.linear.get_slot(variable, "accumulator").device == variable.device
+    saved = trainer.checkpoints.latest()
+    keys = [name for name, _ in tf.train.list_variables(saved.prefix)]
+    assert any(key.startswith("linear_optimizer/") for key in keys), keys[:20]
+
+
 def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data, runtime):
     trainer, _ = _trainer(tmp_path, data, runtime, "dcn_v2")
     stacks = [s for m in trainer.model.submodules if isinstance(m, FeatureEmbeddings)
