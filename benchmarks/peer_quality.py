@@ -28,9 +28,11 @@ The methods:
   bins, categorical splits with ``max_cat_threshold`` 32 and ``cat_smooth`` 10), no early
   stopping, 2 threads.
 - **<model> one process**: the single-process tf-keras reference of each deep model of
-  ``--models`` (not ``lr``): the same model and both optimizers built in this process,
-  no parameter servers, one pass over the training window through the same input
-  function, as :func:`single_process_reference` describes.
+  ``--models`` (not ``lr``): the same model and its optimizers built in this process,
+  no parameter servers, through the same input function, as
+  :func:`single_process_reference` describes: one pass over the training window, or, when
+  the config sets ``train.early_stopping``, up to ``train.epochs`` passes stopped on
+  ``data.validation`` exactly as the zoo stops (the best pass's weights are scored).
 - **<model> (zoo)**: our zoo through the real CLI: ``recsys-dist train`` on a local
   cluster of 2 workers and 2 parameter servers with ``--no-eval``, then ``recsys-dist
   evaluate`` on the held-out window and, with ``--dates``, on the training window; the
@@ -86,7 +88,7 @@ from recsys_dist.errors import RecsysError
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "demo.yaml"
 SYNTH_TRAIN, SYNTH_EVAL, SYNTH_DAYS, SYNTH_SEED = "2026-01-01..2026-01-06", "2026-01-07", 7, 11
-DEFAULT_MODELS = "lr,dcn_v2,deepfm"
+DEFAULT_MODELS = "lr,wide_deep,dcn_v2,deepfm"
 ZOO = ("lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe")
 C_GRID = (0.01, 0.1, 1.0)
 #: LightGBM's setting; everything not named keeps LightGBM's default.
@@ -510,28 +512,28 @@ def single_process_reference(config, score_train: bool = False,
                              log: Callable[[str], None] = print) -> dict[str, Any]:
     """Trains ``config``'s model in this process, without parameter servers, and scores it.
 
-    It builds the model and both of its optimizers (the config's embedding optimizer for
-    the tables, its dense optimizer for the towers) in this process, trains one pass over
-    the training split (``train.epochs`` is not read) through the same input function as
-    the cluster (one reader, shuffled units and rows, the trainer's own loss), and scores
-    the evaluation split (and with ``score_train`` the training split) with
-    ``training=False``.
+    It builds the model and its optimizers (the trainer's
+    :class:`~recsys_dist.train.optimizers.ModelOptimizers`: embedding, dense and, when set,
+    linear) in this process and trains through the same input function as the cluster
+    (one reader, shuffled units and rows, the trainer's own loss): one pass over the
+    training split, or with ``train.early_stopping`` up to ``train.epochs`` passes (each
+    with its own shuffle), scoring ``data.validation`` after each and stopping as the
+    trainer does; the best pass's weights are kept. Then it scores the evaluation split
+    (and with ``score_train`` the training split) with ``training=False``.
 
     Returns:
       ``{"steps", "train_seconds", "seconds" (training and held-out scoring), "eval":
-      {"auc", "logloss", "rows"[, "oracle_auc", "oracle_logloss"]}, "train": same or None}``.
+      {"auc", "logloss", "rows"[, "oracle_auc", "oracle_logloss"]}, "train": same or None,
+      "best_epoch": the pass whose weights were scored}``.
     """
     import tensorflow as tf
 
-    from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.models.zoo import build_from_config
-    from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
+    from recsys_dist.train.optimizers import ModelOptimizers
     from recsys_dist.train.trainer import replica_loss
 
     model = build_from_config(config)
-    train_spec, batch_size = config.train, config.input.batch_size
-    tables, dense = (make_optimizer(spec, scaled_learning_rate(spec, train_spec, batch_size, 1))
-                     for spec in (train_spec.embedding_optimizer, train_spec.dense_optimizer))
+    optimizers = ModelOptimizers(model, config.train, config.input.batch_size, 1)
     table_vars, dense_vars = model.embedding_variables, model.dense_variables
 
     @tf.function(autograph=False)
@@ -541,22 +543,57 @@ def single_process_reference(config, score_train: bool = False,
             loss, _ = replica_loss(logits, batch["labels"], batch["valid"], config.labels, 1,
                                    model.losses)
         grads = tape.gradient(loss, table_vars + dense_vars)
-        tables.apply_gradients(zip(grads[:len(table_vars)], table_vars))
-        dense.apply_gradients(zip(grads[len(table_vars):], dense_vars))
+        optimizers.apply(grads[:len(table_vars)], grads[len(table_vars):])
         return loss
 
-    started, steps, recent = time.perf_counter(), 0, []
-    train = prepare_input(config, "train", 1)
-    for batch in train.dataset_fn(training=True, worker_index=0)():
-        recent = (recent + [float(step(batch))])[-500:]
-        steps += 1
-        if steps % 1000 == 0:
-            log(f"step {steps:,}: loss of the last 500 steps {np.mean(recent):.4f}")
+    started = time.perf_counter()
+    steps, best_epoch = _train_passes(config, model, step, log)
     train_seconds = time.perf_counter() - started
     held_out = _score(model, config, "eval")
     seconds = time.perf_counter() - started
     return {"steps": steps, "train_seconds": train_seconds, "seconds": seconds,
-            "eval": held_out, "train": _score(model, config, "train") if score_train else None}
+            "eval": held_out, "train": _score(model, config, "train") if score_train else None,
+            "best_epoch": best_epoch}
+
+
+def _train_passes(config, model, step, log: Callable[[str], None]) -> tuple[int, int]:
+    """One pass, or with ``train.early_stopping`` passes until it stops, leaving the best
+    pass's weights in ``model``; returns ``(steps, best pass)``."""
+    from recsys_dist.train.early_stopping import EarlyStopping
+
+    spec = config.train.early_stopping
+    stopping = EarlyStopping(spec, spec.label or config.labels[0]) if spec else None
+    steps, best_weights = 0, None
+    for epoch in range(1, (config.train.epochs if stopping else 1) + 1):
+        steps += _one_pass(config, step, epoch, log)
+        if stopping is None:
+            return steps, 1
+        stop = stopping.record(epoch, steps, _score(model, config, "validation")[stopping.metric])
+        log(stopping.describe_last())
+        if stopping.best["epoch"] == epoch:
+            best_weights = [v.numpy() for v in model.variables]
+        if stop:
+            break
+    for variable, value in zip(model.variables, best_weights):
+        variable.assign(value)
+    return steps, stopping.best["epoch"]
+
+
+def _one_pass(config, step, epoch: int, log: Callable[[str], None]) -> int:
+    """One pass over the training split (pass ``epoch`` shuffles with its own seed);
+    returns its steps."""
+    from recsys_dist.data.input_fn import prepare_input
+
+    spec = dataclasses.replace(config.input, seed=config.input.seed + epoch - 1)
+    train = prepare_input(config, "train", 1, spec=spec)
+    steps, recent = 0, []
+    for batch in train.dataset_fn(training=True, worker_index=0)():
+        recent = (recent + [float(step(batch))])[-500:]
+        steps += 1
+        if steps % 1000 == 0:
+            log(f"epoch {epoch} step {steps:,}: loss of the last 500 steps "
+                f"{np.mean(recent):.4f}")
+    return steps
 
 
 # ---- the zoo through the CLI ----------------------------------------------------------------
@@ -566,6 +603,10 @@ def model_overrides(config, model: str) -> list[str]:
     """``--set`` items that switch the config to ``model`` (its other ``model.params``
     are dropped by the config loader; the model's defaults apply)."""
     items = [f"model.name={model}"]
+    if model == config.model.name:
+        return items  # the config's own inputs and params
+    if config.model.inputs is not None:
+        items.append("model.inputs=null")  # the groups of the config's model
     if model == "wide_deep":
         from recsys_dist.config.features import CategoricalFeature, CrossFeature
 
@@ -624,10 +665,12 @@ def zoo_row(inputs: Inputs, model: str, work: pathlib.Path) -> Row:
     on_train = json.loads((model_dir / "eval_train" / "metrics.json").read_text())
     result = json.loads((model_dir / "train_result.json").read_text())
     rate = result.get("examples_per_second")
+    best = (result.get("early_stopping") or {}).get("best")
     return Row(f"{model} (zoo)", "zoo", held_out["auc"], held_out["logloss"],
                on_train["labels"][label]["auc"], seconds,
                "recsys-dist train --no-eval, 2 workers + 2 ps (local), then evaluate"
-               + (f"; {rate:,.0f} train ex/s" if rate else ""))
+               + (f"; {rate:,.0f} train ex/s" if rate else "")
+               + (f"; best epoch {best['epoch']}" if best else ""))
 
 
 def reference_row(inputs: Inputs, model: str, log: Callable[[str], None]) -> Row:
@@ -637,9 +680,11 @@ def reference_row(inputs: Inputs, model: str, log: Callable[[str], None]) -> Row
                                               *model_overrides(inputs.config, model)])
     result = single_process_reference(config, score_train=True, log=log)
     held_out, on_train = result["eval"], result["train"]
+    stopping = config.train.early_stopping is not None
     return Row(f"{model} one process", "peer", held_out["auc"], held_out["logloss"],
                on_train["auc"], result["seconds"],
-               f"tf-keras in this process, no parameter servers, {result['steps']:,} steps")
+               f"tf-keras in this process, no parameter servers, {result['steps']:,} steps"
+               + (f", best epoch {result['best_epoch']}" if stopping else ""))
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -737,7 +782,7 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
         rows.append(row)
         print(row.line(), flush=True)
 
-    lr_config = load_config(args.config, inputs.overrides + ["model.name=lr"])
+    lr_config = load_config(args.config, inputs.overrides + model_overrides(inputs.config, "lr"))
     encoder = OneHotEncoder(lr_config.features, lr_config.inputs["wide"])
     categorical, numeric = lightgbm_columns(inputs.config)
     started = time.perf_counter()
