@@ -76,6 +76,7 @@ import sys
 import tempfile
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -481,6 +482,10 @@ def lightgbm_columns(config) -> tuple[list[str], list[str]]:
 # ---- the single-process reference ----------------------------------------------------------
 
 
+#: model -> its scoring function (see :func:`_score`).
+_PREDICT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _score(model, config, split: str) -> dict[str, float]:
     """AUC and logloss of the first label on a split, scored with ``training=False`` in
     this process (plus the oracle's, when the data stores it)."""
@@ -492,8 +497,11 @@ def _score(model, config, split: str) -> dict[str, float]:
     spec = dataclasses.replace(config.input, batch_size=max(SCORE_BATCH,
                                                             config.input.batch_size))
     pipeline = prepare_input(config, split, 1, spec=spec, optional_extra_columns=(ORACLE,))
-    predict = tf.function(lambda features: model(features, training=False)[label],
-                          autograph=False, reduce_retracing=True)
+    predict = _PREDICT.get(model)
+    if predict is None:  # one function per model: scored after every pass, traced once
+        predict = _PREDICT[model] = tf.function(
+            lambda features: model(features, training=False)[label], autograph=False,
+            reduce_retracing=True)
     labels, logits, weights, oracle = [], [], [], []
     for batch in pipeline.dataset_fn(training=False, worker_index=0)():
         logits.append(predict(batch["features"]).numpy())
