@@ -43,8 +43,9 @@ class TableSpec:
       capacity_per_shard: Rows of a dynamic table on each parameter server.
       admit_after: A dynamic table gives an id a row once it was seen in this many
         training batches; until then it reads a zero vector and gets no gradient.
-      evict_after_days: Reserved: dropping ids not seen for this many days is not
-        implemented yet, so setting it is an error rather than a silent no-op.
+      evict_after_days: Daily retraining drops, after its warm start, the ids of a dynamic
+        table last trained more than this many days before the first day of its training
+        window, and reuses their rows; ``None``: ids stay until the table is full.
     """
 
     name: str
@@ -378,10 +379,6 @@ def _check_table(doc: LocatedYaml, table: TableSpec) -> None:
     if table.capacity_per_shard is None:
         raise doc.error(path + ".capacity_per_shard", "missing required key; a dynamic table "
                         "needs the number of rows it may hold on each parameter server")
-    if table.evict_after_days is not None:
-        raise doc.error(path + ".evict_after_days", "eviction of unseen ids is not "
-                        "implemented yet; remove the key (ids stay until the table is full, "
-                        "then new ids are refused and counted)")
 
 
 def _check_dynamic_use(doc: LocatedYaml, path: str, feat, table: TableSpec) -> None:

@@ -23,6 +23,12 @@ op, and ``next_row.assign_add`` is not safe under concurrency). The vectors are 
 gathered outside the lock; their gradient is an ``IndexedSlices`` over the gathered
 rows, so the existing optimizers update only those. An id without a row reads zeros and
 gets no gradient. Evaluation and serving only look up.
+
+Eviction (``evict_after_days``, run by daily retraining after its warm start, with no step
+in flight): the ids last trained before a day are dropped, the rows of the others move to
+the front in their order (with their optimizer slots and last-seen days), the freed rows
+restart from the initializer and their slots from their initial values, and the admission
+counts start over.
 """
 
 from __future__ import annotations
@@ -128,6 +134,7 @@ class DynamicShard(tf.Module):
             self.counts = tf.lookup.experimental.MutableHashTable(
                 tf.int64, tf.int64, default_value=0, name=f"{name}_counts")
             init = seeded_initializer(initializer, derive_seed(seed, name))
+            self._row_initializer = init  # freed rows restart from it (eviction)
             self.emb = tf.Variable(init((self.capacity, dim), tf.float32), name=f"{name}_emb")
             self.last_seen = tf.Variable(tf.zeros([self.capacity], tf.int64), trainable=False,
                                          name=f"{name}_last_seen")
@@ -184,6 +191,35 @@ class DynamicShard(tf.Module):
         with tf.control_dependencies([u for u in updates if u is not None]):
             return tf.identity(rows)
 
+    def evict(self, oldest_day: int, slots: list[tuple[tf.Variable, float]]) -> tuple[int, int]:
+        """Drops the ids last seen before day number ``oldest_day`` and compacts the rows
+        (see the module docstring); ``slots`` are the optimizer slots of ``emb`` with the
+        value a fresh row starts from. Returns ``(ids kept, ids dropped)``. Call with no
+        step in flight."""
+        with tf.device(self.device):
+            keys, rows = self.index.export()
+            order = tf.argsort(rows)
+            keys, rows = tf.gather(keys, order), tf.gather(rows, order)
+            keep = tf.gather(self.last_seen, rows) >= oldest_day
+            kept_keys, kept_rows = tf.boolean_mask(keys, keep), tf.boolean_mask(rows, keep)
+            kept, used = int(tf.size(kept_rows)), int(self.next_row.numpy())
+            moved, freed = tf.range(kept, dtype=tf.int64), tf.range(kept, used, dtype=tf.int64)
+
+            def compact(variable: tf.Variable, fresh: tf.Tensor) -> None:
+                variable.scatter_update(tf.IndexedSlices(tf.gather(variable, kept_rows), moved))
+                variable.scatter_update(tf.IndexedSlices(fresh, freed))
+
+            shape = [used - kept, int(self.emb.shape[1])]
+            compact(self.emb, self._row_initializer(shape, tf.float32))
+            compact(self.last_seen, tf.zeros([used - kept], tf.int64))
+            for slot, value in slots:
+                compact(slot, tf.fill(shape, tf.constant(value, slot.dtype)))
+            self.index.remove(keys)
+            self.index.insert(kept_keys, moved)
+            self.next_row.assign(kept)
+            self.counts.remove(self.counts.export()[0])
+        return kept, int(tf.size(keys)) - kept
+
     def gather(self, rows: tf.Tensor) -> tf.Tensor:
         """``[N, dim]`` vectors of ``rows``; zeros where a row is -1."""
         valid = rows >= 0
@@ -234,6 +270,16 @@ class DynamicTable(tf.Module):
         for shard in self.shards:
             shard.day.assign(day_number(day))
 
+    def evict(self, oldest_day: datetime.date, optimizers: list) -> dict[str, int]:
+        """Drops the ids last seen before ``oldest_day`` on every shard (see
+        :meth:`DynamicShard.evict`); ``optimizers`` are the live ones, whose slots of the
+        rows move with them. Returns ``{"kept": ..., "evicted": ...}`` over the shards."""
+        kept = evicted = 0
+        for shard in self.shards:
+            k, e = shard.evict(day_number(oldest_day), _row_slots(shard.emb, optimizers))
+            kept, evicted = kept + k, evicted + e
+        return {"kept": kept, "evicted": evicted}
+
     def stats(self) -> dict[str, Any]:
         """Live ids, capacity, ids refused for a full shard, lookups without a row and
         the ids counted but not admitted yet, summed over the shards."""
@@ -246,6 +292,22 @@ class DynamicTable(tf.Module):
                                             for s in self.shards)),
             "shards": len(self.shards),
         }
+
+
+def _row_slots(rows: tf.Variable, optimizers: list) -> list[tuple[tf.Variable, float]]:
+    """``(slot, the value a fresh row's slot starts from)`` of every optimizer slot of
+    ``rows``: Adagrad's and FTRL's accumulators start at ``initial_accumulator_value``,
+    every other slot (FTRL's linear, Adam's moments, momentum) at 0."""
+    found = []
+    for optimizer in optimizers:
+        start = float(optimizer.get_config().get("initial_accumulator_value", 0.0))
+        for name in optimizer.get_slot_names():
+            try:
+                slot = optimizer.get_slot(rows, name)
+            except KeyError:
+                continue
+            found.append((slot, start if name == "accumulator" else 0.0))
+    return found
 
 
 def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: bool

@@ -103,7 +103,9 @@ def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
     for name, s in stats.items():
         lines.append(f"table    {name}: {s['live_ids']:,} ids of capacity {s['capacity']:,} "
                      f"({s['shards']} shards); {s['counted_not_admitted']:,} ids seen but not "
-                     f"admitted yet; {s['lookups_without_row']:,} lookups read zeros")
+                     f"admitted yet; {s['lookups_without_row']:,} lookups read zeros"
+                     + (f"; {s['evicted_at_start']:,} evicted before training"
+                        if "evicted_at_start" in s else ""))
         if s["dropped_full"]:
             lines.append(f"warning  dynamic table {name} is full: {s['dropped_full']:,} ids "
                          "were refused a row and read zeros; raise its capacity_per_shard")
@@ -155,6 +157,9 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
                   f"{len(report.restored)} variables restored")
             for line in report.warnings():
                 print(f"warning  {line}")
+            for name, done in trainer.evict_unseen().items():
+                print(f"evict    table {name}: {done['evicted']:,} ids last seen before "
+                      f"{done['oldest_day']} dropped, {done['kept']:,} kept")
         result = trainer.fit()
         for line in result_lines(result):
             print(line)

@@ -198,12 +198,14 @@ class _Cadence:
         self._last_save, self._last_save_step = now, step
 
 
-def training_day(config: ExperimentConfig) -> datetime.date:
-    """The day a dynamic table's trained rows count as last seen: the last date of the
-    training window, or today when the window is not a date range."""
+def training_window(config: ExperimentConfig) -> tuple[datetime.date, datetime.date]:
+    """The first and last dates of the training window, or today twice when it is not a
+    date range. Dynamic tables' trained rows count as last seen on the last date; eviction
+    counts back from the first."""
     split = config.data.train if config.data is not None else None
     dates = split.date_range() if split is not None else None
-    return dates.last if dates is not None else datetime.date.today()
+    today = datetime.date.today()
+    return (dates.first, dates.last) if dates is not None else (today, today)
 
 
 def data_position(config: ExperimentConfig, pipeline: InputPipeline) -> DataPosition:
@@ -271,6 +273,7 @@ class Trainer:
         self.position = data_position(config, pipeline)
         self.items = self.position.items
         self.restored: SavedCheckpoint | None = None
+        self.evicted: dict[str, dict] = {}  # per dynamic table, what evict_unseen did
         self._rows_before = 0  # rows trained by earlier attempts (from the checkpoint)
         self._train_item = self._make_train_item()
         spec = train.early_stopping
@@ -330,6 +333,21 @@ class Trainer:
                               saved.state.get("embedding_stacks", {}),
                               self.optimizers.all,
                               on_table_resize, source=saved.directory)
+
+    def evict_unseen(self) -> dict[str, dict]:
+        """Eviction of daily retraining (after the warm start, before any step): every
+        dynamic table with ``evict_after_days`` drops the ids last seen more than that many
+        days before the training window's first day. Returns, per table of each layer,
+        ``{"kept", "evicted", "oldest_day"}`` (also in :meth:`dynamic_table_stats`)."""
+        first = training_window(self.config)[0]
+        for tables in self.model.dynamic_tables.values():
+            for table in tables:
+                days = table.spec.evict_after_days
+                if days is not None:
+                    oldest = first - datetime.timedelta(days=days)
+                    self.evicted[table.name] = dict(table.evict(oldest, self.optimizers.all),
+                                                    oldest_day=str(oldest))
+        return self.evicted
 
     def _stacks(self) -> list[TableStack]:
         return [stack for module in self.model.submodules
@@ -433,7 +451,7 @@ class Trainer:
         self.write_config_files()  # evaluate and export read it by default, even mid-run
         for tables in self.model.dynamic_tables.values():
             for table in tables:  # rows trained by this run were last seen on its last day
-                table.set_day(training_day(self.config))
+                table.set_day(training_window(self.config)[1])
         # TensorFlow writes the summaries locally; for a remote model dir they are staged
         # and uploaded at each checkpoint and at the end.
         with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost(), \
@@ -616,9 +634,12 @@ class Trainer:
         return True
 
     def dynamic_table_stats(self) -> dict[str, dict]:
-        """:meth:`DynamicTable.stats` of every dynamic table, by ``<layer>_<table>``."""
-        return {table.name: table.stats() for tables in self.model.dynamic_tables.values()
-                for table in tables}
+        """:meth:`DynamicTable.stats` of every dynamic table, by ``<layer>_<table>``, with
+        ``evicted_at_start`` where :meth:`evict_unseen` dropped ids."""
+        return {table.name: table.stats() | (
+                    {"evicted_at_start": self.evicted[table.name]["evicted"]}
+                    if table.name in self.evicted else {})
+                for tables in self.model.dynamic_tables.values() for table in tables}
 
     def _end_epoch(self, epoch: int, show_progress: bool, reset: bool = True) -> dict:
         """The training AUC of pass ``epoch`` (from 0), which has just ended; the AUC

@@ -99,3 +99,56 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     assert served.returncode == 0, served.stderr[-2000:]
     known, unknown = map(float, served.stdout.split())
     assert 0 < known < 1 and 0 < unknown < 1 and known != unknown
+
+
+def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_path):
+    """Three days of ``recsys-dist retrain`` on 1 worker and 2 parameter servers with
+    ``evict_after_days: 1``: day 3 warm-starts from day 2 and drops exactly the users last
+    seen on day 1, keeps those of day 2, and then admits day 3's."""
+    import pyarrow.parquet as pq
+
+    from recsys_dist.data.synth import synthesize
+
+    data = tmp_path / "data"
+    synthesize(data, days=4, rows_per_day=4_000, seed=6, rows_per_file=2_000, users=3_000)
+    users = [set(pq.read_table(data / f"dt=2026-01-0{day}", columns=["user_id"])
+                 .column("user_id").to_pylist()) for day in (1, 2, 3)]
+    features = {
+        "tables": {"user": {"kind": "dynamic", "dim": 8, "capacity_per_shard": 5_000,
+                            "evict_after_days": 1},
+                   "c2": {"rows": 1200, "dim": 8}},
+        "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
+                     "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"}},
+        "labels": {"click": {}},
+    }
+    (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
+    config = {
+        "features": "features.yaml",
+        "data": {"path": str(data)},
+        "input": {"batch_size": 256},
+        "model": {"name": "dcn_v2", "labels": ["click"],
+                  "params": {"cross_layers": 1, "low_rank": 4, "hidden_units": [16]}},
+        "train": {"steps_per_call": 5, "log_every_seconds": 1000},
+        "cluster": {"mode": "local", "workers": 1, "ps": 2},
+        # publish every day, so each day warm-starts from the one before
+        "retrain": {"root": str(tmp_path / "root"), "gate": {"max_drop": 1.0}},
+    }
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    outputs = []
+    for day in (1, 2, 3):
+        done = subprocess.run([str(BIN / "recsys-dist"), "retrain", "--config",
+                               str(config_file), "--date", f"2026-01-0{day}"],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        outputs.append(done.stdout)
+    assert "evict    table embeddings_user: 0 ids last seen before 2026-01-01" in outputs[1]
+    dropped, kept = len(users[0] - users[1]), len(users[1])
+    assert dropped > 0
+    assert (f"evict    table embeddings_user: {dropped:,} ids last seen before 2026-01-02 "
+            f"dropped, {kept:,} kept") in outputs[2], outputs[2][-3000:]
+    result = json.loads((tmp_path / "root" / "runs" / "2026-01-03" / "train_result.json")
+                        .read_text())
+    stats = result["dynamic_tables"]["embeddings_user"]
+    assert stats["evicted_at_start"] == dropped
+    assert stats["live_ids"] == len(users[1] | users[2])

@@ -4,6 +4,7 @@ on real servers."""
 
 from __future__ import annotations
 
+import datetime
 import pathlib
 import subprocess
 import sys
@@ -59,8 +60,10 @@ def test_a_dynamic_table_parses(tmp_path):
      r"tables\.user\.capacity_per_shard.*missing required key"),
     (lambda d: d["tables"]["user"].update(admit_after=0),
      r"tables\.user\.admit_after.*expected a value >= 1"),
-    (lambda d: d["tables"]["user"].update(evict_after_days=30),
-     r"tables\.user\.evict_after_days.*not implemented yet"),
+    (lambda d: d["tables"]["user"].update(evict_after_days=0),
+     r"tables\.user\.evict_after_days.*expected a value >= 1"),
+    (lambda d: d["tables"]["small"].update(evict_after_days=30),
+     r"tables\.small\.evict_after_days.*only applies to kind: dynamic"),
     (lambda d: d["tables"]["small"].update(capacity_per_shard=5),
      r"tables\.small\.capacity_per_shard.*only applies to kind: dynamic"),
     (lambda d: d["tables"]["small"].pop("rows"),
@@ -192,6 +195,44 @@ def test_concurrent_training_steps_never_give_two_ids_one_row():
         stored, rows = (t.numpy() for t in shard.index.export())
         assert len(set(rows.tolist())) == len(rows) == int(shard.next_row.numpy())
     assert table.stats()["live_ids"] == 4 * 200 * 64
+
+
+def test_eviction_drops_unseen_ids_and_moves_the_others_with_their_slots():
+    """Ids trained on day 1 only are dropped; those of day 2 keep their vectors and
+    Adagrad accumulators in new rows at the front; freed rows restart; counts start over;
+    a dropped id is admitted again as a new one."""
+    table = DynamicTable(dynamic_spec(capacity=16, admit_after=1), 4, shards=2, seed=0)
+    optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
+
+    def train(ids, day):
+        table.set_day(day)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(table.lookup(keys(*ids), training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, table.embedding_variables),
+                                      table.embedding_variables))
+
+    day1, day2, day3 = (datetime.date(2026, 1, d) for d in (1, 2, 3))
+    train(range(1, 9), day1)
+    train(range(5, 13), day2)
+    before = table.lookup(keys(*range(5, 13))).numpy()
+    slots = {id(s): s for s in table.embedding_variables}
+    accumulators = [optimizer.get_slot(v, "accumulator").numpy() for v in slots.values()]
+    assert table.evict(day2, [optimizer]) == {"kept": 8, "evicted": 4}
+    np.testing.assert_array_equal(table.lookup(keys(*range(5, 13))).numpy(), before)
+    assert not table.lookup(keys(1, 2, 3, 4)).numpy().any()  # dropped: zeros
+    for shard, old in zip(table.shards, accumulators):
+        used = int(shard.next_row.numpy())
+        stored, rows = (t.numpy() for t in shard.index.export())
+        assert sorted(rows.tolist()) == list(range(used))
+        assert set(stored.tolist()) <= set(range(5, 13))
+        assert (shard.last_seen.numpy()[:used] == (day2 - datetime.date(1970, 1, 1)).days).all()
+        assert (shard.last_seen.numpy()[used:] == 0).all()
+        accumulator = optimizer.get_slot(shard.emb, "accumulator").numpy()
+        assert (accumulator[used:] == 0.25).all() and (accumulator[:used] > 0.25).all()
+        assert accumulator[:used].sum() <= old.sum()
+    assert table.stats()["counted_not_admitted"] == 0
+    train([1], day3)
+    assert table.stats()["live_ids"] == 9
 
 
 def test_a_checkpoint_restores_keys_rows_and_counts_bit_exactly(tmp_path):
