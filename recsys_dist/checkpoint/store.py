@@ -433,7 +433,8 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
         problems.append(f"its dynamic tables have {theirs['dynamic_shards']} shards (one per "
                         f"parameter server) but {config.file} has cluster.ps = "
                         f"{ours['dynamic_shards']}; moving a dynamic table to another number "
-                        "of parameter servers is not supported yet")
+                        "of parameter servers needs a warm start (daily retraining re-shards "
+                        "it); resuming, evaluating or exporting needs the same cluster.ps")
     raise CheckpointError(f"{saved.directory}: written for a different feature or model "
                           f"config than {what}: " + "; ".join(problems))
 

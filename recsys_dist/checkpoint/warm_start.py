@@ -25,6 +25,12 @@ takes the rows its name had in the checkpoint, wherever they sat in the old stac
 Values are read with ``RestoreV2`` slice by slice, one shard at a time, so a table
 restores into any number of parameter servers without ever being whole in memory
 (except as its largest shard).
+
+A dynamic table keeps every id's row. Saved with another number of shards (parameter
+servers) it is re-sharded (:func:`_reshard`): an id belongs to shard ``mix(id) % shards``,
+so each saved id, with its vector, optimizer slots, last-seen day and admission count,
+moves to its live shard and takes the next free row there. Each saved shard's rows are
+read whole for that.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
@@ -215,11 +222,14 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
              for v in getattr(opt, "_hyper", {}).values() if isinstance(v, tf.Variable)}
     report = WarmStartReport()
     taken: set[str] = set()
-    growable = _restore_dynamic_tables(reader, graph, matched, report, source or prefix, taken)
+    growable, handled = _restore_dynamic_tables(reader, graph, matched, report,
+                                                source or prefix, taken)
     targets = _targets(graph, matched, stack_of, growable)
     resized: dict[str, tuple] = {}
     seen_stacks = set()
     for key, live, name, is_slot in targets:
+        if id(live) in handled:  # a re-sharded dynamic table's, set by _reshard
+            continue
         if id(live) in hyper:
             taken.add(key)
             continue
@@ -256,29 +266,31 @@ def _fail_resized(resized: dict[str, tuple], source: str) -> None:
 
 
 def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartReport,
-                            source: str, taken: set[str]) -> set[int]:
+                            source: str, taken: set[str]) -> tuple[set[int], set[int]]:
     """Restores the id -> row index and admission counts of every dynamic table the
-    checkpoint shares with the live model; returns the ids of their row variables (which
-    may grow: a larger ``capacity_per_shard`` keeps every row in place).
+    checkpoint shares with the live model. Returns the ids of their row variables (which
+    may grow: a larger ``capacity_per_shard`` keeps every row in place), and the ids of
+    the live variables of re-sharded tables, which :func:`_reshard` has set.
 
     Raises:
-      WarmStartError: the checkpoint's table has another number of shards, or more live
-        ids than a shard can now hold.
+      WarmStartError: a shard would hold more ids than ``capacity_per_shard``.
     """
     node_of = {id(obj): node_id for node_id, obj in matched.items()}
     growable: set[int] = set()
+    handled: set[int] = set()
     for node_id, table in matched.items():
         if not isinstance(table, DynamicTable):
             continue
         name = table.spec.name
         lists = [graph.nodes[c.node_id] for c in graph.nodes[node_id].children
                  if c.local_name == "shards"]
-        saved = len(lists[0].children) if lists else 0
-        if saved != len(table.shards):
-            raise WarmStartError(
-                f"cannot warm start: dynamic table {name!r} has {saved} shards in {source} "
-                f"but {len(table.shards)} now (one per parameter server); moving a dynamic "
-                "table to another number of parameter servers is not supported yet")
+        saved = sorted(lists[0].children, key=lambda c: int(c.local_name)) if lists else []
+        if saved and len(saved) != len(table.shards):
+            handled |= _reshard(reader, graph, matched, table, [c.node_id for c in saved],
+                                taken, source)
+            report.restored.append(f"dynamic table {name}: re-sharded from {len(saved)} to "
+                                   f"{len(table.shards)} shards")
+            continue
         for index, shard in enumerate(table.shards):
             growable.update({id(shard.emb), id(shard.last_seen)})
             keys, rows = _table_contents(reader, graph, node_of.get(id(shard.index)), taken)
@@ -295,7 +307,81 @@ def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartRepor
             if counted is not None and counted.size:
                 shard.counts.insert(counted, seen)
             report.restored.append(f"dynamic table {name} shard {index}: {keys.size:,} ids")
-    return growable
+    return growable, handled
+
+
+def _reshard(reader, graph, matched: dict, table: DynamicTable, shard_nodes: list[int],
+             taken: set[str], source: str) -> set[int]:
+    """Moves the ids of a dynamic table saved with ``len(shard_nodes)`` shards to the live
+    table's shards (see the module docstring); returns the ids of the live variables set.
+
+    Raises:
+      WarmStartError: a live shard would hold more ids than ``capacity_per_shard``.
+    """
+    saved = [_saved_shard(reader, graph, node_id, taken) for node_id in shard_nodes]
+    keys = np.concatenate([s["keys"] for s in saved])
+    target = table.shard_of(tf.constant(keys, tf.int64)).numpy()
+    counted = np.concatenate([s["counted"] for s in saved])
+    counted_target = table.shard_of(tf.constant(counted, tf.int64)).numpy()
+    handled: set[int] = set()
+    for index, shard in enumerate(table.shards):
+        mine = target == index
+        count = int(mine.sum())
+        if count > shard.capacity:
+            raise WarmStartError(
+                f"cannot warm start: dynamic table {table.spec.name!r} from {source} puts "
+                f"{count:,} ids on shard {index} of {len(table.shards)}, more than "
+                f"capacity_per_shard {shard.capacity:,}; raise "
+                f"tables.{table.spec.name}.capacity_per_shard")
+        rows = tf.range(count, dtype=tf.int64)
+        shard.index.insert(keys[mine], rows)
+        shard.next_row.assign(count)
+        sets = [(shard.emb, "emb"), (shard.last_seen, "last_seen")]
+        for (optimizer_node, slot_name) in saved[0]["slots"]:
+            optimizer = matched.get(optimizer_node)
+            try:
+                sets.append((optimizer.get_slot(shard.emb, slot_name),
+                             (optimizer_node, slot_name)))
+            except (KeyError, AttributeError):
+                continue
+        for variable, what in sets:
+            values = np.concatenate([s[what] if isinstance(what, str) else s["slots"][what]
+                                     for s in saved])[mine]
+            variable.scatter_update(tf.IndexedSlices(tf.constant(values, variable.dtype), rows))
+        mine_counted = counted_target == index
+        if mine_counted.any():
+            shard.counts.insert(counted[mine_counted],
+                                np.concatenate([s["seen"] for s in saved])[mine_counted])
+        handled |= {id(v) for v, _ in sets} | {
+            id(shard.next_row), id(shard.day), id(shard.dropped_full), id(shard.waiting)}
+    return handled
+
+
+def _saved_shard(reader, graph, node_id: int, taken: set[str]) -> dict:
+    """One saved shard of a dynamic table: its ``keys``, and per key its ``emb`` row,
+    ``last_seen`` day and ``slots`` rows (by (optimizer node, slot name)); its ``counted``
+    ids and how often each was ``seen``."""
+    children = {c.local_name: c.node_id for c in graph.nodes[node_id].children}
+    keys, rows = _table_contents(reader, graph, children.get("index"), taken)
+    counted, seen = _table_contents(reader, graph, children.get("counts"), taken)
+    keys = keys if keys is not None else np.zeros([0], np.int64)
+    rows = rows if rows is not None else np.zeros([0], np.int64)
+
+    def rows_of(child: int) -> np.ndarray:
+        key = _value_key(graph.nodes[child])
+        taken.add(key)
+        return reader.get_tensor(key)[rows]
+
+    for name in ("next_row", "day", "dropped_full", "waiting"):
+        if name in children:
+            taken.add(_value_key(graph.nodes[children[name]]))
+    slots = {(optimizer, slot.slot_name): rows_of(slot.slot_variable_node_id)
+             for optimizer, node in enumerate(graph.nodes) for slot in node.slot_variables
+             if slot.original_variable_node_id == children["emb"]}
+    return {"keys": keys, "emb": rows_of(children["emb"]),
+            "last_seen": rows_of(children["last_seen"]), "slots": slots,
+            "counted": counted if counted is not None else np.zeros([0], np.int64),
+            "seen": seen if seen is not None else np.zeros([0], np.int64)}
 
 
 def _table_contents(reader, graph, node_id: int | None, taken: set[str]):

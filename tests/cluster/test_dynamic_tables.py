@@ -103,11 +103,13 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
 
 def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_path):
     """Three days of ``recsys-dist retrain`` on 1 worker and 2 parameter servers with
-    ``evict_after_days: 1``: day 3 warm-starts from day 2 and drops exactly the users last
-    seen on day 1, keeps those of day 2, and then admits day 3's."""
+    ``evict_after_days: 1``: day 3, on 3 parameter servers, warm-starts from day 2
+    (re-sharding its ids), drops exactly the users last seen on day 1, keeps those of
+    day 2, and then admits day 3's; every id sits on its shard in a row of its own."""
     import pyarrow.parquet as pq
 
     from recsys_dist.data.synth import synthesize
+    from recsys_dist.models.dynamic_table import DynamicTable
 
     data = tmp_path / "data"
     synthesize(data, days=4, rows_per_day=4_000, seed=6, rows_per_file=2_000, users=3_000)
@@ -138,7 +140,8 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
     outputs = []
     for day in (1, 2, 3):
         done = subprocess.run([str(BIN / "recsys-dist"), "retrain", "--config",
-                               str(config_file), "--date", f"2026-01-0{day}"],
+                               str(config_file), "--date", f"2026-01-0{day}",
+                               *(["--set", "cluster.ps=3"] if day == 3 else [])],
                               capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         outputs.append(done.stdout)
@@ -151,4 +154,18 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
                         .read_text())
     stats = result["dynamic_tables"]["embeddings_user"]
     assert stats["evicted_at_start"] == dropped
-    assert stats["live_ids"] == len(users[1] | users[2])
+    assert stats["live_ids"] == len(users[1] | users[2]) and stats["shards"] == 3
+    run = tmp_path / "root" / "runs" / "2026-01-03"
+    reader = tf.train.load_checkpoint(str(sorted(run.glob("checkpoints/ckpt-*"))[-1]
+                                          / "variables"))
+    routing = DynamicTable(TableSpec("user", 8, "dynamic", capacity_per_shard=1), 8, shards=3)
+    stored_ids = set()
+    for shard in range(3):
+        base = f"model/embeddings/_dynamic_tables/user/shards/{shard}"
+        stored = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-keys")
+        rows = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-values")
+        used = int(reader.get_tensor(f"{base}/next_row/.ATTRIBUTES/VARIABLE_VALUE"))
+        assert sorted(rows.tolist()) == list(range(used))
+        assert np.all(routing.shard_of(tf.constant(stored)).numpy() == shard)
+        stored_ids.update(stored.tolist())
+    assert len(stored_ids) == len(users[1] | users[2])

@@ -269,14 +269,54 @@ def test_a_warm_start_keeps_every_id_row_and_may_grow_the_capacity(tmp_path):
     assert bigger.stats()["live_ids"] == 11
 
 
-def test_a_warm_start_into_another_number_of_shards_is_refused(tmp_path):
-    from recsys_dist.checkpoint.warm_start import WarmStartError
+@pytest.mark.parametrize("before, after", [(2, 3), (3, 1)])
+def test_a_warm_start_into_another_number_of_shards_moves_every_id_to_its_shard(
+        tmp_path, before, after):
+    """Every id lands on its new shard with its vector, Adagrad accumulator and last-seen
+    day, in a row of its own; ids waiting for admission keep their counts."""
+    from recsys_dist.checkpoint.warm_start import WarmStartError, warm_start
 
-    table = DynamicTable(dynamic_spec(), 4, shards=2, seed=0)
-    table.lookup(keys(1, 2), training=True)
-    with pytest.raises(WarmStartError, match=r"dynamic table 'user' has 2 shards in "
-                                             r"yesterday but 3 now"):
-        _warm(tmp_path, table, DynamicTable(dynamic_spec(), 4, shards=3, seed=0))
+    table = DynamicTable(dynamic_spec(capacity=40, admit_after=2), 4, shards=before, seed=0)
+    optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
+    table.set_day(datetime.date(2026, 1, 5))
+    ids = keys(*range(30))
+    for batch in (ids, ids, keys(100, 101)):  # 0..29 admitted; 100, 101 counted once
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(table.lookup(batch, training=True) ** 2)
+        optimizer.apply_gradients(zip(tape.gradient(loss, table.embedding_variables),
+                                      table.embedding_variables))
+    prefix = tf.train.Checkpoint(table=table, optimizer=optimizer).save(str(tmp_path / "c"))
+    live = DynamicTable(dynamic_spec(capacity=40, admit_after=2), 4, shards=after, seed=9)
+    live_optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
+    live_optimizer._create_all_weights(live.embedding_variables)
+    report = warm_start(tf.train.Checkpoint(table=live, optimizer=live_optimizer), prefix,
+                        [], {}, [live_optimizer], source="yesterday")
+    assert f"dynamic table user: re-sharded from {before} to {after} shards" in report.restored
+    assert set(report.ignored) <= {"save_counter"}, report.ignored  # (tf.train.Checkpoint.save)
+    np.testing.assert_array_equal(live.lookup(ids).numpy(), table.lookup(ids).numpy())
+
+    def accumulators(t, opt):
+        values = {}
+        for shard in t.shards:
+            stored, rows = (x.numpy() for x in shard.index.export())
+            slot = opt.get_slot(shard.emb, "accumulator").numpy()
+            values.update({int(k): (slot[r].tolist(), int(shard.last_seen.numpy()[r]))
+                           for k, r in zip(stored, rows)})
+        return values
+
+    assert accumulators(live, live_optimizer) == accumulators(table, optimizer)
+    for index, shard in enumerate(live.shards):
+        stored, rows = (x.numpy() for x in shard.index.export())
+        assert sorted(rows.tolist()) == list(range(int(shard.next_row.numpy())))
+        assert np.all(live.shard_of(tf.constant(stored)).numpy() == index)
+    assert live.stats()["counted_not_admitted"] == 2
+    live.lookup(keys(100), training=True)  # its second sighting: admitted
+    assert live.stats()["live_ids"] == 31
+    small = DynamicTable(dynamic_spec(capacity=5), 4, shards=after, seed=0)
+    with pytest.raises(WarmStartError, match=r"dynamic table 'user' from yesterday puts "
+                                             r"[\d,]+ ids on shard 0 of \d, more than "
+                                             r"capacity_per_shard 5"):
+        warm_start(tf.train.Checkpoint(table=small), prefix, [], {}, [], source="yesterday")
 
 
 def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(small_config,
