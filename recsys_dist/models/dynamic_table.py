@@ -17,7 +17,8 @@ Per shard (one per parameter server; an id belongs to shard ``mix(id) % shards``
   (lookups of ids not admitted yet, or refused).
 
 Training resolves ids under one ``tf.CriticalSection`` per shard: look up, count,
-allocate rows for the newly admitted ids and insert them, as one step. So concurrent
+allocate rows for the newly admitted ids and insert them, as one step; the last-seen days
+and the lookups without a row are recorded after the lock is released. So concurrent
 workers never give one id two rows nor two ids one row (TensorFlow has no find-or-insert
 op, and ``next_row.assign_add`` is not safe under concurrency). The vectors are then
 gathered outside the lock; their gradient is an ``IndexedSlices`` over the gathered
@@ -153,43 +154,48 @@ class DynamicShard(tf.Module):
 
     def admit(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of distinct ``keys`` after counting them and admitting those due; call it
-        under the shard's lock (:func:`lookup_tables` does).
+        under the shard's lock (:func:`lookup_tables` does), and :meth:`record_seen` on
+        the rows after it.
 
-        The rows come back only after every update has landed: ``CriticalSection.execute``
-        releases its lock once the returned tensors exist, so an update that nothing
-        returned waits on could land after another step took the lock, and two ids
-        would get one row.
+        Only what allocates rows runs here (one index lookup, the counts, the insert, the
+        row counter). The rows come back only after every update has landed:
+        ``CriticalSection.execute`` releases its lock once the returned tensors exist, so
+        an update that nothing returned waits on could land after another step took the
+        lock, and two ids would get one row.
         """
         updates = []
         rows = self.find(keys)
-        candidates = tf.boolean_mask(keys, rows < 0)
+        missing = tf.where(rows < 0)[:, 0]  # positions in keys
+        candidates = tf.gather(keys, missing)
         if self.admit_after > 1:
             seen = tf.reshape(self.counts.lookup(candidates), [-1]) + 1
             ready = seen >= self.admit_after
             updates.append(self.counts.insert(tf.boolean_mask(candidates, ~ready),
                                               tf.boolean_mask(seen, ~ready)))
-            candidates = tf.boolean_mask(candidates, ready)
+            candidates, missing = (tf.boolean_mask(t, ready) for t in (candidates, missing))
         start = self.next_row.read_value()
         wanted = tf.size(candidates, out_type=tf.int64)
         take = tf.minimum(wanted, tf.maximum(self.capacity - start, 0))
-        admitted = candidates[:take]
-        inserted = self.index.insert(admitted, tf.range(start, start + take))
-        updates.append(inserted)
+        admitted, given = candidates[:take], tf.range(start, start + take)
+        updates.append(self.index.insert(admitted, given))
         if self.admit_after > 1:
             updates.append(self.counts.remove(admitted))
         updates.append(self.next_row.assign(start + take))
         updates.append(self.dropped_full.assign_add(wanted - take))
-        with tf.control_dependencies([inserted] if inserted is not None else []):
-            rows = tf.reshape(self.index.lookup(keys), [-1])
-        live = tf.boolean_mask(rows, rows >= 0)
-        updates.append(self.waiting.assign_add(tf.size(rows, out_type=tf.int64)
-                                               - tf.size(live, out_type=tf.int64)))
-        updates.append(self.last_seen.scatter_update(tf.IndexedSlices(
-            tf.fill(tf.shape(live), self.day.read_value()), live)))
+        rows = tf.tensor_scatter_nd_update(rows, missing[:take, None], given)
         if tf.executing_eagerly():
             return rows
         with tf.control_dependencies([u for u in updates if u is not None]):
             return tf.identity(rows)
+
+    def record_seen(self, rows: tf.Tensor) -> None:
+        """After :meth:`admit`, outside the lock: counts the lookups without a row and
+        marks the rows as seen today."""
+        live = tf.boolean_mask(rows, rows >= 0)
+        self.waiting.assign_add(tf.size(rows, out_type=tf.int64)
+                                - tf.size(live, out_type=tf.int64))
+        self.last_seen.scatter_update(tf.IndexedSlices(
+            tf.fill(tf.shape(live), self.day.read_value()), live))
 
     def evict(self, oldest_day: int, slots: list[tuple[tf.Variable, float]]) -> tuple[int, int]:
         """Drops the ids last seen before day number ``oldest_day`` and compacts the rows
@@ -332,6 +338,8 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
             lock = tables[0].locks.locks[i]
             resolved = _one_after_another(lambda: lock.execute(lambda: tuple(
                 table.shards[i].admit(part) for table, part in zip(tables, parts))))
+            for table, shard_rows in zip(tables, resolved):
+                table.shards[i].record_seen(shard_rows)
         else:
             resolved = [table.shards[i].find(part) for table, part in zip(tables, parts)]
         for table_rows, shard_rows in zip(rows, resolved):
