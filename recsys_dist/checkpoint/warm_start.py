@@ -242,19 +242,27 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
             seen_stacks.add(stack.key)
             _restore_stack(prefix, key, saved_shape, live, name, stack, saved_stacks,
                            is_slot, on_table_resize, report, resized)
-        elif id(live) in growable and list(saved_shape) != live.shape.as_list():
-            # a dynamic table's rows: its capacity may grow, its rows keep their places
-            _assign_rows(prefix, key, list(saved_shape), live, 0, 0, saved_shape[0])
-            report.restored.append(name)
-        elif list(saved_shape) != live.shape.as_list():
-            report.reinitialized.append(name)
         else:
-            _assign(prefix, key, list(saved_shape), live)
-            report.restored.append(name)
+            _restore_variable(prefix, key, list(saved_shape), live, name,
+                              id(live) in growable, report)
     if resized:
         _fail_resized(resized, source or prefix)
     _report_unused(report, stacks, seen_stacks, saved_stacks, shapes, taken)
     return report
+
+
+def _restore_variable(prefix: str, key: str, saved_shape: list[int], live: tf.Variable,
+                      name: str, growable: bool, report: WarmStartReport) -> None:
+    """Restores one variable that is not a stacked table: as saved, or reinitialized."""
+    if growable and saved_shape != live.shape.as_list():
+        # a dynamic table's rows: its capacity may grow, its rows keep their places
+        _assign_rows(prefix, key, saved_shape, live, 0, 0, saved_shape[0])
+        report.restored.append(name)
+    elif saved_shape != live.shape.as_list():
+        report.reinitialized.append(name)
+    else:
+        _assign(prefix, key, saved_shape, live)
+        report.restored.append(name)
 
 
 def _fail_resized(resized: dict[str, tuple], source: str) -> None:
