@@ -13,8 +13,8 @@ phases are read off those lines:
   planned (the ``train ...`` line);
 - ``cluster``: servers up and connected (the ``cluster ...`` line);
 - ``first step``: the first progress line, printed when the first work item (one row
-  group, about 100 steps of the demo) has trained, so it includes building the model on
-  the parameter servers, tracing the step and that item's compute;
+  group, 49 steps of the demo) has trained, so it includes building the model on the
+  parameter servers, tracing the step and that item's compute;
 - ``total``: the command's exit, after its 200 steps and a checkpoint.
 
 It prints every round, then each side's best and median and the ratio in_process /

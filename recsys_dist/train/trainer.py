@@ -471,6 +471,10 @@ class Trainer:
         in_flight = InFlight(self.runtime.coordinator, self._train_item,
                              2 * self.runtime.num_workers)
         self._unscored_pass(run, cadence, show_progress)
+        # The rate's first point is the loop's start, so the first finished item has a
+        # progress line (its rate counts the start-up) and items that finish together
+        # early never read as a burst of millions of examples per second.
+        run.window.append((time.perf_counter(), 0))
         for epoch, index, budget in self._work():
             if epoch != run.epoch:
                 if run.epoch is not None:  # a pass ends: its AUC covers its rows only
