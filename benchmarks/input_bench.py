@@ -187,7 +187,7 @@ def main() -> None:
             data = tmp
             synthesize(tmp, days=1, rows_per_day=args.rows, seed=1)
         config = load_config(DEMO_CONFIG)
-        pipeline = prepare_input(config, None, num_workers=1, data_path=data).single_worker()
+        pipeline = prepare_input(config.with_data_path(data), None, num_workers=1).single_worker()
         plan, columns = pipeline.plan, pipeline.transform.columns
         rows = plan.total_rows
         read = {c: split_read_dtype(pipeline.transform.column_dtypes[c]) for c in columns}

@@ -65,7 +65,7 @@ def way_a(data: str) -> float:
     from recsys_dist.train.trainer import Trainer
 
     config = _config()
-    pipeline = prepare_input(config, "train", config.cluster.workers, data_path=data)
+    pipeline = prepare_input(config.with_data_path(data), "train", config.cluster.workers)
     with tempfile.TemporaryDirectory() as tmp, \
             connect(config.cluster, tmp, config.train.embedding_shard_bytes) as runtime:
         result = Trainer(config, runtime, pipeline, tmp).fit(show_progress=False)
@@ -89,7 +89,7 @@ def way_b(data: str) -> float:
     from recsys_dist.models.zoo import build_from_config
 
     config = _config()
-    pipeline = prepare_input(config, "train", 1, data_path=data)
+    pipeline = prepare_input(config.with_data_path(data), "train", 1)
     batches = list(pipeline.dataset_fn(training=False, worker_index=0)())
     x = tf.nest.map_structure(lambda *parts: np.concatenate([p.numpy() for p in parts]),
                               *[b["features"] for b in batches])
@@ -115,7 +115,7 @@ def way_c(data: str) -> float:
     from recsys_dist.models.zoo import build_from_config
 
     config = _config()
-    pipeline = prepare_input(config, "train", config.cluster.workers, data_path=data)
+    pipeline = prepare_input(config.with_data_path(data), "train", config.cluster.workers)
     dataset_fn = pipeline.dataset_fn(training=True)
 
     def creator(input_context):

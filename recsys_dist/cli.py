@@ -94,7 +94,7 @@ def _describe_plan(pipeline) -> list[str]:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from recsys_dist.config import load_config
 
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, args.set).with_data_path(args.data)
     feats = config.features
     print(f"config   {config.file}: OK ({len(feats.features)} features, {len(feats.tables)} "
           f"tables, labels {', '.join(config.labels)}; model {config.model.name}; "
@@ -116,7 +116,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     for split in splits:
         if split is not None:
             print(f"split    {split}")
-        pipeline = prepare_input(config, split, config.cluster.workers, data_path=args.data)
+        pipeline = prepare_input(config, split, config.cluster.workers)
         for line in _describe_plan(pipeline):
             print(line)
         if args.scan:
@@ -137,12 +137,12 @@ def _cmd_read(args: argparse.Namespace) -> int:
     from recsys_dist.data.read_pass import read_pass_on_cluster
     from recsys_dist.progress import Progress
 
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, args.set).with_data_path(args.data)
     # A read check runs on this machine: a tf_config job's cluster is read locally.
     mode = "in_process" if config.cluster.mode == "in_process" else "local"
     cluster = ClusterSpec(mode, args.workers or config.cluster.workers,
                           args.ps or config.cluster.ps)
-    pipeline = prepare_input(config, args.split, cluster.workers, data_path=args.data)
+    pipeline = prepare_input(config, args.split, cluster.workers)
     for line in _describe_plan(pipeline):
         print(line)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="recsys_dist_cluster_")
@@ -191,11 +191,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from recsys_dist.errors import ClusterLost
     from recsys_dist.train.run import train_run
 
-    config = load_config(args.config, args.set)
+    config = load_config(args.config, args.set).with_data_path(args.data)
     model_dir = args.model_dir or os.path.join(
         "runs", os.path.splitext(os.path.basename(config.file))[0])
     try:
-        train_run(config, model_dir, data_path=args.data, evaluate=not args.no_eval)
+        train_run(config, model_dir, evaluate=not args.no_eval)
     except ClusterLost as exc:
         return restart_after(exc, config)
     return 0
@@ -208,9 +208,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     dates = {"data.eval": {"dates": args.dates}} if args.dates is not None else None
     config = load_config(args.config or run_config(args.model_dir), args.set, dates,
-                         source="--dates")
+                         source="--dates").with_data_path(args.data)
     result = run_evaluation(config, args.model_dir, args.out, checkpoint=args.checkpoint,
-                            data_path=args.data, baseline=args.baseline,
+                            baseline=args.baseline,
                             progress=None if args.quiet else Progress("scored rows"))
     metrics = result.metrics
     print(f"evaluated {metrics['rows']:,} rows of checkpoint {metrics['checkpoint']} "

@@ -109,6 +109,12 @@ class DataSpec:
       on_bad_file: ``fail`` or ``skip`` a file that is corrupt, truncated or empty.
       on_bad_row: ``fail`` or ``skip`` (weight 0, counted) a row with a non-finite
         numeric value or a label outside {0, 1}.
+      path_from_command_line: ``path`` came from ``--data`` (not a YAML key; see
+        :meth:`ExperimentConfig.with_data_path`): a split the config does not define
+        reads every file under it instead of failing.
+
+    ``path`` may also name one ``.parquet`` file or a glob: then every file there is read,
+    whatever the split's dates.
     """
 
     path: str
@@ -118,6 +124,7 @@ class DataSpec:
     partition_key: str = "dt"
     on_bad_file: Literal["fail", "skip"] = "fail"
     on_bad_row: Literal["fail", "skip"] = "fail"
+    path_from_command_line: bool = field(default=False, metadata={"internal": True})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,6 +394,18 @@ class ExperimentConfig:
     raw: dict[str, Any]
     evaluation: EvaluationSpec = EvaluationSpec()
     retrain: RetrainSpec | None = None
+
+    def with_data_path(self, path: str | None) -> "ExperimentConfig":
+        """This config reading ``path`` (``--data``): a root of date partitions (the
+        splits' dates apply), a directory, one file or a glob. ``None``: unchanged.
+
+        Only this command reads it: ``raw`` (the resolved config written next to a
+        model) keeps the file's ``data.path``."""
+        if path is None:
+            return self
+        data = self.data if self.data is not None else DataSpec(path=path)
+        return dataclasses.replace(self, data=dataclasses.replace(
+            data, path=path, path_from_command_line=True))
 
 
 def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:

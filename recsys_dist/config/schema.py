@@ -185,7 +185,8 @@ def parse_dataclass(cls: type, value: Any, doc: LocatedYaml, path: str,
     if not isinstance(value, dict):
         raise doc.error(path, f"got {_describe(value)}; expected a mapping")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls)
+              if f.init and not f.metadata.get("internal")}
     yaml_fields = {n for n in fields if not (extra and n in extra)}
     for key in value:
         if key not in yaml_fields:

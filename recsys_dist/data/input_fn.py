@@ -188,24 +188,19 @@ class InputPipeline:
         return dataset_fn
 
 
-def _split_files(config: ExperimentConfig, split: Literal["train", "eval", "validation"] | None,
-                 data_path: str | None) -> list[str]:
+def _split_files(config: ExperimentConfig,
+                 split: Literal["train", "eval", "validation"] | None) -> list[str]:
     data = config.data
-    if data_path is not None:
-        chosen = getattr(data, split) if data is not None and split else None
-        if chosen is not None and _looks_like_root(data_path):
-            return discovery.discover_split(data_path, chosen, data.partition_key)
-        return discovery.discover_path(data_path, data.partition_key if data else "dt")
     if data is None:
         raise ConfigError(config.file, "data", "no data section; pass --data PATH or add "
                           "data: {path: ...}")
     chosen: DataSplit | None = getattr(data, split) if split else None
-    if chosen is None:
-        if split:
-            raise ConfigError(config.file, f"data.{split}", f"missing; set data.{split}.dates "
-                              f"(FROM..TO) or data.{split}.glob, or pass --data PATH")
-        return discovery.discover_path(data.path, data.partition_key)
-    return discovery.discover_split(data.path, chosen, data.partition_key)
+    if chosen is not None and _looks_like_root(data.path):
+        return discovery.discover_split(data.path, chosen, data.partition_key)
+    if chosen is None and split and not data.path_from_command_line:
+        raise ConfigError(config.file, f"data.{split}", f"missing; set data.{split}.dates "
+                          f"(FROM..TO) or data.{split}.glob, or pass --data PATH")
+    return discovery.discover_path(data.path, data.partition_key)
 
 
 def _looks_like_root(path: str) -> bool:
@@ -213,8 +208,7 @@ def _looks_like_root(path: str) -> bool:
 
 
 def prepare_input(config: ExperimentConfig, split: Literal["train", "eval", "validation"] | None,
-                  num_workers: int, data_path: str | None = None,
-                  spec: InputSpec | None = None,
+                  num_workers: int, spec: InputSpec | None = None,
                   extra_columns: tuple[str, ...] = (),
                   optional_extra_columns: tuple[str, ...] = (),
                   keep_columns: dict[str, str] | None = None) -> InputPipeline:
@@ -225,8 +219,6 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval", "val
       split: ``train``, ``eval`` or ``validation`` from ``config.data``; ``None`` reads
         all of the path.
       num_workers: Workers to plan for.
-      data_path: Overrides ``data.path``: a root with date partitions (the split's
-        dates are applied), a directory, a file or a glob.
       spec: Overrides ``config.input``.
       extra_columns: Numeric columns to pass through, e.g. ``("oracle_logit",)``.
       optional_extra_columns: Passed through too when every file has them (the
@@ -237,7 +229,7 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval", "val
     Raises:
       DataError: no files, bad files or rows under ``fail``, or a schema mismatch.
     """
-    files = _split_files(config, split, data_path)
+    files = _split_files(config, split)
     on_bad_file = config.data.on_bad_file if config.data else "fail"
     on_bad_row = config.data.on_bad_row if config.data else "fail"
     metas, skipped = read_footers(files, on_bad_file)

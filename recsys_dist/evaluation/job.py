@@ -141,9 +141,10 @@ def _comparison(config: ExperimentConfig, metrics: dict, data: M.EvalData, base:
 
 
 def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
-                   checkpoint: str | None = None, data_path: str | None = None,
-                   baseline: str | None = None, progress=None) -> EvaluationResult:
-    """Evaluates a checkpoint of ``model_dir`` on the config's eval split (or ``data_path``).
+                   checkpoint: str | None = None, baseline: str | None = None,
+                   progress=None) -> EvaluationResult:
+    """Evaluates a checkpoint of ``model_dir`` on the config's eval split (a ``--data``
+    path: :meth:`~recsys_dist.config.experiment.ExperimentConfig.with_data_path`).
 
     Raises:
       CheckpointError: no usable checkpoint, or one of another model or feature config.
@@ -162,7 +163,7 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
     keep = {c: f"evaluation.slice_columns ({c})" for c in spec.slice_columns}
     if spec.group_column:
         keep[spec.group_column] = f"evaluation.group_column ({spec.group_column})"
-    pipeline = prepare_input(config, "eval", config.cluster.workers, data_path=data_path,
+    pipeline = prepare_input(config, "eval", config.cluster.workers,
                              optional_extra_columns=oracle_candidates(config.labels),
                              keep_columns=keep)
     oracle = oracle_columns(config.labels, pipeline.extra_columns)

@@ -44,20 +44,19 @@ def print_eval(labels: list[str], metrics: dict) -> None:
         print(line + f" ({metrics['rows']:,} rows)")
 
 
-def _plan_inputs(config: ExperimentConfig, model_dir: str, data_path: str | None,
-                 evaluate: bool):
+def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     """``(train input, eval input or None, oracle columns)``, planned and printed."""
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.data.oracle import oracle_candidates, oracle_columns
 
     workers = config.cluster.workers
-    train_input = prepare_input(config, "train", workers, data_path=data_path)
+    train_input = prepare_input(config, "train", workers)
     print(f"train    {len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
           f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
           f"{', '.join(config.labels)}, model_dir {model_dir}")
     eval_input, oracle = None, {}
     if evaluate and config.data is not None and config.data.eval is not None:
-        eval_input = prepare_input(config, "eval", workers, data_path=data_path,
+        eval_input = prepare_input(config, "eval", workers,
                                    optional_extra_columns=oracle_candidates(config.labels))
         oracle = oracle_columns(config.labels, eval_input.extra_columns)
         print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
@@ -65,14 +64,13 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, data_path: str | None
     return train_input, eval_input, oracle
 
 
-def _plan_validation(config: ExperimentConfig, data_path: str | None):
+def _plan_validation(config: ExperimentConfig):
     """The ``data.validation`` input early stopping scores after each pass, or None."""
     from recsys_dist.data.input_fn import prepare_input
 
     if config.train.early_stopping is None:
         return None
-    validation = prepare_input(config, "validation", config.cluster.workers,
-                               data_path=data_path)
+    validation = prepare_input(config, "validation", config.cluster.workers)
     spec = config.train.early_stopping
     print(f"validate {len(validation.plan.files)} files, {validation.plan.total_rows:,} rows "
           f"after every epoch; stop after {spec.patience} epoch(s) without a gain in "
@@ -112,7 +110,7 @@ def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
     return lines
 
 
-def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None = None,
+def train_run(config: ExperimentConfig, model_dir: str, *,
               evaluate: bool = True, warm_start_from: SavedCheckpoint | None = None,
               on_table_resize: Literal["fail", "reinitialize"] = "fail") -> RunOutcome:
     """Trains ``config`` into ``model_dir``: resumes its own checkpoint if it has one,
@@ -127,8 +125,8 @@ def train_run(config: ExperimentConfig, model_dir: str, *, data_path: str | None
     from recsys_dist.evaluation.evaluate import evaluate_split
     from recsys_dist.train.trainer import Trainer, completed_run
 
-    train_input, eval_input, oracle = _plan_inputs(config, model_dir, data_path, evaluate)
-    validation = _plan_validation(config, data_path)
+    train_input, eval_input, oracle = _plan_inputs(config, model_dir, evaluate)
+    validation = _plan_validation(config)
     done = completed_run(config, train_input, model_dir)
     if done is not None:
         saved, position = done

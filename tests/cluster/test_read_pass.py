@@ -42,7 +42,7 @@ def cluster(s3_server, tmp_path_factory):
 def _one_pass(cluster, data_path: str):
     strategy, coordinator = cluster
     config = load_config(DEMO_CONFIG, ["input.batch_size=256"])
-    pipeline = prepare_input(config, "train", num_workers=2, data_path=data_path)
+    pipeline = prepare_input(config.with_data_path(data_path), "train", num_workers=2)
     assert pipeline.plan.total_rows == 12_000 and len(pipeline.plan.units) == 24
     result = read_pass_on_cluster(pipeline, strategy, coordinator, collect_rows=True,
                                   batches_per_call=4)

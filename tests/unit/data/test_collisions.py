@@ -104,7 +104,7 @@ def _ids(table: pa.Table) -> dict[str, list[list]]:
 
 def _looked_up_rows(config_path: str, data: str) -> dict[str, dict[int, list[int]]]:
     """Per feature, the table rows the input pipeline gives each file row."""
-    pipeline = prepare_input(load_config(config_path), None, 1, data_path=data)
+    pipeline = prepare_input(load_config(config_path).with_data_path(data), None, 1)
     files = pipeline.plan.files
     out: dict[str, dict[int, list[int]]] = collections.defaultdict(dict)
     for batch in pipeline.dataset_fn(training=False, worker_index=0)():
@@ -140,7 +140,7 @@ def _expected(config_path: str, data: str, table: pa.Table) -> dict[str, tuple[i
 
 def test_distinct_ids_and_shared_rows_match_a_brute_force_count(dataset):
     config_path, data, table = dataset
-    pipeline = prepare_input(load_config(config_path), None, 2, data_path=data)
+    pipeline = prepare_input(load_config(config_path).with_data_path(data), None, 2)
     got = {t.table: t for t in table_ids(pipeline, shards=2, batch_rows=100)}
     expected = _expected(config_path, data, table)
     assert set(got) == set(expected) == {"tiny", "wide", "tag", "geo", "crossed", "user"}

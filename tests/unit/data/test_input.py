@@ -11,7 +11,7 @@ from recsys_dist.config import load_config
 from recsys_dist.data.input_fn import prepare_input, row_id
 from recsys_dist.data.read_pass import check_exactly_once, read_pass_local
 from recsys_dist.data.shard_plan import Unit, assign_units
-from recsys_dist.errors import DataError
+from recsys_dist.errors import ConfigError, DataError
 from tests.support.configs import SMALL_FEATURES, changed
 from tests.support.data import small_table, write_parquet
 
@@ -31,7 +31,7 @@ def _day(tmp_path, day: str, tables: list[pa.Table], row_group_size: int = 40) -
 
 
 def _read_all(config_path: str, split=None, data_path=None, workers=1):
-    pipeline = prepare_input(load_config(config_path), split, workers, data_path=data_path)
+    pipeline = prepare_input(load_config(config_path).with_data_path(data_path), split, workers)
     return pipeline, [read_pass_local(pipeline, worker_index=w, collect_rows=True)
                       for w in range(workers)]
 
@@ -150,9 +150,46 @@ def test_zero_files_matched_names_dates_and_what_exists(tmp_path, small_config):
                                         r"present under .*data: 2026-01-01"):
         prepare_input(config, "train", 1)
     with pytest.raises(DataError, match=r"no Parquet files matched .*nothing-\*\.parquet"):
-        prepare_input(config, None, 1, data_path=str(tmp_path / "data" / "nothing-*.parquet"))
+        prepare_input(config.with_data_path(str(tmp_path / "data" / "nothing-*.parquet")), None, 1)
     with pytest.raises(DataError, match=r"missing-dir: no such file or directory"):
-        prepare_input(config, None, 1, data_path=str(tmp_path / "missing-dir"))
+        prepare_input(config.with_data_path(str(tmp_path / "missing-dir")), None, 1)
+
+
+def test_data_path_from_the_command_line_overrides_data_path_and_keeps_raw(tmp_path,
+                                                                          small_config):
+    day1 = _day(tmp_path, "2026-01-01", [small_table(10), small_table(20, seed=1)])
+    day2 = _day(tmp_path, "2026-01-02", [small_table(30, seed=2)])
+    other = tmp_path / "elsewhere"
+    _day(other, "2026-01-02", [small_table(5, seed=3)])
+    config = load_config(small_config(train={"dates": "2026-01-01"}))
+
+    def rows(c, split):
+        return prepare_input(c, split, 1).plan.total_rows
+
+    assert rows(config, "train") == 30
+    # A root: the split's dates still apply.
+    with pytest.raises(DataError, match=r"no Parquet files for dt=2026-01-01"):
+        prepare_input(config.with_data_path(str(other / "data")), "train", 1)
+    assert rows(config.with_data_path(str(tmp_path / "data")), "train") == 30
+    # One file or a glob: every file there, whatever the dates.
+    assert rows(config.with_data_path(day2[0]), "train") == 30
+    assert rows(config.with_data_path(str(tmp_path / "data" / "dt=*" / "*.parquet")),
+                "train") == 60
+    assert rows(config.with_data_path(day1[1]), None) == 20
+    # A split the config does not define: an error from the file, all of --data from a command.
+    with pytest.raises(ConfigError, match=r"data\.eval: missing; set data\.eval\.dates"):
+        prepare_input(config, "eval", 1)
+    assert rows(config.with_data_path(str(tmp_path / "data")), "eval") == 60
+    # Only this command reads it: the config written next to a model keeps the file's path.
+    assert config.with_data_path(day2[0]).raw == config.raw
+    assert config.with_data_path(None) is config
+
+
+def test_path_from_command_line_is_not_a_config_key(tmp_path, small_config):
+    path = small_config(path_from_command_line=True)
+    with pytest.raises(ConfigError, match=r"data\.path_from_command_line: unknown key; "
+                                          r"allowed keys are .*path"):
+        load_config(path)
 
 
 def test_a_partition_with_an_invalid_date_is_never_read_as_data(tmp_path, small_config):
@@ -162,7 +199,7 @@ def test_a_partition_with_an_invalid_date_is_never_read_as_data(tmp_path, small_
     assert prepare_input(config, "train", 1).plan.total_rows == 10  # the range skips it
     root = str(tmp_path / "data")
     with pytest.raises(DataError) as raised:
-        prepare_input(config, None, 1, data_path=root)
+        prepare_input(config.with_data_path(root), None, 1)
     assert str(raised.value) == (
         f"{root}/dt=2026-13-45: not a valid date partition (expected dt=YYYY-MM-DD) under "
         f"{root}; rename or move it, or point at the partitions to read")
