@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/train_bench.py
 	$(PY) benchmarks/scale_bench.py --rows 10000000,100000000
 	$(PY) benchmarks/dynamic_tables.py
+	$(PY) benchmarks/strategy_bench.py
 	$(PY) benchmarks/quality.py
 
 clean-demo:

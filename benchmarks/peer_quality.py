@@ -541,7 +541,7 @@ def single_process_reference(config, score_train: bool = False,
     from recsys_dist.train.trainer import replica_loss
 
     model = build_from_config(config)
-    optimizers = ModelOptimizers(model, config.train, config.input.batch_size, 1)
+    optimizers = ModelOptimizers(model, config.train, config.input.batch_size)
     table_vars, dense_vars = model.embedding_variables, model.dense_variables
 
     @tf.function(autograph=False)

@@ -4,7 +4,8 @@
 down when the job ends (also on SIGTERM and Ctrl-C). ``cluster.mode: in_process`` runs
 them inside this process (``in_process.py``). ``cluster.mode: tf_config`` joins a
 cluster of ``recsys_dist.cluster.server`` tasks started elsewhere (one per machine or
-pod); this process is the chief (coordinator).
+pod); this process is the chief (coordinator). ``cluster.strategy: mirrored`` starts
+no servers: its replicas are devices of this process (``mirrored.py``).
 
 Embedding tables are sharded over the parameter servers by a ``MinSizePartitioner``:
 a table is cut into shards of at least ``min_shard_bytes``, at most one per parameter
@@ -19,6 +20,7 @@ import dataclasses
 import os
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -34,17 +36,17 @@ class Runtime:
     """A connected cluster.
 
     Attributes:
-      strategy: The ``ParameterServerStrategy``.
-      coordinator: Its ``ClusterCoordinator``.
+      strategy: The ``ParameterServerStrategy`` (or ``MirroredStrategy``).
+      coordinator: Its ``ClusterCoordinator`` (or a ``SynchronousCoordinator``).
       num_workers: Worker tasks.
       num_ps: Parameter-server tasks.
-      mode: The config's ``cluster.mode``.
+      mode: The config's ``cluster.mode``, or ``mirrored``.
       log_dir: Where the servers write their logs (local mode), else None.
       local: The local cluster, in local mode (for fault injection in tests).
     """
 
-    strategy: tf.distribute.experimental.ParameterServerStrategy
-    coordinator: tf.distribute.experimental.coordinator.ClusterCoordinator
+    strategy: tf.distribute.Strategy
+    coordinator: Any
     num_workers: int
     num_ps: int
     mode: str = "local"
@@ -53,6 +55,11 @@ class Runtime:
 
     def describe(self) -> str:
         """One line for the console, e.g. ``2 workers + 2 ps (local; server logs in X)``."""
+        if self.mode == "mirrored":
+            devices = ", ".join(d.rsplit("device:", 1)[-1]
+                                for d in self.strategy.extended.worker_devices)
+            return (f"{self.strategy.num_replicas_in_sync} replicas in this process "
+                    f"(mirrored, synchronous: {devices})")
         where = {"local": f"local; server logs in {self.log_dir}",
                  "in_process": "in_process: servers inside this process"}.get(self.mode, self.mode)
         return f"{self.num_workers} workers + {self.num_ps} ps ({where})"
@@ -94,6 +101,13 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
       min_shard_bytes: Minimum embedding shard size.
       env: Extra environment for local server processes.
     """
+    if cluster.strategy == "mirrored":
+        from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
+
+        strategy = mirrored_strategy(cluster.workers)
+        with terminate_on_signals():
+            yield Runtime(strategy, SynchronousCoordinator(), 1, 0, "mirrored")
+        return
     if cluster.mode == "in_process":
         from recsys_dist.cluster.in_process import InProcessCluster
 

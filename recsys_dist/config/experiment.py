@@ -32,6 +32,7 @@ import yaml
 from recsys_dist.config.features import FeatureConfig, load_feature_config
 from recsys_dist.config.model_params import MODEL_PARAMS
 from recsys_dist.config.schema import did_you_mean, parse_dataclass
+from recsys_dist.config.strategy import check_strategy
 from recsys_dist.config.yaml_loader import LocatedYaml, TextDatesLoader, load_yaml
 from recsys_dist.errors import ConfigError
 
@@ -176,13 +177,20 @@ class ClusterSpec:
         them inside the command's own process (fast to start, no fault isolation);
         ``tf_config`` joins the cluster described by the ``TF_CONFIG`` environment
         variable.
-      workers: Worker servers (local and in_process modes).
-      ps: Parameter servers (local and in_process modes).
+      workers: Worker servers (local and in_process modes); under ``mirrored``, the
+        replicas (devices) of the one process.
+      ps: Parameter servers (local and in_process modes); unused under ``mirrored``.
+      strategy: ``parameter_server`` (asynchronous; tables sharded over parameter
+        servers) or ``mirrored`` (synchronous, one process, a copy of every table on each
+        replica; ``config/strategy.py`` checks what it needs). ``multi_worker_mirrored``
+        is not built yet.
     """
 
     mode: Literal["local", "in_process", "tf_config"] = "local"
     workers: int = field(default=2, metadata={"min": 1, "max": 64})
     ps: int = field(default=1, metadata={"min": 1, "max": 64})
+    strategy: Literal["parameter_server", "mirrored", "multi_worker_mirrored"] = \
+        "parameter_server"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -549,6 +557,7 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     inputs = _resolve_inputs(doc, parsed.model, features)
     _check_optimizers(doc, raw, parsed.train)
     _check_early_stopping(doc, parsed, labels)
+    check_strategy(doc, parsed, features)
     return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
                             parsed.cluster, parsed.train, inputs, labels, raw,
                             parsed.evaluation, parsed.retrain)

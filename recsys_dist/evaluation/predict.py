@@ -21,9 +21,10 @@ import tensorflow as tf
 
 from recsys_dist.cluster.dispatch import InFlight, check_item_rows
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
+from recsys_dist.cluster.mirrored import settle_replica_local
+from recsys_dist.cluster.replicas import replica_slice
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
-from recsys_dist.cluster.replicas import replica_slice
 
 #: Rows one prediction closure reads at most.
 PREDICT_ITEM_ROWS = 65536
@@ -57,6 +58,7 @@ def predict_split(strategy, coordinator, num_workers: int, model, pipeline: Inpu
     """
     items = pipeline.work_items(PREDICT_ITEM_ROWS)
     total_rows = sum(item.rows for item in items)
+    settle_replica_local(strategy, model.variables)
 
     @tf.autograph.experimental.do_not_convert  # plain TensorFlow (see Trainer._replica_step)
     def replica_predict(batch):

@@ -16,14 +16,15 @@ from recsys_dist.checkpoint.store import create_slots
 from recsys_dist.config.experiment import OptimizerSpec, TrainSpec
 
 
-def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int,
-                         replicas_per_worker: int) -> float:
-    """The learning rate after ``train.lr_scaling`` for one worker step's batch.
+def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int) -> float:
+    """The learning rate after ``train.lr_scaling`` for a step of ``batch_size`` rows.
 
-    One asynchronous step applies the gradient of one worker's batch (``batch_size``
-    rows on each of its replicas), so that is the batch the rate scales with.
+    One step applies the gradient of ``input.batch_size`` rows: one worker's batch under
+    ``parameter_server`` (an asynchronous step), the global batch under ``mirrored`` (a
+    synchronous step; each replica takes ``batch_size / replicas`` of its rows). Scaling
+    is off unless ``train.lr_scaling`` asks for it.
     """
-    ratio = batch_size * replicas_per_worker / train.base_batch_size
+    ratio = batch_size / train.base_batch_size
     if train.lr_scaling == "linear":
         return spec.learning_rate * ratio
     if train.lr_scaling == "sqrt":
@@ -59,10 +60,9 @@ class ModelOptimizers:
     scope; it creates every slot at once (before any restore: ``checkpoint/store.py``).
     """
 
-    def __init__(self, model, train: TrainSpec, batch_size: int, replicas_per_worker: int):
+    def __init__(self, model, train: TrainSpec, batch_size: int):
         def build(spec: OptimizerSpec):
-            return make_optimizer(spec, scaled_learning_rate(spec, train, batch_size,
-                                                             replicas_per_worker))
+            return make_optimizer(spec, scaled_learning_rate(spec, train, batch_size))
 
         self.embedding, self.dense = build(train.embedding_optimizer), build(train.dense_optimizer)
         self.linear = build(train.linear_optimizer) if train.linear_optimizer else None

@@ -117,14 +117,19 @@ class TrainResult:
 def replica_loss(logits: dict, labels: dict, valid: tf.Tensor, names: list[str],
                  replicas: int, extra_losses: list | None = None
                  ) -> tuple[tf.Tensor, tf.Tensor]:
-    """One replica's loss, scaled so the replicas' summed gradients are the batch mean.
+    """One replica's loss, scaled so the replicas' summed gradients are the step's mean.
+
+    With several replicas every one divides its weighted sum by the weight of the whole
+    step's batch (summed over the replicas, as ``tf.nn.compute_average_loss`` divides by
+    the global batch), so the gradients ``apply_gradients`` sums once are exactly those of
+    the step's mean loss, whatever rows each replica got.
 
     Args:
       logits, labels: Per label name, ``[B]`` tensors of this replica's rows.
       valid: ``[B]`` example weights (0 for skipped rows).
       names: Labels in the loss (their cross-entropies add up).
-      replicas: Replicas of the worker; ``apply_gradients`` sums their gradients once.
-      extra_losses: Regularisation losses of the model, counted once per worker step.
+      replicas: Replicas in sync; ``apply_gradients`` sums their gradients once.
+      extra_losses: Regularisation losses of the model, counted once per step.
 
     Returns:
       ``(loss, per_example)``: the scalar to differentiate, and the weighted ``[B]``
@@ -132,10 +137,14 @@ def replica_loss(logits: dict, labels: dict, valid: tf.Tensor, names: list[str],
     """
     per_example = tf.add_n([tf.nn.sigmoid_cross_entropy_with_logits(
         labels=labels[name], logits=logits[name]) for name in names]) * valid
-    loss = tf.reduce_sum(per_example) / tf.maximum(tf.reduce_sum(valid), 1.0)
+    weight = tf.reduce_sum(valid)
+    if replicas > 1:
+        weight = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, weight)
+    loss = tf.reduce_sum(per_example) / tf.maximum(weight, 1.0)
     if extra_losses:
-        loss += tf.add_n(extra_losses)
-    return loss / replicas, per_example
+        loss += tf.add_n(extra_losses) / replicas
+    return loss, per_example
 
 
 @dataclasses.dataclass
@@ -260,8 +269,7 @@ class Trainer:
         with strategy.scope():
             self.model = build_from_config(config)
             # Slots exist before any restore (checkpoint/store.py says why).
-            self.optimizers = ModelOptimizers(self.model, train, pipeline.spec.batch_size,
-                                              self.replicas)
+            self.optimizers = ModelOptimizers(self.model, train, pipeline.spec.batch_size)
             self.auc = {label: tf.keras.metrics.AUC(num_thresholds=AUC_THRESHOLDS,
                                                     from_logits=True, name=f"auc_{label}")
                         for label in config.labels}

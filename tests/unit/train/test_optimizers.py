@@ -13,13 +13,13 @@ from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
 
 @pytest.mark.parametrize("scaling,expected", [("none", 0.1), ("linear", 0.4),
                                               ("sqrt", 0.2)])
-def test_learning_rate_scales_with_the_batch_of_one_worker_step(scaling, expected):
+def test_learning_rate_scales_with_the_batch_of_one_step(scaling, expected):
     train = TrainSpec(lr_scaling=scaling, base_batch_size=512)
     spec = OptimizerSpec("adagrad", 0.1)
-    # batch 1024 on each of 2 replicas: one step applies 2048 rows, 4x the base batch.
-    assert scaled_learning_rate(spec, train, 1024, 2) == pytest.approx(expected)
-    assert scaled_learning_rate(spec, train, 512, 1) == pytest.approx(0.1)
-    assert math.isclose(scaled_learning_rate(spec, TrainSpec(lr_scaling="sqrt"), 128, 1), 0.05)
+    # One step applies 2048 rows (however many replicas share them): 4x the base batch.
+    assert scaled_learning_rate(spec, train, 2048) == pytest.approx(expected)
+    assert scaled_learning_rate(spec, train, 512) == pytest.approx(0.1)
+    assert math.isclose(scaled_learning_rate(spec, TrainSpec(lr_scaling="sqrt"), 128), 0.05)
 
 
 @pytest.mark.parametrize("spec,cls,config", [
@@ -63,7 +63,7 @@ def test_the_linear_optimizer_updates_the_linear_tables_and_nothing_else(tmp_pat
     model.create_variables()
     train = TrainSpec(embedding_optimizer=OptimizerSpec("sgd", 0.0),
                       linear_optimizer=OptimizerSpec("adagrad", 0.5))
-    optimizers = ModelOptimizers(model, train, 512, 1)
+    optimizers = ModelOptimizers(model, train, 512)
     assert sorted(optimizers.checkpoint_objects()) == ["dense_optimizer",
                                                        "embedding_optimizer",
                                                        "linear_optimizer"]
@@ -79,6 +79,6 @@ def test_the_linear_optimizer_updates_the_linear_tables_and_nothing_else(tmp_pat
     moved = {v.name for v in tables if (v.numpy() != before[v.name]).any()}
     assert moved == {v.name for v in model.linear_variables}
     assert optimizers.linear.get_slot(model.linear_variables[0], "accumulator") is not None
-    without = ModelOptimizers(model, TrainSpec(), 512, 1)
+    without = ModelOptimizers(model, TrainSpec(), 512)
     assert without.linear is None and len(without.table_groups) == 1
     assert sorted(without.checkpoint_objects()) == ["dense_optimizer", "embedding_optimizer"]

@@ -4,7 +4,8 @@ ParameterServerStrategy runs one replica per GPU of a worker; there is no GPU he
 this runs the trainer's loss under a MirroredStrategy over 2 logical CPU devices, which
 combines replica gradients in ``apply_gradients`` the same way (one sum). The update
 must equal a single-replica step on the whole batch: no double averaging that would
-shrink updates or optimizer moments.
+shrink updates or optimizer moments, and no per-replica mean where the halves hold
+different numbers of valid rows.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ SCRIPT = textwrap.dedent("""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(8, 3)).astype("float32")
     y = (rng.random(8) < 0.5).astype("float32")
-    valid = np.ones(8, "float32")
+    # Skipped rows (weight 0) in one half: each replica must divide by the whole batch's
+    # weight (5), not its own (4 and 1), for the summed update to be the batch mean's.
+    valid = np.array([1, 1, 1, 1, 0, 0, 0, 1], "float32")
     init = rng.normal(size=(3, 1)).astype("float32")
 
     def make(optimizer_cls):
@@ -69,5 +72,68 @@ SCRIPT = textwrap.dedent("""
 def test_two_replicas_update_like_one_replica_on_the_whole_batch():
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                             timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("OK")
+
+
+BATCH_NORM_SCRIPT = textwrap.dedent("""
+    import recsys_dist
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from recsys_dist.cluster.mirrored import mirrored_strategy, settle_replica_local
+    from recsys_dist.cluster.replicas import replica_slice
+    from recsys_dist.models.blocks import MLP
+
+    strategy = mirrored_strategy(2)
+    with strategy.scope():
+        mlp = MLP([4, 1], batch_norm=True, final_activation=None, seed=1)
+        mlp.build((None, 3))
+    bn = [layer for layer in mlp.stack if isinstance(layer, tf.keras.layers.BatchNormalization)][0]
+    x = np.random.default_rng(0).normal(2.0, 1.0, size=(8, 3)).astype("float32")
+    batch = {"x": tf.constant(x), "valid": tf.ones(8)}
+
+    def copies(variable):
+        return [v.numpy() for v in strategy.experimental_local_results(variable)]
+
+    @tf.function
+    def call(batch, training):
+        return strategy.run(lambda b: mlp(replica_slice(b)["x"], training=training), args=(batch,))
+
+    call(batch, False)
+    for mean, var in zip(copies(bn.moving_mean), copies(bn.moving_variance)):
+        assert np.all(mean == 0) and np.all(var == 1), (mean, var)  # inference: unmoved
+    call(batch, True)
+    # Each replica normalises its own 4 rows and moves its own copy (ON_READ variables);
+    # read across replicas (as a checkpoint saves it) the moving mean is their average,
+    # here the 8 rows' mean. Scoring first gives every copy that average.
+    pre = x @ mlp.stack[0].kernel.numpy()
+    halves = copies(bn.moving_mean)
+    for half, rows in zip(halves, (pre[:4], pre[4:])):
+        np.testing.assert_allclose(half, (1 - bn.momentum) * rows.mean(axis=0), rtol=1e-5)
+    expected = (1 - bn.momentum) * pre.mean(axis=0)
+    np.testing.assert_allclose(bn.moving_mean.numpy(), expected, rtol=1e-5, atol=1e-6)
+    settle_replica_local(strategy, mlp.variables)
+    for mean in copies(bn.moving_mean):
+        np.testing.assert_allclose(mean, expected, rtol=1e-5, atol=1e-6)
+    assert not np.all(copies(bn.moving_variance)[0] == 1)
+    before = copies(bn.moving_mean)
+    out = call(batch, False)
+    np.testing.assert_array_equal(copies(bn.moving_mean)[0], before[0])  # unmoved again
+    out = np.concatenate([o.numpy() for o in strategy.experimental_local_results(out)])
+    mean, var = bn.moving_mean.numpy(), bn.moving_variance.numpy()
+    hidden = np.maximum((pre - mean) / np.sqrt(var + bn.epsilon) * bn.gamma.numpy()
+                        + bn.beta.numpy(), 0)
+    final = mlp.stack[-1]
+    np.testing.assert_allclose(out, hidden @ final.kernel.numpy() + final.bias.numpy(),
+                               rtol=1e-5, atol=1e-5)
+    print("OK")
+""")
+
+
+def test_batch_norm_statistics_move_only_in_training_and_agree_over_replicas():
+    result = subprocess.run([sys.executable, "-c", BATCH_NORM_SCRIPT], capture_output=True,
+                            text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("OK")

@@ -1,0 +1,138 @@
+"""``cluster.strategy: mirrored``: synchronous training over 2 replicas of one process.
+
+Two logical CPU devices stand in for GPUs (there is none here). The claims:
+
+- after the same steps, every weight and optimizer slot equals a single worker's (a
+  parameter-server run with one worker trains the same batches in the same order): the
+  replicas' gradients are scaled by the global batch and summed once;
+- checkpoints have one format: a run resumes under the other strategy (and another
+  sharding of the tables), and the two ways end at the same state;
+- a SIGKILLed run resumes from its last checkpoint and completes;
+- daily retraining (warm start, gate, export, publish) runs under it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import signal
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from recsys_dist.data.synth import synthesize
+from tests.support.paths import CLI
+from tests.support.run_configs import small_run_config
+from tests.support.train_run import TrainRun
+
+pytestmark = pytest.mark.cluster
+
+MIRRORED = ("--set", "cluster.strategy=mirrored", "--set", "cluster.workers=2")
+ONE_WORKER = ("--set", "cluster.workers=1", "--set", "cluster.ps=1")
+# Tables cut over 2 parameter servers (the config's embedding_shard_bytes is 1 KiB). Each
+# shard draws its own initial values, so a run from scratch starts elsewhere: compared
+# only after a restore.
+SHARDED = ("--set", "cluster.workers=1", "--set", "cluster.ps=2")
+
+
+def train(config: str, model_dir: pathlib.Path, *extra: str) -> str:
+    run = TrainRun(config, model_dir, "--no-eval", *extra)
+    assert run.finish() == 0, run.output[-3000:]
+    return run.output
+
+
+def checkpoint(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
+    """Every saved tensor of the newest complete checkpoint, by its key."""
+    newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
+    reader = tf.train.load_checkpoint(str(newest / "variables"))
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+            if not key.startswith("_CHECKPOINTABLE") and "save_counter" not in key}
+
+
+def assert_same_state(a: pathlib.Path, b: pathlib.Path) -> None:
+    left, right = checkpoint(a), checkpoint(b)
+    assert sorted(left) == sorted(right)
+    slots = [k for k in left if "OPTIMIZER_SLOT" in k]
+    assert len(slots) >= 10, sorted(left)
+    for key in left:
+        x, y = np.asarray(left[key]), np.asarray(right[key])
+        assert x.shape == y.shape, (key, x.shape, y.shape)
+        if x.dtype.kind == "f":
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6, err_msg=key)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mirrored")
+    synthesize(tmp / "data", days=3, rows_per_day=4000, seed=3, rows_per_file=2000)
+    config = small_run_config(tmp, tmp / "data", "in_process",
+                              changes={"input.shuffle": False, "train.epochs": 1})
+    output = train(config, tmp / "mirrored", *MIRRORED)
+    assert "2 replicas in this process (mirrored, synchronous: CPU:0, CPU:1)" in output
+    train(config, tmp / "one_worker", *ONE_WORKER)
+    return config, tmp
+
+
+def test_two_replicas_end_with_the_weights_and_slots_of_one_worker(runs):
+    config, tmp = runs
+    state = checkpoint(tmp / "mirrored")
+    assert state["global_step/.ATTRIBUTES/VARIABLE_VALUE"] == 32  # 8,000 rows / 256
+    assert_same_state(tmp / "mirrored", tmp / "one_worker")
+
+
+def test_a_run_resumes_under_the_other_strategy_both_ways(runs):
+    config, tmp = runs
+    two_epochs = ("--set", "train.epochs=2")
+    shutil.copytree(tmp / "one_worker", tmp / "ps_then_mirrored")
+    output = train(config, tmp / "ps_then_mirrored", *MIRRORED, *two_epochs)
+    assert "resume   from" in output and "step 32" in output
+    shutil.copytree(tmp / "mirrored", tmp / "mirrored_then_ps")
+    output = train(config, tmp / "mirrored_then_ps", *SHARDED, *two_epochs)
+    assert "resume   from" in output and "2 ps" in output
+    # Both started from the same state (the first test) and trained the same second epoch,
+    # one as 2 mirrored replicas, the other as one worker over sharded tables.
+    assert_same_state(tmp / "ps_then_mirrored", tmp / "mirrored_then_ps")
+    assert checkpoint(tmp / "mirrored_then_ps")["global_step/.ATTRIBUTES/VARIABLE_VALUE"] == 64
+
+
+def test_a_killed_mirrored_run_resumes_from_its_checkpoint(runs):
+    config, tmp = runs
+    model_dir = tmp / "killed"
+    run = TrainRun(config, model_dir, *MIRRORED, "--set", "train.epochs=2",
+                   "--set", "train.checkpoint_every_steps=20")
+    saved = int(run.wait_for(r"^checkpoint step ([\d,]*\d)").group(1).replace(",", ""))
+    run.process.send_signal(signal.SIGKILL)
+    run.finish()
+    assert run.process.returncode == -signal.SIGKILL
+    second = TrainRun(config, model_dir, *MIRRORED, "--set", "train.epochs=2",
+                      "--set", "train.checkpoint_every_steps=20")
+    restored = int(second.wait_for(r"^resume +from .*: step ([\d,]*\d)").group(1)
+                   .replace(",", ""))
+    assert second.finish() == 0, second.output[-3000:]
+    assert restored >= saved
+    newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
+    state = json.loads((newest / "state.json").read_text())
+    assert state["complete"] and state["position"]["finished_rows"] == 2 * 8000
+    result = json.loads((model_dir / "train_result.json").read_text())
+    assert result["eval"]["labels"]["click"]["auc"] > 0.55
+
+
+def test_daily_retraining_warm_starts_gates_and_publishes_under_mirrored(runs):
+    config, tmp = runs
+    outputs = []
+    for day in ("2026-01-01", "2026-01-02"):
+        result = subprocess.run([CLI, "retrain", "--config", config, "--date", day,
+                                 "--set", f"retrain.root={tmp / 'retrain'}", *MIRRORED],
+                                capture_output=True, text=True, timeout=400)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        outputs.append(result.stdout)
+    assert "warm     start from" in outputs[1] and "2 replicas in this process" in outputs[1]
+    for day in ("2026-01-01", "2026-01-02"):
+        published = tmp / "retrain" / "published" / day
+        assert (published / "_SUCCESS").exists()
+        assert (published / "export" / "saved_model.pb").exists()
