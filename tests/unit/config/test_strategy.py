@@ -38,8 +38,11 @@ def rejected(tmp_path, capsys, model_changes=None, feature_changes=None) -> str:
     return err
 
 
-def test_a_mirrored_config_loads_and_defaults_stay_parameter_server(tmp_path):
+def test_a_mirrored_config_loads_and_defaults_stay_parameter_server(tmp_path, capsys):
     assert load_config(write(tmp_path)).cluster.strategy == "mirrored"
+    main(["validate", "--config", write(tmp_path)])  # its data does not exist: exit 3
+    assert "strategy mirrored: 2 replicas in one process, each step's 512 rows split 256 " \
+        "per replica" in capsys.readouterr().out
     default = load_config(write(tmp_path, {"cluster.strategy": "parameter_server"}))
     assert default.cluster.strategy == "parameter_server"
 
