@@ -166,7 +166,21 @@ class _StackInitializer(tf.keras.initializers.Initializer):
 def _lookup(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
     """Rows ``[N, D]`` of ``table`` for 1-D ``ids`` ``[N]``; each distinct id is read once."""
     unique_ids, index = tf.unique(ids)
-    return tf.gather(tf.nn.embedding_lookup(_shards(table), unique_ids), index)
+    return tf.gather(tf.nn.embedding_lookup(_shards(_replica_copy(table)), unique_ids), index)
+
+
+def _replica_copy(table: tf.Variable) -> tf.Variable:
+    """Under ``MirroredStrategy``, this replica's own copy of a mirrored table, else the table.
+
+    A gather through the ``MirroredVariable`` itself reads the whole table, and the step's
+    sparse update of a table that is still referenced copies all of it first: a 6M x 16
+    table's step took 36 ms against 2.8 ms through the replica's copy (gradients and
+    updates are the same; ``cluster/mirrored.py``).
+    """
+    if (isinstance(tf.distribute.get_strategy(), tf.distribute.MirroredStrategy)
+            and hasattr(table, "_get_on_device_or_primary")):
+        return table._get_on_device_or_primary()  # pylint: disable=protected-access
+    return table
 
 
 def _present(ids: tf.Tensor, weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
