@@ -67,8 +67,22 @@ def test_cluster_spec_and_processes(cluster):
     assert cluster.alive() == {"worker": [True, True], "ps": [True]}
     threads = shared_intra_op_threads(3)  # the cores split between its 3 tasks
     assert (f"recsys_dist server ps:0 serving on {spec['ps'][0]} (pid "
-            in cluster.log_path("ps", 0).read_text())
-    assert f"intra-op threads {threads})" in cluster.log_path("worker", 1).read_text()
+            in logged(cluster, "ps", 0, "serving on"))
+    assert f"intra-op threads {threads})" in logged(cluster, "worker", 1, "serving on")
+
+
+def logged(cluster, job: str, index: int, text: str, times: int = 1,
+           timeout: float = 30) -> str:
+    """The task's log once it holds ``text`` ``times`` times: a task accepts connections
+    (which is when the cluster counts it as started) just before it prints its line, and
+    under load the line came after the test read the log (an empty worker log failed CI
+    once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        content = cluster.log_path(job, index).read_text()
+        if content.count(text) >= times or time.monotonic() > deadline:
+            return content
+        time.sleep(0.1)
 
 
 def test_scheduled_functions_update_a_ps_variable(coordinator):
@@ -203,7 +217,8 @@ def test_killed_worker_restarts_on_same_port_and_serves(cluster, coordinator):
     deadline = time.monotonic() + 60
     while 0 not in _workers_that_ran(coordinator, step, closures=4):
         assert time.monotonic() < deadline, "the restarted worker 0 ran no closure in 60 s"
-    assert cluster.log_path("worker", 0).read_text().count(f"serving on {address}") == 2
+    assert logged(cluster, "worker", 0, f"serving on {address}", 2).count(
+        f"serving on {address}") == 2
 
 
 def test_supervisor_restarts_a_killed_worker_and_reports_it(tmp_path):
@@ -224,7 +239,8 @@ def test_supervisor_restarts_a_killed_worker_and_reports_it(tmp_path):
         assert [(job, index, code) for _, job, index, code in cluster.restarts] == [
             ("worker", 0, -9)]
         address = cluster.cluster_spec["worker"][0]
-        assert cluster.log_path("worker", 0).read_text().count(f"serving on {address}") == 2
+        assert logged(cluster, "worker", 0, f"serving on {address}", 2).count(
+            f"serving on {address}") == 2
 
 
 COORDINATOR_SCRIPT = textwrap.dedent(
