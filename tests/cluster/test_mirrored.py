@@ -8,13 +8,15 @@ Two logical CPU devices stand in for GPUs (there is none here). The claims:
 - checkpoints have one format: a run resumes under the other strategy (and another
   sharding of the tables), and the two ways end at the same state;
 - a SIGKILLed run resumes from its last checkpoint and completes;
-- daily retraining (warm start, gate, export, publish) runs under it.
+- daily retraining warm-starts across the switch, both ways, and gates, exports and
+  publishes.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -122,17 +124,24 @@ def test_a_killed_mirrored_run_resumes_from_its_checkpoint(runs):
     assert result["eval"]["labels"]["click"]["auc"] > 0.55
 
 
-def test_daily_retraining_warm_starts_gates_and_publishes_under_mirrored(runs):
+@pytest.mark.parametrize("first,second", [(SHARDED, MIRRORED), (MIRRORED, SHARDED)],
+                         ids=["parameter_server_then_mirrored", "mirrored_then_parameter_server"])
+def test_daily_retraining_warm_starts_across_the_switch(runs, first, second):
+    """Day 1 under one strategy, day 2 warm-started from it under the other: gated,
+    exported and published both days."""
     config, tmp = runs
+    root = tmp / ("retrain-from-ps" if first is SHARDED else "retrain-from-mirrored")
     outputs = []
-    for day in ("2026-01-01", "2026-01-02"):
+    for day, strategy in (("2026-01-01", first), ("2026-01-02", second)):
         result = subprocess.run([CLI, "retrain", "--config", config, "--date", day,
-                                 "--set", f"retrain.root={tmp / 'retrain'}", *MIRRORED],
+                                 "--set", f"retrain.root={root}", *strategy],
                                 capture_output=True, text=True, timeout=400)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         outputs.append(result.stdout)
-    assert "warm     start from" in outputs[1] and "2 replicas in this process" in outputs[1]
+    restored = re.search(r"^warm +start from .*, ([\d,]+) variables restored", outputs[1], re.M)
+    assert restored and int(restored.group(1).replace(",", "")) >= 20, outputs[1]
+    assert ("2 replicas in this process" in outputs[1]) == (second is MIRRORED)
     for day in ("2026-01-01", "2026-01-02"):
-        published = tmp / "retrain" / "published" / day
+        published = root / "published" / day
         assert (published / "_SUCCESS").exists()
         assert (published / "export" / "saved_model.pb").exists()
