@@ -13,8 +13,9 @@ interface here: ``schedule`` runs the work item at once, in this process.
 
 Gradients are combined with ``ReductionToOneDevice``: the collective all-reduce that
 ``MirroredStrategy`` picks by default fails on the sparse gradients of embedding lookups
-inside the training loop's ``tf.cond`` ("Shape mismatch in the collective instance":
-replicas touch different numbers of rows).
+inside the training function's loop of steps ("Shape mismatch in the collective
+instance": the number of rows each replica touches is known only at run time;
+docs/training.md#strategies).
 """
 
 from __future__ import annotations
