@@ -71,7 +71,8 @@ def assert_same_state(a: pathlib.Path, b: pathlib.Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mirrored")
-    synthesize(tmp / "data", days=3, rows_per_day=4000, seed=3, rows_per_file=2000)
+    # Day 4 is only the held-out day of the third day of retraining.
+    synthesize(tmp / "data", days=4, rows_per_day=4000, seed=3, rows_per_file=2000)
     config = small_run_config(tmp, tmp / "data", "in_process",
                               changes={"input.shuffle": False, "train.epochs": 1})
     output = train(config, tmp / "mirrored", *MIRRORED)
@@ -124,24 +125,23 @@ def test_a_killed_mirrored_run_resumes_from_its_checkpoint(runs):
     assert result["eval"]["labels"]["click"]["auc"] > 0.55
 
 
-@pytest.mark.parametrize("first,second", [(SHARDED, MIRRORED), (MIRRORED, SHARDED)],
-                         ids=["parameter_server_then_mirrored", "mirrored_then_parameter_server"])
-def test_daily_retraining_warm_starts_across_the_switch(runs, first, second):
-    """Day 1 under one strategy, day 2 warm-started from it under the other: gated,
-    exported and published both days."""
+def test_daily_retraining_warm_starts_across_the_switch_both_ways(runs):
+    """Day 1 under parameter servers, day 2 warm-started from it under mirrored, day 3
+    warm-started from that under parameter servers again: each gated, exported and
+    published."""
     config, tmp = runs
-    root = tmp / ("retrain-from-ps" if first is SHARDED else "retrain-from-mirrored")
-    outputs = []
-    for day, strategy in (("2026-01-01", first), ("2026-01-02", second)):
+    root = tmp / "retrain"
+    days = (("2026-01-01", SHARDED), ("2026-01-02", MIRRORED), ("2026-01-03", SHARDED))
+    for n, (day, strategy) in enumerate(days):
         result = subprocess.run([CLI, "retrain", "--config", config, "--date", day,
                                  "--set", f"retrain.root={root}", *strategy],
                                 capture_output=True, text=True, timeout=400)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        outputs.append(result.stdout)
-    restored = re.search(r"^warm +start from .*, ([\d,]+) variables restored", outputs[1], re.M)
-    assert restored and int(restored.group(1).replace(",", "")) >= 20, outputs[1]
-    assert ("2 replicas in this process" in outputs[1]) == (second is MIRRORED)
-    for day in ("2026-01-01", "2026-01-02"):
+        assert ("2 replicas in this process" in result.stdout) == (strategy is MIRRORED)
+        if n:
+            restored = re.search(r"^warm +start from .*, ([\d,]+) variables restored",
+                                 result.stdout, re.M)
+            assert restored and int(restored.group(1).replace(",", "")) >= 20, result.stdout
         published = root / "published" / day
         assert (published / "_SUCCESS").exists()
         assert (published / "export" / "saved_model.pb").exists()
