@@ -99,10 +99,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(f"config   {config.file}: OK ({len(feats.features)} features, {len(feats.tables)} "
           f"tables, labels {', '.join(config.labels)}; model {config.model.name}; "
           f"feature config {feats.file})")
+    replicas, batch = config.cluster.workers, config.input.batch_size
     if config.cluster.strategy == "mirrored":
-        replicas, batch = config.cluster.workers, config.input.batch_size
         print(f"strategy mirrored: {replicas} replicas in one process, each step's "
               f"{batch:,} rows split {batch // replicas:,} per replica")
+    elif config.cluster.strategy == "multi_worker_mirrored":
+        print(f"strategy multi_worker_mirrored: {replicas} worker processes, each step's "
+              f"{batch:,} rows split {batch // replicas:,} per worker")
     if args.data is not None:
         splits = [None if args.split in (None, "all") else args.split]
     elif args.split not in (None, "all"):

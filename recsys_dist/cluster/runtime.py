@@ -5,7 +5,9 @@ down when the job ends (also on SIGTERM and Ctrl-C). ``cluster.mode: in_process`
 them inside this process (``in_process.py``). ``cluster.mode: tf_config`` joins a
 cluster of ``recsys_dist.cluster.server`` tasks started elsewhere (one per machine or
 pod); this process is the chief (coordinator). ``cluster.strategy: mirrored`` starts
-no servers: its replicas are devices of this process (``mirrored.py``).
+no servers: its replicas are devices of this process (``mirrored.py``). Under
+``multi_worker_mirrored`` this process is one of the workers (``collective.py``); a
+process that is not (``evaluate``, ``export``) scores on one device of its own.
 
 Embedding tables are sharded over the parameter servers by a ``MinSizePartitioner``:
 a table is cut into shards of at least ``min_shard_bytes``, at most one per parameter
@@ -40,9 +42,11 @@ class Runtime:
       coordinator: Its ``ClusterCoordinator`` (or a ``SynchronousCoordinator``).
       num_workers: Worker tasks.
       num_ps: Parameter-server tasks.
-      mode: The config's ``cluster.mode``, or ``mirrored``.
+      mode: The config's ``cluster.mode``, or ``mirrored`` or ``multi_worker_mirrored``.
       log_dir: Where the servers write their logs (local mode), else None.
       local: The local cluster, in local mode (for fault injection in tests).
+      task_index: This worker's index under ``multi_worker_mirrored`` (0 is the chief,
+        which writes the model dir), else 0.
     """
 
     strategy: tf.distribute.Strategy
@@ -52,6 +56,18 @@ class Runtime:
     mode: str = "local"
     log_dir: str | None = None
     local: LocalCluster | None = None
+    task_index: int = 0
+
+    @property
+    def lockstep(self) -> bool:
+        """Whether every worker runs the training loop itself (``multi_worker_mirrored``)."""
+        return self.mode == "multi_worker_mirrored"
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this process writes the model dir (always, except on workers 1.. of a
+        ``multi_worker_mirrored`` job)."""
+        return self.task_index == 0
 
     def describe(self) -> str:
         """One line for the console, e.g. ``2 workers + 2 ps (local; server logs in X)``."""
@@ -60,6 +76,9 @@ class Runtime:
                                 for d in self.strategy.extended.worker_devices)
             return (f"{self.strategy.num_replicas_in_sync} replicas in this process "
                     f"(mirrored, synchronous: {devices})")
+        if self.lockstep:
+            return (f"worker {self.task_index} of {self.num_workers} (multi_worker_mirrored, "
+                    "synchronous: one replica per worker process)")
         where = {"local": f"local; server logs in {self.log_dir}",
                  "in_process": "in_process: servers inside this process"}.get(self.mode, self.mode)
         return f"{self.num_workers} workers + {self.num_ps} ps ({where})"
@@ -101,12 +120,20 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
       min_shard_bytes: Minimum embedding shard size.
       env: Extra environment for local server processes.
     """
-    if cluster.strategy == "mirrored":
+    if cluster.strategy in ("mirrored", "multi_worker_mirrored"):
+        from recsys_dist.cluster.collective import collective_strategy, collective_task
         from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
 
-        strategy = mirrored_strategy(cluster.workers)
+        task = collective_task() if cluster.strategy == "multi_worker_mirrored" else None
         with terminate_on_signals():
-            yield Runtime(strategy, SynchronousCoordinator(), 1, 0, "mirrored")
+            if task is not None:  # a worker of a multi_worker_mirrored job
+                spec, index = task
+                yield Runtime(collective_strategy(), SynchronousCoordinator(),
+                              len(spec["worker"]), 0, "multi_worker_mirrored", task_index=index)
+            else:  # mirrored; or evaluate / export of a multi_worker_mirrored run: one device
+                replicas = cluster.workers if cluster.strategy == "mirrored" else 1
+                yield Runtime(mirrored_strategy(replicas), SynchronousCoordinator(), 1, 0,
+                              "mirrored")
         return
     if cluster.mode == "in_process":
         from recsys_dist.cluster.in_process import InProcessCluster

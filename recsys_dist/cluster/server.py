@@ -42,27 +42,29 @@ class ClusterError(RecsysError):
     """A cluster spec, ``TF_CONFIG`` or server task is wrong or failed to start."""
 
 
-def validate_cluster_spec(cluster_spec: Any, source: str = "cluster spec") -> dict[str, list[str]]:
+def validate_cluster_spec(cluster_spec: Any, source: str = "cluster spec",
+                          jobs: Sequence[str] = SERVER_JOBS) -> dict[str, list[str]]:
     """Checks a cluster spec and returns it as a ``{job: [address, ...]}`` dict.
 
     Args:
       cluster_spec: Parsed JSON, e.g. ``{"worker": ["h1:2222"], "ps": ["h2:2222"]}``.
         Jobs other than ``worker`` and ``ps`` (e.g. ``chief``) are kept as given.
       source: What the spec came from, used in error messages.
+      jobs: The jobs it must have.
 
     Returns:
       A copy of the spec with every job's addresses as a list of strings.
 
     Raises:
       ClusterError: The spec is not a mapping of job names to non-empty lists of
-        ``host:port`` strings, or lacks a ``worker`` or ``ps`` job.
+        ``host:port`` strings, or lacks one of ``jobs``.
     """
     if not isinstance(cluster_spec, Mapping):
         raise ClusterError(
             f"{source} must be a JSON object mapping job names to address lists, "
             f"got {type(cluster_spec).__name__}"
         )
-    for job in SERVER_JOBS:
+    for job in jobs:
         if job not in cluster_spec:
             raise ClusterError(f"{source} has no {job!r} job (jobs: {sorted(cluster_spec)})")
     spec: dict[str, list[str]] = {}
@@ -86,11 +88,13 @@ def _is_host_port(address: str) -> bool:
     return bool(host) and bool(sep) and port.isdigit() and 0 < int(port) < 65536
 
 
-def parse_tf_config(text: str | None) -> tuple[dict[str, list[str]], str, int]:
+def parse_tf_config(text: str | None, jobs: Sequence[str] = SERVER_JOBS
+                    ) -> tuple[dict[str, list[str]], str, int]:
     """Reads the cluster spec and this process's task from a ``TF_CONFIG`` value.
 
     Args:
       text: The ``TF_CONFIG`` JSON, or None when the variable is not set.
+      jobs: The jobs its cluster must have.
 
     Returns:
       ``(cluster_spec, task_type, task_index)``.
@@ -109,7 +113,8 @@ def parse_tf_config(text: str | None) -> tuple[dict[str, list[str]], str, int]:
         raise ClusterError(f"TF_CONFIG must be a JSON object, got {type(config).__name__}")
     if "cluster" not in config:
         raise ClusterError("TF_CONFIG has no 'cluster' key")
-    cluster_spec = validate_cluster_spec(config["cluster"], source="TF_CONFIG cluster")
+    cluster_spec = validate_cluster_spec(config["cluster"], source="TF_CONFIG cluster",
+                                         jobs=jobs)
     task = config.get("task")
     if not isinstance(task, dict):
         raise ClusterError("TF_CONFIG has no 'task' object with 'type' and 'index'")

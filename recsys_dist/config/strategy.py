@@ -1,10 +1,11 @@
 """Checks of ``cluster.strategy`` against the rest of a config, before anything starts.
 
 ``parameter_server`` (the default) takes any config. ``mirrored`` keeps a copy of every
-table on each replica of one process (``cluster/mirrored.py``), so the global batch must
-split evenly over the replicas, tables must be hashed, and the copies must fit in this
-machine's memory (estimated from the config: rows x dim x 4 bytes per table, times one
-plus the embedding optimizer's slots, times the replicas).
+table on each replica of one process (``cluster/mirrored.py``), and
+``multi_worker_mirrored`` one on each worker process (``cluster/collective.py``), so the
+global batch must split evenly over the replicas, tables must be hashed, and the copies
+must fit in memory (estimated from the config: rows x dim x 4 bytes per table, times one
+plus the embedding optimizer's slots, times the copies on this machine).
 """
 
 from __future__ import annotations
@@ -34,38 +35,57 @@ def check_strategy(doc: LocatedYaml, parsed: Any, features: FeatureConfig,
       available_bytes: Memory for the tables; default this machine's ``MemAvailable``.
     """
     cluster = parsed.cluster
-    if cluster.strategy == "multi_worker_mirrored":
-        raise doc.error("cluster.strategy", "multi_worker_mirrored is not built yet "
-                        "(docs/training.md#strategies); use mirrored (synchronous, one "
-                        "machine) or parameter_server")
-    if cluster.strategy != "mirrored":
+    if cluster.strategy == "parameter_server":
         return
-    if cluster.mode == "tf_config":
+    name = cluster.strategy
+    if name == "mirrored" and cluster.mode == "tf_config":
         raise doc.error("cluster.mode", "tf_config is not supported with cluster.strategy: "
                         "mirrored, which runs in one process; use mode local or in_process "
-                        "(or strategy parameter_server across machines)")
+                        "(or strategy multi_worker_mirrored or parameter_server across machines)")
+    if name == "multi_worker_mirrored" and cluster.mode == "in_process":
+        raise doc.error("cluster.mode", "in_process is not supported with cluster.strategy: "
+                        "multi_worker_mirrored, whose workers are processes; use mode local "
+                        "(worker processes on this machine) or tf_config")
+    replicas = "the replicas" if name == "mirrored" else "the worker processes"
     batch = parsed.input.batch_size
     if batch % cluster.workers:
         raise doc.error("input.batch_size", f"{batch} is not divisible by cluster.workers="
-                        f"{cluster.workers}, the replicas of cluster.strategy: mirrored (each "
-                        f"replica takes batch_size / replicas rows); use a multiple of "
-                        f"{cluster.workers}")
-    dynamic = sorted(name for name, table in features.tables.items() if table.dynamic)
+                        f"{cluster.workers}, {replicas} of cluster.strategy: {name} (each "
+                        f"takes batch_size / {cluster.workers} rows of a step); use a multiple "
+                        f"of {cluster.workers}")
+    dynamic = sorted(n for n, table in features.tables.items() if table.dynamic)
     if dynamic:
-        raise doc.error("cluster.strategy", f"mirrored needs hashed tables, but table "
+        raise doc.error("cluster.strategy", f"{name} needs hashed tables, but table "
                         f"{dynamic[0]!r} of {features.file} is kind: dynamic (its rows live "
                         "on parameter servers); use cluster.strategy: parameter_server")
+    if name == "multi_worker_mirrored":
+        train = parsed.train
+        if train.early_stopping is not None:
+            raise doc.error("train.early_stopping", "is not supported with cluster.strategy: "
+                            "multi_worker_mirrored yet (the workers would have to score the "
+                            "validation split together); use mirrored or parameter_server, or "
+                            "pick the epochs with a mirrored run first")
+        if train.dense_refresh_steps is not None:
+            raise doc.error("train.dense_refresh_steps", "has no effect under cluster.strategy: "
+                            "multi_worker_mirrored (every worker holds its own copy of the dense "
+                            "weights); remove it")
     slots = TABLE_SLOTS[parsed.train.embedding_optimizer.name]
     tables = sum(table.rows * table.dim * 4 for table in features.tables.values())
-    need = tables * (1 + slots) * cluster.workers
+    # mirrored: every replica's copy is on this machine. multi_worker_mirrored: one copy
+    # per worker process, all on this machine in local mode, one per machine otherwise.
+    copies = cluster.workers if (name == "mirrored" or cluster.mode == "local") else 1
+    need = tables * (1 + slots) * copies
     available = available_memory() if available_bytes is None else available_bytes
     if available is not None and need > MEMORY_SHARE * available:
-        raise doc.error("cluster.strategy", f"mirrored keeps a copy of every table on each "
-                        f"of its {cluster.workers} replicas: {_gib(tables)} of tables x "
-                        f"(1 + {slots} optimizer slots) x {cluster.workers} = {_gib(need)}, "
-                        f"more than {MEMORY_SHARE:.0%} of the {_gib(available)} this machine "
-                        "has available; use cluster.strategy: parameter_server, which shards "
-                        "the tables over parameter servers")
+        holders = (f"each of its {copies} replicas" if name == "mirrored" else
+                   f"each of its {copies} worker processes on this machine" if copies > 1
+                   else "each worker's machine")
+        raise doc.error("cluster.strategy", f"{name} keeps a copy of every table on "
+                        f"{holders}: {_gib(tables)} of tables x (1 + {slots} optimizer slots) "
+                        f"x {copies} = {_gib(need)}, more than {MEMORY_SHARE:.0%} of the "
+                        f"{_gib(available)} this machine has available; use "
+                        "cluster.strategy: parameter_server, which shards the tables over "
+                        "parameter servers")
 
 
 def available_memory() -> int | None:

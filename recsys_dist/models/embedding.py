@@ -170,14 +170,16 @@ def _lookup(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
 
 
 def _replica_copy(table: tf.Variable) -> tf.Variable:
-    """Under ``MirroredStrategy``, this replica's own copy of a mirrored table, else the table.
+    """Under ``MirroredStrategy`` (one process or several), this replica's own copy of a
+    mirrored table, else the table.
 
     A gather through the ``MirroredVariable`` itself reads the whole table, and the step's
     sparse update of a table that is still referenced copies all of it first: a 6M x 16
     table's step took 36 ms against 2.8 ms through the replica's copy (gradients and
     updates are the same; ``cluster/mirrored.py``).
     """
-    if (isinstance(tf.distribute.get_strategy(), tf.distribute.MirroredStrategy)
+    if (isinstance(tf.distribute.get_strategy(), (tf.distribute.MirroredStrategy,
+                                                  tf.distribute.MultiWorkerMirroredStrategy))
             and hasattr(table, "_get_on_device_or_primary")):
         return table._get_on_device_or_primary()  # pylint: disable=protected-access
     return table

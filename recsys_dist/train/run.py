@@ -120,11 +120,13 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
       ClusterLost: a parameter server was lost (restart to resume).
       DataError, ConfigError, CheckpointError, WarmStartError: bad input.
     """
+    from recsys_dist.cluster.collective import collective_task
     from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
     from recsys_dist.cluster.runtime import connect, log_dir_for
-    from recsys_dist.evaluation.evaluate import evaluate_split
     from recsys_dist.train.trainer import Trainer, completed_run
 
+    if config.cluster.strategy == "multi_worker_mirrored" and collective_task() is None:
+        return _launch_workers(config, model_dir, evaluate, warm_start_from, on_table_resize)
     train_input, eval_input, oracle = _plan_inputs(config, model_dir, evaluate)
     validation = _plan_validation(config)
     done = completed_run(config, train_input, model_dir)
@@ -162,10 +164,67 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
         for line in result_lines(result):
             print(line)
         metrics = None
-        if eval_input is not None:
-            metrics, _ = evaluate_split(runtime, trainer.model, eval_input, config.labels,
-                                        oracle)
+        if eval_input is not None and runtime.is_chief:
+            metrics = _evaluate(config, runtime, trainer, eval_input, oracle)
             print_eval(config.labels, metrics)
-        trainer.write_run_files(result, metrics)
+        if runtime.is_chief:
+            trainer.write_run_files(result, metrics)
+        if runtime.lockstep:  # the other workers wait for the chief's evaluation
+            from recsys_dist.cluster.collective import agree
+
+            agree(runtime.strategy, (True,), runtime.is_chief)
         return RunOutcome(False, trainer.step, resumed.directory if resumed else None, warm,
                           metrics)
+
+
+def _evaluate(config: ExperimentConfig, runtime, trainer, eval_input, oracle) -> dict:
+    """The held-out metrics of the trained model. A ``multi_worker_mirrored`` chief scores
+    alone, on one device of its own: it restores the final checkpoint into a model built
+    under a one-replica strategy (the other workers take no part)."""
+    from recsys_dist.evaluation.evaluate import evaluate_split
+
+    if not runtime.lockstep:
+        return evaluate_split(runtime, trainer.model, eval_input, config.labels, oracle)[0]
+    from recsys_dist.checkpoint.store import restore_model
+    from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
+    from recsys_dist.cluster.runtime import Runtime
+    from recsys_dist.models.zoo import build_from_config
+
+    alone = Runtime(mirrored_strategy(1), SynchronousCoordinator(), 1, 0, "mirrored")
+    with alone.strategy.scope():
+        model = build_from_config(config)
+    restore_model(model, trainer.checkpoints.latest(), config.file)
+    return evaluate_split(alone, model, eval_input, config.labels, oracle)[0]
+
+
+def _launch_workers(config: ExperimentConfig, model_dir: str, evaluate: bool,
+                    warm_start_from: SavedCheckpoint | None, on_table_resize: str
+                    ) -> RunOutcome:
+    """A local ``multi_worker_mirrored`` run: starts ``cluster.workers`` worker processes
+    that each run :func:`train_run` (``cluster/collective.py``) and waits for them."""
+    import os
+
+    from recsys_dist.cluster.collective import CollectiveRun, launch
+    from recsys_dist.cluster.runtime import log_dir_for
+    from recsys_dist.config.experiment import CONFIG_FILE, resolved_files
+    from recsys_dist.cluster.server import ClusterError
+
+    cluster = config.cluster
+    if cluster.mode != "local":
+        raise ClusterError(f"cluster.strategy: multi_worker_mirrored with cluster.mode: "
+                           f"{cluster.mode} needs TF_CONFIG with task.type 'worker' in every "
+                           "process (run recsys-dist train on each machine); TF_CONFIG is not "
+                           "set")
+    storage_io.check_writable(model_dir, "the run's checkpoints")
+    log_dir = log_dir_for(model_dir)
+    config_dir = os.path.join(log_dir, "collective_config")
+    os.makedirs(config_dir, exist_ok=True)
+    for name, text in resolved_files(config).items():
+        with open(os.path.join(config_dir, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
+    print(f"cluster  {cluster.workers} worker processes (multi_worker_mirrored, synchronous); "
+          f"worker 0's output follows, the others log in {log_dir}", flush=True)
+    run = CollectiveRun(os.path.join(config_dir, CONFIG_FILE), model_dir, evaluate,
+                        warm_start_from.directory if warm_start_from else None,
+                        on_table_resize)
+    return RunOutcome(**launch(run, cluster.workers, log_dir))

@@ -55,6 +55,7 @@ from recsys_dist.checkpoint.store import (
     restore,
 )
 from recsys_dist.checkpoint.warm_start import WarmStartReport, stack_layouts, warm_start
+from recsys_dist.cluster.collective import agree, scratch_dir
 from recsys_dist.cluster.dispatch import InFlight, check_item_rows
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.cluster.replicas import replica_slice
@@ -265,6 +266,8 @@ class Trainer:
         self.model_dir = model_dir
         strategy = runtime.strategy
         self.replicas = strategy.num_replicas_in_sync
+        # Under multi_worker_mirrored every worker runs this loop (cluster/collective.py).
+        self.lockstep, self.is_chief = runtime.lockstep, runtime.is_chief
         train = config.train
         with strategy.scope():
             self.model = build_from_config(config)
@@ -278,6 +281,10 @@ class Trainer:
         self.checkpoint = tf.train.Checkpoint(model=self.model, global_step=self.global_step,
                                               **self.optimizers.checkpoint_objects())
         self.checkpoints = CheckpointManager(model_dir, train.keep_checkpoints)
+        # Workers 1.. of a multi_worker_mirrored job save too (saving takes part in
+        # collectives), into a scratch directory nobody reads.
+        self._saves = (self.checkpoints if self.is_chief
+                       else CheckpointManager(scratch_dir(), 1))
         self.position = data_position(config, pipeline)
         self.items = self.position.items
         self.restored: SavedCheckpoint | None = None
@@ -315,7 +322,7 @@ class Trainer:
                       flush=True)
                 damaged.append(damage)
                 continue
-            for damage in damaged:  # only once a good one is found: nothing is lost
+            for damage in damaged if self.is_chief else ():  # once a good one is found
                 self.checkpoints.mark_damaged(damage)
                 print(f"warning  {damage.directory}: marked {DAMAGED}, resuming from "
                       f"{saved.directory}", flush=True)
@@ -386,7 +393,7 @@ class Trainer:
                  "complete": self.is_complete()}
         if self.early_stopping is not None:
             state["early_stopping"] = self.early_stopping.to_json()
-        return self.checkpoints.save(self.checkpoint, self.step, state)
+        return self._saves.save(self.checkpoint, self.step, state)
 
     # ---- the step -----------------------------------------------------------------------
     # Model code is plain TensorFlow (no Python control flow on tensors), so AutoGraph
@@ -394,7 +401,8 @@ class Trainer:
     # wrappers) took most of the first step's tracing time.
     @tf.autograph.experimental.do_not_convert
     def _replica_step(self, batch, dense_copies=()):
-        batch = replica_slice(batch)
+        if not self.lockstep:  # a lockstep worker reads its replica's rows only
+            batch = replica_slice(batch)
         model, labels = self.model, self.config.labels
         valid = batch["valid"]
         embedding_vars, dense_vars = model.embedding_variables, model.dense_variables
@@ -414,6 +422,8 @@ class Trainer:
                 tf.cast(tf.size(valid), tf.float32))
 
     def _make_train_item(self):
+        if self.lockstep:
+            return self._make_lockstep_item()
         strategy, pipeline = self.runtime.strategy, self.pipeline
         refresh_steps = self.config.train.dense_refresh_steps
         check_dense_refresh(self.config.file, refresh_steps, self.replicas)
@@ -448,6 +458,72 @@ class Trainer:
 
         return train_item
 
+    def _make_lockstep_item(self):
+        """``train_item`` of a ``multi_worker_mirrored`` worker, a Python function: all
+        workers train each item together, one ``tf.function`` call per step.
+
+        Worker ``w`` of ``W`` reads rows ``[start + w n / W, start + (w + 1) n / W)`` of an
+        item of ``n`` rows, in batches of ``batch_size / W``; every worker runs the
+        item's ``ceil(n / batch_size)`` steps (cut to the step budget), a worker whose rows
+        run out first on a zero-weight row for the steps it lacks. A step's loss and
+        weight are summed over the workers, so every worker returns the same figures.
+        """
+        strategy, pipeline = self.runtime.strategy, self.pipeline
+        workers, me = self.runtime.num_workers, self.runtime.task_index
+        batch = pipeline.spec.batch_size
+        share = batch // workers
+        check_dense_refresh(self.config.file, self.config.train.dense_refresh_steps,
+                            self.replicas)
+        with tf.Graph().as_default():  # the batches' structure, batch dimension unknown
+            zero = tf.constant(0, tf.int64)
+            spec = pipeline.item_dataset(zero, zero, zero, training=True,
+                                         batch_size=share).element_spec
+        # pylint: disable-next=protected-access
+        spec = tf.nest.map_structure(lambda s: s._unbatch()._batch(None), spec)
+
+        def replica_totals(rows):
+            loss, weight, _ = self._replica_step(rows)
+            return tf.stack([loss, weight])
+
+        # One trace for every batch size, so every worker makes the same collectives.
+        @tf.function(input_signature=[spec])
+        def step(rows):
+            return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                   strategy.run(replica_totals, args=(rows,)), axis=None)
+
+        def piece(start: int, n: int, w: int) -> tuple[int, int]:
+            return start + w * n // workers, start + (w + 1) * n // workers
+
+        def train_item(file_index, start, stop, max_steps):
+            file_index, start, stop = int(file_index), int(start), int(stop)
+            n = stop - start
+            steps = min(-(-n // batch), int(max_steps))
+            lo, hi = piece(start, n, me)
+            totals, taken = tf.zeros([2]), 0
+            if hi > lo:
+                for rows in pipeline.item_dataset(tf.constant(file_index, tf.int64),
+                                                  tf.constant(lo, tf.int64),
+                                                  tf.constant(hi, tf.int64),
+                                                  training=True, batch_size=share):
+                    if taken == steps:
+                        break
+                    totals += step(rows)
+                    taken += 1
+            if taken < steps:
+                padding = next(iter(pipeline.item_dataset(
+                    tf.constant(file_index, tf.int64), tf.constant(start, tf.int64),
+                    tf.constant(start + 1, tf.int64), training=True, batch_size=1)))
+                padding = dict(padding, valid=tf.zeros_like(padding["valid"]))
+                for _ in range(steps - taken):
+                    totals += step(padding)
+            self.global_step.assign_add(steps)
+            trained = sum(min(b - a, steps * share)
+                          for a, b in (piece(start, n, w) for w in range(workers)))
+            return (totals[0], totals[1], tf.constant(float(trained)),
+                    tf.constant(steps, tf.int64))
+
+        return train_item
+
     # ---- the loop -----------------------------------------------------------------------
     def fit(self, show_progress: bool = True) -> TrainResult:
         """Trains what the data position has left, checkpointing on the way and at the end.
@@ -456,14 +532,16 @@ class Trainer:
           DataError: a worker hit bad data (the message names file, column and row).
           ClusterLost: a parameter server was lost (restart from the last checkpoint).
         """
-        self.write_config_files()  # evaluate and export read it by default, even mid-run
+        if self.is_chief:
+            self.write_config_files()  # evaluate and export read it by default, even mid-run
         for tables in self.model.dynamic_tables.values():
             for table in tables:  # rows trained by this run were last seen on its last day
                 table.set_day(training_window(self.config)[1])
         # TensorFlow writes the summaries locally; for a remote model dir they are staged
         # and uploaded at each checkpoint and at the end.
         with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost(), \
-                storage_io.StagedDir(storage_io.join(self.model_dir, "train")) as summaries:
+                storage_io.StagedDir(storage_io.join(self.model_dir, "train") if self.is_chief
+                                     else scratch_dir()) as summaries:
             writer = tf.summary.create_file_writer(summaries.local)
             try:
                 return self._fit(show_progress, writer, summaries)
@@ -541,12 +619,17 @@ class Trainer:
         if run.first is None:
             run.first = (now, run.progress.rows)
         run.window.append((now, run.progress.rows))
-        if show_progress and cadence.log_due(now):
+        log, summary, save = (cadence.log_due(now), cadence.summary_due(now),
+                              cadence.checkpoint_due(now, steps))
+        if self.lockstep:  # every worker does what the chief decided (reads are collective)
+            log, summary, save = agree(self.runtime.strategy, (log, summary, save),
+                                       self.is_chief)
+        if show_progress and log:
             self._log(steps, run.window, run.recent, run.epoch,
                       run.progress.rows - run.pass_start)
-        if cadence.summary_due(now):
+        if summary:
             self._summaries(writer, steps, run.progress.rows / (now - cadence.start), run.recent)
-        if cadence.checkpoint_due(now, steps):
+        if save:
             self._drain(in_flight, run)  # the checkpoint must match the finished items exactly
             self._checkpoint(run.progress, show_progress)
             writer.flush()

@@ -8,8 +8,8 @@ Two logical CPU devices stand in for GPUs (there is none here). The claims:
 - checkpoints have one format: a run resumes under the other strategy (and another
   sharding of the tables), and the two ways end at the same state;
 - a SIGKILLed run resumes from its last checkpoint and completes;
-- daily retraining warm-starts across the switch, both ways, and gates, exports and
-  publishes.
+- daily retraining warm-starts across the switch, both ways (and through
+  ``multi_worker_mirrored``), and gates, exports and publishes.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ import shutil
 import signal
 import subprocess
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
 from recsys_dist.data.synth import synthesize
 from tests.support.paths import CLI
 from tests.support.run_configs import small_run_config
+from tests.support.state import assert_same_state, checkpoint
 from tests.support.train_run import TrainRun
 
 pytestmark = pytest.mark.cluster
@@ -38,6 +37,8 @@ ONE_WORKER = ("--set", "cluster.workers=1", "--set", "cluster.ps=1")
 # shard draws its own initial values, so a run from scratch starts elsewhere: compared
 # only after a restore.
 SHARDED = ("--set", "cluster.workers=1", "--set", "cluster.ps=2")
+COLLECTIVE = ("--set", "cluster.strategy=multi_worker_mirrored", "--set", "cluster.mode=local",
+              "--set", "cluster.workers=2")
 
 
 def train(config: str, model_dir: pathlib.Path, *extra: str) -> str:
@@ -46,33 +47,11 @@ def train(config: str, model_dir: pathlib.Path, *extra: str) -> str:
     return run.output
 
 
-def checkpoint(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
-    """Every saved tensor of the newest complete checkpoint, by its key."""
-    newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
-    reader = tf.train.load_checkpoint(str(newest / "variables"))
-    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
-            if not key.startswith("_CHECKPOINTABLE") and "save_counter" not in key}
-
-
-def assert_same_state(a: pathlib.Path, b: pathlib.Path) -> None:
-    left, right = checkpoint(a), checkpoint(b)
-    assert sorted(left) == sorted(right)
-    slots = [k for k in left if "OPTIMIZER_SLOT" in k]
-    assert len(slots) >= 10, sorted(left)
-    for key in left:
-        x, y = np.asarray(left[key]), np.asarray(right[key])
-        assert x.shape == y.shape, (key, x.shape, y.shape)
-        if x.dtype.kind == "f":
-            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6, err_msg=key)
-        else:
-            np.testing.assert_array_equal(x, y, err_msg=key)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mirrored")
-    # Day 4 is only the held-out day of the third day of retraining.
-    synthesize(tmp / "data", days=4, rows_per_day=4000, seed=3, rows_per_file=2000)
+    # Day 5 is only the held-out day of the fourth day of retraining.
+    synthesize(tmp / "data", days=5, rows_per_day=4000, seed=3, rows_per_file=2000)
     config = small_run_config(tmp, tmp / "data", "in_process",
                               changes={"input.shuffle": False, "train.epochs": 1})
     output = train(config, tmp / "mirrored", *MIRRORED)
@@ -127,17 +106,20 @@ def test_a_killed_mirrored_run_resumes_from_its_checkpoint(runs):
 
 def test_daily_retraining_warm_starts_across_the_switch_both_ways(runs):
     """Day 1 under parameter servers, day 2 warm-started from it under mirrored, day 3
-    warm-started from that under parameter servers again: each gated, exported and
-    published."""
+    from that under multi_worker_mirrored (2 worker processes), day 4 under parameter
+    servers again: each gated, exported and published."""
     config, tmp = runs
     root = tmp / "retrain"
-    days = (("2026-01-01", SHARDED), ("2026-01-02", MIRRORED), ("2026-01-03", SHARDED))
+    days = (("2026-01-01", SHARDED), ("2026-01-02", MIRRORED), ("2026-01-03", COLLECTIVE),
+            ("2026-01-04", SHARDED))
     for n, (day, strategy) in enumerate(days):
         result = subprocess.run([CLI, "retrain", "--config", config, "--date", day,
                                  "--set", f"retrain.root={root}", *strategy],
                                 capture_output=True, text=True, timeout=400)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert ("2 replicas in this process" in result.stdout) == (strategy is MIRRORED)
+        assert ("worker 0 of 2 (multi_worker_mirrored" in result.stdout) == (
+            strategy is COLLECTIVE)
         if n:
             restored = re.search(r"^warm +start from .*, ([\d,]+) variables restored",
                                  result.stdout, re.M)

@@ -3,6 +3,7 @@ runs (to kill it, or one of its servers, at a chosen moment)."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import subprocess
@@ -58,6 +59,20 @@ class TrainRun:
                 continue
             if b"--job" in argv and argv[argv.index(b"--job") + 1].decode() == job:
                 found[int(argv[argv.index(b"--index") + 1])] = pid
+        return [found[i] for i in sorted(found)]
+
+    def collective_workers(self) -> list[int]:
+        """Pids of this run's ``multi_worker_mirrored`` worker processes, by worker index."""
+        found = {}
+        for pid in child_pids(self.process.pid):
+            try:
+                argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if b"recsys_dist.cluster.collective" in argv:
+                tf_config = next(e for e in environ if e.startswith(b"TF_CONFIG="))
+                found[json.loads(tf_config.split(b"=", 1)[1])["task"]["index"]] = pid
         return [found[i] for i in sorted(found)]
 
     def last_step(self) -> int:

@@ -1,0 +1,266 @@
+"""Synchronous training across worker processes: ``cluster.strategy: multi_worker_mirrored``.
+
+Every worker process holds a copy of every variable, and the workers exchange gradients
+each step with TensorFlow's collective ops over gRPC (``MultiWorkerMirroredStrategy``;
+``TF_CONFIG`` names workers only). There is no coordinator: each worker runs the same
+training loop (SPMD), so every worker must take the same decisions in the same order.
+
+- **Work.** The workers go through the same work items as the other strategies, in the
+  same order, all of them on each item together: worker ``w`` of ``W`` reads its own
+  contiguous piece of the item's rows (no two workers read the same rows) in batches of
+  ``input.batch_size / W`` rows, so one step trains ``input.batch_size`` rows in all.
+  Every worker runs the same number of steps on an item; a worker whose piece is shorter
+  trains on zero-weight rows for the steps it lacks (``Trainer._make_lockstep_item``).
+- **One step per call.** A step is one ``tf.function`` call: inside an in-graph loop of
+  steps the collective all-gather of sparse gradients fails ("Shape mismatch in the
+  collective instance"; docs/training.md#strategies).
+- **Decisions.** When to log, write summaries or checkpoint is decided by worker 0 (the
+  chief) and sent to the others with one small all-reduce per item (:func:`agree`).
+- **Writes.** Worker 0 writes the checkpoints, summaries and run files into the model
+  dir; the others write their (identical) checkpoints into a scratch directory, because
+  saving takes part in collectives (batch norm's replica-local statistics).
+
+A local run (``cluster.mode: local``) is :func:`launch`: the command starts one worker
+process per ``cluster.workers`` on 127.0.0.1 (``python -m recsys_dist.cluster.collective``)
+and streams worker 0's output. If a worker dies, the others are stopped and the run
+raises :class:`~recsys_dist.errors.ClusterLost`: the command starts again and resumes from
+the last checkpoint (``train.max_restarts``). Under ``cluster.mode: tf_config`` every
+machine runs ``recsys-dist train`` itself with a ``TF_CONFIG`` of task type ``worker``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from recsys_dist.cluster.local import _PROJECT_ROOT, _die_with_parent, _tail, free_ports
+from recsys_dist.cluster.server import ClusterError, parse_tf_config
+from recsys_dist.errors import ClusterLost, RecsysError
+
+#: Environment variable naming the run file a worker process reads.
+RUN_FILE_ENV = "RECSYS_DIST_COLLECTIVE_RUN"
+#: What the chief writes for the launcher when the run ends: :class:`RunOutcome` fields.
+OUTCOME_FILE = "collective_outcome.json"
+_HOST = "127.0.0.1"
+_LOG_TAIL_LINES = 20
+
+
+def collective_task() -> tuple[dict[str, list[str]], int] | None:
+    """``(cluster spec, worker index)`` when ``TF_CONFIG`` makes this process a worker of
+    a ``multi_worker_mirrored`` job, else None (``TF_CONFIG`` unset).
+
+    Raises:
+      ClusterError: ``TF_CONFIG`` names parameter servers or a chief, or this task is
+        not a worker.
+    """
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        return None
+    spec, task_type, index = parse_tf_config(text, jobs=("worker",))
+    others = sorted(set(spec) - {"worker"})
+    if others:
+        raise ClusterError(f"TF_CONFIG names {', '.join(repr(o) for o in others)} tasks, but "
+                           "cluster.strategy: multi_worker_mirrored runs on workers only (every "
+                           "worker trains; no parameter servers, no chief); use "
+                           "cluster.strategy: parameter_server for a cluster with ps tasks")
+    if task_type != "worker":
+        raise ClusterError(f"TF_CONFIG task.type is {task_type!r}; under cluster.strategy: "
+                           "multi_worker_mirrored every process is a 'worker'")
+    if not 0 <= index < len(spec["worker"]):
+        raise ClusterError(f"TF_CONFIG task.index {index} is out of range: the cluster has "
+                           f"{len(spec['worker'])} workers")
+    return spec, index
+
+
+def collective_strategy():
+    """The ``MultiWorkerMirroredStrategy`` of this worker (one replica: its CPU).
+
+    Raises:
+      ClusterError: the worker has several devices (GPUs): untested, so refused.
+    """
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+    devices = strategy.extended.worker_devices
+    if len(devices) != 1:
+        raise ClusterError(f"cluster.strategy: multi_worker_mirrored runs one replica per "
+                           f"worker, but this worker has {len(devices)} devices "
+                           f"({', '.join(devices)}); several GPUs per worker are not supported")
+    return strategy
+
+
+def agree(strategy, flags: tuple[bool, ...], chief: bool) -> tuple[bool, ...]:
+    """The chief's ``flags`` on every worker (one all-reduce; call on all workers at once)."""
+    import tensorflow as tf
+
+    fn = getattr(strategy, "_recsys_agree", None)
+    if fn is None:
+        @tf.function
+        def fn(values):
+            per_replica = strategy.run(lambda v: v, args=(values,))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        strategy._recsys_agree = fn  # pylint: disable=protected-access
+    mine = tf.constant([float(chief and f) for f in flags])
+    return tuple(bool(v > 0.5) for v in fn(mine).numpy())
+
+
+# ---- the local launcher ------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class CollectiveRun:
+    """What every worker process of a local run trains (written as JSON for them)."""
+
+    config_file: str  # the resolved config (absolute paths)
+    model_dir: str
+    evaluate: bool
+    warm_start_from: str | None
+    on_table_resize: str
+
+
+def launch(run: CollectiveRun, workers: int, log_dir: str) -> dict[str, Any]:
+    """Runs ``run`` on ``workers`` local worker processes; returns the chief's outcome.
+
+    Worker 0's output goes to this process's stdout; worker ``i``'s to
+    ``log_dir/worker-i.log``.
+
+    Raises:
+      ClusterLost: a worker died from a signal or lost its peers (start again to resume).
+      RecsysError: a worker stopped on an error (bad data, a bad checkpoint, ...): its
+        message, as worker 0 printed it.
+    """
+    os.makedirs(log_dir, exist_ok=True)
+    run_file = os.path.join(log_dir, "collective_run.json")
+    with open(run_file, "w", encoding="utf-8") as handle:
+        json.dump(dataclasses.asdict(run), handle, indent=2)
+    ports = free_ports(workers)
+    spec = {"worker": [f"{_HOST}:{p}" for p in ports]}
+    outcome_path = os.path.join(log_dir, OUTCOME_FILE)
+    if os.path.exists(outcome_path):
+        os.remove(outcome_path)
+    processes: list[subprocess.Popen] = []
+    logs: list[pathlib.Path] = []
+    try:
+        for index in range(workers):
+            env = _worker_env(spec, index, run_file)
+            log = pathlib.Path(log_dir) / f"worker-{index}.log"
+            logs.append(log)
+            with open(log, "ab") as out:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "recsys_dist.cluster.collective"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE if index == 0 else out,
+                    stderr=subprocess.STDOUT, env=env,
+                    preexec_fn=_die_with_parent(os.getpid()), start_new_session=True))
+        echo = threading.Thread(target=_echo, args=(processes[0], logs[0]), daemon=True)
+        echo.start()
+        failed = _wait_all(processes)
+        echo.join(timeout=5)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    if failed is None:
+        with open(outcome_path, encoding="utf-8") as handle:
+            return json.load(handle)
+    index, code = failed
+    if code < 0 or code == ClusterLost.exit_code:
+        what = (f"was killed by {signal.Signals(-code).name}" if code < 0
+                else "lost its peers")
+        raise ClusterLost(f"worker {index} of {workers} (multi_worker_mirrored) {what}; last "
+                          f"lines of {logs[index]}:\n{_tail(logs[index], _LOG_TAIL_LINES)}")
+    error = WorkerFailed(f"worker {index} of {workers} (multi_worker_mirrored) stopped with "
+                         f"exit code {code}" + (
+                             "; its error is printed above" if index == 0 else
+                             f"; last lines of {logs[index]}:\n"
+                             f"{_tail(logs[index], _LOG_TAIL_LINES)}"))
+    error.exit_code = code
+    raise error
+
+
+class WorkerFailed(RecsysError):
+    """A worker of a local ``multi_worker_mirrored`` run stopped on an error; the command
+    exits with the worker's exit code."""
+
+
+def _worker_env(spec: dict, index: int, run_file: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": "worker", "index": index}})
+    env[RUN_FILE_ENV] = run_file
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.pop("RECSYS_DIST_RESTART", None)  # the launcher counts restarts, not its workers
+    paths = [_PROJECT_ROOT, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def _echo(process: subprocess.Popen, log: pathlib.Path) -> None:
+    """Copies the chief's output to this process's stdout and to its log."""
+    with open(log, "ab") as out:
+        for line in iter(process.stdout.readline, b""):
+            out.write(line)
+            out.flush()
+            sys.stdout.write(line.decode(errors="replace"))
+            sys.stdout.flush()
+
+
+def _wait_all(processes: list[subprocess.Popen]) -> tuple[int, int] | None:
+    """Waits until every worker exited 0 (None), or one failed: ``(index, exit code)``
+    of the first that did (the others are then stopped by the caller)."""
+    while True:
+        codes = [p.poll() for p in processes]
+        for index, code in enumerate(codes):
+            if code not in (None, 0):
+                return index, code
+        if all(code == 0 for code in codes):
+            return None
+        time.sleep(0.2)
+
+
+# ---- a worker process --------------------------------------------------------------------
+def main() -> None:
+    """A worker process of a local run: trains the run its launcher wrote, with the
+    command line's handling of signals and errors."""
+    from recsys_dist.console import quiet_tensorflow, reporting_errors, run_command
+
+    quiet_tensorflow(False)
+    run_command(lambda: reporting_errors(_run_worker))
+
+
+def _run_worker() -> int:
+    from recsys_dist.checkpoint.store import find_checkpoint
+    from recsys_dist.config import load_config
+    from recsys_dist.train.run import train_run
+
+    with open(os.environ[RUN_FILE_ENV], encoding="utf-8") as handle:
+        run = CollectiveRun(**json.load(handle))
+    config = load_config(run.config_file)
+    warm = find_checkpoint("", run.warm_start_from) if run.warm_start_from else None
+    outcome = train_run(config, run.model_dir, evaluate=run.evaluate, warm_start_from=warm,
+                        on_table_resize=run.on_table_resize)
+    if collective_task()[1] == 0:
+        path = os.path.join(os.path.dirname(os.environ[RUN_FILE_ENV]), OUTCOME_FILE)
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(dataclasses.asdict(outcome), handle)
+    return 0
+
+
+def scratch_dir() -> str:
+    """A new directory for what a non-chief worker writes and nobody reads."""
+    return tempfile.mkdtemp(prefix="recsys_dist_worker_")
+
+
+if __name__ == "__main__":
+    main()

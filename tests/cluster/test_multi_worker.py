@@ -1,0 +1,101 @@
+"""``cluster.strategy: multi_worker_mirrored``: synchronous training over 2 worker processes.
+
+Two worker processes on 127.0.0.1 exchange gradients with collective ops over gRPC. The
+claims:
+
+- after the same steps, every weight and optimizer slot equals a single worker's (a
+  parameter-server run with one worker trains the same global batches in the same order:
+  with ``steps_per_call: 1`` an item is one global batch, and worker ``w`` reads its half);
+- checkpoints have one format: a run resumes under the other strategy both ways, and the
+  two ways end at the same state;
+- a worker killed with SIGKILL stops the job, which starts again and resumes from its last
+  checkpoint, and completes.
+
+Daily retraining across the switch is in ``test_mirrored.py``'s chain of days.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+
+from recsys_dist.data.synth import synthesize
+from tests.support.run_configs import small_run_config
+from tests.support.state import assert_same_state, checkpoint
+from tests.support.train_run import TrainRun
+
+pytestmark = pytest.mark.cluster
+
+COLLECTIVE = ("--set", "cluster.strategy=multi_worker_mirrored", "--set", "cluster.mode=local",
+              "--set", "cluster.workers=2")
+ONE_WORKER = ("--set", "cluster.mode=in_process", "--set", "cluster.workers=1",
+              "--set", "cluster.ps=1")
+SHARDED = ("--set", "cluster.mode=in_process", "--set", "cluster.workers=1",
+           "--set", "cluster.ps=2")
+
+
+def train(config: str, model_dir, *extra: str) -> str:
+    run = TrainRun(config, model_dir, "--no-eval", *extra)
+    assert run.finish() == 0, run.output[-3000:]
+    return run.output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("multi_worker")
+    synthesize(tmp / "data", days=3, rows_per_day=4000, seed=3, rows_per_file=2000)
+    config = small_run_config(tmp, tmp / "data", "local", changes={
+        "input.shuffle": False, "train.epochs": 1, "train.steps_per_call": 1})
+    output = train(config, tmp / "collective", *COLLECTIVE)
+    assert "cluster  worker 0 of 2 (multi_worker_mirrored, synchronous" in output
+    train(config, tmp / "one_worker", *ONE_WORKER)
+    return config, tmp
+
+
+def test_two_workers_end_with_the_weights_and_slots_of_one_worker(runs):
+    config, tmp = runs
+    assert checkpoint(tmp / "collective")["global_step/.ATTRIBUTES/VARIABLE_VALUE"] == 32
+    assert_same_state(tmp / "collective", tmp / "one_worker")
+    # worker 1 wrote nothing into the model dir: one run's files, worker 0's
+    logs = sorted(p.name for p in (tmp / "collective" / "logs").glob("worker-*.log"))
+    assert logs == ["worker-0.log", "worker-1.log"]
+    assert "cluster  worker 1 of 2" in (tmp / "collective" / "logs" / "worker-1.log").read_text()
+
+
+def test_a_run_resumes_under_the_other_strategy_both_ways(runs):
+    config, tmp = runs
+    two_epochs = ("--set", "train.epochs=2")
+    shutil.copytree(tmp / "one_worker", tmp / "ps_then_collective")
+    output = train(config, tmp / "ps_then_collective", *COLLECTIVE, *two_epochs)
+    assert "resume   from" in output and "step 32" in output
+    shutil.copytree(tmp / "collective", tmp / "collective_then_ps",
+                    ignore=shutil.ignore_patterns("logs"))
+    output = train(config, tmp / "collective_then_ps", *SHARDED, *two_epochs)
+    assert "resume   from" in output and "2 ps" in output
+    assert_same_state(tmp / "ps_then_collective", tmp / "collective_then_ps")
+    assert checkpoint(tmp / "ps_then_collective")["global_step/.ATTRIBUTES/VARIABLE_VALUE"] == 64
+
+
+def test_a_killed_worker_restarts_the_job_from_its_last_checkpoint(runs):
+    config, tmp = runs
+    model_dir = tmp / "killed"
+    run = TrainRun(config, model_dir, *COLLECTIVE, "--set", "train.epochs=3",
+                   "--set", "train.checkpoint_every_steps=20")
+    saved = int(run.wait_for(r"^checkpoint step ([\d,]*\d)").group(1).replace(",", ""))
+    workers = run.collective_workers()
+    assert len(workers) == 2
+    os.kill(workers[1], signal.SIGKILL)
+    run.wait_for(r"^restart +worker 1 of 2 \(multi_worker_mirrored\) was killed by SIGKILL")
+    restored = int(run.wait_for(r"^resume +from .*: step ([\d,]*\d)").group(1).replace(",", ""))
+    assert run.finish() == 0, run.output[-3000:]
+    assert restored >= saved
+    assert run.collective_workers() == []  # no worker outlives the run
+    newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
+    state = json.loads((newest / "state.json").read_text())
+    assert state["complete"] and state["position"]["finished_rows"] == 3 * 8000
+    result = json.loads((model_dir / "train_result.json").read_text())
+    assert result["eval"]["labels"]["click"]["auc"] > 0.55
