@@ -31,8 +31,9 @@ def is_cluster_failure(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def cluster_failures_as_cluster_lost() -> Iterator[None]:
-    """Re-raises a lost parameter server as :class:`ClusterLost`."""
+def cluster_failures_as_cluster_lost(synchronous: bool = False) -> Iterator[None]:
+    """Re-raises a lost parameter server (``synchronous``: a lost worker of a
+    ``multi_worker_mirrored`` job, which every step needs) as :class:`ClusterLost`."""
     try:
         yield
     except tf.errors.OpError as exc:
@@ -42,6 +43,7 @@ def cluster_failures_as_cluster_lost() -> Iterator[None]:
         first = text.strip().splitlines()[0][:300]
         tasks = sorted(set(re.findall(r"/job:(?:worker|ps)/replica:\d+/task:\d+", text)))
         named = f"; it names {', '.join(tasks)}" if tasks else ""
+        gone = ("a worker of the synchronous job is gone" if synchronous
+                else "the variables on the parameter servers are gone")
         raise ClusterLost(f"lost a task of the cluster ({type(exc).__name__}: {first}{named}); "
-                          "the variables on the parameter servers are gone, so training must "
-                          "restart from the last checkpoint") from None
+                          f"{gone}, so training must restart from the last checkpoint") from None

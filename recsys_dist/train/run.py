@@ -139,7 +139,8 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
         return RunOutcome(True, saved.step)
     # Fail now, naming the path, rather than at the first checkpoint.
     storage_io.check_writable(model_dir, "the run's checkpoints")
-    with cluster_failures_as_cluster_lost(), connect(
+    synchronous = config.cluster.strategy == "multi_worker_mirrored"
+    with cluster_failures_as_cluster_lost(synchronous), connect(
             config.cluster, log_dir_for(model_dir), config.train.embedding_shard_bytes
     ) as runtime:
         print(f"cluster  {runtime.describe()}")
@@ -173,6 +174,7 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
             from recsys_dist.cluster.collective import agree
 
             agree(runtime.strategy, (True,), runtime.is_chief)
+            trainer.remove_scratch()
         return RunOutcome(False, trainer.step, resumed.directory if resumed else None, warm,
                           metrics)
 

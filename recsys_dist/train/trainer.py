@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from typing import Literal
@@ -283,8 +284,9 @@ class Trainer:
         self.checkpoints = CheckpointManager(model_dir, train.keep_checkpoints)
         # Workers 1.. of a multi_worker_mirrored job save too (saving takes part in
         # collectives), into a scratch directory nobody reads.
-        self._saves = (self.checkpoints if self.is_chief
-                       else CheckpointManager(scratch_dir(), 1))
+        self._scratch = None if self.is_chief else scratch_dir()
+        self._saves = (self.checkpoints if self._scratch is None
+                       else CheckpointManager(self._scratch, 1))
         self.position = data_position(config, pipeline)
         self.items = self.position.items
         self.restored: SavedCheckpoint | None = None
@@ -348,6 +350,11 @@ class Trainer:
                               saved.state.get("embedding_stacks", {}),
                               self.optimizers.all,
                               on_table_resize, source=saved.directory)
+
+    def remove_scratch(self) -> None:
+        """Removes what a worker other than the chief wrote (call when the run is over)."""
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def evict_unseen(self) -> dict[str, dict]:
         """Eviction of daily retraining (after the warm start, before any step): every
@@ -539,9 +546,9 @@ class Trainer:
                 table.set_day(training_window(self.config)[1])
         # TensorFlow writes the summaries locally; for a remote model dir they are staged
         # and uploaded at each checkpoint and at the end.
-        with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost(), \
-                storage_io.StagedDir(storage_io.join(self.model_dir, "train") if self.is_chief
-                                     else scratch_dir()) as summaries:
+        with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost(self.lockstep), \
+                storage_io.StagedDir(storage_io.join(self._scratch or self.model_dir,
+                                                     "train")) as summaries:
             writer = tf.summary.create_file_writer(summaries.local)
             try:
                 return self._fit(show_progress, writer, summaries)

@@ -9,7 +9,9 @@ claims:
 - checkpoints have one format: a run resumes under the other strategy both ways, and the
   two ways end at the same state;
 - a worker killed with SIGKILL stops the job, which starts again and resumes from its last
-  checkpoint, and completes.
+  checkpoint, and completes: on a local cluster by itself, under ``TF_CONFIG`` (one
+  ``recsys-dist train`` per worker, as on several machines) once the lost worker is
+  started again, as an orchestrator would.
 
 Daily retraining across the switch is in ``test_mirrored.py``'s chain of days.
 """
@@ -23,6 +25,7 @@ import signal
 
 import pytest
 
+from recsys_dist.cluster.local import free_ports
 from recsys_dist.data.synth import synthesize
 from tests.support.run_configs import small_run_config
 from tests.support.state import assert_same_state, checkpoint
@@ -99,3 +102,31 @@ def test_a_killed_worker_restarts_the_job_from_its_last_checkpoint(runs):
     assert state["complete"] and state["position"]["finished_rows"] == 3 * 8000
     result = json.loads((model_dir / "train_result.json").read_text())
     assert result["eval"]["labels"]["click"]["auc"] > 0.55
+
+
+def test_tf_config_workers_restart_from_the_checkpoint_when_one_is_lost(runs):
+    config, tmp = runs
+    model_dir = tmp / "tf_config"
+    spec = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
+    args = ("--no-eval", "--set", "cluster.strategy=multi_worker_mirrored",
+            "--set", "cluster.mode=tf_config", "--set", "train.epochs=3",
+            "--set", "train.checkpoint_every_steps=20")
+
+    def worker(index: int) -> TrainRun:
+        tf_config = {"cluster": spec, "task": {"type": "worker", "index": index}}
+        return TrainRun(config, model_dir, *args, env={"TF_CONFIG": json.dumps(tf_config)})
+
+    chief, other = worker(0), worker(1)
+    chief.wait_for(r"^checkpoint step")
+    other.process.send_signal(signal.SIGKILL)
+    other.finish()
+    chief.wait_for(r"^restart +lost a task of the cluster .*a worker of the synchronous job "
+                   r"is gone, so training must restart from the last checkpoint")
+    again = worker(1)  # what an orchestrator does with a lost pod
+    assert again.finish() == 0, again.output[-3000:]
+    assert chief.finish() == 0, chief.output[-3000:]
+    assert "resume   from" in chief.output and "resume   from" in again.output
+    assert "cluster  worker 1 of 2 (multi_worker_mirrored" in again.output
+    newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
+    state = json.loads((newest / "state.json").read_text())
+    assert state["complete"] and state["position"]["finished_rows"] == 3 * 8000

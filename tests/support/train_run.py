@@ -4,6 +4,7 @@ runs (to kill it, or one of its servers, at a chosen moment)."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -17,10 +18,12 @@ from tests.support.paths import CLI
 class TrainRun:
     """``recsys-dist train`` in a subprocess, its output collected line by line."""
 
-    def __init__(self, config: str, model_dir: pathlib.Path, *extra: str):
+    def __init__(self, config: str, model_dir: pathlib.Path, *extra: str,
+                 env: dict[str, str] | None = None):
         self.process = subprocess.Popen(
             [CLI, "train", "--config", config, "--model-dir", str(model_dir), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=None if env is None else {**os.environ, **env})
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
