@@ -8,9 +8,10 @@ the same synthetic data, once per strategy per round, interleaved in alternating
 - ``mirrored``: ``cluster.strategy: mirrored`` with 2 replicas (2 logical CPU devices of
   one process: there is no GPU here), the global batch split between them;
 - ``parameter_server``: the default, 2 workers + 2 parameter servers in the command's
-  process (``cluster.mode: in_process``, the demo's), asynchronous.
-
-``multi_worker_mirrored`` is not built, so it is not measured.
+  process (``cluster.mode: in_process``, the demo's), asynchronous;
+- ``multi_worker_mirrored``: 2 worker processes on 127.0.0.1 (``cluster.mode: local``)
+  exchanging gradients with collective ops over gRPC, synchronous, the global batch split
+  between them.
 
 Each run trains ``--epochs`` passes over the first two days and evaluates on the third.
 It prints every run (examples/s after warm-up, over the whole run, held-out AUC), then
@@ -36,6 +37,8 @@ STRATEGIES = {
     "mirrored": ("--set", "cluster.strategy=mirrored", "--set", "cluster.workers=2"),
     "parameter_server": ("--set", "cluster.strategy=parameter_server",
                          "--set", "cluster.workers=2", "--set", "cluster.ps=2"),
+    "multi_worker_mirrored": ("--set", "cluster.strategy=multi_worker_mirrored",
+                              "--set", "cluster.mode=local", "--set", "cluster.workers=2"),
 }
 
 
@@ -69,14 +72,14 @@ def main() -> None:
 
         def show(round_: int, done: dict) -> None:
             name, f = list(done.items())[-1]
-            print(f"{round_:>5} {name:<17} {f['warm ex/s']:>11,.0f} {f['ex/s']:>9,.0f} "
+            print(f"{round_:>5} {name:<21} {f['warm ex/s']:>11,.0f} {f['ex/s']:>9,.0f} "
                   f"{f['auc']:>8.4f}", flush=True)
 
-        print(f"{'round':>5} {'strategy':<17} {'warm ex/s':>11} {'ex/s':>9} {'auc':>8}")
+        print(f"{'round':>5} {'strategy':<21} {'warm ex/s':>11} {'ex/s':>9} {'auc':>8}")
         results = interleaved({name: run(name) for name in STRATEGIES}, args.rounds,
                               alternate=True, show=show)
         print()
-        print(f"{'strategy':<17} {'best ex/s':>10} {'median':>9} {'ratio best':>11} "
+        print(f"{'strategy':<21} {'best ex/s':>10} {'median':>9} {'ratio best':>11} "
               f"{'median':>7} {'auc median':>11} {'vs single':>10}")
         base = [r["warm ex/s"] for r in results["single"]]
         base_auc = statistics.median(r["auc"] for r in results["single"])
@@ -85,7 +88,7 @@ def main() -> None:
             best, median = best_median(rates)
             ratio_best, ratio_median = ratios(rates, base)
             auc = statistics.median(r["auc"] for r in runs)
-            print(f"{name:<17} {best:>10,.0f} {median:>9,.0f} {ratio_best:>11.2f} "
+            print(f"{name:<21} {best:>10,.0f} {median:>9,.0f} {ratio_best:>11.2f} "
                   f"{ratio_median:>7.2f} {auc:>11.4f} {auc - base_auc:>+10.4f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"train"},
     {"export"},
     {"retrain"},
-    {"console", "cli"},
+    {"console", "cli", "collective_worker"},  # entry points
 ]
 LAYER_OF = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 

@@ -21,11 +21,11 @@ training loop (SPMD), so every worker must take the same decisions in the same o
   saving takes part in collectives (batch norm's replica-local statistics).
 
 A local run (``cluster.mode: local``) is :func:`launch`: the command starts one worker
-process per ``cluster.workers`` on 127.0.0.1 (``python -m recsys_dist.cluster.collective``)
-and streams worker 0's output. If a worker dies, the others are stopped and the run
-raises :class:`~recsys_dist.errors.ClusterLost`: the command starts again and resumes from
-the last checkpoint (``train.max_restarts``). Under ``cluster.mode: tf_config`` every
-machine runs ``recsys-dist train`` itself with a ``TF_CONFIG`` of task type ``worker``.
+process per ``cluster.workers`` on 127.0.0.1 (``python -m recsys_dist.collective_worker``)
+and streams worker 0's output. If a worker dies, the others are stopped and the run raises
+:class:`~recsys_dist.errors.ClusterLost`: the command starts again and resumes from the
+last checkpoint (``train.max_restarts``). Under ``cluster.mode: tf_config`` every machine
+runs ``recsys-dist train`` itself with a ``TF_CONFIG`` of task type ``worker``.
 """
 
 from __future__ import annotations
@@ -122,14 +122,16 @@ class CollectiveRun:
     """What every worker process of a local run trains (written as JSON for them)."""
 
     config_file: str  # the resolved config (absolute paths)
+    data_path: str | None  # --data, which the resolved config does not keep
     model_dir: str
     evaluate: bool
     warm_start_from: str | None
     on_table_resize: str
 
 
-def launch(run: CollectiveRun, workers: int, log_dir: str) -> dict[str, Any]:
-    """Runs ``run`` on ``workers`` local worker processes; returns the chief's outcome.
+def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[str, Any]:
+    """Runs ``run`` on ``workers`` local worker processes (``python -m module``, which
+    reads the run from :data:`RUN_FILE_ENV`); returns the chief's outcome.
 
     Worker 0's output goes to this process's stdout; worker ``i``'s to
     ``log_dir/worker-i.log``.
@@ -157,7 +159,7 @@ def launch(run: CollectiveRun, workers: int, log_dir: str) -> dict[str, Any]:
             logs.append(log)
             with open(log, "ab") as out:
                 processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "recsys_dist.cluster.collective"],
+                    [sys.executable, "-m", module],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE if index == 0 else out,
                     stderr=subprocess.STDOUT, env=env,
@@ -229,38 +231,6 @@ def _wait_all(processes: list[subprocess.Popen]) -> tuple[int, int] | None:
         time.sleep(0.2)
 
 
-# ---- a worker process --------------------------------------------------------------------
-def main() -> None:
-    """A worker process of a local run: trains the run its launcher wrote, with the
-    command line's handling of signals and errors."""
-    from recsys_dist.console import quiet_tensorflow, reporting_errors, run_command
-
-    quiet_tensorflow(False)
-    run_command(lambda: reporting_errors(_run_worker))
-
-
-def _run_worker() -> int:
-    from recsys_dist.checkpoint.store import find_checkpoint
-    from recsys_dist.config import load_config
-    from recsys_dist.train.run import train_run
-
-    with open(os.environ[RUN_FILE_ENV], encoding="utf-8") as handle:
-        run = CollectiveRun(**json.load(handle))
-    config = load_config(run.config_file)
-    warm = find_checkpoint("", run.warm_start_from) if run.warm_start_from else None
-    outcome = train_run(config, run.model_dir, evaluate=run.evaluate, warm_start_from=warm,
-                        on_table_resize=run.on_table_resize)
-    if collective_task()[1] == 0:
-        path = os.path.join(os.path.dirname(os.environ[RUN_FILE_ENV]), OUTCOME_FILE)
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(dataclasses.asdict(outcome), handle)
-    return 0
-
-
 def scratch_dir() -> str:
     """A new directory for what a non-chief worker writes and nobody reads."""
     return tempfile.mkdtemp(prefix="recsys_dist_worker_")
-
-
-if __name__ == "__main__":
-    main()

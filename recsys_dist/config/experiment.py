@@ -178,12 +178,14 @@ class ClusterSpec:
         ``tf_config`` joins the cluster described by the ``TF_CONFIG`` environment
         variable.
       workers: Worker servers (local and in_process modes); under ``mirrored``, the
-        replicas (devices) of the one process.
+        replicas (devices) of the one process; under ``multi_worker_mirrored`` (local
+        mode), the worker processes.
       ps: Parameter servers (local and in_process modes); unused under ``mirrored``.
       strategy: ``parameter_server`` (asynchronous; tables sharded over parameter
         servers) or ``mirrored`` (synchronous, one process, a copy of every table on each
-        replica; ``config/strategy.py`` checks what it needs). ``multi_worker_mirrored``
-        is not built yet.
+        replica; ``config/strategy.py`` checks what it needs) or ``multi_worker_mirrored``
+        (synchronous, one process per worker, collective ops between them;
+        ``cluster/collective.py``).
     """
 
     mode: Literal["local", "in_process", "tf_config"] = "local"

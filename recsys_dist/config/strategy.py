@@ -59,16 +59,7 @@ def check_strategy(doc: LocatedYaml, parsed: Any, features: FeatureConfig,
                         f"{dynamic[0]!r} of {features.file} is kind: dynamic (its rows live "
                         "on parameter servers); use cluster.strategy: parameter_server")
     if name == "multi_worker_mirrored":
-        train = parsed.train
-        if train.early_stopping is not None:
-            raise doc.error("train.early_stopping", "is not supported with cluster.strategy: "
-                            "multi_worker_mirrored yet (the workers would have to score the "
-                            "validation split together); use mirrored or parameter_server, or "
-                            "pick the epochs with a mirrored run first")
-        if train.dense_refresh_steps is not None:
-            raise doc.error("train.dense_refresh_steps", "has no effect under cluster.strategy: "
-                            "multi_worker_mirrored (every worker holds its own copy of the dense "
-                            "weights); remove it")
+        _check_multi_worker(doc, parsed.train)
     slots = TABLE_SLOTS[parsed.train.embedding_optimizer.name]
     tables = sum(table.rows * table.dim * 4 for table in features.tables.values())
     # mirrored: every replica's copy is on this machine. multi_worker_mirrored: one copy
@@ -86,6 +77,19 @@ def check_strategy(doc: LocatedYaml, parsed: Any, features: FeatureConfig,
                         f"{_gib(available)} this machine has available; use "
                         "cluster.strategy: parameter_server, which shards the tables over "
                         "parameter servers")
+
+
+def _check_multi_worker(doc: LocatedYaml, train: Any) -> None:
+    """What ``multi_worker_mirrored`` does not run: early stopping, the dense-weight cache."""
+    if train.early_stopping is not None:
+        raise doc.error("train.early_stopping", "is not supported with cluster.strategy: "
+                        "multi_worker_mirrored yet (the workers would have to score the "
+                        "validation split together); use mirrored or parameter_server, or "
+                        "pick the epochs with a mirrored run first")
+    if train.dense_refresh_steps is not None:
+        raise doc.error("train.dense_refresh_steps", "has no effect under cluster.strategy: "
+                        "multi_worker_mirrored (every worker holds its own copy of the dense "
+                        "weights); remove it")
 
 
 def available_memory() -> int | None:

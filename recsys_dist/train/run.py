@@ -164,19 +164,26 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
         result = trainer.fit()
         for line in result_lines(result):
             print(line)
-        metrics = None
-        if eval_input is not None and runtime.is_chief:
-            metrics = _evaluate(config, runtime, trainer, eval_input, oracle)
-            print_eval(config.labels, metrics)
-        if runtime.is_chief:
-            trainer.write_run_files(result, metrics)
-        if runtime.lockstep:  # the other workers wait for the chief's evaluation
-            from recsys_dist.cluster.collective import agree
-
-            agree(runtime.strategy, (True,), runtime.is_chief)
-            trainer.remove_scratch()
+        metrics = _finish(config, runtime, trainer, result, eval_input, oracle)
         return RunOutcome(False, trainer.step, resumed.directory if resumed else None, warm,
                           metrics)
+
+
+def _finish(config: ExperimentConfig, runtime, trainer, result, eval_input, oracle
+            ) -> dict | None:
+    """Evaluates (on the chief) and writes the run's files; the held-out metrics."""
+    metrics = None
+    if eval_input is not None and runtime.is_chief:
+        metrics = _evaluate(config, runtime, trainer, eval_input, oracle)
+        print_eval(config.labels, metrics)
+    if runtime.is_chief:
+        trainer.write_run_files(result, metrics)
+    if runtime.lockstep:  # the other workers wait for the chief's evaluation
+        from recsys_dist.cluster.collective import agree
+
+        agree(runtime.strategy, (True,), runtime.is_chief)
+        trainer.remove_scratch()
+    return metrics
 
 
 def _evaluate(config: ExperimentConfig, runtime, trainer, eval_input, oracle) -> dict:
@@ -226,7 +233,10 @@ def _launch_workers(config: ExperimentConfig, model_dir: str, evaluate: bool,
             handle.write(text)
     print(f"cluster  {cluster.workers} worker processes (multi_worker_mirrored, synchronous); "
           f"worker 0's output follows, the others log in {log_dir}", flush=True)
-    run = CollectiveRun(os.path.join(config_dir, CONFIG_FILE), model_dir, evaluate,
+    data = config.data
+    run = CollectiveRun(os.path.join(config_dir, CONFIG_FILE),
+                        data.path if data is not None and data.path_from_command_line else None,
+                        model_dir, evaluate,
                         warm_start_from.directory if warm_start_from else None,
                         on_table_resize)
-    return RunOutcome(**launch(run, cluster.workers, log_dir))
+    return RunOutcome(**launch(run, cluster.workers, log_dir, "recsys_dist.collective_worker"))

@@ -469,67 +469,78 @@ class Trainer:
         """``train_item`` of a ``multi_worker_mirrored`` worker, a Python function: all
         workers train each item together, one ``tf.function`` call per step.
 
-        Worker ``w`` of ``W`` reads rows ``[start + w n / W, start + (w + 1) n / W)`` of an
-        item of ``n`` rows, in batches of ``batch_size / W``; every worker runs the
-        item's ``ceil(n / batch_size)`` steps (cut to the step budget), a worker whose rows
-        run out first on a zero-weight row for the steps it lacks. A step's loss and
-        weight are summed over the workers, so every worker returns the same figures.
+        Worker ``w`` of ``W`` reads its share of the item (:func:`worker_rows`) in batches
+        of ``batch_size / W``; every worker runs the item's ``ceil(n / batch_size)`` steps
+        (cut to the step budget), a worker whose rows run out first on a zero-weight row
+        for the steps it lacks. A step's loss and weight are summed over the workers, so
+        every worker returns the same figures.
         """
-        strategy, pipeline = self.runtime.strategy, self.pipeline
         workers, me = self.runtime.num_workers, self.runtime.task_index
-        batch = pipeline.spec.batch_size
+        batch = self.pipeline.spec.batch_size
         share = batch // workers
         check_dense_refresh(self.config.file, self.config.train.dense_refresh_steps,
                             self.replicas)
-        with tf.Graph().as_default():  # the batches' structure, batch dimension unknown
-            zero = tf.constant(0, tf.int64)
-            spec = pipeline.item_dataset(zero, zero, zero, training=True,
-                                         batch_size=share).element_spec
-        # pylint: disable-next=protected-access
-        spec = tf.nest.map_structure(lambda s: s._unbatch()._batch(None), spec)
-
-        def replica_totals(rows):
-            loss, weight, _ = self._replica_step(rows)
-            return tf.stack([loss, weight])
-
-        # One trace for every batch size, so every worker makes the same collectives.
-        @tf.function(input_signature=[spec])
-        def step(rows):
-            return strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                   strategy.run(replica_totals, args=(rows,)), axis=None)
-
-        def piece(start: int, n: int, w: int) -> tuple[int, int]:
-            return start + w * n // workers, start + (w + 1) * n // workers
+        step = self._lockstep_step(share)
 
         def train_item(file_index, start, stop, max_steps):
             file_index, start, stop = int(file_index), int(start), int(stop)
             n = stop - start
             steps = min(-(-n // batch), int(max_steps))
-            lo, hi = piece(start, n, me)
-            totals, taken = tf.zeros([2]), 0
-            if hi > lo:
-                for rows in pipeline.item_dataset(tf.constant(file_index, tf.int64),
-                                                  tf.constant(lo, tf.int64),
-                                                  tf.constant(hi, tf.int64),
-                                                  training=True, batch_size=share):
-                    if taken == steps:
-                        break
-                    totals += step(rows)
-                    taken += 1
-            if taken < steps:
-                padding = next(iter(pipeline.item_dataset(
-                    tf.constant(file_index, tf.int64), tf.constant(start, tf.int64),
-                    tf.constant(start + 1, tf.int64), training=True, batch_size=1)))
-                padding = dict(padding, valid=tf.zeros_like(padding["valid"]))
-                for _ in range(steps - taken):
-                    totals += step(padding)
+            totals = tf.zeros([2])
+            for rows in self._lockstep_batches(file_index, start, stop, steps, share, me):
+                totals += step(rows)
             self.global_step.assign_add(steps)
             trained = sum(min(b - a, steps * share)
-                          for a, b in (piece(start, n, w) for w in range(workers)))
+                          for a, b in (worker_rows(start, stop, w, workers)
+                                       for w in range(workers)))
             return (totals[0], totals[1], tf.constant(float(trained)),
                     tf.constant(steps, tf.int64))
 
         return train_item
+
+    def _lockstep_step(self, share: int):
+        """``step(rows) -> [loss sum, weight]`` over all workers: one synchronous step."""
+        strategy = self.runtime.strategy
+        with tf.Graph().as_default():  # the batches' structure
+            zero = tf.constant(0, tf.int64)
+            spec = self.pipeline.item_dataset(zero, zero, zero, training=True,
+                                              batch_size=share).element_spec
+        # Batch dimension unknown: one trace for every batch size, so every worker makes
+        # the same collectives in the same order.
+        spec = tf.nest.map_structure(lambda s: s._unbatch()._batch(None), spec)  # noqa: SLF001
+
+        def replica_totals(rows):
+            loss, weight, _ = self._replica_step(rows)
+            return tf.stack([loss, weight])
+
+        @tf.function(input_signature=[spec])
+        def step(rows):
+            return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                   strategy.run(replica_totals, args=(rows,)), axis=None)
+
+        return step
+
+    def _lockstep_batches(self, file_index: int, start: int, stop: int, steps: int,
+                          share: int, worker: int) -> Iterator[dict]:
+        """``steps`` batches of ``worker``'s share of rows ``[start, stop)``: its own rows,
+        then (when they run out first) the item's first row with weight 0."""
+        def read(a: int, b: int, batch_size: int) -> tf.data.Dataset:
+            return self.pipeline.item_dataset(*(tf.constant(v, tf.int64)
+                                                for v in (file_index, a, b)),
+                                              training=True, batch_size=batch_size)
+
+        lo, hi = worker_rows(start, stop, worker, self.runtime.num_workers)
+        taken = 0
+        for rows in (read(lo, hi, share) if hi > lo else ()):
+            if taken == steps:
+                return
+            yield rows
+            taken += 1
+        if taken < steps:
+            padding = next(iter(read(start, start + 1, 1)))
+            padding = dict(padding, valid=tf.zeros_like(padding["valid"]))
+            for _ in range(steps - taken):
+                yield padding
 
     # ---- the loop -----------------------------------------------------------------------
     def fit(self, show_progress: bool = True) -> TrainResult:
@@ -813,6 +824,13 @@ class Trainer:
                                                 "eval": eval_metrics}
         storage_io.write_text(storage_io.join(self.model_dir, RESULT_FILE),
                               json.dumps(summary, indent=2))
+
+
+def worker_rows(start: int, stop: int, worker: int, workers: int) -> tuple[int, int]:
+    """The rows of item ``[start, stop)`` that ``worker`` of ``workers`` reads under
+    ``multi_worker_mirrored``: ``[start + w n / W, start + (w + 1) n / W)``, ``n`` its rows."""
+    n = stop - start
+    return start + worker * n // workers, start + (worker + 1) * n // workers
 
 
 def _mean_loss(recent) -> float:

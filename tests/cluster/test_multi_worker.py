@@ -86,8 +86,10 @@ def test_a_run_resumes_under_the_other_strategy_both_ways(runs):
 def test_a_killed_worker_restarts_the_job_from_its_last_checkpoint(runs):
     config, tmp = runs
     model_dir = tmp / "killed"
-    run = TrainRun(config, model_dir, *COLLECTIVE, "--set", "train.epochs=3",
-                   "--set", "train.checkpoint_every_steps=20")
+    # --data reaches the workers (the resolved config they read keeps the file's data.path)
+    synthesize(tmp / "other", days=3, rows_per_day=3000, seed=4, rows_per_file=1500)
+    run = TrainRun(config, model_dir, *COLLECTIVE, "--data", str(tmp / "other"),
+                   "--set", "train.epochs=3", "--set", "train.checkpoint_every_steps=20")
     saved = int(run.wait_for(r"^checkpoint step ([\d,]*\d)").group(1).replace(",", ""))
     workers = run.collective_workers()
     assert len(workers) == 2
@@ -99,7 +101,7 @@ def test_a_killed_worker_restarts_the_job_from_its_last_checkpoint(runs):
     assert run.collective_workers() == []  # no worker outlives the run
     newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
     state = json.loads((newest / "state.json").read_text())
-    assert state["complete"] and state["position"]["finished_rows"] == 3 * 8000
+    assert state["complete"] and state["position"]["finished_rows"] == 3 * 6000
     result = json.loads((model_dir / "train_result.json").read_text())
     assert result["eval"]["labels"]["click"]["auc"] > 0.55
 

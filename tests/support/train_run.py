@@ -73,7 +73,7 @@ class TrainRun:
                 environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except FileNotFoundError:
                 continue
-            if b"recsys_dist.cluster.collective" in argv:
+            if b"recsys_dist.collective_worker" in argv:
                 tf_config = next(e for e in environ if e.startswith(b"TF_CONFIG="))
                 found[json.loads(tf_config.split(b"=", 1)[1])["task"]["index"]] = pid
         return [found[i] for i in sorted(found)]
