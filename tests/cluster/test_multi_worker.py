@@ -69,6 +69,22 @@ def test_two_workers_end_with_the_weights_and_slots_of_one_worker(runs):
     assert "cluster  worker 1 of 2" in (tmp / "collective" / "logs" / "worker-1.log").read_text()
 
 
+def test_batch_norm_statistics_are_those_of_two_mirrored_replicas(runs):
+    """Batch norm normalises each worker's rows by their own statistics and each worker moves
+    its own moving statistics, as each replica of ``mirrored`` does; a checkpoint saves
+    their mean. So both strategies end at the same state, moving statistics included (and
+    ``tests/unit/train/test_replicas.py`` shows they move only in training)."""
+    config, tmp = runs
+    batch_norm = ("--set", "model.params.batch_norm=true", "--set", "train.max_steps=12")
+    train(config, tmp / "bn_collective", *COLLECTIVE, *batch_norm)
+    train(config, tmp / "bn_mirrored", "--set", "cluster.strategy=mirrored",
+          "--set", "cluster.mode=in_process", "--set", "cluster.workers=2", *batch_norm)
+    state = checkpoint(tmp / "bn_collective")
+    moving = [k for k in state if "moving_mean" in k]
+    assert moving and all(abs(state[k]).max() > 0 for k in moving), sorted(state)
+    assert_same_state(tmp / "bn_collective", tmp / "bn_mirrored")
+
+
 def test_a_run_resumes_under_the_other_strategy_both_ways(runs):
     config, tmp = runs
     two_epochs = ("--set", "train.epochs=2")
