@@ -20,8 +20,9 @@ def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int)
     """The learning rate after ``train.lr_scaling`` for a step of ``batch_size`` rows.
 
     One step applies the gradient of ``input.batch_size`` rows: one worker's batch under
-    ``parameter_server`` (an asynchronous step), the global batch under ``mirrored`` (a
-    synchronous step; each replica takes ``batch_size / replicas`` of its rows). Scaling
+    ``parameter_server`` (an asynchronous step), the global batch under ``mirrored`` and
+    ``multi_worker_mirrored`` (a synchronous step; each replica takes ``batch_size /
+    replicas`` of its rows). Scaling
     is off unless ``train.lr_scaling`` asks for it.
     """
     ratio = batch_size / train.base_batch_size
