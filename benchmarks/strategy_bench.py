@@ -18,7 +18,8 @@ It prints every run (examples/s after warm-up, over the whole run, held-out AUC)
 per strategy the best and median rate, the ratio to ``single`` (bests and medians) and
 the AUC difference to ``single`` (medians; the issue's bar is within 0.002).
 
-Usage: ``python benchmarks/strategy_bench.py [--rounds 2] [--rows-per-day 200000]``
+Usage: ``python benchmarks/strategy_bench.py [--rounds 2] [--rows-per-day 200000]
+[--strategies mirrored,multi_worker_mirrored]``
 """
 
 from __future__ import annotations
@@ -60,7 +61,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rows-per-day", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--strategies", default=",".join(STRATEGIES),
+                        help="comma-separated, from: " + ", ".join(STRATEGIES)
+                             + " (single is always run: it is the baseline)")
     args = parser.parse_args()
+    chosen = ["single"] + [s for s in args.strategies.split(",") if s and s != "single"]
+    unknown = [s for s in chosen if s not in STRATEGIES]
+    if unknown:
+        parser.error(f"--strategies: unknown {', '.join(unknown)}; choose from "
+                     + ", ".join(STRATEGIES))
     work = pathlib.Path(tempfile.mkdtemp(prefix="strategy_bench_"))
     try:
         data = str(work / "data")
@@ -76,7 +85,7 @@ def main() -> None:
                   f"{f['auc']:>8.4f}", flush=True)
 
         print(f"{'round':>5} {'strategy':<21} {'warm ex/s':>11} {'ex/s':>9} {'auc':>8}")
-        results = interleaved({name: run(name) for name in STRATEGIES}, args.rounds,
+        results = interleaved({name: run(name) for name in chosen}, args.rounds,
                               alternate=True, show=show)
         print()
         print(f"{'strategy':<21} {'best ex/s':>10} {'median':>9} {'ratio best':>11} "

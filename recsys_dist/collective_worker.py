@@ -13,6 +13,7 @@ import json
 import os
 
 from recsys_dist.cluster.collective import (
+    INTRA_OP_THREADS_ENV,
     OUTCOME_FILE,
     RUN_FILE_ENV,
     CollectiveRun,
@@ -34,6 +35,11 @@ def _run_worker() -> int:
     from recsys_dist.config import load_config
     from recsys_dist.train.run import train_run
 
+    import tensorflow as tf
+
+    # Before TensorFlow starts: the workers share this machine's cores (as a local
+    # parameter-server cluster's servers do; docs/training.md#threads-of-a-local-cluster).
+    tf.config.threading.set_intra_op_parallelism_threads(int(os.environ[INTRA_OP_THREADS_ENV]))
     with open(os.environ[RUN_FILE_ENV], encoding="utf-8") as handle:
         run = CollectiveRun(**json.load(handle))
     config = load_config(run.config_file).with_data_path(run.data_path)

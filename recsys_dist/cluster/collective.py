@@ -42,12 +42,20 @@ import threading
 import time
 from typing import Any
 
-from recsys_dist.cluster.local import _PROJECT_ROOT, _die_with_parent, _tail, free_ports
+from recsys_dist.cluster.local import (
+    _PROJECT_ROOT,
+    _die_with_parent,
+    _tail,
+    free_ports,
+    shared_intra_op_threads,
+)
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.errors import ClusterLost, RecsysError
 
 #: Environment variable naming the run file a worker process reads.
 RUN_FILE_ENV = "RECSYS_DIST_COLLECTIVE_RUN"
+#: Threads per op of a local worker process (this machine's cores split over the workers).
+INTRA_OP_THREADS_ENV = "RECSYS_DIST_INTRA_OP_THREADS"
 #: What the chief writes for the launcher when the run ends: :class:`RunOutcome` fields.
 OUTCOME_FILE = "collective_outcome.json"
 _HOST = "127.0.0.1"
@@ -200,6 +208,7 @@ def _worker_env(spec: dict, index: int, run_file: str) -> dict[str, str]:
     env = dict(os.environ)
     env["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": "worker", "index": index}})
     env[RUN_FILE_ENV] = run_file
+    env[INTRA_OP_THREADS_ENV] = str(shared_intra_op_threads(len(spec["worker"])))
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.pop("RECSYS_DIST_RESTART", None)  # the launcher counts restarts, not its workers
