@@ -180,7 +180,8 @@ def bad_data_error(exc: tf.errors.OpError) -> RecsysError:
     marker = message.find("bad data:")
     if marker >= 0:
         text = message[marker:].split("\n")[0].replace("\\'", "'")
-        return DataError(text.removeprefix("bad data: ").rstrip("] ").strip())
+        # (a graph's assertion ends the line with "]", an eager one with '"')
+        return DataError(text.removeprefix("bad data: ").rstrip('"] ').strip())
     return DataError(f"reading Parquet failed on a worker: {message.splitlines()[0]}")
 
 

@@ -22,11 +22,17 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 import pytest
 
 from recsys_dist.cluster.local import free_ports
 from recsys_dist.data.synth import synthesize
+from tests.support.paths import CLI
 from tests.support.run_configs import small_run_config
 from tests.support.state import assert_same_state, checkpoint
 from tests.support.train_run import TrainRun
@@ -148,3 +154,29 @@ def test_tf_config_workers_restart_from_the_checkpoint_when_one_is_lost(runs):
     newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
     state = json.loads((newest / "state.json").read_text())
     assert state["complete"] and state["position"]["finished_rows"] == 3 * 8000
+
+
+def test_bad_data_on_the_second_worker_stops_the_job_with_its_error(runs):
+    """Worker 1 meets an infinite value in its share of an item: it stops with the data
+    error, worker 0 is stopped, and the command exits 3 naming the worker, the file, the
+    column and the row."""
+    config, tmp = runs
+    bad = tmp / "bad_data"
+    shutil.copytree(tmp / "data", bad)
+    path = sorted(bad.glob("dt=2026-01-01/*.parquet"))[0]
+    table = pq.read_table(path)
+    values = table["I1"].to_numpy(zero_copy_only=False).copy()
+    values[200] = np.inf  # item rows 0..250 (a row group): worker 1 reads rows 125..250
+    table = table.set_column(table.schema.get_field_index("I1"), pa.field("I1", pa.float32()),
+                             pa.array(values, pa.float32()))
+    pq.write_table(table, path)
+    result = subprocess.run([CLI, "train", "--config", config, "--data", str(bad),
+                             "--model-dir", str(tmp / "bad_run"), "--no-eval", *COLLECTIVE],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: worker 1 of 2 (multi_worker_mirrored) stopped with "
+                                    "exit code 3; last lines of "), result.stderr
+    assert (f"error: numeric column 'I1' (feature 'I1') has an infinite value in {path} "
+            "(rows 125..250) at row 200 (set data.on_bad_row: skip to skip such rows)\n"
+            ) in result.stderr
