@@ -15,7 +15,9 @@ training loop (SPMD), so every worker must take the same decisions in the same o
   steps the collective all-gather of sparse gradients fails ("Shape mismatch in the
   collective instance"; docs/training.md#strategies).
 - **Decisions.** When to log, write summaries or checkpoint is decided by worker 0 (the
-  chief) and sent to the others with one small all-reduce per item (:func:`agree`).
+  chief) and sent to the others with one small all-reduce per item (:func:`agree`); so is
+  the validation score of early stopping, which the chief computes alone
+  (:func:`from_chief`).
 - **Writes.** Worker 0 writes the checkpoints, summaries and run files into the model
   dir; the others write their (identical) checkpoints into a scratch directory, because
   saving takes part in collectives (batch norm's replica-local statistics).
@@ -110,18 +112,25 @@ def collective_strategy():
 
 def agree(strategy, flags: tuple[bool, ...], chief: bool) -> tuple[bool, ...]:
     """The chief's ``flags`` on every worker (one all-reduce; call on all workers at once)."""
+    return tuple(v > 0.5 for v in from_chief(strategy, tuple(float(f) for f in flags), chief))
+
+
+def from_chief(strategy, values: tuple[float, ...], chief: bool) -> tuple[float, ...]:
+    """The chief's ``values`` on every worker: the others pass anything of the same length
+    (one all-reduce of the chief's values and the others' zeros; call on all workers at
+    once)."""
     import tensorflow as tf
 
-    fn = getattr(strategy, "_recsys_agree", None)
+    fn = getattr(strategy, "_recsys_from_chief", None)
     if fn is None:
         @tf.function
         def fn(values):
             per_replica = strategy.run(lambda v: v, args=(values,))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-        strategy._recsys_agree = fn  # pylint: disable=protected-access
-    mine = tf.constant([float(chief and f) for f in flags])
-    return tuple(bool(v > 0.5) for v in fn(mine).numpy())
+        strategy._recsys_from_chief = fn  # pylint: disable=protected-access
+    mine = tf.constant([v if chief else 0.0 for v in values], tf.float64)
+    return tuple(float(v) for v in fn(mine).numpy())
 
 
 # ---- the local launcher ------------------------------------------------------------------

@@ -80,12 +80,7 @@ def check_strategy(doc: LocatedYaml, parsed: Any, features: FeatureConfig,
 
 
 def _check_multi_worker(doc: LocatedYaml, train: Any) -> None:
-    """What ``multi_worker_mirrored`` does not run: early stopping, the dense-weight cache."""
-    if train.early_stopping is not None:
-        raise doc.error("train.early_stopping", "is not supported with cluster.strategy: "
-                        "multi_worker_mirrored yet (the workers would have to score the "
-                        "validation split together); use mirrored or parameter_server, or "
-                        "pick the epochs with a mirrored run first")
+    """What ``multi_worker_mirrored`` does not run: the dense-weight cache."""
     if train.dense_refresh_steps is not None:
         raise doc.error("train.dense_refresh_steps", "has no effect under cluster.strategy: "
                         "multi_worker_mirrored (every worker holds its own copy of the dense "

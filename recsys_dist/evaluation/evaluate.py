@@ -17,6 +17,24 @@ from recsys_dist.evaluation.metrics import EvalAccumulator, EvalData, compute_me
 from recsys_dist.evaluation.predict import predict_split
 
 
+def evaluate_on_one_device(config, saved, pipeline, labels: list[str],
+                           oracle_columns: dict[str, str]) -> dict:
+    """The metrics of checkpoint ``saved`` on ``pipeline``, scored by this process alone on
+    one device: the model is built under a one-replica strategy of its own and restored
+    from the checkpoint. How a ``multi_worker_mirrored`` chief scores (the other workers
+    take no part; ``cluster/collective.py``)."""
+    from recsys_dist.checkpoint.store import restore_model
+    from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
+    from recsys_dist.cluster.runtime import Runtime
+    from recsys_dist.models.zoo import build_from_config
+
+    alone = Runtime(mirrored_strategy(1), SynchronousCoordinator(), 1, 0, "mirrored")
+    with alone.strategy.scope():
+        model = build_from_config(config)
+    restore_model(model, saved, config.file)
+    return evaluate_split(alone, model, pipeline, labels, oracle_columns)[0]
+
+
 def evaluate_split(runtime, model, pipeline, labels: list[str], oracle_columns: dict[str, str],
                    group_column: str | None = None, slice_columns: tuple[str, ...] = (),
                    progress=None, bins: int = 20, max_slices: int = 20

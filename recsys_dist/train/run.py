@@ -188,22 +188,13 @@ def _finish(config: ExperimentConfig, runtime, trainer, result, eval_input, orac
 
 def _evaluate(config: ExperimentConfig, runtime, trainer, eval_input, oracle) -> dict:
     """The held-out metrics of the trained model. A ``multi_worker_mirrored`` chief scores
-    alone, on one device of its own: it restores the final checkpoint into a model built
-    under a one-replica strategy (the other workers take no part)."""
-    from recsys_dist.evaluation.evaluate import evaluate_split
+    its final checkpoint alone, on one device of its own."""
+    from recsys_dist.evaluation.evaluate import evaluate_on_one_device, evaluate_split
 
-    if not runtime.lockstep:
-        return evaluate_split(runtime, trainer.model, eval_input, config.labels, oracle)[0]
-    from recsys_dist.checkpoint.store import restore_model
-    from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
-    from recsys_dist.cluster.runtime import Runtime
-    from recsys_dist.models.zoo import build_from_config
-
-    alone = Runtime(mirrored_strategy(1), SynchronousCoordinator(), 1, 0, "mirrored")
-    with alone.strategy.scope():
-        model = build_from_config(config)
-    restore_model(model, trainer.checkpoints.latest(), config.file)
-    return evaluate_split(alone, model, eval_input, config.labels, oracle)[0]
+    if runtime.lockstep:
+        return evaluate_on_one_device(config, trainer.checkpoints.latest(), eval_input,
+                                      config.labels, oracle)
+    return evaluate_split(runtime, trainer.model, eval_input, config.labels, oracle)[0]
 
 
 def _launch_workers(config: ExperimentConfig, model_dir: str, evaluate: bool,

@@ -56,7 +56,7 @@ from recsys_dist.checkpoint.store import (
     restore,
 )
 from recsys_dist.checkpoint.warm_start import WarmStartReport, stack_layouts, warm_start
-from recsys_dist.cluster.collective import agree, scratch_dir
+from recsys_dist.cluster.collective import agree, from_chief, scratch_dir
 from recsys_dist.cluster.dispatch import InFlight, check_item_rows
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.cluster.replicas import replica_slice
@@ -64,7 +64,7 @@ from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig, resolved_files
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
-from recsys_dist.evaluation.evaluate import evaluate_split
+from recsys_dist.evaluation.evaluate import evaluate_on_one_device, evaluate_split
 from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
 from recsys_dist.models.zoo import build_from_config
 from recsys_dist.train.data_position import DataPosition
@@ -692,9 +692,7 @@ class Trainer:
         stopping = self.early_stopping
         if stopping is None:
             return False
-        metrics, _ = evaluate_split(self.runtime, self.model, self.validation,
-                                    self.config.labels, {})
-        scores = metrics["labels"][stopping.label]
+        scores = self._validation_scores(run, show_progress)
         stop = stopping.record(epoch, self.step, scores[stopping.metric])
         for entry in run.epochs:
             if entry["epoch"] == epoch:
@@ -712,6 +710,24 @@ class Trainer:
         run.saved_at = self.step
         cadence.saved(time.perf_counter(), self.step)
         return stop
+
+    def _validation_scores(self, run: _Attempt, show_progress: bool) -> dict[str, float]:
+        """AUC and logloss of early stopping's label on the validation split. Under
+        ``multi_worker_mirrored`` the workers checkpoint, the chief scores that checkpoint
+        alone on one device, and sends the figures to the others."""
+        label = self.early_stopping.label
+        if not self.lockstep:
+            metrics, _ = evaluate_split(self.runtime, self.model, self.validation,
+                                        self.config.labels, {})
+            return metrics["labels"][label]
+        self._checkpoint(run.progress, show_progress)
+        figures = (0.0, 0.0)
+        if self.is_chief:
+            metrics = evaluate_on_one_device(self.config, self.checkpoints.latest(),
+                                             self.validation, self.config.labels, {})
+            figures = (metrics["labels"][label]["auc"], metrics["labels"][label]["logloss"])
+        auc, logloss = from_chief(self.runtime.strategy, figures, self.is_chief)
+        return {"auc": auc, "logloss": logloss}
 
     def _unscored_pass(self, run: _Attempt, cadence: _Cadence, show_progress: bool) -> None:
         """A resumed run whose checkpoint was written after a pass ended but before it

@@ -75,16 +75,29 @@ def test_two_workers_end_with_the_weights_and_slots_of_one_worker(runs):
     assert "cluster  worker 1 of 2" in (tmp / "collective" / "logs" / "worker-1.log").read_text()
 
 
-def test_batch_norm_statistics_are_those_of_two_mirrored_replicas(runs):
+def test_batch_norm_and_early_stopping_end_as_two_mirrored_replicas_do(runs):
     """Batch norm normalises each worker's rows by their own statistics and each worker moves
-    its own moving statistics, as each replica of ``mirrored`` does; a checkpoint saves
-    their mean. So both strategies end at the same state, moving statistics included (and
-    ``tests/unit/train/test_replicas.py`` shows they move only in training)."""
+    its own moving statistics, as each replica of ``mirrored`` does (a checkpoint saves
+    their mean; ``tests/unit/train/test_replicas.py`` shows they move only in training).
+    Early stopping: the chief scores the validation split after each pass and sends the
+    figures to the other worker. So both strategies keep the same record of validation
+    scores and end at the same state, moving statistics included."""
     config, tmp = runs
-    batch_norm = ("--set", "model.params.batch_norm=true", "--set", "train.max_steps=12")
-    train(config, tmp / "bn_collective", *COLLECTIVE, *batch_norm)
+    settings = ("--set", "model.params.batch_norm=true",
+                "--set", "data.validation={dates: 2026-01-03}", "--set", "train.epochs=3",
+                "--set", "train.early_stopping={patience: 1}", "--set", "train.max_steps=72")
+    output = train(config, tmp / "bn_collective", *COLLECTIVE, *settings)
+    assert "validate epoch 1: auc/click" in output, output[-3000:]
     train(config, tmp / "bn_mirrored", "--set", "cluster.strategy=mirrored",
-          "--set", "cluster.mode=in_process", "--set", "cluster.workers=2", *batch_norm)
+          "--set", "cluster.mode=in_process", "--set", "cluster.workers=2", *settings)
+    ours, theirs = [json.loads((tmp / d / "train_result.json").read_text())["early_stopping"]
+                    for d in ("bn_collective", "bn_mirrored")]
+    assert len(ours["history"]) >= 2, ours
+    assert [(e["epoch"], e["step"]) for e in ours["history"]] == [
+        (e["epoch"], e["step"]) for e in theirs["history"]]
+    for a, b in zip(ours["history"], theirs["history"]):
+        assert abs(a["value"] - b["value"]) < 1e-4, (ours, theirs)
+    assert ours["best"]["epoch"] == theirs["best"]["epoch"]
     state = checkpoint(tmp / "bn_collective")
     moving = [k for k in state if "moving_mean" in k]
     assert moving and all(abs(state[k]).max() > 0 for k in moving), sorted(state)
