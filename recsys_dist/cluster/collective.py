@@ -33,9 +33,11 @@ runs ``recsys-dist train`` itself with a ``TF_CONFIG`` of task type ``worker``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -249,6 +251,12 @@ def _wait_all(processes: list[subprocess.Popen]) -> tuple[int, int] | None:
         time.sleep(0.2)
 
 
-def scratch_dir() -> str:
-    """A new directory for what a non-chief worker writes and nobody reads."""
-    return tempfile.mkdtemp(prefix="recsys_dist_worker_")
+def scratch_dir(model_dir: str, worker: int) -> str:
+    """An empty directory for what worker ``worker`` of a run into ``model_dir`` writes and
+    nobody reads: the same path for every attempt of the run, so an attempt killed before
+    it removed its directory leaves nothing behind the next one."""
+    digest = hashlib.sha1(model_dir.encode()).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"recsys_dist_worker_{digest}_{worker}")
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path

@@ -284,7 +284,7 @@ class Trainer:
         self.checkpoints = CheckpointManager(model_dir, train.keep_checkpoints)
         # Workers 1.. of a multi_worker_mirrored job save too (saving takes part in
         # collectives), into a scratch directory nobody reads.
-        self._scratch = None if self.is_chief else scratch_dir()
+        self._scratch = None if self.is_chief else scratch_dir(model_dir, runtime.task_index)
         self._saves = (self.checkpoints if self._scratch is None
                        else CheckpointManager(self._scratch, 1))
         self.position = data_position(config, pipeline)

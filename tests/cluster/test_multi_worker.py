@@ -18,11 +18,14 @@ Daily retraining across the switch is in ``test_mirrored.py``'s chain of days.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
+import tempfile
 
 import numpy as np
 import pyarrow as pa
@@ -134,6 +137,9 @@ def test_a_killed_worker_restarts_the_job_from_its_last_checkpoint(runs):
     assert run.finish() == 0, run.output[-3000:]
     assert restored >= saved
     assert run.collective_workers() == []  # no worker outlives the run
+    digest = hashlib.sha1(str(model_dir).encode()).hexdigest()[:12]
+    assert not list(pathlib.Path(tempfile.gettempdir()).glob(
+        f"recsys_dist_worker_{digest}_*")), "worker 1's scratch checkpoints were left behind"
     newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
     state = json.loads((newest / "state.json").read_text())
     assert state["complete"] and state["position"]["finished_rows"] == 3 * 6000
