@@ -47,9 +47,9 @@ import time
 from typing import Any
 
 from recsys_dist.cluster.local import (
-    _PROJECT_ROOT,
     _die_with_parent,
     _tail,
+    child_env,
     free_ports,
     shared_intra_op_threads,
 )
@@ -216,15 +216,11 @@ class WorkerFailed(RecsysError):
 
 
 def _worker_env(spec: dict, index: int, run_file: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": "worker", "index": index}})
-    env[RUN_FILE_ENV] = run_file
-    env[INTRA_OP_THREADS_ENV] = str(shared_intra_op_threads(len(spec["worker"])))
-    env.setdefault("CUDA_VISIBLE_DEVICES", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env = child_env({
+        "TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": "worker", "index": index}}),
+        RUN_FILE_ENV: run_file,
+        INTRA_OP_THREADS_ENV: str(shared_intra_op_threads(len(spec["worker"])))})
     env.pop("RECSYS_DIST_RESTART", None)  # the launcher counts restarts, not its workers
-    paths = [_PROJECT_ROOT, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
 
 

@@ -319,13 +319,8 @@ class LocalCluster:
         return command
 
     def _child_env(self) -> dict[str, str]:
-        env = {**os.environ, **self._env}
+        env = child_env(self._env)
         env.setdefault("GRPC_FAIL_FAST", "use_caller")
-        env.setdefault("CUDA_VISIBLE_DEVICES", "")
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        # The children must import this very recsys_dist, installed or not.
-        paths = [_PROJECT_ROOT, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         return env
 
     def _spawn(self, key: _TaskKey) -> None:
@@ -443,6 +438,18 @@ def shared_intra_op_threads(tasks: int) -> int:
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) // max(1, tasks))
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a TensorFlow child process on this machine: this one's with
+    ``extra``, no GPU unless asked, TensorFlow's C++ logs at warnings and above, and this
+    very recsys_dist importable, installed or not."""
+    env = {**os.environ, **extra}
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    paths = [_PROJECT_ROOT, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
 
 
 def _check_count(name: str, value: object, minimum: int = 1, hint: str = "") -> None:

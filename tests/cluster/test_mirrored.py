@@ -15,7 +15,6 @@ Two logical CPU devices stand in for GPUs (there is none here). The claims:
 from __future__ import annotations
 
 import json
-import pathlib
 import re
 import shutil
 import signal
@@ -25,9 +24,9 @@ import pytest
 
 from recsys_dist.data.synth import synthesize
 from tests.support.paths import CLI
-from tests.support.run_configs import small_run_config
+from tests.support.run_configs import COLLECTIVE, small_run_config
 from tests.support.state import assert_same_state, checkpoint
-from tests.support.train_run import TrainRun
+from tests.support.train_run import TrainRun, train_without_eval as train
 
 pytestmark = pytest.mark.cluster
 
@@ -37,14 +36,7 @@ ONE_WORKER = ("--set", "cluster.workers=1", "--set", "cluster.ps=1")
 # shard draws its own initial values, so a run from scratch starts elsewhere: compared
 # only after a restore.
 SHARDED = ("--set", "cluster.workers=1", "--set", "cluster.ps=2")
-COLLECTIVE = ("--set", "cluster.strategy=multi_worker_mirrored", "--set", "cluster.mode=local",
-              "--set", "cluster.workers=2")
 
-
-def train(config: str, model_dir: pathlib.Path, *extra: str) -> str:
-    run = TrainRun(config, model_dir, "--no-eval", *extra)
-    assert run.finish() == 0, run.output[-3000:]
-    return run.output
 
 
 @pytest.fixture(scope="module")

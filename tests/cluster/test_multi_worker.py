@@ -36,24 +36,17 @@ import pytest
 from recsys_dist.cluster.local import free_ports
 from recsys_dist.data.synth import synthesize
 from tests.support.paths import CLI
-from tests.support.run_configs import small_run_config
+from tests.support.run_configs import COLLECTIVE, small_run_config
 from tests.support.state import assert_same_state, checkpoint
-from tests.support.train_run import TrainRun
+from tests.support.train_run import TrainRun, train_without_eval as train
 
 pytestmark = pytest.mark.cluster
 
-COLLECTIVE = ("--set", "cluster.strategy=multi_worker_mirrored", "--set", "cluster.mode=local",
-              "--set", "cluster.workers=2")
 ONE_WORKER = ("--set", "cluster.mode=in_process", "--set", "cluster.workers=1",
               "--set", "cluster.ps=1")
 SHARDED = ("--set", "cluster.mode=in_process", "--set", "cluster.workers=1",
            "--set", "cluster.ps=2")
 
-
-def train(config: str, model_dir, *extra: str) -> str:
-    run = TrainRun(config, model_dir, "--no-eval", *extra)
-    assert run.finish() == 0, run.output[-3000:]
-    return run.output
 
 
 @pytest.fixture(scope="module")

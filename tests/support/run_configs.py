@@ -16,6 +16,9 @@ from typing import Any
 
 from tests.support.configs import changed, write_yaml
 
+#: ``--set`` arguments: 2 multi_worker_mirrored worker processes on this machine.
+COLLECTIVE = ("--set", "cluster.strategy=multi_worker_mirrored", "--set", "cluster.mode=local",
+              "--set", "cluster.workers=2")
 EVERY = 30  # checkpoint_every_steps: a kill replays up to this many steps (+ in flight)
 EPOCHS = 2
 

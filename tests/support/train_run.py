@@ -82,3 +82,10 @@ class TrainRun:
         steps = [int(m.group(1).replace(",", "")) for m in
                  (re.match(r"(?:step|checkpoint step) ([\d,]+)", line) for line in self.lines) if m]
         return max(steps, default=0)
+
+
+def train_without_eval(config: str, model_dir: pathlib.Path, *extra: str) -> str:
+    """Runs ``recsys-dist train --no-eval`` to the end, asserts it succeeded; its output."""
+    run = TrainRun(config, model_dir, "--no-eval", *extra)
+    assert run.finish() == 0, run.output[-3000:]
+    return run.output
