@@ -34,6 +34,7 @@ counts start over.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import weakref
 from typing import Any
@@ -121,6 +122,11 @@ def _one_after_another(execute):
     return out
 
 
+def _on(device: str | None):
+    """Places the ops built inside on ``device`` (a shard's server), if any."""
+    return tf.device(device) if device is not None else contextlib.nullcontext()
+
+
 class DynamicShard(tf.Module):
     """One parameter server's part of a dynamic table (see the module docstring)."""
 
@@ -150,7 +156,8 @@ class DynamicShard(tf.Module):
 
     def find(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of ``keys`` (-1: no row); inserts and counts nothing."""
-        return tf.reshape(self.index.lookup(keys), [-1])
+        with _on(self.device):
+            return tf.reshape(self.index.lookup(keys), [-1])
 
     def admit(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of distinct ``keys`` after counting them and admitting those due; call it
@@ -163,39 +170,41 @@ class DynamicShard(tf.Module):
         an update that nothing returned waits on could land after another step took the
         lock, and two ids would get one row.
         """
-        updates = []
-        rows = self.find(keys)
-        missing = tf.where(rows < 0)[:, 0]  # positions in keys
-        candidates = tf.gather(keys, missing)
-        if self.admit_after > 1:
-            seen = tf.reshape(self.counts.lookup(candidates), [-1]) + 1
-            ready = seen >= self.admit_after
-            updates.append(self.counts.insert(tf.boolean_mask(candidates, ~ready),
-                                              tf.boolean_mask(seen, ~ready)))
-            candidates, missing = (tf.boolean_mask(t, ready) for t in (candidates, missing))
-        start = self.next_row.read_value()
-        wanted = tf.size(candidates, out_type=tf.int64)
-        take = tf.minimum(wanted, tf.maximum(self.capacity - start, 0))
-        admitted, given = candidates[:take], tf.range(start, start + take)
-        updates.append(self.index.insert(admitted, given))
-        if self.admit_after > 1:
-            updates.append(self.counts.remove(admitted))
-        updates.append(self.next_row.assign(start + take))
-        updates.append(self.dropped_full.assign_add(wanted - take))
-        rows = tf.tensor_scatter_nd_update(rows, missing[:take, None], given)
-        if tf.executing_eagerly():
-            return rows
-        with tf.control_dependencies([u for u in updates if u is not None]):
-            return tf.identity(rows)
+        with _on(self.device):
+            updates = []
+            rows = self.find(keys)
+            missing = tf.where(rows < 0)[:, 0]  # positions in keys
+            candidates = tf.gather(keys, missing)
+            if self.admit_after > 1:
+                seen = tf.reshape(self.counts.lookup(candidates), [-1]) + 1
+                ready = seen >= self.admit_after
+                updates.append(self.counts.insert(tf.boolean_mask(candidates, ~ready),
+                                                  tf.boolean_mask(seen, ~ready)))
+                candidates, missing = (tf.boolean_mask(t, ready) for t in (candidates, missing))
+            start = self.next_row.read_value()
+            wanted = tf.size(candidates, out_type=tf.int64)
+            take = tf.minimum(wanted, tf.maximum(self.capacity - start, 0))
+            admitted, given = candidates[:take], tf.range(start, start + take)
+            updates.append(self.index.insert(admitted, given))
+            if self.admit_after > 1:
+                updates.append(self.counts.remove(admitted))
+            updates.append(self.next_row.assign(start + take))
+            updates.append(self.dropped_full.assign_add(wanted - take))
+            rows = tf.tensor_scatter_nd_update(rows, missing[:take, None], given)
+            if tf.executing_eagerly():
+                return rows
+            with tf.control_dependencies([u for u in updates if u is not None]):
+                return tf.identity(rows)
 
     def record_seen(self, rows: tf.Tensor) -> None:
         """After :meth:`admit`, outside the lock: counts the lookups without a row and
         marks the rows as seen today."""
-        live = tf.boolean_mask(rows, rows >= 0)
-        self.waiting.assign_add(tf.size(rows, out_type=tf.int64)
-                                - tf.size(live, out_type=tf.int64))
-        self.last_seen.scatter_update(tf.IndexedSlices(
-            tf.fill(tf.shape(live), self.day.read_value()), live))
+        with _on(self.device):
+            live = tf.boolean_mask(rows, rows >= 0)
+            self.waiting.assign_add(tf.size(rows, out_type=tf.int64)
+                                    - tf.size(live, out_type=tf.int64))
+            self.last_seen.scatter_update(tf.IndexedSlices(
+                tf.fill(tf.shape(live), self.day.read_value()), live))
 
     def evict(self, oldest_day: int, slots: list[tuple[tf.Variable, float]]) -> tuple[int, int]:
         """Drops the ids last seen before day number ``oldest_day`` and compacts the rows
@@ -228,11 +237,12 @@ class DynamicShard(tf.Module):
 
     def gather(self, rows: tf.Tensor) -> tf.Tensor:
         """``[N, dim]`` vectors of ``rows``; zeros where a row is -1."""
-        valid = rows >= 0
-        found = tf.gather(self.emb, tf.boolean_mask(rows, valid))
-        shape = tf.stack([tf.size(rows, out_type=tf.int64),
-                          tf.shape(self.emb, out_type=tf.int64)[1]])
-        return tf.scatter_nd(tf.where(valid), found, shape)
+        with _on(self.device):
+            valid = rows >= 0
+            found = tf.gather(self.emb, tf.boolean_mask(rows, valid))
+            shape = tf.stack([tf.size(rows, out_type=tf.int64),
+                              tf.shape(self.emb, out_type=tf.int64)[1]])
+            return tf.scatter_nd(tf.where(valid), found, shape)
 
 
 class DynamicTable(tf.Module):
