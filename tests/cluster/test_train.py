@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import pytest
+import tensorflow as tf
 
 from recsys_dist.cluster.local import child_pids
 from recsys_dist.data.synth import synthesize
@@ -291,7 +292,15 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     assert figures["auc"] == passes[-1]["auc"]
     first = passes[0]["auc"]["click"]
     assert f"epoch 1/2 done: train auc/click {first:.4f}" in result.stdout, result.stdout
-    assert list((run / "train").glob("events.out.tfevents.*"))
+    events = list((run / "train").glob("events.out.tfevents.*"))
+    assert events
+    scalars = {}
+    for event in tf.compat.v1.train.summary_iterator(str(events[0])):
+        for value in event.summary.value:  # as tf.summary.scalar writes them
+            assert value.metadata.plugin_data.plugin_name == "scalars", value.tag
+            scalars[value.tag] = float(tf.make_ndarray(value.tensor))
+    assert {"loss", "examples_per_second", "auc/click"} <= set(scalars)
+    assert scalars["auc/click"] == pytest.approx(passes[-1]["auc"]["click"], abs=1e-3)
     # the resolved config loads again as it is
     from recsys_dist.config import load_config
 
