@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -55,14 +57,45 @@ def day_number(day: datetime.date) -> int:
 
 class ShardLocks:
     """One ``tf.CriticalSection`` per shard, on the shard's server. Every dynamic table of a
-    layer shares them, so a training step takes each server's lock once for all its tables.
-    (A plain holder: critical sections are not saved.)"""
+    model shares them (of a layer, outside :func:`one_lock_per_server`), so a training
+    step takes each server's lock once for all its tables. (A plain holder: critical
+    sections are not saved.)"""
 
     def __init__(self, devices: list[str | None], name: str):
+        self.devices = list(devices)
         self.locks = []
         for i, device in enumerate(devices):
             with tf.device(device):
                 self.locks.append(tf.CriticalSection(name=f"{name}_lock_{i}"))
+
+    @classmethod
+    def for_layer(cls, devices: list[str | None], name: str) -> "ShardLocks":
+        """The locks of the enclosing :func:`one_lock_per_server` scope (made on first
+        use), else new ones for this layer alone."""
+        shared = getattr(_lock_scope, "holder", None)
+        if shared is None:
+            return cls(devices, name)
+        if shared[0] is None:
+            shared[0] = cls(devices, name)
+        if shared[0].devices != list(devices):
+            raise ValueError(f"dynamic tables of one model on different servers: "
+                             f"{shared[0].devices} and {list(devices)}")
+        return shared[0]
+
+
+_lock_scope = threading.local()
+
+
+@contextlib.contextmanager
+def one_lock_per_server() -> Iterator[None]:
+    """Dynamic tables built inside (a model's, in all its layers) share one lock per
+    server, so one step resolves the ids of every layer in one execution per server."""
+    previous = getattr(_lock_scope, "holder", None)
+    _lock_scope.holder = [None]
+    try:
+        yield
+    finally:
+        _lock_scope.holder = previous
 
 
 def shard_devices(count: int) -> list[str | None]:
@@ -330,7 +363,8 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
                   ) -> list[tf.Tensor]:
     """``[N_t, dim_t]`` vectors of each table's 1-D int64 ``keys``.
 
-    The tables share their shard count and locks (one layer's tables). Each distinct key
+    The tables share their shard count and locks (one model's or one layer's tables, see
+    :class:`ShardLocks`). Each distinct key
     is resolved once, on its shard; in training, every table's part on shard i is
     resolved under one execution of shard i's lock, so a step takes each lock once.
     """

@@ -29,7 +29,9 @@ the shard holding it; a table is never read whole.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -278,6 +280,7 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
             first = sum(rows for _, rows in layout.values())
             layout[table] = (first, features.tables[table].rows)
         self._stacks: dict[int, TableStack] = {}
+        self._resolved: tuple[DynamicPlan, list[tf.Tensor]] | None = None
         with tf.name_scope(self.name), embedding_tables():
             for dim, layout in layouts.items():
                 name = f"embedding/stack_d{dim}"
@@ -286,7 +289,8 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                     dtype=tf.float32, trainable=True,
                     initializer=_StackInitializer(initializer, seed, layout))
                 self._stacks[dim] = TableStack(f"{self.name}/{name}", variable, layout)
-            locks = ShardLocks(shard_devices(dynamic_shards()), self.name) if dynamic else None
+            locks = (ShardLocks.for_layer(shard_devices(dynamic_shards()), self.name)
+                     if dynamic else None)
             self._dynamic_tables = {
                 table: DynamicTable(features.tables[table], dim, dynamic_shards(), initializer,
                                     derive_seed(seed, table), name=f"{self.name}_{table}",
@@ -329,6 +333,11 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         """Dynamic table name -> the table (``kind: dynamic``)."""
         return dict(self._dynamic_tables)
 
+    @property
+    def dynamic_tables_locks(self) -> ShardLocks | None:
+        """The locks every dynamic table of this layer shares (None without one)."""
+        return next(iter(self._dynamic_tables.values())).locks if self._dynamic_tables else None
+
     def call(self, features: dict[str, Any], training: bool | None = None
              ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
         missing = [n for n in (*self._feature_tables, *self._dense_names) if n not in features]
@@ -352,16 +361,26 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
 
     def _dynamic_lookup(self, features: dict[str, Any], training: bool) -> dict[str, tf.Tensor]:
         """``[B, D]`` per feature of a dynamic table: every dynamic table resolved at once
-        (each shard's lock taken once), then pooled like the stacks' features."""
+        (each shard's lock taken once), then pooled like the stacks' features. Inside
+        :func:`dynamic_tables_resolved_together` the vectors come from the model's one
+        resolution of all its layers."""
+        if self._resolved is not None:
+            plan, vectors = self._resolved
+        else:
+            plan = self.dynamic_plan(features)
+            vectors = lookup_tables(plan.tables, plan.keys, training)
+        out: dict[str, tf.Tensor] = {}
+        for t, found in zip(plan.names, vectors):
+            out.update(self._finish(plan.names[t], found, *plan.prepared[t][1:]))
+        return out
+
+    def dynamic_plan(self, features: dict[str, Any]) -> "DynamicPlan":
+        """What resolving this layer's dynamic tables for ``features`` needs."""
         tables = list(self._dynamic_tables)
         names = {t: [n for n, u in self._feature_tables.items() if u == t] for t in tables}
         prepared = {t: self._prepare(features, names[t], [0] * len(names[t])) for t in tables}
-        vectors = lookup_tables([self._dynamic_tables[t] for t in tables],
-                                [prepared[t][0] for t in tables], training)
-        out: dict[str, tf.Tensor] = {}
-        for t, found in zip(tables, vectors):
-            out.update(self._finish(names[t], found, *prepared[t][1:]))
-        return out
+        return DynamicPlan([self._dynamic_tables[t] for t in tables],
+                           [prepared[t][0] for t in tables], names, prepared)
 
     def _gather(self, features: dict[str, Any], names: list[str], offsets: list[int],
                 lookup) -> dict[str, tf.Tensor]:
@@ -390,6 +409,44 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         split = tf.split(vectors, sizes, num=len(names))
         return {name: _pool(vector, *pooling[name], self._combiners[name])
                 if name in pooling else vector for name, vector in zip(names, split)}
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicPlan:
+    """One layer's dynamic-table lookups of a batch: each table, its keys (the ids of all
+    its features), the features per table and their pooling inputs."""
+
+    tables: list[DynamicTable]
+    keys: list[tf.Tensor]
+    names: dict[str, list[str]]
+    prepared: dict[str, tuple]
+
+
+@contextlib.contextmanager
+def dynamic_tables_resolved_together(layers: list["FeatureEmbeddings"], features: dict,
+                                     training: bool) -> Iterator[None]:
+    """Resolves the dynamic tables of every layer in ``layers`` for ``features`` in one
+    :func:`lookup_tables` call (one lock execution per server, not one per layer and
+    server), for the layers' calls inside to use. Layers with locks of their own (built
+    outside :func:`one_lock_per_server`) resolve on their own as before."""
+    layers = [layer for layer in layers if layer.dynamic_tables]
+    shared = [layer for layer in layers
+              if layer.dynamic_tables_locks is layers[0].dynamic_tables_locks] if layers else []
+    if len(shared) < 2:
+        yield
+        return
+    plans = [layer.dynamic_plan(features) for layer in shared]
+    vectors = lookup_tables([t for plan in plans for t in plan.tables],
+                            [k for plan in plans for k in plan.keys], training)
+    start = 0
+    for layer, plan in zip(shared, plans):
+        layer._resolved = (plan, vectors[start:start + len(plan.tables)])
+        start += len(plan.tables)
+    try:
+        yield
+    finally:
+        for layer in shared:
+            layer._resolved = None
 
 
 def check_feature_names(features: FeatureConfig, feature_names: list[str]) -> None:

@@ -46,14 +46,16 @@ from recsys_dist.models.blocks import (
     derive_seed,
     seeded_initializer,
 )
-from recsys_dist.models.sharding import dynamic_table_shards
+from recsys_dist.models.dynamic_table import one_lock_per_server
 from recsys_dist.models.embedding import (
     FeatureEmbeddings,
     FeatureLinear,
     check_feature_names,
+    dynamic_tables_resolved_together,
     example_features,
     table_of,
 )
+from recsys_dist.models.sharding import dynamic_table_shards
 
 
 class RankingModel(tf.keras.Model):
@@ -96,7 +98,10 @@ class RankingModel(tf.keras.Model):
         self.label_names = list(labels)
 
     def call(self, features: dict[str, Any], training: bool = False) -> dict[str, tf.Tensor]:
-        logits = self.compute_logits(features, training=training)
+        layers = [m for m in self._flatten_modules(include_self=False)
+                  if isinstance(m, FeatureEmbeddings)]
+        with dynamic_tables_resolved_together(layers, features, bool(training)):
+            logits = self.compute_logits(features, training=training)
         return {label: logits[:, i] for i, label in enumerate(self.label_names)}
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
@@ -443,7 +448,10 @@ def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]]
     if not isinstance(params, params_class):
         raise TypeError(f"model {name!r} takes {params_class.__name__} params, got "
                         f"{type(params).__name__}")
-    return MODELS[name](features, inputs, labels, params=params, seed=seed)
+    # One lock per server for all the model's dynamic tables: a step resolves the ids of
+    # every layer (e.g. the wide part and the tower) in one execution per server.
+    with one_lock_per_server():
+        return MODELS[name](features, inputs, labels, params=params, seed=seed)
 
 
 def build_from_config(config: ExperimentConfig) -> RankingModel:
