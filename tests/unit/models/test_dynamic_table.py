@@ -16,7 +16,11 @@ import yaml
 
 from recsys_dist.config.features import TableSpec, load_feature_config
 from recsys_dist.errors import ConfigError
+from recsys_dist.config.model_params import WideDeepParams
 from recsys_dist.models.dynamic_table import DynamicTable
+from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.sharding import dynamic_table_shards
+from recsys_dist.models.zoo import MODELS, build_model
 
 
 
@@ -376,3 +380,52 @@ def test_the_run_prints_each_table_and_warns_when_one_was_full():
     assert lines[1] == ("warning  dynamic table embeddings_user is full: 3 ids were refused "
                         "a row and read zeros; raise its capacity_per_shard")
     assert len(dynamic_table_lines({"t": dict(stats, dropped_full=0)})) == 1
+
+
+# ---- one lock per server for a whole model -------------------------------------------
+INPUTS = {"wide": ["user_id", "C2"], "deep": ["user_id", "C2"]}
+
+
+def _wide_deep(config, merged: bool):
+    with dynamic_table_shards(2):
+        if merged:
+            return build_model("wide_deep", config, INPUTS, ["click"], seed=3)
+        return MODELS["wide_deep"](config, INPUTS, ["click"], params=WideDeepParams(), seed=3)
+
+
+def _forward_in_training(model, batches):
+    """A few forward passes in training mode (admission) through one traced function;
+    returns the outputs and how many lock executions the function holds."""
+    @tf.function
+    def forward(batch):
+        return model(batch, training=True)["click"]
+
+    outputs = [forward(batch).numpy() for batch in batches]
+    graph = forward.get_concrete_function(batches[0]).graph
+    locks = sum(op.type == "MutexLock" for op in graph.get_operations())
+    return outputs, locks
+
+
+def test_one_lock_execution_per_server_and_the_same_result(tmp_path):
+    """A model's dynamic tables share one lock per server: a training step of Wide & Deep
+    (a dynamic table in its wide part and in its tower) resolves both layers' ids in one
+    lock execution per server, with the same rows and outputs as each layer on its own."""
+    config = load_feature_config(write_features(tmp_path, lambda doc: None))
+    rng = np.random.default_rng(0)
+    batches = [{"user_id": tf.constant(rng.integers(0, 40, 64), tf.int64),
+                "C2": tf.constant(rng.integers(0, 10, 64), tf.int64)} for _ in range(4)]
+    merged, separate = _wide_deep(config, merged=True), _wide_deep(config, merged=False)
+    layers = [m for m in merged._flatten_modules() if isinstance(m, FeatureEmbeddings)]
+    assert len(layers) == 2 and layers[0].dynamic_tables_locks is layers[1].dynamic_tables_locks
+    merged_out, merged_locks = _forward_in_training(merged, batches)
+    separate_out, separate_locks = _forward_in_training(separate, batches)
+    assert (merged_locks, separate_locks) == (2, 4)  # 2 servers; x 2 layers on their own
+    for a, b in zip(merged_out, separate_out):
+        np.testing.assert_array_equal(a, b)
+    for name in ("user",):
+        for a, b in zip(merged.dynamic_tables[name], separate.dynamic_tables[name]):
+            assert a.stats()["live_ids"] == b.stats()["live_ids"] > 0
+            for sa, sb in zip(a.shards, b.shards):
+                ka, ra = (t.numpy() for t in sa.index.export())
+                kb, rb = (t.numpy() for t in sb.index.export())
+                assert dict(zip(ka, ra)) == dict(zip(kb, rb))
