@@ -204,16 +204,11 @@ class FeatureTransform:
                 "a NaN or infinite value (set nan_means_missing: true if NaN means missing)")
             for f, column in zip(feats, columns)]))
         values = {}
-        for kind, apply in (("log1p", _log1p), ("standardize", _standardize),
-                            ("bucketize", _bucketize), ("none", lambda rows, _: rows)):
+        for kind in dict.fromkeys(f.transform for f in feats):
             picked = [k for k, f in enumerate(feats) if f.transform == kind]
-            if picked:
-                rows = x if len(picked) == len(feats) else tf.gather(x, picked)
-                part = apply(rows, [feats[k] for k in picked])
-                values.update(zip(picked, tf.unstack(part, num=len(picked))))
-        if len(values) != len(feats):
-            raise ValueError("unknown numeric transform in "
-                             f"{sorted({f.transform for f in feats})}")
+            rows = x if len(picked) == len(feats) else tf.gather(x, picked)
+            part = _NUMERIC_TRANSFORMS[kind](rows, [feats[k] for k in picked])
+            values.update(zip(picked, tf.unstack(part, num=len(picked))))
         out = {f.name: values[k] for k, f in enumerate(feats)}
         indicated = [k for k, f in enumerate(feats) if f.missing_indicator]
         if indicated:
@@ -476,6 +471,11 @@ def _bucketize(x: tf.Tensor, feats: list[NumericFeature]) -> tf.Tensor:
     for k, f in enumerate(feats):
         edges[k, :len(f.boundaries)] = f.boundaries
     return tf.searchsorted(tf.constant(edges), x, side="right", out_type=tf.int64)
+
+
+#: Each numeric ``transform`` of the feature config, applied to its features' rows stacked.
+_NUMERIC_TRANSFORMS = {"none": lambda x, feats: x, "log1p": _log1p,
+                       "standardize": _standardize, "bucketize": _bucketize}
 
 
 def _list_weights(raw: tf.RaggedTensor, present, weights, weights_present):
