@@ -429,3 +429,15 @@ def test_one_lock_execution_per_server_and_the_same_result(tmp_path):
                 ka, ra = (t.numpy() for t in sa.index.export())
                 kb, rb = (t.numpy() for t in sb.index.export())
                 assert dict(zip(ka, ra)) == dict(zip(kb, rb))
+
+
+def test_layers_of_one_model_share_locks_only_on_the_same_servers():
+    from recsys_dist.models.dynamic_table import ShardLocks, one_lock_per_server
+
+    with one_lock_per_server():
+        first = ShardLocks.for_layer([None, None], "wide")
+        assert ShardLocks.for_layer([None, None], "deep") is first
+        with pytest.raises(ValueError, match=r"dynamic tables of one model on different "
+                                             r"servers: \[None, None\] and \[None\]"):
+            ShardLocks.for_layer([None], "other")
+    assert ShardLocks.for_layer([None, None], "alone") is not first  # outside the scope
