@@ -12,13 +12,17 @@ phases are read off those lines:
 - ``plan``: Python, TensorFlow and the package imported, config read, Parquet footers
   planned (the ``train ...`` line);
 - ``cluster``: servers up and connected (the ``cluster ...`` line);
-- ``first step``: the first progress line, printed when the first work item (one row
-  group, 49 steps of the demo) has trained, so it includes building the model on the
-  parameter servers, tracing the step and that item's compute;
+- ``first step``: the end of the first training step, as ``train_result.json`` records it
+  (``first_step_at``, the Unix time at which a worker had the first step's gradients):
+  building the model on the parameter servers, tracing the step, the workers' first
+  input and that step;
+- ``first line``: the first progress line, printed when the first work item (one row
+  group, 49 steps of the demo on each of the two workers) has trained, so it also counts
+  about a hundred steps of training;
 - ``total``: the command's exit, after its 200 steps and a checkpoint.
 
 It prints every round, then each side's best and median and the ratio in_process /
-local (below 1: in_process is faster).
+local (below 1: in_process is faster). The target (at most half) is on ``first step``.
 
 Usage: ``python benchmarks/startup_bench.py [--rounds 3] [--data DIR]``
 """
@@ -26,6 +30,7 @@ Usage: ``python benchmarks/startup_bench.py [--rounds 3] [--data DIR]``
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import shutil
 import subprocess
@@ -37,7 +42,7 @@ from collections.abc import Callable
 from common import CLI, DEMO_CONFIG, best_median, cli, interleaved, ratios  # this folder
 
 MODES = ("local", "in_process")
-PHASES = {"plan": "train ", "cluster": "cluster ", "first step": "step "}
+PHASES = {"plan": "train ", "cluster": "cluster ", "first line": "step "}
 
 
 def timed_run(config: str, data: str, mode: str, model_dir: str) -> dict[str, float]:
@@ -45,7 +50,7 @@ def timed_run(config: str, data: str, mode: str, model_dir: str) -> dict[str, fl
     command = [CLI, "train", "--config", config, "--data", data, "--model-dir", model_dir,
                "--no-eval", "--set", "train.max_steps=200", "--set", f"cluster.mode={mode}",
                "--set", "train.log_every_seconds=0"]
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
     seen: dict[str, float] = {}
@@ -59,6 +64,8 @@ def timed_run(config: str, data: str, mode: str, model_dir: str) -> dict[str, fl
         sys.exit(f"error: {mode} run failed (exit {process.returncode}):\n"
                  + "".join(lines[-20:]))
     seen["total"] = time.perf_counter() - start
+    result = json.loads((pathlib.Path(model_dir) / "train_result.json").read_text())
+    seen["first step"] = result["first_step_at"] - started_at
     return seen
 
 
@@ -73,7 +80,7 @@ def main() -> None:
         if not args.data:
             cli("data", "synth", "--out", data, "--days", "3", "--rows-per-day", "200000",
                 "--seed", "7", "--quiet")
-        columns = [*PHASES, "total"]
+        columns = ["plan", "cluster", "first step", "first line", "total"]
 
         def run(mode: str) -> Callable[[], dict[str, float]]:
             def timed() -> dict[str, float]:

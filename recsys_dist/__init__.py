@@ -1,6 +1,11 @@
 """recsys_dist: sparse CTR / ranking models trained on TensorFlow parameter servers."""
 
 import os as _os
+import time as _time
+
+#: Unix time at which this process first imported recsys_dist: for a ``recsys-dist``
+#: command, its start (``train_result.json`` counts the start-up from here).
+COMMAND_STARTED_AT = _time.time()
 
 # tf.keras must be tf-keras (Keras 2): Keras 3 cannot train with ParameterServerStrategy.
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

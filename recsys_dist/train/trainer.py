@@ -44,7 +44,7 @@ from typing import Literal
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from recsys_dist import storage_io
+from recsys_dist import COMMAND_STARTED_AT, storage_io
 from recsys_dist.checkpoint.store import (
     DAMAGED,
     CheckpointError,
@@ -99,6 +99,8 @@ class TrainResult:
       early_stopping: With ``train.early_stopping``: the validation metric of every
         pass (``history``), the ``best`` pass (whose weights the run ends with) and
         whether it ``stopped`` before the last pass.
+      first_step_at: Unix time at which this attempt's first training step had its
+        gradients (the earliest over the workers, by their clocks); None without a step.
     """
 
     steps: int
@@ -111,10 +113,17 @@ class TrainResult:
     epochs: list[dict] = dataclasses.field(default_factory=list)
     dynamic_tables: dict[str, dict] = dataclasses.field(default_factory=dict)
     early_stopping: dict | None = None
+    first_step_at: float | None = None
 
     @property
     def examples_per_second(self) -> float:
         return self.examples / self.seconds if self.seconds else float("nan")
+
+    @property
+    def seconds_to_first_step(self) -> float | None:
+        """Seconds from the command's start to the first step's end (start-up)."""
+        return (self.first_step_at - COMMAND_STARTED_AT
+                if self.first_step_at is not None else None)
 
 
 def replica_loss(logits: dict, labels: dict, valid: tf.Tensor, names: list[str],
@@ -171,6 +180,7 @@ class _Attempt:
     epochs: list = dataclasses.field(default_factory=list)  # finished passes' AUCs
     pass_start: int = 0  # rows collected before this pass
     first: tuple[float, int] | None = None  # (time, rows) at the first collected item
+    first_step_at: float | None = None  # Unix time of the attempt's first step's end
     saved_at: int | None = None  # the step of this attempt's latest checkpoint
     stopped: bool = False  # early stopping ended the run at the end of pass `epoch`
 
@@ -426,8 +436,11 @@ class Trainer:
         self.optimizers.apply(grads[:len(embedding_vars)], grads[len(embedding_vars):])
         for name in labels:
             self.auc[name].update_state(batch["labels"][name], logits[name], sample_weight=valid)
-        return (tf.reduce_sum(per_example), tf.reduce_sum(valid),
-                tf.cast(tf.size(valid), tf.float32))
+        # The sums come after the gradients, so they mark the step's end (first_step_at).
+        with tf.control_dependencies([g.values if isinstance(g, tf.IndexedSlices) else g
+                                      for g in grads if g is not None]):
+            return (tf.reduce_sum(per_example), tf.reduce_sum(valid),
+                    tf.cast(tf.size(valid), tf.float32))
 
     def _make_train_item(self):
         if self.lockstep:
@@ -443,6 +456,7 @@ class Trainer:
         def train_item(file_index, start, stop, max_steps):
             loss_sum, weight, rows = tf.constant(0.0), tf.constant(0.0), tf.constant(0.0)
             steps = tf.constant(0, tf.int64)
+            first_step_at = tf.constant(0.0, tf.float64)  # 0: no step
             # An explicit iterator keeps the steps in this function's own while loop; a
             # `for batch in dataset` would run them inside tf.data's reduce (4x slower).
             iterator = iter(pipeline.item_dataset(file_index, start, stop, training=True))
@@ -461,8 +475,11 @@ class Trainer:
                     weight += total(step_weight)
                     rows += total(step_rows)
                     steps += 1
+                    if step == 0:  # when this worker's first step of the item ended
+                        with tf.control_dependencies([loss_sum, weight, rows]):
+                            first_step_at = tf.timestamp()
             self.global_step.assign_add(steps)
-            return loss_sum, weight, rows, steps
+            return loss_sum, weight, rows, steps, first_step_at
 
         return train_item
 
@@ -487,15 +504,16 @@ class Trainer:
             file_index, start, stop = int(file_index), int(start), int(stop)
             n = stop - start
             steps = min(-(-n // batch), int(max_steps))
-            totals = tf.zeros([2])
+            totals, first_step_at = tf.zeros([2]), 0.0
             for rows in self._lockstep_batches(file_index, start, stop, steps, share, me):
                 totals += step(rows)
+                first_step_at = first_step_at or time.time()
             self.global_step.assign_add(steps)
             trained = sum(min(b - a, steps * share)
                           for a, b in (worker_rows(start, stop, w, workers)
                                        for w in range(workers)))
             return (totals[0], totals[1], tf.constant(float(trained)),
-                    tf.constant(steps, tf.int64))
+                    tf.constant(steps, tf.int64), tf.constant(first_step_at, tf.float64))
 
         return train_item
 
@@ -615,7 +633,9 @@ class Trainer:
     def _collect(self, tag: tuple[int, int], result, run: _Attempt) -> None:
         """Counts one finished item; marks it done when it was trained whole."""
         (index, budget), item = tag, self.items[tag[0]]
-        loss_sum, weight, n_rows, n_steps = (float(v) for v in result)
+        loss_sum, weight, n_rows, n_steps, first_step_at = (float(v) for v in result)
+        if n_steps and (run.first_step_at is None or first_step_at < run.first_step_at):
+            run.first_step_at = first_step_at
         if budget >= -(-item.rows // self.pipeline.spec.batch_size):
             check_item_rows(self.pipeline.plan.files, item, int(n_rows), "read")
             self.position.complete(index)
@@ -682,7 +702,8 @@ class Trainer:
         return TrainResult(progress.steps, progress.rows, progress.skipped, seconds,
                            _mean_loss(run.recent), auc, warm,
                            run.epochs, self.dynamic_table_stats(),
-                           self.early_stopping.to_json() if self.early_stopping else None)
+                           self.early_stopping.to_json() if self.early_stopping else None,
+                           run.first_step_at)
 
     # ---- early stopping -----------------------------------------------------------------
     def _after_pass(self, run: _Attempt, epoch: int, cadence: _Cadence,
@@ -837,8 +858,9 @@ class Trainer:
 
     def write_run_files(self, result: TrainResult, eval_metrics: dict | None) -> None:
         """Writes the run's figures into ``model_dir``: ``train_result.json``."""
-        summary = dataclasses.asdict(result) | {"examples_per_second": result.examples_per_second,
-                                                "eval": eval_metrics}
+        summary = dataclasses.asdict(result) | {
+            "examples_per_second": result.examples_per_second,
+            "seconds_to_first_step": result.seconds_to_first_step, "eval": eval_metrics}
         storage_io.write_text(storage_io.join(self.model_dir, RESULT_FILE),
                               json.dumps(summary, indent=2))
 

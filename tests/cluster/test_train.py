@@ -268,10 +268,12 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent)
 def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, data):
     config = write_config(tmp_path, data, "lr", epochs=2)
     run = tmp_path / "run"
+    started = time.time()
     result = subprocess.run(
         [CLI, "train", "--config", config,
          "--model-dir", str(run), "--set", "input.batch_size=512"],
         capture_output=True, text=True, timeout=300)
+    ended = time.time()
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "trained  " in result.stdout and "eval     click: AUC " in result.stdout
     assert "oracle AUC" in result.stdout
@@ -286,6 +288,9 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     assert resolved["data"]["path"] == str(data)  # absolute: it loads from anywhere
     figures = json.loads((run / "train_result.json").read_text())
     assert figures["examples"] == 2 * 12_000 and figures["eval"]["rows"] == 6_000
+    # the first step's end, by a worker's clock: within the command's life
+    assert started < figures["first_step_at"] < ended
+    assert 0 < figures["seconds_to_first_step"] < ended - started
     passes = figures["epochs"]  # the training AUC of each pass, over that pass's rows
     assert [p["epoch"] for p in passes] == [1, 2]
     assert all(0.5 < p["auc"]["click"] < 1 for p in passes)
