@@ -131,7 +131,8 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
         "model": {"name": "dcn_v2", "labels": ["click"],
                   "params": {"cross_layers": 1, "low_rank": 4, "hidden_units": [16]}},
         "train": {"steps_per_call": 5, "log_every_seconds": 1000},
-        "cluster": {"mode": "local", "workers": 1, "ps": 2},
+        # real parameter servers, inside the command's process (no fault is tested here)
+        "cluster": {"mode": "in_process", "workers": 1, "ps": 2},
         # publish every day, so each day warm-starts from the one before
         "retrain": {"root": str(tmp_path / "root"), "gate": {"max_drop": 1.0}},
     }

@@ -102,8 +102,10 @@ def test_daily_retraining_warm_starts_across_the_switch_both_ways(runs):
     servers again: each gated, exported and published."""
     config, tmp = runs
     root = tmp / "retrain"
-    days = (("2026-01-01", SHARDED), ("2026-01-02", MIRRORED), ("2026-01-03", COLLECTIVE),
-            ("2026-01-04", SHARDED))
+    # (the parameter-server days in one process: the switch is what is tested here)
+    in_process = (*SHARDED, "--set", "cluster.mode=in_process")
+    days = (("2026-01-01", in_process), ("2026-01-02", MIRRORED), ("2026-01-03", COLLECTIVE),
+            ("2026-01-04", in_process))
     for n, (day, strategy) in enumerate(days):
         result = subprocess.run([CLI, "retrain", "--config", config, "--date", day,
                                  "--set", f"retrain.root={root}", *strategy],
