@@ -85,6 +85,9 @@ def result_lines(result) -> list[str]:
              f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
              f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
                                                for k, v in result.auc.items())]
+    if result.seconds_to_first_step is not None:
+        lines.append(f"start-up first step {result.seconds_to_first_step:.1f}s after the "
+                     "command started")
     stopping = result.early_stopping
     if stopping and stopping["best"]:
         best, last = stopping["best"], stopping["history"][-1]

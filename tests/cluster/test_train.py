@@ -291,6 +291,8 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     # the first step's end, by a worker's clock: within the command's life
     assert started < figures["first_step_at"] < ended
     assert 0 < figures["seconds_to_first_step"] < ended - started
+    assert (f"start-up first step {figures['seconds_to_first_step']:.1f}s after the command "
+            "started") in result.stdout
     passes = figures["epochs"]  # the training AUC of each pass, over that pass's rows
     assert [p["epoch"] for p in passes] == [1, 2]
     assert all(0.5 < p["auc"]["click"] < 1 for p in passes)
