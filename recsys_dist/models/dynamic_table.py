@@ -10,7 +10,8 @@ Per shard (one per parameter server; an id belongs to shard ``mix(id) % shards``
 
 - ``index``: a ``MutableHashTable`` id -> row (-1 for an unknown id);
 - ``counts``: a ``MutableHashTable`` id -> training batches it appeared in, for ids not
-  admitted yet (only when ``admit_after > 1``);
+  admitted yet (only when ``admit_after > 1``), counted in a run's first pass over its
+  rows only (:meth:`DynamicTable.count_sightings`);
 - ``emb``: the ``[capacity_per_shard, dim]`` rows (the optimizer's slots are created next
   to it), ``last_seen``: the day each row was last trained, ``next_row``: rows in use;
 - counters: ``dropped_full`` (ids refused because the shard was full) and ``waiting``
@@ -160,6 +161,14 @@ def _on(device: str | None):
     return tf.device(device) if device is not None else contextlib.nullcontext()
 
 
+class _Counting:
+    """Whether training counts sightings for admission: a variable on the shard's server
+    in a plain holder, so checkpoints do not save it (the trainer sets it every pass)."""
+
+    def __init__(self, name: str):
+        self.on = tf.Variable(True, trainable=False, name=name)
+
+
 class DynamicShard(tf.Module):
     """One parameter server's part of a dynamic table (see the module docstring)."""
 
@@ -186,6 +195,7 @@ class DynamicShard(tf.Module):
                                             name=f"{name}_dropped_full")
             self.waiting = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                        name=f"{name}_waiting")
+            self._counting = _Counting(f"{name}_counting")
 
     def find(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of ``keys`` (-1: no row); inserts and counts nothing."""
@@ -209,10 +219,13 @@ class DynamicShard(tf.Module):
             missing = tf.where(rows < 0)[:, 0]  # positions in keys
             candidates = tf.gather(keys, missing)
             if self.admit_after > 1:
-                seen = tf.reshape(self.counts.lookup(candidates), [-1]) + 1
+                counting = self._counting.on.read_value()  # off: passes after the first
+                seen = (tf.reshape(self.counts.lookup(candidates), [-1])
+                        + tf.cast(counting, tf.int64))
                 ready = seen >= self.admit_after
-                updates.append(self.counts.insert(tf.boolean_mask(candidates, ~ready),
-                                                  tf.boolean_mask(seen, ~ready)))
+                waiting = tf.logical_and(~ready, counting)
+                updates.append(self.counts.insert(tf.boolean_mask(candidates, waiting),
+                                                  tf.boolean_mask(seen, waiting)))
                 candidates, missing = (tf.boolean_mask(t, ready) for t in (candidates, missing))
             start = self.next_row.read_value()
             wanted = tf.size(candidates, out_type=tf.int64)
@@ -313,6 +326,14 @@ class DynamicTable(tf.Module):
         """``[N, dim]`` vectors of 1-D int64 ``keys``: each distinct key resolved once, on
         its shard. Training admits new keys (see :class:`DynamicShard`)."""
         return lookup_tables([self], [keys], training)[0]
+
+    def count_sightings(self, on: bool) -> None:
+        """Whether training counts the batches an id appears in towards ``admit_after``:
+        on in a run's first pass over its rows, off in the passes after it (they would
+        count the same examples again, and every id seen once would be admitted in the
+        second pass). Ids already due are admitted either way."""
+        for shard in self.shards:
+            shard._counting.on.assign(on)  # noqa: SLF001
 
     def set_day(self, day: datetime.date) -> None:
         """Marks the rows trained from now on as seen on ``day``."""

@@ -170,3 +170,48 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
         assert np.all(routing.shard_of(tf.constant(stored)).numpy() == shard)
         stored_ids.update(stored.tolist())
     assert len(stored_ids) == len(users[1] | users[2])
+
+
+def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
+    """Three passes with ``admit_after: 2`` (real servers inside the command's process):
+    only the first pass counts sightings, so a user in one training row is never
+    admitted, though later passes read that row again."""
+    import pyarrow.parquet as pq
+
+    from recsys_dist.data.synth import synthesize
+
+    data = tmp_path / "data"
+    synthesize(data, days=1, rows_per_day=6_000, seed=8, rows_per_file=3_000, users=20_000)
+    users = pq.read_table(data / "dt=2026-01-01", columns=["user_id"]).column("user_id")
+    counts = np.unique(users.to_numpy(), return_counts=True)[1]
+    repeated, once = int(np.sum(counts >= 2)), int(np.sum(counts == 1))
+    assert repeated > 0 and once > repeated  # a long tail: the bound below can be broken
+    features = {
+        "tables": {"user": {"kind": "dynamic", "dim": 8, "capacity_per_shard": 20_000,
+                            "admit_after": 2},
+                   "c2": {"rows": 1200, "dim": 8}},
+        "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
+                     "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"}},
+        "labels": {"click": {}},
+    }
+    (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
+    config = {
+        "features": "features.yaml",
+        "data": {"path": str(data), "train": {"dates": "2026-01-01"}},
+        "input": {"batch_size": 256},
+        "model": {"name": "dcn_v2", "labels": ["click"],
+                  "params": {"cross_layers": 1, "low_rank": 4, "hidden_units": [16]}},
+        "train": {"epochs": 3, "steps_per_call": 5, "log_every_seconds": 1000},
+        "cluster": {"mode": "in_process", "workers": 1, "ps": 2},
+    }
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    run = tmp_path / "run"
+    trained = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
+                              "--model-dir", str(run), "--no-eval"],
+                             capture_output=True, text=True, timeout=600)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    stats = json.loads((run / "train_result.json").read_text())["dynamic_tables"]
+    (user,) = stats.values()
+    # admitted: seen in two batches of the first pass, so in two rows at least
+    assert 0 < user["live_ids"] <= repeated, (user, repeated, once)

@@ -441,3 +441,18 @@ def test_layers_of_one_model_share_locks_only_on_the_same_servers():
                                              r"servers: \[None, None\] and \[None\]"):
             ShardLocks.for_layer([None], "other")
     assert ShardLocks.for_layer([None, None], "alone") is not first  # outside the scope
+
+
+def test_passes_after_the_first_neither_count_nor_admit():
+    table = DynamicTable(dynamic_spec(admit_after=2), 4, shards=2, seed=0)
+    table.lookup(keys(1, 2), training=True)  # a run's first pass: 1 and 2 seen once
+    table.count_sightings(False)  # a later pass reads the same rows again
+    again = table.lookup(keys(1, 2, 3), training=True)
+    np.testing.assert_array_equal(again.numpy(), 0.0)
+    stats = table.stats()
+    assert (stats["live_ids"], stats["counted_not_admitted"]) == (0, 2)  # 3 not counted
+    table.count_sightings(True)  # the next run's first pass counts again
+    admitted = table.lookup(keys(1, 3), training=True)
+    assert np.abs(admitted.numpy()[0]).sum() > 0 and np.all(admitted.numpy()[1] == 0)
+    stats = table.stats()
+    assert (stats["live_ids"], stats["counted_not_admitted"]) == (1, 2)  # 2 and 3 wait
