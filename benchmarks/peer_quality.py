@@ -573,9 +573,7 @@ def _train_passes(config, model, step, log: Callable[[str], None]) -> tuple[int,
     stopping = EarlyStopping(spec, spec.label or config.labels[0]) if spec else None
     steps, best_weights = 0, None
     for epoch in range(1, (config.train.epochs if stopping else 1) + 1):
-        for tables in model.dynamic_tables.values():  # admission counts pass 1 only,
-            for table in tables:                      # as in the trainer
-                table.count_sightings(epoch == 1)
+        model.count_sightings(epoch == 1)  # admission counts pass 1 only, as in the trainer
         steps += _one_pass(config, step, epoch, log)
         if stopping is None:
             return steps, 1

@@ -150,6 +150,13 @@ class RankingModel(tf.keras.Model):
                     found.setdefault(name, []).append(table)
         return found
 
+    def count_sightings(self, on: bool) -> None:
+        """:meth:`DynamicTable.count_sightings` of every dynamic table of every layer: on in
+        a run's first pass over its rows, off in the passes after it."""
+        for tables in self.dynamic_tables.values():
+            for table in tables:
+                table.count_sightings(on)
+
     @property
     def dense_variables(self) -> list[tf.Variable]:
         """Every trainable variable that is not in :attr:`embedding_variables`."""

@@ -607,9 +607,8 @@ class Trainer:
                     if self._after_pass(run, run.epoch + 1, cadence, show_progress):
                         break
                 run.epoch = epoch
-                for tables in self.model.dynamic_tables.values():
-                    for table in tables:  # (nothing in flight: the pass before is drained)
-                        table.count_sightings(epoch == 0)
+                # (nothing in flight: the pass before is drained)
+                self.model.count_sightings(epoch == 0)
             item = self.items[index]
             in_flight.put((index, budget), item.file, item.start, item.stop, budget)
             if not in_flight.has_room():
