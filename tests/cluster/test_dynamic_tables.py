@@ -101,6 +101,34 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     assert 0 < known < 1 and 0 < unknown < 1 and known != unknown
 
 
+def write_user_run(tmp_path: pathlib.Path, data_root: pathlib.Path, user_table: dict,
+                   **config: dict) -> pathlib.Path:
+    """Writes a small DCN-v2 run over the synthetic ``user_id`` (dynamic table ``user``, dim
+    8, plus ``user_table``'s keys) and ``C2``: 1 worker and 2 parameter servers inside the
+    command's process (real servers; no fault is tested with it). ``config`` adds or
+    replaces top-level sections. Returns the config file."""
+    features = {
+        "tables": {"user": {"kind": "dynamic", "dim": 8, **user_table},
+                   "c2": {"rows": 1200, "dim": 8}},
+        "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
+                     "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"}},
+        "labels": {"click": {}},
+    }
+    (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
+    run_config = {
+        "features": "features.yaml",
+        "data": {"path": str(data_root)},
+        "input": {"batch_size": 256},
+        "model": {"name": "dcn_v2", "labels": ["click"],
+                  "params": {"cross_layers": 1, "low_rank": 4, "hidden_units": [16]}},
+        "train": {"steps_per_call": 5, "log_every_seconds": 1000},
+        "cluster": {"mode": "in_process", "workers": 1, "ps": 2},
+    } | config
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(run_config))
+    return config_file
+
+
 def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_path):
     """Three days of ``recsys-dist retrain`` on 1 worker and 2 parameter servers with
     ``evict_after_days: 1``: day 3, on 3 parameter servers, warm-starts from day 2
@@ -115,29 +143,10 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
     synthesize(data, days=4, rows_per_day=4_000, seed=6, rows_per_file=2_000, users=3_000)
     users = [set(pq.read_table(data / f"dt=2026-01-0{day}", columns=["user_id"])
                  .column("user_id").to_pylist()) for day in (1, 2, 3)]
-    features = {
-        "tables": {"user": {"kind": "dynamic", "dim": 8, "capacity_per_shard": 5_000,
-                            "evict_after_days": 1},
-                   "c2": {"rows": 1200, "dim": 8}},
-        "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
-                     "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"}},
-        "labels": {"click": {}},
-    }
-    (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
-    config = {
-        "features": "features.yaml",
-        "data": {"path": str(data)},
-        "input": {"batch_size": 256},
-        "model": {"name": "dcn_v2", "labels": ["click"],
-                  "params": {"cross_layers": 1, "low_rank": 4, "hidden_units": [16]}},
-        "train": {"steps_per_call": 5, "log_every_seconds": 1000},
-        # real parameter servers, inside the command's process (no fault is tested here)
-        "cluster": {"mode": "in_process", "workers": 1, "ps": 2},
-        # publish every day, so each day warm-starts from the one before
-        "retrain": {"root": str(tmp_path / "root"), "gate": {"max_drop": 1.0}},
-    }
-    config_file = tmp_path / "config.yaml"
-    config_file.write_text(yaml.safe_dump(config))
+    # publish every day, so each day warm-starts from the one before
+    config_file = write_user_run(
+        tmp_path, data, {"capacity_per_shard": 5_000, "evict_after_days": 1},
+        retrain={"root": str(tmp_path / "root"), "gate": {"max_drop": 1.0}})
     outputs = []
     for day in (1, 2, 3):
         done = subprocess.run([str(BIN / "recsys-dist"), "retrain", "--config",
@@ -186,26 +195,10 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
     counts = np.unique(users.to_numpy(), return_counts=True)[1]
     repeated, once = int(np.sum(counts >= 2)), int(np.sum(counts == 1))
     assert repeated > 0 and once > repeated  # a long tail: the bound below can be broken
-    features = {
-        "tables": {"user": {"kind": "dynamic", "dim": 8, "capacity_per_shard": 20_000,
-                            "admit_after": 2},
-                   "c2": {"rows": 1200, "dim": 8}},
-        "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
-                     "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"}},
-        "labels": {"click": {}},
-    }
-    (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
-    config = {
-        "features": "features.yaml",
-        "data": {"path": str(data), "train": {"dates": "2026-01-01"}},
-        "input": {"batch_size": 256},
-        "model": {"name": "dcn_v2", "labels": ["click"],
-                  "params": {"cross_layers": 1, "low_rank": 4, "hidden_units": [16]}},
-        "train": {"epochs": 3, "steps_per_call": 5, "log_every_seconds": 1000},
-        "cluster": {"mode": "in_process", "workers": 1, "ps": 2},
-    }
-    config_file = tmp_path / "config.yaml"
-    config_file.write_text(yaml.safe_dump(config))
+    config_file = write_user_run(
+        tmp_path, data, {"capacity_per_shard": 20_000, "admit_after": 2},
+        data={"path": str(data), "train": {"dates": "2026-01-01"}},
+        train={"epochs": 3, "steps_per_call": 5, "log_every_seconds": 1000})
     run = tmp_path / "run"
     trained = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
                               "--model-dir", str(run), "--no-eval"],
