@@ -388,9 +388,15 @@ def model_signature(config) -> dict:
                  "tables": {name: _table_signature(t)
                             for name, t in sorted(features.tables.items())}}
     if any(t.dynamic for t in features.tables.values()):
-        # a dynamic table keeps one shard per parameter server
+        # a dynamic table keeps one shard per parameter server, and one id index for every
+        # layer that reads it (checkpoints written before kept one per layer)
         signature["dynamic_shards"] = config.cluster.ps
+        signature["dynamic_index"] = DYNAMIC_INDEX
     return signature
+
+
+#: How a checkpoint's dynamic tables keep their id index (``model_signature``).
+DYNAMIC_INDEX = "one per table"
 
 
 def _table_signature(table) -> list:
@@ -435,6 +441,10 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
                         f"{ours['dynamic_shards']}; moving a dynamic table to another number "
                         "of parameter servers needs a warm start (daily retraining re-shards "
                         "it); resuming, evaluating or exporting needs the same cluster.ps")
+    if "dynamic_shards" in theirs and theirs.get("dynamic_index") != DYNAMIC_INDEX:
+        problems.append("its dynamic tables keep one id index per layer (written by an "
+                        "earlier version of recsys_dist); this version keeps one per table "
+                        "for all the layers that read it: start a new run")
     raise CheckpointError(f"{saved.directory}: written for a different feature or model "
                           f"config than {what}: " + "; ".join(problems))
 

@@ -284,6 +284,7 @@ def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartRepor
       WarmStartError: a shard would hold more ids than ``capacity_per_shard``.
     """
     node_of = {id(obj): node_id for node_id, obj in matched.items()}
+    _check_one_index_per_table(matched, source)
     growable: set[int] = set()
     handled: set[int] = set()
     for node_id, table in matched.items():
@@ -316,6 +317,31 @@ def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartRepor
                 shard.counts.insert(counted, seen)
             report.restored.append(f"dynamic table {name} shard {index}: {keys.size:,} ids")
     return growable, handled
+
+
+def _check_one_index_per_table(matched: dict, source: str) -> None:
+    """Refuses a checkpoint that kept an id index per layer for a table whose layers
+    share one index now (written by an earlier version): its layers' rows of one id may
+    sit in different places, and one index cannot hold both.
+
+    Raises:
+      WarmStartError: two saved indexes match one live index.
+    """
+    saved_nodes: dict[int, set[int]] = {}
+    names: dict[int, str] = {}
+    for node_id, obj in matched.items():
+        if isinstance(obj, DynamicTable):
+            for shard in obj.shards:
+                names[id(shard.index)] = obj.spec.name
+        if isinstance(obj, tf.lookup.experimental.MutableHashTable):
+            saved_nodes.setdefault(id(obj), set()).add(node_id)
+    for live, nodes in saved_nodes.items():
+        if len(nodes) > 1 and live in names:
+            raise WarmStartError(
+                f"cannot warm start from {source}: its dynamic table {names[live]!r} keeps "
+                "an id index per layer (written by an earlier version of recsys_dist), "
+                "and this version keeps one for all the layers that read the table; start "
+                "the model fresh (without a warm start)")
 
 
 def _reshard(reader, graph, matched: dict, table: DynamicTable, shard_nodes: list[int],

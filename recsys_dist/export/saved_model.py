@@ -187,8 +187,9 @@ def build_serving_module(model: RankingModel, transform: FeatureTransform,
     module = tf.Module(name="recsys_serving")
     module.model_variables = list(model.variables)
     # A dynamic table's id -> row index (a hash table, not a variable).
-    module.id_tables = [shard.index for tables in model.dynamic_tables.values()
-                        for table in tables for shard in table.shards]
+    module.id_tables = list({id(shard.index): shard.index
+                             for tables in model.dynamic_tables.values()
+                             for table in tables for shard in table.shards}.values())
 
     def predict(request: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         raw, present = {}, {}

@@ -17,6 +17,13 @@ Per shard (one per parameter server; an id belongs to shard ``mix(id) % shards``
 - counters: ``dropped_full`` (ids refused because the shard was full) and ``waiting``
   (lookups of ids not admitted yet, or refused).
 
+A table read by several layers of one model (a Wide & Deep model's linear weights and
+its tower's vectors of the same ids) keeps **one** id index: the layers' tables share the
+first one's ``index``, ``counts``, ``last_seen`` and counters (built inside
+:func:`shared_across_layers`), and each has its own ``emb``. A step resolves each id
+once for all of them, an id has the same row in every layer, and eviction moves every
+layer's rows together.
+
 Training resolves ids under one ``tf.CriticalSection`` per shard: look up, count,
 allocate rows for the newly admitted ids and insert them, as one step; the last-seen days
 and the lookups without a row are recorded after the lock is released. So concurrent
@@ -58,7 +65,7 @@ def day_number(day: datetime.date) -> int:
 
 class ShardLocks:
     """One ``tf.CriticalSection`` per shard, on the shard's server. Every dynamic table of a
-    model shares them (of a layer, outside :func:`one_lock_per_server`), so a training
+    model shares them (of a layer, outside :func:`shared_across_layers`), so a training
     step takes each server's lock once for all its tables. (A plain holder: critical
     sections are not saved.)"""
 
@@ -71,32 +78,54 @@ class ShardLocks:
 
     @classmethod
     def for_layer(cls, devices: list[str | None], name: str) -> "ShardLocks":
-        """The locks of the enclosing :func:`one_lock_per_server` scope (made on first
+        """The locks of the enclosing :func:`shared_across_layers` scope (made on first
         use), else new ones for this layer alone."""
-        shared = getattr(_lock_scope, "holder", None)
+        shared = getattr(_model_scope, "shared", None)
         if shared is None:
             return cls(devices, name)
-        if shared[0] is None:
-            shared[0] = cls(devices, name)
-        if shared[0].devices != list(devices):
+        if shared.locks is None:
+            shared.locks = cls(devices, name)
+        if shared.locks.devices != list(devices):
             raise ValueError(f"dynamic tables of one model on different servers: "
-                             f"{shared[0].devices} and {list(devices)}")
-        return shared[0]
+                             f"{shared.locks.devices} and {list(devices)}")
+        return shared.locks
 
 
-_lock_scope = threading.local()
+class _SharedAcrossLayers:
+    """What the dynamic tables of one model share: the locks, and per table name the
+    table that owns the id index (the first one built)."""
+
+    def __init__(self):
+        self.locks: ShardLocks | None = None
+        self.index_owners: dict[str, "DynamicTable"] = {}
+
+
+_model_scope = threading.local()
 
 
 @contextlib.contextmanager
-def one_lock_per_server() -> Iterator[None]:
+def shared_across_layers() -> Iterator[None]:
     """Dynamic tables built inside (a model's, in all its layers) share one lock per
-    server, so one step resolves the ids of every layer in one execution per server."""
-    previous = getattr(_lock_scope, "holder", None)
-    _lock_scope.holder = [None]
+    server, so one step resolves the ids of every layer in one execution per server, and
+    one id index per table name (see :func:`dynamic_table`)."""
+    previous = getattr(_model_scope, "shared", None)
+    _model_scope.shared = _SharedAcrossLayers()
     try:
         yield
     finally:
-        _lock_scope.holder = previous
+        _model_scope.shared = previous
+
+
+def dynamic_table(table: TableSpec, dim: int, shards: int, initializer: InitializerLike,
+                  seed: int | None, name: str, locks: ShardLocks) -> "DynamicTable":
+    """A layer's :class:`DynamicTable` for ``table``: inside :func:`shared_across_layers`,
+    the second and later layers that read ``table`` share the first one's id index."""
+    shared = getattr(_model_scope, "shared", None)
+    owner = shared.index_owners.get(table.name) if shared is not None else None
+    made = DynamicTable(table, dim, shards, initializer, seed, name, locks, index_of=owner)
+    if shared is not None and owner is None:
+        shared.index_owners[table.name] = made
+    return made
 
 
 def shard_devices(count: int) -> list[str | None]:
@@ -169,22 +198,45 @@ class _Counting:
         self.on = tf.Variable(True, trainable=False, name=name)
 
 
+class _Untracked:
+    """A plain holder: what it holds is not saved through it (a shard's link to the shard
+    whose index it shares; that shard is saved where it lives)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
 class DynamicShard(tf.Module):
-    """One parameter server's part of a dynamic table (see the module docstring)."""
+    """One parameter server's part of a dynamic table (see the module docstring).
+
+    With ``index_of`` (the same shard of the table that owns the id index), the shard
+    shares that shard's index, counts, last-seen days and counters, and has only its own
+    rows."""
 
     def __init__(self, table: TableSpec, dim: int, index: int, device: str | None,
-                 initializer: InitializerLike, seed: int | None, name: str):
+                 initializer: InitializerLike, seed: int | None, name: str,
+                 index_of: "DynamicShard | None" = None):
         super().__init__(name=name)
         self.capacity, self.admit_after = table.capacity_per_shard, table.admit_after
         self.device = device
+        self._index_of = _Untracked(index_of)
         with tf.device(device), _colocated(device, name):
+            init = seeded_initializer(initializer, derive_seed(seed, name))
+            self._row_initializer = init  # freed rows restart from it (eviction)
+            self.emb = tf.Variable(init((self.capacity, dim), tf.float32), name=f"{name}_emb")
+            if index_of is not None:
+                if (index_of.device, index_of.capacity) != (device, self.capacity):
+                    raise ValueError(f"{name}: shares the id index of {index_of.name} but "
+                                     f"not its server and capacity")
+                self.index, self.counts = index_of.index, index_of.counts
+                self.last_seen, self.next_row = index_of.last_seen, index_of.next_row
+                self.day, self.dropped_full = index_of.day, index_of.dropped_full
+                self.waiting, self._counting = index_of.waiting, index_of._counting
+                return
             self.index = tf.lookup.experimental.MutableHashTable(
                 tf.int64, tf.int64, default_value=-1, name=f"{name}_index")
             self.counts = tf.lookup.experimental.MutableHashTable(
                 tf.int64, tf.int64, default_value=0, name=f"{name}_counts")
-            init = seeded_initializer(initializer, derive_seed(seed, name))
-            self._row_initializer = init  # freed rows restart from it (eviction)
-            self.emb = tf.Variable(init((self.capacity, dim), tf.float32), name=f"{name}_emb")
             self.last_seen = tf.Variable(tf.zeros([self.capacity], tf.int64), trainable=False,
                                          name=f"{name}_last_seen")
             self.next_row = tf.Variable(tf.constant(0, tf.int64), trainable=False,
@@ -196,6 +248,11 @@ class DynamicShard(tf.Module):
             self.waiting = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                        name=f"{name}_waiting")
             self._counting = _Counting(f"{name}_counting")
+
+    @property
+    def index_of(self) -> "DynamicShard | None":
+        """The shard whose id index this one shares (None: its own)."""
+        return self._index_of.value
 
     def find(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of ``keys`` (-1: no row); inserts and counts nothing."""
@@ -252,11 +309,14 @@ class DynamicShard(tf.Module):
             self.last_seen.scatter_update(tf.IndexedSlices(
                 tf.fill(tf.shape(live), self.day.read_value()), live))
 
-    def evict(self, oldest_day: int, slots: list[tuple[tf.Variable, float]]) -> tuple[int, int]:
+    def evict(self, oldest_day: int, slots: list[tuple[tf.Variable, float]],
+              sharing: list[tuple["DynamicShard", list[tuple[tf.Variable, float]]]] = ()
+              ) -> tuple[int, int]:
         """Drops the ids last seen before day number ``oldest_day`` and compacts the rows
         (see the module docstring); ``slots`` are the optimizer slots of ``emb`` with the
-        value a fresh row starts from. Returns ``(ids kept, ids dropped)``. Call with no
-        step in flight."""
+        value a fresh row starts from, ``sharing`` the shards that share this one's index,
+        each with its slots (their rows move the same way). Returns ``(ids kept, ids
+        dropped)``. Call with no step in flight."""
         with tf.device(self.device):
             keys, rows = self.index.export()
             order = tf.argsort(rows)
@@ -270,11 +330,12 @@ class DynamicShard(tf.Module):
                 variable.scatter_update(tf.IndexedSlices(tf.gather(variable, kept_rows), moved))
                 variable.scatter_update(tf.IndexedSlices(fresh, freed))
 
-            shape = [used - kept, int(self.emb.shape[1])]
-            compact(self.emb, self._row_initializer(shape, tf.float32))
             compact(self.last_seen, tf.zeros([used - kept], tf.int64))
-            for slot, value in slots:
-                compact(slot, tf.fill(shape, tf.constant(value, slot.dtype)))
+            for shard, its_slots in [(self, slots), *sharing]:
+                shape = [used - kept, int(shard.emb.shape[1])]
+                compact(shard.emb, shard._row_initializer(shape, tf.float32))
+                for slot, value in its_slots:
+                    compact(slot, tf.fill(shape, tf.constant(value, slot.dtype)))
             self.index.remove(keys)
             self.index.insert(kept_keys, moved)
             self.next_row.assign(kept)
@@ -302,17 +363,32 @@ class DynamicTable(tf.Module):
       initializer: Initializer of the rows (each row starts from it when admitted).
       seed: Seed of the initializer.
       name: Variable name prefix.
+      locks: The shards' locks (default: this table's own).
+      index_of: A table (of the same spec, on the same servers) whose id index this one
+        shares: an id then has the same row in both, and this table holds only its rows.
     """
 
     def __init__(self, table: TableSpec, dim: int, shards: int = 1,
                  initializer: InitializerLike = "random_uniform", seed: int | None = None,
-                 name: str = "dynamic", locks: ShardLocks | None = None):
+                 name: str = "dynamic", locks: ShardLocks | None = None,
+                 index_of: "DynamicTable | None" = None):
         super().__init__(name=name)
         devices = shard_devices(shards)
+        if index_of is not None and (index_of.spec != table
+                                     or len(index_of.shards) != len(devices)):
+            raise ValueError(f"dynamic table {name} cannot share the id index of "
+                             f"{index_of.name}: another spec or number of shards")
         self.spec, self.dim = table, dim
-        self.shards = [DynamicShard(table, dim, i, device, initializer, seed, f"{name}_{i}")
+        self._index_of = _Untracked(index_of)
+        self.shards = [DynamicShard(table, dim, i, device, initializer, seed, f"{name}_{i}",
+                                    index_of.shards[i] if index_of is not None else None)
                        for i, device in enumerate(devices)]
         self.locks = locks or ShardLocks(devices, name)
+
+    @property
+    def index_owner(self) -> "DynamicTable":
+        """The table whose id index this one uses: itself, or the one it shares."""
+        return self._index_of.value or self
 
     @property
     def embedding_variables(self) -> list[tf.Variable]:
@@ -340,13 +416,21 @@ class DynamicTable(tf.Module):
         for shard in self.shards:
             shard.day.assign(day_number(day))
 
-    def evict(self, oldest_day: datetime.date, optimizers: list) -> dict[str, int]:
+    def evict(self, oldest_day: datetime.date, optimizers: list,
+              sharing: list["DynamicTable"] = ()) -> dict[str, int]:
         """Drops the ids last seen before ``oldest_day`` on every shard (see
         :meth:`DynamicShard.evict`); ``optimizers`` are the live ones, whose slots of the
-        rows move with them. Returns ``{"kept": ..., "evicted": ...}`` over the shards."""
+        rows move with them. ``sharing``: every table that shares this one's index (their
+        rows move too; :func:`evict_tables` finds them). Returns ``{"kept": ...,
+        "evicted": ...}`` over the shards."""
+        if self.index_owner is not self:
+            raise ValueError(f"{self.name} shares the id index of {self.index_owner.name}: "
+                             "evict through that table")
         kept = evicted = 0
-        for shard in self.shards:
-            k, e = shard.evict(day_number(oldest_day), _row_slots(shard.emb, optimizers))
+        for i, shard in enumerate(self.shards):
+            k, e = shard.evict(day_number(oldest_day), _row_slots(shard.emb, optimizers),
+                               [(t.shards[i], _row_slots(t.shards[i].emb, optimizers))
+                                for t in sharing])
             kept, evicted = kept + k, evicted + e
         return {"kept": kept, "evicted": evicted}
 
@@ -380,35 +464,57 @@ def _row_slots(rows: tf.Variable, optimizers: list) -> list[tuple[tf.Variable, f
     return found
 
 
+def evict_tables(tables: list[DynamicTable], oldest_day: datetime.date,
+                 optimizers: list) -> dict[str, dict[str, int]]:
+    """:meth:`DynamicTable.evict` of ``tables``, each id index once with every table that
+    shares it. Returns the result by table name (the same for tables sharing an index)."""
+    done: dict[str, dict[str, int]] = {}
+    for owner in dict.fromkeys(t.index_owner for t in tables):
+        sharing = [t for t in tables if t.index_owner is owner and t is not owner]
+        result = owner.evict(oldest_day, optimizers, sharing)
+        done.update((t.name, result) for t in [owner, *sharing])
+    return done
+
+
 def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: bool
                   ) -> list[tf.Tensor]:
     """``[N_t, dim_t]`` vectors of each table's 1-D int64 ``keys``.
 
     The tables share their shard count and locks (one model's or one layer's tables, see
-    :class:`ShardLocks`). Each distinct key
-    is resolved once, on its shard; in training, every table's part on shard i is
-    resolved under one execution of shard i's lock, so a step takes each lock once.
+    :class:`ShardLocks`). Tables that share an id index are resolved together: each
+    distinct key of theirs once, on its shard, and each table gathers its own rows. In
+    training, every index's part on shard i is resolved under one execution of shard i's
+    lock, so a step takes each lock once.
     """
     count = len(tables[0].shards)
+    owners = list(dict.fromkeys(t.index_owner for t in tables))
     plans = []
-    for table, table_keys in zip(tables, keys):
-        unique, position = tf.unique(tf.reshape(table_keys, [-1]))
-        shard = table.shard_of(unique)
-        plans.append((position, tf.dynamic_partition(unique, shard, count),
+    for owner in owners:
+        members = [k for k, t in enumerate(tables) if t.index_owner is owner]
+        flat = [tf.reshape(keys[k], [-1]) for k in members]
+        unique, position = tf.unique(flat[0] if len(flat) == 1 else tf.concat(flat, 0))
+        positions = [position] if len(flat) == 1 else tf.split(
+            position, [tf.size(f) for f in flat], num=len(flat))
+        shard = owner.shard_of(unique)
+        plans.append((members, positions, tf.dynamic_partition(unique, shard, count),
                       tf.dynamic_partition(tf.range(tf.size(unique)), shard, count)))
-    rows: list[list] = [[] for _ in tables]
+    rows: list[list] = [[] for _ in owners]
     for i in range(count):
-        parts = [plan[1][i] for plan in plans]
+        parts = [plan[2][i] for plan in plans]
         if training:
             lock = tables[0].locks.locks[i]
             resolved = _one_after_another(lambda: lock.execute(lambda: tuple(
-                table.shards[i].admit(part) for table, part in zip(tables, parts))))
-            for table, shard_rows in zip(tables, resolved):
-                table.shards[i].record_seen(shard_rows)
+                owner.shards[i].admit(part) for owner, part in zip(owners, parts))))
+            for owner, shard_rows in zip(owners, resolved):
+                owner.shards[i].record_seen(shard_rows)
         else:
-            resolved = [table.shards[i].find(part) for table, part in zip(tables, parts)]
-        for table_rows, shard_rows in zip(rows, resolved):
-            table_rows.append(shard_rows)
-    return [tf.gather(tf.dynamic_stitch(places, [shard.gather(r) for shard, r in
-                                                 zip(table.shards, table_rows)]), position)
-            for table, (position, _, places), table_rows in zip(tables, plans, rows)]
+            resolved = [owner.shards[i].find(part) for owner, part in zip(owners, parts)]
+        for owner_rows, shard_rows in zip(rows, resolved):
+            owner_rows.append(shard_rows)
+    vectors: list = [None] * len(tables)
+    for (members, positions, _, places), owner_rows in zip(plans, rows):
+        for k, position in zip(members, positions):
+            found = tf.dynamic_stitch(places, [shard.gather(r) for shard, r in
+                                               zip(tables[k].shards, owner_rows)])
+            vectors[k] = tf.gather(found, position)
+    return vectors

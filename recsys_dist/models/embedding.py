@@ -41,8 +41,8 @@ from recsys_dist.config.features import FeatureConfig, MultiCategoricalFeature, 
 from recsys_dist.features.transforms import missing_indicator_name
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
-from recsys_dist.models.dynamic_table import (DynamicTable, ShardLocks, lookup_tables,
-                                              shard_devices)
+from recsys_dist.models.dynamic_table import (DynamicTable, ShardLocks, dynamic_table,
+                                              lookup_tables, shard_devices)
 from recsys_dist.models.sharding import dynamic_shards, embedding_tables
 
 
@@ -292,9 +292,9 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
             locks = (ShardLocks.for_layer(shard_devices(dynamic_shards()), self.name)
                      if dynamic else None)
             self._dynamic_tables = {
-                table: DynamicTable(features.tables[table], dim, dynamic_shards(), initializer,
-                                    derive_seed(seed, table), name=f"{self.name}_{table}",
-                                    locks=locks)
+                table: dynamic_table(features.tables[table], dim, dynamic_shards(),
+                                     initializer, derive_seed(seed, table),
+                                     f"{self.name}_{table}", locks)
                 for table, dim in dynamic.items()}
 
     @property
@@ -428,7 +428,7 @@ def dynamic_tables_resolved_together(layers: list["FeatureEmbeddings"], features
     """Resolves the dynamic tables of every layer in ``layers`` for ``features`` in one
     :func:`lookup_tables` call (one lock execution per server, not one per layer and
     server), for the layers' calls inside to use. Layers with locks of their own (built
-    outside :func:`one_lock_per_server`) resolve on their own as before."""
+    outside :func:`shared_across_layers`) resolve on their own as before."""
     layers = [layer for layer in layers if layer.dynamic_tables]
     shared = [layer for layer in layers
               if layer.dynamic_tables_locks is layers[0].dynamic_tables_locks] if layers else []

@@ -66,6 +66,7 @@ from recsys_dist.config.experiment import ExperimentConfig, resolved_files
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.evaluation.evaluate import evaluate_on_one_device, evaluate_split
+from recsys_dist.models.dynamic_table import evict_tables
 from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
 from recsys_dist.models.zoo import build_from_config
 from recsys_dist.train.data_position import DataPosition
@@ -374,12 +375,11 @@ class Trainer:
         ``{"kept", "evicted", "oldest_day"}`` (also in :meth:`dynamic_table_stats`)."""
         first = training_window(self.config)[0]
         for tables in self.model.dynamic_tables.values():
-            for table in tables:
-                days = table.spec.evict_after_days
-                if days is not None:
-                    oldest = first - datetime.timedelta(days=days)
-                    self.evicted[table.name] = dict(table.evict(oldest, self.optimizers.all),
-                                                    oldest_day=str(oldest))
+            days = tables[0].spec.evict_after_days
+            if days is not None:
+                oldest = first - datetime.timedelta(days=days)
+                for name, result in evict_tables(tables, oldest, self.optimizers.all).items():
+                    self.evicted[name] = dict(result, oldest_day=str(oldest))
         return self.evicted
 
     def _stacks(self) -> list[TableStack]:

@@ -239,6 +239,76 @@ def test_eviction_drops_unseen_ids_and_moves_the_others_with_their_slots():
     assert table.stats()["live_ids"] == 9
 
 
+def _sharing_tables(capacity: int = 16, admit_after: int = 1, shards: int = 2):
+    """A table's vectors (dim 4) and its linear weights (dim 1), as two layers of one
+    model build them: the second shares the first one's id index."""
+    from recsys_dist.models.dynamic_table import ShardLocks, dynamic_table, shared_across_layers
+
+    spec = dynamic_spec(capacity=capacity, admit_after=admit_after)
+    with shared_across_layers():
+        locks = ShardLocks.for_layer([None] * shards, "model")
+        return (dynamic_table(spec, 4, shards, "random_uniform", 1, "deep_user", locks),
+                dynamic_table(spec, 1, shards, "random_uniform", 2, "wide_user", locks))
+
+
+def test_layers_that_read_one_table_share_its_id_index():
+    """Both layers' keys are resolved once together: an id counts once per batch toward
+    admission, gets one row in every layer, and each layer gathers its own vector."""
+    from recsys_dist.models.dynamic_table import lookup_tables
+
+    deep, wide = _sharing_tables(admit_after=2)
+    assert wide.index_owner is deep and deep.index_owner is deep
+    for a, b in zip(deep.shards, wide.shards):
+        assert a.index is b.index and a.counts is b.counts and a.next_row is b.next_row
+        assert a.emb is not b.emb
+    with tf.GradientTape() as tape:
+        # 3 appears in both layers' keys of one batch: one sighting, not two
+        vectors = lookup_tables([deep, wide], [keys(1, 2, 3), keys(3, 4)], training=True)
+        assert deep.stats()["live_ids"] == 0
+        vectors = lookup_tables([deep, wide], [keys(3, 6, 7), keys(3, 4, 5)], training=True)
+        loss = tf.add_n([tf.reduce_sum(v) for v in vectors])
+    assert [v.shape.as_list() for v in vectors] == [[3, 4], [3, 1]]
+    assert deep.stats()["live_ids"] == wide.stats()["live_ids"] == 2  # 3 and 4: 2 batches
+    assert vectors[0][0].numpy().all() and not vectors[0][1:].numpy().any()
+    assert vectors[1][:2].numpy().all() and not vectors[1][2].numpy().any()
+    gradients = tape.gradient(loss, deep.embedding_variables + wide.embedding_variables)
+    assert all(isinstance(g, tf.IndexedSlices) for g in gradients if g is not None)
+    for key in (3, 4):  # one row per id, read by each layer from its own rows
+        shard = int(deep.shard_of(keys(key)).numpy()[0])
+        row = int(deep.shards[shard].index.lookup(keys(key)).numpy()[0])
+        for table in (deep, wide):
+            np.testing.assert_array_equal(table.lookup(keys(key)).numpy()[0],
+                                          table.shards[shard].emb.numpy()[row])
+
+
+def test_eviction_moves_the_rows_of_every_layer_that_shares_the_index():
+    from recsys_dist.models.dynamic_table import evict_tables
+
+    deep, wide = _sharing_tables()
+    optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
+    variables = deep.embedding_variables + wide.embedding_variables
+    day1, day2 = datetime.date(2026, 1, 1), datetime.date(2026, 1, 2)
+    for ids, day in ((range(1, 9), day1), (range(5, 13), day2)):
+        deep.set_day(day)
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(t.lookup(keys(*ids), training=True))
+                             for t in (deep, wide)])
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    before = [t.lookup(keys(*range(5, 13))).numpy() for t in (deep, wide)]
+    with pytest.raises(ValueError, match="wide_user shares the id index of deep_user"):
+        wide.evict(day2, [optimizer])
+    done = evict_tables([deep, wide], day2, [optimizer])
+    assert done == {"deep_user": {"kept": 8, "evicted": 4},
+                    "wide_user": {"kept": 8, "evicted": 4}}
+    for table, vectors in zip((deep, wide), before):
+        np.testing.assert_array_equal(table.lookup(keys(*range(5, 13))).numpy(), vectors)
+        assert not table.lookup(keys(1, 2, 3, 4)).numpy().any()
+        for shard in table.shards:
+            used = int(shard.next_row.numpy())
+            accumulator = optimizer.get_slot(shard.emb, "accumulator").numpy()
+            assert (accumulator[used:] == 0.25).all() and (accumulator[:used] > 0.25).all()
+
+
 def test_a_checkpoint_restores_keys_rows_and_counts_bit_exactly(tmp_path):
     table = DynamicTable(dynamic_spec(admit_after=2), 4, shards=2, seed=0)
     for batch in ([1, 2, 3], [2, 3, 4], [5]):
@@ -323,6 +393,40 @@ def test_a_warm_start_into_another_number_of_shards_moves_every_id_to_its_shard(
         warm_start(tf.train.Checkpoint(table=small), prefix, [], {}, [], source="yesterday")
 
 
+@pytest.mark.parametrize("after", [2, 3])
+def test_a_warm_start_keeps_every_layers_row_of_a_shared_index(tmp_path, after):
+    """Both layers' vectors of every id survive a warm start (re-sharded or not), still
+    at one row per id; a checkpoint that kept an index per layer is refused by name."""
+    from recsys_dist.checkpoint.warm_start import WarmStartError, warm_start
+    from recsys_dist.models.dynamic_table import lookup_tables
+
+    deep, wide = _sharing_tables(capacity=40)
+    ids = keys(*range(30))
+    lookup_tables([deep, wide], [ids, ids[:20]], training=True)
+    for table in (deep, wide):  # distinct values per row, to see any row move
+        for shard in table.shards:
+            shard.emb.assign(tf.random.normal(shard.emb.shape, seed=len(table.name)))
+    prefix = tf.train.Checkpoint(deep=deep, wide=wide).save(str(tmp_path / "shared"))
+    live_deep, live_wide = _sharing_tables(capacity=40, shards=after)
+    warm_start(tf.train.Checkpoint(deep=live_deep, wide=live_wide), prefix, [], {}, [],
+               source="yesterday")
+    for old, new in ((deep, live_deep), (wide, live_wide)):
+        np.testing.assert_array_equal(new.lookup(ids).numpy(), old.lookup(ids).numpy())
+    assert live_deep.stats()["live_ids"] == 30
+
+    per_layer = [DynamicTable(dynamic_spec(capacity=40), d, 2, seed=0, name=n)
+                 for d, n in ((4, "deep_user"), (1, "wide_user"))]
+    for table, batch in zip(per_layer, (keys(1, 2), keys(2, 1))):  # other rows per layer
+        table.lookup(batch, training=True)
+    old_prefix = tf.train.Checkpoint(deep=per_layer[0], wide=per_layer[1]).save(
+        str(tmp_path / "per_layer"))
+    live_deep, live_wide = _sharing_tables(capacity=40, shards=after)
+    with pytest.raises(WarmStartError, match=r"cannot warm start from yesterday: its dynamic "
+                                             r"table 'user' keeps an id index per layer"):
+        warm_start(tf.train.Checkpoint(deep=live_deep, wide=live_wide), old_prefix, [], {},
+                   [], source="yesterday")
+
+
 def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(small_config,
                                                                           tmp_path):
     from recsys_dist.checkpoint.store import (CheckpointError, SavedCheckpoint,
@@ -350,6 +454,13 @@ def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(smal
     with pytest.raises(CheckpointError, match=rf"table '{table}' is dynamic .* in the "
                                               r"checkpoint but \d+ x \d+"):
         check_signature(saved, hashed)
+    check_signature(saved, dynamic)  # the same config: fine
+    earlier = model_signature(dynamic)
+    del earlier["dynamic_index"]  # written before the layers shared one index per table
+    with pytest.raises(CheckpointError, match=r"its dynamic tables keep one id index per "
+                                              r"layer \(written by an earlier version"):
+        check_signature(SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7,
+                                        {"signature": earlier}), dynamic)
 
 
 def test_trained_rows_record_the_day_they_were_last_seen():
@@ -382,7 +493,7 @@ def test_the_run_prints_each_table_and_warns_when_one_was_full():
     assert len(dynamic_table_lines({"t": dict(stats, dropped_full=0)})) == 1
 
 
-# ---- one lock per server for a whole model -------------------------------------------
+# ---- one lock per server and one index per table for a whole model -----------------
 INPUTS = {"wide": ["user_id", "C2"], "deep": ["user_id", "C2"]}
 
 
@@ -402,14 +513,15 @@ def _forward_in_training(model, batches):
 
     outputs = [forward(batch).numpy() for batch in batches]
     graph = forward.get_concrete_function(batches[0]).graph
-    locks = sum(op.type == "MutexLock" for op in graph.get_operations())
-    return outputs, locks
+    ops = [op.type for op in graph.get_operations()]
+    return outputs, (ops.count("MutexLock"), ops.count("LookupTableInsertV2"))
 
 
 def test_one_lock_execution_per_server_and_the_same_result(tmp_path):
-    """A model's dynamic tables share one lock per server: a training step of Wide & Deep
-    (a dynamic table in its wide part and in its tower) resolves both layers' ids in one
-    lock execution per server, with the same rows and outputs as each layer on its own."""
+    """A model's dynamic tables share one lock per server and one id index per table: a
+    training step of Wide & Deep (a dynamic table in its wide part and in its tower)
+    resolves both layers' ids once, in one lock execution per server, with the same rows
+    and outputs as each layer on its own."""
     config = load_feature_config(write_features(tmp_path, lambda doc: None))
     rng = np.random.default_rng(0)
     batches = [{"user_id": tf.constant(rng.integers(0, 40, 64), tf.int64),
@@ -419,7 +531,11 @@ def test_one_lock_execution_per_server_and_the_same_result(tmp_path):
     assert len(layers) == 2 and layers[0].dynamic_tables_locks is layers[1].dynamic_tables_locks
     merged_out, merged_locks = _forward_in_training(merged, batches)
     separate_out, separate_locks = _forward_in_training(separate, batches)
-    assert (merged_locks, separate_locks) == (2, 4)  # 2 servers; x 2 layers on their own
+    # 2 servers (x 2 layers on their own); index inserts: one index per table and server
+    assert (merged_locks, separate_locks) == ((2, 2), (4, 4))
+    first, second = merged.dynamic_tables["user"]
+    assert first.index_owner is second.index_owner and first.shards[0].index is \
+        second.shards[0].index
     for a, b in zip(merged_out, separate_out):
         np.testing.assert_array_equal(a, b)
     for name in ("user",):
@@ -432,9 +548,9 @@ def test_one_lock_execution_per_server_and_the_same_result(tmp_path):
 
 
 def test_layers_of_one_model_share_locks_only_on_the_same_servers():
-    from recsys_dist.models.dynamic_table import ShardLocks, one_lock_per_server
+    from recsys_dist.models.dynamic_table import ShardLocks, shared_across_layers
 
-    with one_lock_per_server():
+    with shared_across_layers():
         first = ShardLocks.for_layer([None, None], "wide")
         assert ShardLocks.for_layer([None, None], "deep") is first
         with pytest.raises(ValueError, match=r"dynamic tables of one model on different "
