@@ -2,7 +2,8 @@
 
 Trains the same model twice per round on the same rows, interleaved, with
 ``recsys-dist train`` on a local cluster (2 workers, 2 parameter servers, one process
-each) and evaluates it on the held-out window:
+each; ``--cluster-mode in_process`` puts them in the command's process) and evaluates it
+on the held-out window:
 
 - ``hashed``: the feature config as it is (ids hashed into each table's ``rows``);
 - ``dynamic``: the tables named by ``--tables`` turned into ``kind: dynamic`` with
@@ -22,7 +23,8 @@ the demo's 400k-row hashed user table gives many users a shared row. Give ``--co
 and ``--data`` for other data, e.g. the Criteo sample with ``configs/criteo.yaml``.
 
 Usage: ``python benchmarks/dynamic_tables.py [--rounds 2] [--rows-per-day 200000]
-[--users 5000000] [--tables user,c3,c4,c12] [--config FILE --data DIR]``
+[--users 5000000] [--tables user,c3,c4,c12] [--config FILE --data DIR]
+[--cluster-mode local|in_process]``
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ def dynamic_features(features_file: str, tables: list[str], out: pathlib.Path,
 
 
 def train_and_evaluate(config: str, data: str, features: str | None, run: pathlib.Path,
-                       extra: list[str]) -> dict:
+                       extra: list[str], mode: str = "local") -> dict:
     shutil.rmtree(run, ignore_errors=True)
-    sets = ["--set", "cluster.mode=local", "--set", "train.log_every_seconds=0"]
+    sets = ["--set", f"cluster.mode={mode}", "--set", "train.log_every_seconds=0"]
     for item in extra:
         sets += ["--set", item]
     if features is not None:
@@ -110,6 +112,9 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for both sides")
     parser.add_argument("--memory-ids", type=int, default=2_000_000)
+    parser.add_argument("--cluster-mode", choices=("local", "in_process"), default="local",
+                        help="local: each server its own process (default); in_process: "
+                             "the servers inside the train command's process")
     parser.add_argument("--admit-after", type=int, default=2,
                         help="admit_after of the dynamic tables (default 2: an id seen once "
                              "gets no row of its own, which measured better on the tail)")
@@ -129,7 +134,7 @@ def main() -> None:
                     "dynamic": dynamic_features(config.features.file, tables, scratch,
                                                 args.admit_after)}
         print(f"config {args.config}, data {data}; dynamic tables: {', '.join(tables)} "
-              f"(admit_after {args.admit_after})")
+              f"(admit_after {args.admit_after}); cluster.mode {args.cluster_mode}")
 
         def show(round_: int, done: dict) -> None:
             side, r = list(done.items())[-1]
@@ -140,7 +145,8 @@ def main() -> None:
 
         results = interleaved(
             {side: (lambda side=side: train_and_evaluate(
-                args.config, data, features[side], scratch / side, args.set))
+                args.config, data, features[side], scratch / side, args.set,
+                args.cluster_mode))
              for side in SIDES}, args.rounds, alternate=True, show=show)
         for side in SIDES:
             best, median = best_median(r["auc"] for r in results[side])
