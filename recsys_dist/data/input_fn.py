@@ -5,7 +5,8 @@ their footers, checks the schema against the feature config and plans the shards
 :meth:`InputPipeline.dataset_fn` returns the function each worker runs. It is traced
 once on the coordinator with the worker index as a call-time capture, so it is pure
 graph: it selects the worker's units from the plan constants, reads them with our
-Parquet op (:mod:`recsys_dist.ops`, Arrow C++), transforms every feature in-graph over whole units
+Parquet op (:mod:`recsys_dist.ops`, Arrow C++), transforms every feature in-graph over
+whole units (with the fused kernels of :mod:`recsys_dist.ops` where they apply)
 (so per-op overhead is paid per unit, not per batch), shuffles rows within units for
 training, then rebatches to ``batch_size`` and prefetches. No Python runs per row or
 per batch, on the coordinator or anywhere else.
@@ -116,7 +117,8 @@ class InputPipeline:
 
     def _unit_reader(self, training: bool) -> Callable:
         """``read_unit(file_index, start, stop) -> element`` for rows ``[start, stop)``."""
-        plan, spec, transform = self.plan, self.spec, self.transform
+        plan, spec = self.plan, self.spec
+        transform = self.transform.with_fused_kernels()  # workers load the op library
         extra, keep = self.extra_columns, self.keep_columns
         read_dtypes = {c: split_read_dtype(transform.column_dtypes[c])
                        for c in dict.fromkeys(list(transform.columns) + list(extra) + list(keep))}

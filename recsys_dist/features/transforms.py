@@ -2,7 +2,10 @@
 
 Everything here is TensorFlow ops, vectorised over a chunk of N rows, so the same
 code runs inside the workers' ``tf.data`` pipeline and inside an exported SavedModel.
-No Python runs per row or per batch.
+No Python runs per row or per batch. The input pipeline runs it with fused kernels
+(:meth:`FeatureTransform.with_fused_kernels`: hashed integer ids, bucketizing and
+multi-valued features each in one op of :mod:`recsys_dist.ops`, the same values bit for
+bit); an export keeps the stock ops, so serving needs no custom op.
 
 Inputs: each column as read (:mod:`recsys_dist.ops`): a ``[N]`` tensor, or a
 ``[N, None]`` ragged tensor for a list column, and optionally its validity (false for
@@ -36,6 +39,7 @@ from typing import Literal
 import numpy as np
 import tensorflow as tf
 
+from recsys_dist import ops
 from recsys_dist.config.features import (CategoricalFeature, CrossFeature, FeatureConfig,
                                          MultiCategoricalFeature, NumericFeature)
 from recsys_dist.features import hashing
@@ -94,6 +98,8 @@ class FeatureTransform:
       on_bad_row: ``fail`` raises on a bad value naming the column and file;
         ``skip`` marks the row invalid and counts it.
       feature_names: Features to produce (default: all).
+      fused: Use the fused kernels of :mod:`recsys_dist.ops` where they apply (same
+        values; the op library must be loaded where the graph runs).
 
     Example:
       >>> transform = FeatureTransform(cfg, ["click"], {"C1": "int64", "click": "int64"}, "fail")
@@ -103,8 +109,9 @@ class FeatureTransform:
 
     def __init__(self, features: FeatureConfig, labels: list[str],
                  column_dtypes: dict[str, str], on_bad_row: Literal["fail", "skip"],
-                 feature_names: list[str] | None = None):
+                 feature_names: list[str] | None = None, fused: bool = False):
         self.config = features
+        self.fused = fused
         self.labels = list(labels)
         self.feature_names = list(feature_names or features.features)
         self.on_bad_row = on_bad_row
@@ -124,6 +131,12 @@ class FeatureTransform:
         missing = [c for c in self.columns if c not in self.column_dtypes]
         if missing:
             raise ValueError(f"no read dtype for column(s) {missing}")
+
+    def with_fused_kernels(self) -> "FeatureTransform":
+        """The same transform on the fused kernels (for the workers' input pipeline)."""
+        fused = copy.copy(self)
+        fused.fused = True
+        return fused
 
     def _needed_features(self) -> list[str]:
         names = list(self.feature_names)
@@ -172,6 +185,14 @@ class FeatureTransform:
         columns = [self.config.column_of(f) for f in feats]
         missing_rows = np.array([self.config.rows_of(f) - 1 for f in feats], np.int64)
         buckets = np.maximum(missing_rows, 1).astype(np.uint64)
+        if self.fused:
+            values = tf.stack([tf.cast(int_hashes.raw[c], tf.int64) for c in columns])
+            present_ = (_stacked_presence(columns, present, values)
+                        if any(c in present for c in columns) else None)
+            ids, hashes = ops.hash_int_ids(values, present_, buckets.tolist(),
+                                           missing_rows.tolist())
+            int_hashes.provide(columns, hashes)
+            return dict(zip((f.name for f in feats), tf.unstack(ids, num=len(feats))))
         ids = tf.cast(tf.math.floormod(int_hashes.stacked(columns),
                                        tf.constant(buckets[:, None])), tf.int64)
         if any(c in present for c in columns):
@@ -207,7 +228,10 @@ class FeatureTransform:
         for kind in dict.fromkeys(f.transform for f in feats):
             picked = [k for k, f in enumerate(feats) if f.transform == kind]
             rows = x if len(picked) == len(feats) else tf.gather(x, picked)
-            part = _NUMERIC_TRANSFORMS[kind](rows, [feats[k] for k in picked])
+            if self.fused and kind == "bucketize":
+                part = ops.bucketize_rows(rows, _bucket_edges([feats[k] for k in picked]))
+            else:
+                part = _NUMERIC_TRANSFORMS[kind](rows, [feats[k] for k in picked])
             values.update(zip(picked, tf.unstack(part, num=len(picked))))
         out = {f.name: values[k] for k, f in enumerate(feats)}
         indicated = [k for k, f in enumerate(feats) if f.missing_indicator]
@@ -227,6 +251,9 @@ class FeatureTransform:
         list lengths): hash every value, then sum each kept value into its slot of the
         padded result (nulls and empty tokens are dropped, each row keeps its first
         ``max_length``)."""
+        if self.fused and feat.name not in self._vocab and not (
+                isinstance(raw, tf.RaggedTensor) and feat.weighted):
+            return self._multi_fused(feat, raw, present, weights, weights_present)
         if isinstance(raw, tf.RaggedTensor):
             nrows, rowids, splits = raw.nrows(), raw.value_rowids(), raw.row_splits
             tokens = raw.flat_values
@@ -264,6 +291,28 @@ class FeatureTransform:
             ids = hashing.to_bucket(hashing.hash_int64(tokens), self.config.rows_of(feat))
         return _padded(ids, weight_values, nrows, rowids, splits, keep, feat.max_length), \
             bad_rows
+
+    def _multi_fused(self, feat: MultiCategoricalFeature, raw, present, weights,
+                     weights_present) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        """:meth:`_multi` in one op (:func:`ops.list_ids` or :func:`ops.delimited_ids`)."""
+        rows = self.config.rows_of(feat)
+        if isinstance(raw, tf.RaggedTensor):
+            values = raw.flat_values
+            if values.dtype != tf.string:
+                values = tf.cast(values, tf.int64)
+            if weights is not None:
+                weights = tf.RaggedTensor.from_row_splits(
+                    tf.cast(weights.flat_values, tf.float32), weights.row_splits,
+                    validate=False)
+            ids, weight_values, bad = ops.list_ids(
+                values, raw.row_splits, present.flat_values if present is not None else None,
+                weights, weights_present.flat_values if weights_present is not None else None,
+                rows, feat.max_length)
+        else:
+            ids, weight_values, bad = ops.delimited_ids(
+                raw, feat.separator, feat.weight_separator if feat.weighted else None, rows,
+                feat.max_length)
+        return {"ids": ids, "weights": weight_values}, bad
 
     # ---- the transform --------------------------------------------------------------
     def __call__(self, raw: dict, source: tf.Tensor, first_row: tf.Tensor,
@@ -408,7 +457,8 @@ class FeatureTransform:
 
 
 class _IntHashes:
-    """``hash_int64`` of integer columns, computed once for every user, stacked."""
+    """``hash_int64`` of integer columns, computed once for every user, stacked (or, with
+    the fused kernels, the hashes ``HashIntIds`` gave, see :meth:`provide`)."""
 
     def __init__(self, transform: FeatureTransform, raw: dict):
         config = transform.config
@@ -420,13 +470,19 @@ class _IntHashes:
                 wanted += [config.column_of(config.features[i]) for i in feat.inputs
                            if config.features[i].dtype != "string"]
         self._columns = list(dict.fromkeys(wanted))
-        self._raw = raw
+        self.raw = raw
         self._hashes: tf.Tensor | None = None
+        self._provided: dict[str, tf.Tensor] = {}
+
+    def provide(self, columns: list[str], hashes: tf.Tensor) -> None:
+        """Takes ``[len(columns), N]`` hashes computed elsewhere (a fused kernel)."""
+        for k, column in enumerate(columns):
+            self._provided.setdefault(column, hashes[k])
 
     def _all(self) -> tf.Tensor:
         if self._hashes is None:
             self._hashes = hashing.hash_int64(tf.stack(
-                [tf.cast(self._raw[c], tf.int64) for c in self._columns]))
+                [tf.cast(self.raw[c], tf.int64) for c in self._columns]))
         return self._hashes
 
     def stacked(self, columns: list[str]) -> tf.Tensor:
@@ -436,6 +492,8 @@ class _IntHashes:
         return tf.gather(self._all(), [self._columns.index(c) for c in columns])
 
     def __getitem__(self, column: str) -> tf.Tensor:
+        if column in self._provided:
+            return self._provided[column]
         return self._all()[self._columns.index(column)]
 
 
@@ -463,14 +521,20 @@ def _standardize(x: tf.Tensor, feats: list[NumericFeature]) -> tf.Tensor:
     return (x - mean) / std
 
 
-def _bucketize(x: tf.Tensor, feats: list[NumericFeature]) -> tf.Tensor:
-    """``Bucketize`` of each row by its feature's boundaries: the number of boundaries
-    <= x (boundaries padded with +inf, which no finite x reaches), as int64."""
+def _bucket_edges(feats: list[NumericFeature]) -> np.ndarray:
+    """``[K, W]`` float32 boundaries of each feature, padded with +inf."""
     width = max(len(f.boundaries) for f in feats)
     edges = np.full([len(feats), width], np.inf, np.float32)
     for k, f in enumerate(feats):
         edges[k, :len(f.boundaries)] = f.boundaries
-    return tf.searchsorted(tf.constant(edges), x, side="right", out_type=tf.int64)
+    return edges
+
+
+def _bucketize(x: tf.Tensor, feats: list[NumericFeature]) -> tf.Tensor:
+    """``Bucketize`` of each row by its feature's boundaries: the number of boundaries
+    <= x (boundaries padded with +inf, which no finite x reaches), as int64."""
+    return tf.searchsorted(tf.constant(_bucket_edges(feats)), x, side="right",
+                           out_type=tf.int64)
 
 
 #: Each numeric ``transform`` of the feature config, applied to its features' rows stacked.

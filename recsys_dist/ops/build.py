@@ -28,7 +28,9 @@ import time
 
 from recsys_dist.errors import RecsysError
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "parquet_read_rows.cc")
+#: The op library's C++ sources: the Parquet reader and the fused feature transforms.
+SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+           for name in ("parquet_read_rows.cc", "feature_transforms.cc")]
 NAME = "parquet_ops"
 COMPILER_ADVICE = (
     "recsys_dist compiles its Parquet reader (a TensorFlow op on Arrow C++) on first use "
@@ -72,7 +74,7 @@ def _shared_library(directory: str, stem: str) -> str:
     return min(names, key=len)
 
 
-def compile_command(cxx: str, source: str, output: str) -> list[str]:
+def compile_command(cxx: str, sources: list[str], output: str) -> list[str]:
     """The compiler command line for the installed TensorFlow and pyarrow."""
     import pyarrow
     import tensorflow as tf
@@ -88,7 +90,7 @@ def compile_command(cxx: str, source: str, output: str) -> list[str]:
     if glob.glob(os.path.join(arrow_dir, "libarrow_s3.so*")):  # pyarrow >= 26 split S3 out
         libs += ["-Wl,--no-as-needed", f"-l:{_shared_library(arrow_dir, 'arrow_s3')}",
                  "-Wl,--as-needed"]
-    return ([cxx, "-O2", "-shared", "-fPIC", "-std=c++20", "-w", source, "-o", output]
+    return ([cxx, "-O2", "-shared", "-fPIC", "-std=c++20", "-w", *sources, "-o", output]
             + tf_flags + [f"-I{pyarrow.get_include()}"] + tf_link
             + [f"-L{arrow_dir}"] + libs
             + [f"-Wl,-rpath,{d}" for d in tf_dirs + [arrow_dir]])
@@ -99,9 +101,11 @@ def build_key(cxx_version: str) -> str:
     import pyarrow
     import tensorflow as tf
 
-    with open(SOURCE, "rb") as handle:
-        source = handle.read()
-    parts = [source, tf.__version__.encode(), tf.sysconfig.get_lib().encode(),
+    sources = []
+    for path in SOURCES:
+        with open(path, "rb") as handle:
+            sources.append(handle.read())
+    parts = [*sources, tf.__version__.encode(), tf.sysconfig.get_lib().encode(),
              pyarrow.__version__.encode(), pyarrow.get_include().encode(),
              sysconfig.get_config_var("SOABI").encode(), cxx_version.encode()]
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
@@ -136,7 +140,7 @@ def library_path(quiet: bool = True) -> str:
         if os.path.exists(target):  # another process built it while we waited
             return target
         temporary = f"{target}.{os.getpid()}.tmp"
-        command = compile_command(cxx, SOURCE, temporary)
+        command = compile_command(cxx, SOURCES, temporary)
         if not quiet:
             print(f"recsys_dist: building the Parquet op library ({os.path.basename(target)}) "
                   "for the installed TensorFlow and pyarrow, about a minute ...",
@@ -147,7 +151,8 @@ def library_path(quiet: bool = True) -> str:
             if os.path.exists(temporary):
                 os.remove(temporary)
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-25:])
-            raise OpBuildError(f"compiling {SOURCE} failed (exit {result.returncode}):\n"
+            raise OpBuildError(f"compiling {', '.join(SOURCES)} failed (exit "
+                               f"{result.returncode}):\n"
                                f"{' '.join(command)}\n{tail}")
         os.replace(temporary, target)
         for old in glob.glob(os.path.join(directory, f"{NAME}-*.so")):

@@ -648,10 +648,14 @@ def test_build_key_covers_the_compiler_and_the_source(monkeypatch, tmp_path):
     assert key == build.build_key("g++ (Debian 12.2.0-14) 12.2.0")
     assert key != build.build_key("g++ (Debian 13.1.0-1) 13.1.0")
     assert key != build.build_key("clang version 17.0.6")
-    source = tmp_path / "parquet_read_rows.cc"
-    source.write_bytes(pathlib.Path(build.SOURCE).read_bytes() + b"\n// changed\n")
-    monkeypatch.setattr(build, "SOURCE", str(source))
-    assert build.build_key("g++ (Debian 12.2.0-14) 12.2.0") != key
+    for index, original in enumerate(build.SOURCES):  # each source file counts
+        source = tmp_path / pathlib.Path(original).name
+        source.write_bytes(pathlib.Path(original).read_bytes() + b"\n// changed\n")
+        changed = list(build.SOURCES)
+        changed[index] = str(source)
+        monkeypatch.setattr(build, "SOURCES", changed)
+        assert build.build_key("g++ (Debian 12.2.0-14) 12.2.0") != key
+        monkeypatch.undo()
 
 
 @pytest.mark.parametrize("package", ["tensorflow", "pyarrow"])
