@@ -12,9 +12,9 @@ from recsys_dist import ops
 from recsys_dist.config.features import load_feature_config
 from recsys_dist.features.transforms import FeatureTransform
 from tests.support.configs import write_yaml
-from tests.unit.features.test_stacked_transforms import DTYPES as SCALAR_DTYPES
-from tests.unit.features.test_stacked_transforms import FEATURES as SCALAR_FEATURES
-from tests.unit.features.test_stacked_transforms import _random_chunk
+from tests.support.transform_chunks import DTYPES as SCALAR_DTYPES
+from tests.support.transform_chunks import FEATURES as SCALAR_FEATURES
+from tests.support.transform_chunks import random_chunk
 
 N = 20_000
 MULTI_FEATURES = {
@@ -105,7 +105,7 @@ def test_fused_kernels_give_the_stock_values_for_multi_valued_features(tmp_path,
 @pytest.mark.parametrize("seed", [1, 2])
 def test_fused_kernels_give_the_stock_values_for_ids_crosses_and_buckets(tmp_path, seed):
     config = load_feature_config(write_yaml(tmp_path / "f.yaml", SCALAR_FEATURES))
-    raw, present = _random_chunk(seed)
+    raw, present = random_chunk(seed)
     _assert_same(*_both(config, SCALAR_DTYPES, raw, present))
     no_validity = {c: v for c, v in present.items() if c not in "uvsqr"}
     _assert_same(*_both(config, SCALAR_DTYPES, raw, no_validity))
