@@ -199,8 +199,8 @@ class _Counting:
 
 
 class _Untracked:
-    """A plain holder: what it holds is not saved through it (a shard's link to the shard
-    whose index it shares; that shard is saved where it lives)."""
+    """A plain holder: what it holds is not saved through it (a table's link to the table
+    whose index it shares; that table is saved where it lives)."""
 
     def __init__(self, value):
         self.value = value
@@ -219,7 +219,6 @@ class DynamicShard(tf.Module):
         super().__init__(name=name)
         self.capacity, self.admit_after = table.capacity_per_shard, table.admit_after
         self.device = device
-        self._index_of = _Untracked(index_of)
         with tf.device(device), _colocated(device, name):
             init = seeded_initializer(initializer, derive_seed(seed, name))
             self._row_initializer = init  # freed rows restart from it (eviction)
@@ -248,11 +247,6 @@ class DynamicShard(tf.Module):
             self.waiting = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                        name=f"{name}_waiting")
             self._counting = _Counting(f"{name}_counting")
-
-    @property
-    def index_of(self) -> "DynamicShard | None":
-        """The shard whose id index this one shares (None: its own)."""
-        return self._index_of.value
 
     def find(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of ``keys`` (-1: no row); inserts and counts nothing."""
