@@ -120,6 +120,10 @@ FEATURE_REJECTIONS = [
     ({"labels.click": {"column": "price"}},
      r"labels\.click: label column 'price' is also read by feature 'price'"),
     ({"tables.unused": {"rows": 1, "dim": 1}}, r"tables\.unused: is used by no feature"),
+    ({"features.tags.separator": ""},
+     r"features\.tags\.separator: got '' \(of type str\); expected a non-empty string"),
+    ({"features.tags.weight_separator": ""},
+     r"features\.tags\.weight_separator: got ''.*expected a non-empty string"),
     ({"features.ad.vocabulary": "missing.txt"},
      r"features\.ad\.vocabulary: cannot read vocabulary file .*missing\.txt"),
 ]
