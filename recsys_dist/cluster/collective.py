@@ -236,12 +236,17 @@ def _echo(process: subprocess.Popen, log: pathlib.Path) -> None:
 
 def _wait_all(processes: list[subprocess.Popen]) -> tuple[int, int] | None:
     """Waits until every worker exited 0 (None), or one failed: ``(index, exit code)``
-    of the first that did (the others are then stopped by the caller)."""
+    of the one that failed first (the others are then stopped by the caller).
+
+    Failures seen at the same poll are told by their cause: a worker killed by a signal
+    first, then one that stopped on an error, and last one that only lost its peers (the
+    survivors of a killed worker exit so within a fraction of a second)."""
     while True:
         codes = [p.poll() for p in processes]
-        for index, code in enumerate(codes):
-            if code not in (None, 0):
-                return index, code
+        failed = [(index, code) for index, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            return min(failed, key=lambda f: (
+                0 if f[1] < 0 else 2 if f[1] == ClusterLost.exit_code else 1, f[0]))
         if all(code == 0 for code in codes):
             return None
         time.sleep(0.2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from recsys_dist.cluster.collective import CollectiveRun, WorkerFailed, launch
+from recsys_dist.cluster.collective import CollectiveRun, WorkerFailed, _wait_all, launch
 from recsys_dist.errors import ClusterLost
 
 RUN = CollectiveRun("config.yaml", None, "model", True, None, "fail")
@@ -48,3 +48,24 @@ def test_an_error_on_a_worker_ends_with_its_exit_code(tmp_path, monkeypatch):
                                            r"\n[\s\S]*worker 1: 2$") as other:
         run(tmp_path, monkeypatch, "0:ok,1:2")
     assert other.value.exit_code == 2
+
+
+class _Exited:
+    def __init__(self, code):
+        self.code = code
+
+    def poll(self):
+        return self.code
+
+
+@pytest.mark.parametrize("codes,reported", [
+    ((ClusterLost.exit_code, -9), (1, -9)),  # worker 0 lost its peer: worker 1 was killed
+    ((ClusterLost.exit_code, 3), (1, 3)),
+    ((3, -15), (1, -15)),
+    ((ClusterLost.exit_code, ClusterLost.exit_code), (0, ClusterLost.exit_code)),
+    ((0, 2), (1, 2)),
+])
+def test_failures_seen_together_are_told_by_their_cause(codes, reported):
+    """A killed worker's peers exit within a fraction of a second: the report names the
+    worker that was killed, not the first index that stopped."""
+    assert _wait_all([_Exited(code) for code in codes]) == reported
