@@ -138,11 +138,38 @@ def test_bucketize_rows_counts_as_searchsorted(width):
     np.testing.assert_array_equal(got, want)
 
 
-def test_the_kernels_check_their_inputs():
-    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="values must be"):
-        ops.hash_int_ids(tf.zeros([3, 4], tf.int64), None, [5, 5], [4, 4])
-    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="present must"):
-        ops.hash_int_ids(tf.zeros([2, 4], tf.int64), tf.ones([2, 3], tf.bool), [5, 5], [4, 4])
-    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="do not fit"):
-        ops.list_ids(tf.zeros([2], tf.int64), tf.constant([0, 5], tf.int64), None, None, None,
-                     7, 2)
+def _raw_list_ids(values, splits, weights_splits=(), buckets=7, max_length=2):
+    return ops.load().list_ids(
+        values=tf.constant(values, tf.int64), row_splits=tf.constant(splits, tf.int64),
+        valid=tf.zeros([0], tf.bool), weights=tf.zeros([3]),
+        weights_splits=tf.constant(weights_splits, tf.int64), weights_valid=tf.zeros([0], tf.bool),
+        buckets=buckets, max_length=max_length)
+
+
+KERNEL_REJECTIONS = [
+    (lambda: ops.hash_int_ids(tf.zeros([3, 4], tf.int64), None, [5, 5], [4, 4]),
+     r"values must be \[len\(buckets\), N\]"),
+    (lambda: ops.hash_int_ids(tf.zeros([2, 4], tf.int64), tf.ones([2, 3], tf.bool), [5, 5],
+                              [4, 4]), "present must be empty or shaped as values"),
+    (lambda: ops.hash_int_ids(tf.zeros([2, 4], tf.int64), None, [5, 5], [4]),
+     "buckets and missing_rows differ in length"),
+    (lambda: ops.hash_int_ids(tf.zeros([1, 4], tf.int64), None, [0], [4]),
+     "buckets must be positive"),
+    (lambda: ops.bucketize_rows(tf.zeros([4]), [[1.0]]), r"x must be \[K, N\] and edges"),
+    (lambda: ops.delimited_ids(tf.constant([["a"]]), "|", None, 7, 2), r"strings must be \[N\]"),
+    (lambda: ops.delimited_ids(tf.constant(["a"]), "|", None, 0, 2),
+     "separator, buckets and max_length must be set"),
+    (lambda: _raw_list_ids([1], []), r"row_splits must be \[N \+ 1\]"),
+    (lambda: _raw_list_ids([1, 2], [0, 5]), "row_splits or validity do not fit the values"),
+    (lambda: _raw_list_ids([1, 2], [0, 2], weights_splits=[0, 1, 3]),
+     r"weights_splits must be \[N \+ 1\]"),
+    (lambda: _raw_list_ids([1], [0, 1], max_length=0), "buckets and max_length must be positive"),
+]
+
+
+@pytest.mark.parametrize("call,message", KERNEL_REJECTIONS,
+                         ids=[m.split(" ")[0].strip("\\") + str(i)
+                              for i, (_, m) in enumerate(KERNEL_REJECTIONS)])
+def test_the_kernels_check_their_inputs(call, message):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        call()
