@@ -8,7 +8,9 @@ every console entry point must:
 - SIGTERM, SIGHUP and SIGINT end the process at any moment with ``error: stopped by
   SIG...`` and exit code 128 + signum;
 - ``SystemExit`` (argparse's usage errors and ``--help``) becomes its exit code;
-- the process ends through ``os._exit`` after flushing.
+- the process ends through ``os._exit`` after flushing;
+- a crash in native code (SIGSEGV, SIGABRT, ...) prints every Python thread's stack on
+  stderr before the process dies (``faulthandler``), so a bug report has a place.
 
 Inside, :func:`reporting_errors` turns a :class:`~recsys_dist.errors.RecsysError` into
 ``error: <message>`` on stderr and the error's exit code, never a traceback.
@@ -17,6 +19,7 @@ Inside, :func:`reporting_errors` turns a :class:`~recsys_dist.errors.RecsysError
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -96,6 +99,7 @@ def run_command(main: Callable[[], int],
     from recsys_dist.tf_log_filter import filter_stderr_for_life
 
     filter_stderr_for_life()  # TF_CPP_MIN_LOG_LEVEL for TensorFlow's Abseil lines too
+    faulthandler.enable()  # a native crash leaves the Python stacks on stderr
     try:
         with terminate_on_signals():  # SIGTERM, SIGHUP and SIGINT at any moment
             code = main()

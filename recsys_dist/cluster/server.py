@@ -22,6 +22,7 @@ prints ``error: <message>`` on stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import resource
@@ -294,6 +295,7 @@ def run_task(args: argparse.Namespace) -> int:
     """Runs the server task that the arguments of :func:`add_server_arguments` (and
     ``TF_CONFIG``) describe; blocks until killed. Returns the exit status of a user
     error, after printing ``error: <message>`` on stderr."""
+    faulthandler.enable()  # a native crash leaves the Python stacks in the task's log
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         # No handler of a command: Ctrl-C ends the task at once, without a traceback.
         signal.signal(signal.SIGINT, signal.SIG_DFL)

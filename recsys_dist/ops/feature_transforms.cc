@@ -297,6 +297,16 @@ uint64_t HashValue<tstring>(const tstring& value) {
   return HashString(absl::string_view(value.data(), value.size()));
 }
 
+// Row splits that index inside their values: starting at 0 or above, never decreasing.
+bool Ascending(const Tensor& splits) {
+  const auto s = splits.flat<int64_t>();
+  if (s.size() == 0 || s(0) < 0) return false;
+  for (int64_t i = 1; i < s.size(); ++i) {
+    if (s(i) < s(i - 1)) return false;
+  }
+  return true;
+}
+
 template <typename T>
 class ListIdsOp : public OpKernel {
  public:
@@ -322,10 +332,16 @@ class ListIdsOp : public OpKernel {
     const bool has_weights_valid = weights_valid.NumElements() > 0;
     const auto v = values.flat<T>();
     const auto s = splits.flat<int64_t>();
-    OP_REQUIRES(ctx, s(rows) <= v.size() && (!has_valid || valid.NumElements() == v.size()),
+    OP_REQUIRES(ctx, Ascending(splits) && s(rows) <= v.size() &&
+                         (!has_valid || valid.NumElements() == v.size()),
                 absl::InvalidArgumentError("row_splits or validity do not fit the values"));
     OP_REQUIRES(ctx, !has_weights || weight_splits.NumElements() == rows + 1,
                 absl::InvalidArgumentError("weights_splits must be [N + 1]"));
+    OP_REQUIRES(ctx, !has_weights || (Ascending(weight_splits) &&
+                                      weight_splits.flat<int64_t>()(rows) <= weights.NumElements()),
+                absl::InvalidArgumentError("weights_splits do not fit the weights"));
+    OP_REQUIRES(ctx, !has_weights_valid || weights_valid.NumElements() == weights.NumElements(),
+                absl::InvalidArgumentError("weights_valid must be empty or as long as weights"));
     Padded padded;
     bool* bad = nullptr;
     OP_REQUIRES_OK(ctx, AllocatePadded(ctx, rows, max_length_, &padded, &bad));

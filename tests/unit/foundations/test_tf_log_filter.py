@@ -121,3 +121,15 @@ def test_the_life_long_filter_drops_absl_lines_and_loses_nothing_at_exit(code):
                           timeout=60, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert done.returncode == code  # os._exit skips every cleanup: the filter still drains
     assert done.stderr.decode() == "kept\n" + ERROR.decode() + "\n"
+
+
+def test_a_native_crash_in_a_command_leaves_its_python_stack_on_stderr():
+    # run_command enables faulthandler after the stderr filter: the dump passes through it.
+    script = ("import ctypes\nfrom recsys_dist.console import run_command\n"
+              "def crash_in_native_code():\n    return ctypes.string_at(0)\n"
+              "run_command(crash_in_native_code)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == -11
+    assert "Fatal Python error: Segmentation fault" in done.stderr
+    assert "crash_in_native_code" in done.stderr

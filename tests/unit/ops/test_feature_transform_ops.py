@@ -138,11 +138,13 @@ def test_bucketize_rows_counts_as_searchsorted(width):
     np.testing.assert_array_equal(got, want)
 
 
-def _raw_list_ids(values, splits, weights_splits=(), buckets=7, max_length=2):
+def _raw_list_ids(values, splits, weights_splits=(), buckets=7, max_length=2,
+                  weights_valid=()):
     return ops.load().list_ids(
         values=tf.constant(values, tf.int64), row_splits=tf.constant(splits, tf.int64),
         valid=tf.zeros([0], tf.bool), weights=tf.zeros([3]),
-        weights_splits=tf.constant(weights_splits, tf.int64), weights_valid=tf.zeros([0], tf.bool),
+        weights_splits=tf.constant(weights_splits, tf.int64),
+        weights_valid=tf.constant(weights_valid, tf.bool),
         buckets=buckets, max_length=max_length)
 
 
@@ -161,6 +163,14 @@ KERNEL_REJECTIONS = [
      "separator, buckets and max_length must be set"),
     (lambda: _raw_list_ids([1], []), r"row_splits must be \[N \+ 1\]"),
     (lambda: _raw_list_ids([1, 2], [0, 5]), "row_splits or validity do not fit the values"),
+    (lambda: _raw_list_ids([1, 2], [-1, 2]), "row_splits or validity do not fit the values"),
+    (lambda: _raw_list_ids([1, 2], [0, 2, 1]), "row_splits or validity do not fit the values"),
+    (lambda: _raw_list_ids([1, 2], [0, 2], weights_splits=[0, 4]),
+     "weights_splits do not fit the weights"),
+    (lambda: _raw_list_ids([1, 2], [0, 2], weights_splits=[2, 1]),
+     "weights_splits do not fit the weights"),
+    (lambda: _raw_list_ids([1, 2], [0, 2], weights_splits=[0, 2], weights_valid=[True]),
+     "weights_valid must be empty or as long as weights"),
     (lambda: _raw_list_ids([1, 2], [0, 2], weights_splits=[0, 1, 3]),
      r"weights_splits must be \[N \+ 1\]"),
     (lambda: _raw_list_ids([1], [0, 1], max_length=0), "buckets and max_length must be positive"),
