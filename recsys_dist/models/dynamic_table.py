@@ -33,6 +33,13 @@ gathered outside the lock; their gradient is an ``IndexedSlices`` over the gathe
 rows, so the existing optimizers update only those. An id without a row reads zeros and
 gets no gradient. Evaluation and serving only look up.
 
+What crosses between a worker and a server is packed per server (:func:`lookup_tables`):
+the keys of every table in one tensor, the vectors of every table in one flat tensor, and
+on the way back one gradient tensor, which the server itself splits into each table's
+``IndexedSlices`` (:func:`_packed_rows`). Left to the tape, the gradients were unpacked on
+the worker and every table's went to the server on its own, with the positions of its
+rows fetched from the server first.
+
 Eviction (``evict_after_days``, run by daily retraining after its warm start, with no step
 in flight): the ids last trained before a day are dropped, the rows of the others move to
 the front in their order (with their optimizer slots and last-seen days), the freed rows
@@ -336,15 +343,6 @@ class DynamicShard(tf.Module):
             self.counts.remove(self.counts.export()[0])
         return kept, int(tf.size(keys)) - kept
 
-    def gather(self, rows: tf.Tensor) -> tf.Tensor:
-        """``[N, dim]`` vectors of ``rows``; zeros where a row is -1."""
-        with _on(self.device):
-            valid = rows >= 0
-            found = tf.gather(self.emb, tf.boolean_mask(rows, valid))
-            shape = tf.stack([tf.size(rows, out_type=tf.int64),
-                              tf.shape(self.emb, out_type=tf.int64)[1]])
-            return tf.scatter_nd(tf.where(valid), found, shape)
-
 
 class DynamicTable(tf.Module):
     """A collision-free table sharded over the parameter servers.
@@ -479,6 +477,11 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
     distinct key of theirs once, on its shard, and each table gathers its own rows. In
     training, every index's part on shard i is resolved under one execution of shard i's
     lock, so a step takes each lock once.
+
+    Each tensor that crosses between a worker and a server is one transfer (a gRPC call
+    between processes), so a step packs what goes to and comes from shard i: the keys of
+    every index in one tensor (and their counts in another), the vectors of every table in
+    one flat tensor, split again on the worker.
     """
     count = len(tables[0].shards)
     owners = list(dict.fromkeys(t.index_owner for t in tables))
@@ -492,23 +495,76 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
         shard = owner.shard_of(unique)
         plans.append((members, positions, tf.dynamic_partition(unique, shard, count),
                       tf.dynamic_partition(tf.range(tf.size(unique)), shard, count)))
-    rows: list[list] = [[] for _ in owners]
+    # shard i -> the [n_i, dim] vectors of every table (n_i: its index's keys on shard i)
+    on_shards: list[dict[int, tf.Tensor]] = []
     for i in range(count):
         parts = [plan[2][i] for plan in plans]
+        sizes = tf.stack([tf.size(part) for part in parts])  # on the worker
+        packed = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+        with _on(owners[0].shards[i].device):
+            arrived = [packed] if len(parts) == 1 else tf.split(packed, sizes, num=len(parts))
         if training:
             lock = tables[0].locks.locks[i]
             resolved = _one_after_another(lambda: lock.execute(lambda: tuple(
-                owner.shards[i].admit(part) for owner, part in zip(owners, parts))))
+                owner.shards[i].admit(part) for owner, part in zip(owners, arrived))))
             for owner, shard_rows in zip(owners, resolved):
                 owner.shards[i].record_seen(shard_rows)
         else:
-            resolved = [owner.shards[i].find(part) for owner, part in zip(owners, parts)]
-        for owner_rows, shard_rows in zip(rows, resolved):
-            owner_rows.append(shard_rows)
+            resolved = [owner.shards[i].find(part) for owner, part in zip(owners, arrived)]
+        order = [k for plan in plans for k in plan[0]]
+        flat = _packed_rows([[tables[k].shards[i] for k in plan[0]] for plan in plans],
+                            resolved, owners[0].shards[i].device)
+        dims = [int(tables[k].shards[i].emb.shape[1]) for k in order]
+        rows_of = tf.gather(sizes, [o for o, plan in enumerate(plans) for _ in plan[0]])
+        lengths = rows_of * tf.constant(dims, tf.int32)
+        split = [flat] if len(order) == 1 else tf.split(flat, lengths, num=len(order))
+        on_shards.append({k: tf.reshape(part, [-1, dim])
+                          for k, part, dim in zip(order, split, dims)})
     vectors: list = [None] * len(tables)
-    for (members, positions, _, places), owner_rows in zip(plans, rows):
+    for members, positions, _, places in plans:
         for k, position in zip(members, positions):
-            found = tf.dynamic_stitch(places, [shard.gather(r) for shard, r in
-                                               zip(tables[k].shards, owner_rows)])
+            found = tf.dynamic_stitch(places, [on_shards[i][k] for i in range(count)])
             vectors[k] = tf.gather(found, position)
     return vectors
+
+
+def _packed_rows(groups: list[list[DynamicShard]], rows: list[tf.Tensor],
+                 device: str | None) -> tf.Tensor:
+    """The vectors of ``rows[g]`` in each shard of ``groups[g]`` (the shards of one
+    server that share one index), zeros where a row is -1, flattened and concatenated
+    in that order; built on ``device``, the shards' server.
+
+    The gradient is unpacked on the server too: the worker sends one tensor back, and
+    each shard's ``emb`` gets an ``IndexedSlices`` over its gathered rows."""
+    with _on(device):
+        valid = [r >= 0 for r in rows]
+        live = [tf.boolean_mask(r, v) for r, v in zip(rows, valid)]
+        where = [tf.where(v) for v in valid]
+        counts = [tf.size(r, out_type=tf.int64) for r in rows]
+    embs = [shard.emb for group in groups for shard in group]
+    dims = [int(emb.shape[1]) for emb in embs]
+    owner = [g for g, group in enumerate(groups) for _ in group]
+
+    @tf.custom_gradient
+    def pack(anchor):
+        del anchor  # a tensor input, as tf.custom_gradient wants one
+        with _on(device):
+            pieces = [tf.reshape(tf.scatter_nd(where[g], tf.gather(emb, live[g]),
+                                               tf.stack([counts[g], dim])), [-1])
+                      for emb, dim, g in zip(embs, dims, owner)]
+            packed = pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
+
+        def grad(upstream, variables=None):
+            with _on(device):
+                lengths = tf.stack([counts[g] * dim for dim, g in zip(dims, owner)])
+                parts = [upstream] if len(embs) == 1 else tf.split(upstream, lengths,
+                                                                   num=len(embs))
+                by_variable = {
+                    emb.ref(): tf.IndexedSlices(
+                        tf.gather_nd(tf.reshape(part, tf.stack([counts[g], dim])), where[g]),
+                        live[g], dense_shape=tf.shape(emb, out_type=tf.int64))
+                    for emb, part, dim, g in zip(embs, parts, dims, owner)}
+            return None, [by_variable.get(v.ref()) for v in variables or []]
+        return packed, grad
+
+    return pack(counts[0])

@@ -281,6 +281,45 @@ def test_layers_that_read_one_table_share_its_id_index():
                                           table.shards[shard].emb.numpy()[row])
 
 
+@pytest.mark.parametrize("in_function", [False, True])
+def test_the_packed_lookup_gives_each_row_the_gradient_of_its_reads(in_function):
+    """Vectors go to the worker packed per server and gradients come back packed: each
+    layer's row of an id still gets the sum of the upstream gradients of every read."""
+    from recsys_dist.models.dynamic_table import lookup_tables
+
+    deep, wide = _sharing_tables(capacity=4)  # 2 shards of 4 rows: 8 fit, 9 and 10 refused
+    batch = [keys(1, 2, 3, 1, 9, 5, 6), keys(3, 4, 7, 8, 3, 10)]
+    lookup_tables([deep, wide], batch, training=True)  # admits every id that fits
+    weights = [tf.random.stateless_normal([7, 4], [1, 2]),
+               tf.random.stateless_normal([6, 1], [3, 4])]
+    variables = deep.embedding_variables + wide.embedding_variables
+
+    def step():
+        with tf.GradientTape() as tape:
+            vectors = lookup_tables([deep, wide], batch, training=True)
+            loss = tf.add_n([tf.reduce_sum(w * v) for w, v in zip(weights, vectors)])
+        return vectors, tape.gradient(loss, variables)
+
+    vectors, gradients = tf.function(step)() if in_function else step()
+    for t, (table, ids, w) in enumerate(zip((deep, wide), batch, weights)):
+        expected = [np.zeros(v.shape, np.float32) for v in table.embedding_variables]
+        for position, key in enumerate(ids.numpy()):
+            shard = int(table.shard_of(keys(key)).numpy()[0])
+            row = int(table.shards[shard].index.lookup(keys(key)).numpy()[0])
+            if row < 0:  # refused: zeros, no gradient
+                assert not vectors[t][position].numpy().any()
+                continue
+            np.testing.assert_array_equal(vectors[t][position].numpy(),
+                                          table.shards[shard].emb.numpy()[row])
+            expected[shard][row] += w.numpy()[position]
+        got = gradients[2 * t:2 * t + 2]
+        for shard, (g, want) in enumerate(zip(got, expected)):
+            assert isinstance(g, tf.IndexedSlices)
+            np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(), want, rtol=1e-6,
+                                       err_msg=f"{table.name} shard {shard}")
+    assert deep.stats()["dropped_full"] > 0  # the refused ids were in the batch
+
+
 def test_eviction_moves_the_rows_of_every_layer_that_shares_the_index():
     from recsys_dist.models.dynamic_table import evict_tables
 
