@@ -534,37 +534,33 @@ def _packed_rows(groups: list[list[DynamicShard]], rows: list[tf.Tensor],
     server that share one index), zeros where a row is -1, flattened and concatenated
     in that order; built on ``device``, the shards' server.
 
-    The gradient is unpacked on the server too: the worker sends one tensor back, and
-    each shard's ``emb`` gets an ``IndexedSlices`` over its gathered rows."""
+    The gradient is unpacked on the server too: the worker sends one tensor back, the
+    server splits it into each shard's rows, and the gathers turn those into an
+    ``IndexedSlices`` of each ``emb`` on the server."""
     with _on(device):
         valid = [r >= 0 for r in rows]
         live = [tf.boolean_mask(r, v) for r, v in zip(rows, valid)]
         where = [tf.where(v) for v in valid]
         counts = [tf.size(r, out_type=tf.int64) for r in rows]
-    embs = [shard.emb for group in groups for shard in group]
-    dims = [int(emb.shape[1]) for emb in embs]
-    owner = [g for g, group in enumerate(groups) for _ in group]
+        owner = [g for g, group in enumerate(groups) for _ in group]
+        found = [tf.gather(shard.emb, live[g])
+                 for g, group in enumerate(groups) for shard in group]
+    dims = [int(f.shape[1]) for f in found]
 
     @tf.custom_gradient
-    def pack(anchor):
-        del anchor  # a tensor input, as tf.custom_gradient wants one
+    def pack(*gathered):
         with _on(device):
-            pieces = [tf.reshape(tf.scatter_nd(where[g], tf.gather(emb, live[g]),
-                                               tf.stack([counts[g], dim])), [-1])
-                      for emb, dim, g in zip(embs, dims, owner)]
+            pieces = [tf.reshape(tf.scatter_nd(where[g], f, tf.stack([counts[g], dim])), [-1])
+                      for f, dim, g in zip(gathered, dims, owner)]
             packed = pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
 
-        def grad(upstream, variables=None):
+        def grad(upstream):
             with _on(device):
                 lengths = tf.stack([counts[g] * dim for dim, g in zip(dims, owner)])
-                parts = [upstream] if len(embs) == 1 else tf.split(upstream, lengths,
-                                                                   num=len(embs))
-                by_variable = {
-                    emb.ref(): tf.IndexedSlices(
-                        tf.gather_nd(tf.reshape(part, tf.stack([counts[g], dim])), where[g]),
-                        live[g], dense_shape=tf.shape(emb, out_type=tf.int64))
-                    for emb, part, dim, g in zip(embs, parts, dims, owner)}
-            return None, [by_variable.get(v.ref()) for v in variables or []]
+                parts = [upstream] if len(dims) == 1 else tf.split(upstream, lengths,
+                                                                   num=len(dims))
+                return [tf.gather_nd(tf.reshape(part, tf.stack([counts[g], dim])), where[g])
+                        for part, dim, g in zip(parts, dims, owner)]
         return packed, grad
 
-    return pack(counts[0])
+    return pack(*found)
