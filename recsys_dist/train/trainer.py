@@ -433,6 +433,10 @@ class Trainer:
             loss, per_example = replica_loss(logits, batch["labels"], valid, labels,
                                              self.replicas, model.losses)
         grads = tape.gradient(loss, embedding_vars + list(dense_sources))
+        untrained = [v.name for v, g in zip(embedding_vars, grads) if g is None]
+        if untrained:  # at tracing: a table would silently keep its initial rows
+            raise RuntimeError(f"no gradient reaches the embedding variables {untrained}; "
+                               "every table of the model is read by the loss")
         self.optimizers.apply(grads[:len(embedding_vars)], grads[len(embedding_vars):])
         for name in labels:
             self.auc[name].update_state(batch["labels"][name], logits[name], sample_weight=valid)
