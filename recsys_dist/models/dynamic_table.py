@@ -495,6 +495,11 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
         shard = owner.shard_of(unique)
         plans.append((members, positions, tf.dynamic_partition(unique, shard, count),
                       tf.dynamic_partition(tf.range(tf.size(unique)), shard, count)))
+    # The packed vectors of a shard hold the tables in this order; the worker splits them
+    # by each table's dim times the number of its index's keys on that shard.
+    order = [k for plan in plans for k in plan[0]]
+    dims = [tables[k].dim for k in order]
+    index_of_table = [o for o, plan in enumerate(plans) for _ in plan[0]]
     # shard i -> the [n_i, dim] vectors of every table (n_i: its index's keys on shard i)
     on_shards: list[dict[int, tf.Tensor]] = []
     for i in range(count):
@@ -511,12 +516,9 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
                 owner.shards[i].record_seen(shard_rows)
         else:
             resolved = [owner.shards[i].find(part) for owner, part in zip(owners, arrived)]
-        order = [k for plan in plans for k in plan[0]]
         flat = _packed_rows([[tables[k].shards[i] for k in plan[0]] for plan in plans],
                             resolved, owners[0].shards[i].device)
-        dims = [int(tables[k].shards[i].emb.shape[1]) for k in order]
-        rows_of = tf.gather(sizes, [o for o, plan in enumerate(plans) for _ in plan[0]])
-        lengths = rows_of * tf.constant(dims, tf.int32)
+        lengths = tf.gather(sizes, index_of_table) * tf.constant(dims, tf.int32)
         split = [flat] if len(order) == 1 else tf.split(flat, lengths, num=len(order))
         on_shards.append({k: tf.reshape(part, [-1, dim])
                           for k, part, dim in zip(order, split, dims)})
