@@ -259,6 +259,21 @@ def completed_run(config: ExperimentConfig, pipeline: InputPipeline, model_dir: 
     return (saved, position) if _complete(config, position, saved.step) else None
 
 
+def require_gradients(variables: list, grads: list) -> None:
+    """Raises when a variable gets no gradient (checked at tracing): every embedding table
+    of a model is read by its loss, so a missing gradient is a bug that would leave the
+    table silently at its initial rows (as a gradient lost on the way to the parameter
+    servers once did).
+
+    Raises:
+      RuntimeError: naming the variables without a gradient.
+    """
+    untrained = [v.name for v, g in zip(variables, grads) if g is None]
+    if untrained:
+        raise RuntimeError(f"no gradient reaches the embedding variables {untrained}; "
+                           "every table of the model is read by the loss")
+
+
 class Trainer:
     """Builds a model on the parameter servers and trains it from the coordinator.
 
@@ -433,10 +448,7 @@ class Trainer:
             loss, per_example = replica_loss(logits, batch["labels"], valid, labels,
                                              self.replicas, model.losses)
         grads = tape.gradient(loss, embedding_vars + list(dense_sources))
-        untrained = [v.name for v, g in zip(embedding_vars, grads) if g is None]
-        if untrained:  # at tracing: a table would silently keep its initial rows
-            raise RuntimeError(f"no gradient reaches the embedding variables {untrained}; "
-                               "every table of the model is read by the loss")
+        require_gradients(embedding_vars, grads[:len(embedding_vars)])
         self.optimizers.apply(grads[:len(embedding_vars)], grads[len(embedding_vars):])
         for name in labels:
             self.auc[name].update_state(batch["labels"][name], logits[name], sample_weight=valid)
