@@ -3,8 +3,10 @@
 A hashed table (``kind: hashed``) maps ids into a fixed number of rows, so two ids may
 share one vector. A dynamic table (``kind: dynamic`` in the feature config) gives each id
 its own row, allocated the first time the id is admitted, on the parameter server that
-owns the id. Everything is stock TensorFlow: no custom op, so an exported model serves
-with plain TensorFlow.
+owns the id. Its state is stock TensorFlow (hash tables and variables), so checkpoints,
+eviction, evaluation and an exported model use stock ops only, and the export serves with
+plain TensorFlow. Training admits ids with one kernel of the package's op library
+(``AdmitIds``, ``recsys_dist/ops/dynamic_admission.cc``), loaded by every server.
 
 Per shard (one per parameter server; an id belongs to shard ``mix(id) % shards``):
 
@@ -24,14 +26,16 @@ first one's ``index``, ``counts``, ``last_seen`` and counters (built inside
 once for all of them, an id has the same row in every layer, and eviction moves every
 layer's rows together.
 
-Training resolves ids under one ``tf.CriticalSection`` per shard: look up, count,
-allocate rows for the newly admitted ids and insert them, as one step; the last-seen days
-and the lookups without a row are recorded after the lock is released. So concurrent
-workers never give one id two rows nor two ids one row (TensorFlow has no find-or-insert
-op, and ``next_row.assign_add`` is not safe under concurrency). The vectors are then
-gathered outside the lock; their gradient is an ``IndexedSlices`` over the gathered
-rows, so the existing optimizers update only those. An id without a row reads zeros and
-gets no gradient. Evaluation and serving only look up.
+Training resolves ids on each server with one ``AdmitIds`` call for all the indexes of
+the model's tables on it: look up, count, give the newly admitted ids the next rows and
+insert them, as one step under a mutex per index, then mark the rows as seen today and
+count the lookups without a row. So concurrent workers never give one id two rows nor two
+ids one row (TensorFlow has no find-or-insert op, and ``next_row.assign_add`` is not safe
+under concurrency). The same work in stock ops took about 40 small ops per index and
+server under a ``tf.CriticalSection``; the kernel trained 19% more examples per second
+(docs/training.md). The vectors are then gathered; their gradient is an ``IndexedSlices`` over the
+gathered rows, so the existing optimizers update only those. An id without a row reads
+zeros and gets no gradient. Evaluation and serving only look up.
 
 What crosses between a worker and a server is packed per server (:func:`lookup_tables`):
 the keys of every table in one tensor, the vectors of every table in one flat tensor, and
@@ -52,12 +56,12 @@ from __future__ import annotations
 import contextlib
 import datetime
 import threading
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
 
+from recsys_dist import ops
 from recsys_dist.config.features import TableSpec
 from recsys_dist.features import hashing
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
@@ -70,40 +74,36 @@ def day_number(day: datetime.date) -> int:
     return (day - EPOCH).days
 
 
-class ShardLocks:
-    """One ``tf.CriticalSection`` per shard, on the shard's server. Every dynamic table of a
-    model shares them (of a layer, outside :func:`shared_across_layers`), so a training
-    step takes each server's lock once for all its tables. (A plain holder: critical
-    sections are not saved.)"""
+class ShardGroup:
+    """The servers (one shard each) of dynamic tables that are resolved together: every
+    dynamic table of a model shares one group (of a layer, outside
+    :func:`shared_across_layers`), so a training step admits the ids of all of them in one
+    ``AdmitIds`` call per server. A plain holder, not saved."""
 
-    def __init__(self, devices: list[str | None], name: str):
+    def __init__(self, devices: list[str | None]):
         self.devices = list(devices)
-        self.locks = []
-        for i, device in enumerate(devices):
-            with tf.device(device):
-                self.locks.append(tf.CriticalSection(name=f"{name}_lock_{i}"))
 
     @classmethod
-    def for_layer(cls, devices: list[str | None], name: str) -> "ShardLocks":
-        """The locks of the enclosing :func:`shared_across_layers` scope (made on first
-        use), else new ones for this layer alone."""
+    def for_layer(cls, devices: list[str | None]) -> "ShardGroup":
+        """The group of the enclosing :func:`shared_across_layers` scope (made on first
+        use), else a new one for this layer alone."""
         shared = getattr(_model_scope, "shared", None)
         if shared is None:
-            return cls(devices, name)
-        if shared.locks is None:
-            shared.locks = cls(devices, name)
-        if shared.locks.devices != list(devices):
+            return cls(devices)
+        if shared.group is None:
+            shared.group = cls(devices)
+        if shared.group.devices != list(devices):
             raise ValueError(f"dynamic tables of one model on different servers: "
-                             f"{shared.locks.devices} and {list(devices)}")
-        return shared.locks
+                             f"{shared.group.devices} and {list(devices)}")
+        return shared.group
 
 
 class _SharedAcrossLayers:
-    """What the dynamic tables of one model share: the locks, and per table name the
-    table that owns the id index (the first one built)."""
+    """What the dynamic tables of one model share: the shard group, and per table name
+    the table that owns the id index (the first one built)."""
 
     def __init__(self):
-        self.locks: ShardLocks | None = None
+        self.group: ShardGroup | None = None
         self.index_owners: dict[str, "DynamicTable"] = {}
 
 
@@ -112,9 +112,9 @@ _model_scope = threading.local()
 
 @contextlib.contextmanager
 def shared_across_layers() -> Iterator[None]:
-    """Dynamic tables built inside (a model's, in all its layers) share one lock per
-    server, so one step resolves the ids of every layer in one execution per server, and
-    one id index per table name (see :func:`dynamic_table`)."""
+    """Dynamic tables built inside (a model's, in all its layers) share one
+    :class:`ShardGroup`, so one step admits the ids of every layer in one call per server,
+    and one id index per table name (see :func:`dynamic_table`)."""
     previous = getattr(_model_scope, "shared", None)
     _model_scope.shared = _SharedAcrossLayers()
     try:
@@ -124,12 +124,12 @@ def shared_across_layers() -> Iterator[None]:
 
 
 def dynamic_table(table: TableSpec, dim: int, shards: int, initializer: InitializerLike,
-                  seed: int | None, name: str, locks: ShardLocks) -> "DynamicTable":
+                  seed: int | None, name: str, group: ShardGroup) -> "DynamicTable":
     """A layer's :class:`DynamicTable` for ``table``: inside :func:`shared_across_layers`,
     the second and later layers that read ``table`` share the first one's id index."""
     shared = getattr(_model_scope, "shared", None)
     owner = shared.index_owners.get(table.name) if shared is not None else None
-    made = DynamicTable(table, dim, shards, initializer, seed, name, locks, index_of=owner)
+    made = DynamicTable(table, dim, shards, initializer, seed, name, group, index_of=owner)
     if shared is not None and owner is None:
         shared.index_owners[table.name] = made
     return made
@@ -168,28 +168,6 @@ def _colocated(device: str | None, name: str):
             kwargs["colocate_with"] = _Place(device, name)
         return next_creator(**kwargs)
     return tf.variable_creator_scope(creator)
-
-
-#: Graph -> the output of the last critical-section execution built in it.
-_last_execution: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _one_after_another(execute):
-    """Builds ``execute()`` after the graph's previous critical-section execution.
-
-    Two executions of different critical sections in one ``tf.function``, left
-    unordered, deadlock (measured on TF 2.19 with two trivial sections); ordered by a
-    control dependency they do not. A step touches every shard of every dynamic table,
-    so each execution waits for the one built before it.
-    """
-    if tf.executing_eagerly():
-        return execute()
-    graph = tf.compat.v1.get_default_graph()
-    previous = _last_execution.get(graph)
-    with tf.control_dependencies(tf.nest.flatten(previous) if previous is not None else []):
-        out = execute()
-    _last_execution[graph] = out
-    return out
 
 
 def _on(device: str | None):
@@ -260,56 +238,6 @@ class DynamicShard(tf.Module):
         with _on(self.device):
             return tf.reshape(self.index.lookup(keys), [-1])
 
-    def admit(self, keys: tf.Tensor) -> tf.Tensor:
-        """Rows of distinct ``keys`` after counting them and admitting those due; call it
-        under the shard's lock (:func:`lookup_tables` does), and :meth:`record_seen` on
-        the rows after it.
-
-        Only what allocates rows runs here (one index lookup, the counts, the insert, the
-        row counter). The rows come back only after every update has landed:
-        ``CriticalSection.execute`` releases its lock once the returned tensors exist, so
-        an update that nothing returned waits on could land after another step took the
-        lock, and two ids would get one row.
-        """
-        with _on(self.device):
-            updates = []
-            rows = self.find(keys)
-            missing = tf.where(rows < 0)[:, 0]  # positions in keys
-            candidates = tf.gather(keys, missing)
-            if self.admit_after > 1:
-                counting = self._counting.on.read_value()  # off: passes after the first
-                seen = (tf.reshape(self.counts.lookup(candidates), [-1])
-                        + tf.cast(counting, tf.int64))
-                ready = seen >= self.admit_after
-                waiting = tf.logical_and(~ready, counting)
-                updates.append(self.counts.insert(tf.boolean_mask(candidates, waiting),
-                                                  tf.boolean_mask(seen, waiting)))
-                candidates, missing = (tf.boolean_mask(t, ready) for t in (candidates, missing))
-            start = self.next_row.read_value()
-            wanted = tf.size(candidates, out_type=tf.int64)
-            take = tf.minimum(wanted, tf.maximum(self.capacity - start, 0))
-            admitted, given = candidates[:take], tf.range(start, start + take)
-            updates.append(self.index.insert(admitted, given))
-            if self.admit_after > 1:
-                updates.append(self.counts.remove(admitted))
-            updates.append(self.next_row.assign(start + take))
-            updates.append(self.dropped_full.assign_add(wanted - take))
-            rows = tf.tensor_scatter_nd_update(rows, missing[:take, None], given)
-            if tf.executing_eagerly():
-                return rows
-            with tf.control_dependencies([u for u in updates if u is not None]):
-                return tf.identity(rows)
-
-    def record_seen(self, rows: tf.Tensor) -> None:
-        """After :meth:`admit`, outside the lock: counts the lookups without a row and
-        marks the rows as seen today."""
-        with _on(self.device):
-            live = tf.boolean_mask(rows, rows >= 0)
-            self.waiting.assign_add(tf.size(rows, out_type=tf.int64)
-                                    - tf.size(live, out_type=tf.int64))
-            self.last_seen.scatter_update(tf.IndexedSlices(
-                tf.fill(tf.shape(live), self.day.read_value()), live))
-
     def evict(self, oldest_day: int, slots: list[tuple[tf.Variable, float]],
               sharing: list[tuple["DynamicShard", list[tuple[tf.Variable, float]]]] = ()
               ) -> tuple[int, int]:
@@ -355,14 +283,14 @@ class DynamicTable(tf.Module):
       initializer: Initializer of the rows (each row starts from it when admitted).
       seed: Seed of the initializer.
       name: Variable name prefix.
-      locks: The shards' locks (default: this table's own).
+      group: The shard group it is resolved with (default: its own).
       index_of: A table (of the same spec, on the same servers) whose id index this one
         shares: an id then has the same row in both, and this table holds only its rows.
     """
 
     def __init__(self, table: TableSpec, dim: int, shards: int = 1,
                  initializer: InitializerLike = "random_uniform", seed: int | None = None,
-                 name: str = "dynamic", locks: ShardLocks | None = None,
+                 name: str = "dynamic", group: ShardGroup | None = None,
                  index_of: "DynamicTable | None" = None):
         super().__init__(name=name)
         devices = shard_devices(shards)
@@ -375,7 +303,7 @@ class DynamicTable(tf.Module):
         self.shards = [DynamicShard(table, dim, i, device, initializer, seed, f"{name}_{i}",
                                     index_of.shards[i] if index_of is not None else None)
                        for i, device in enumerate(devices)]
-        self.locks = locks or ShardLocks(devices, name)
+        self.group = group or ShardGroup(devices)
 
     @property
     def index_owner(self) -> "DynamicTable":
@@ -472,11 +400,11 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
                   ) -> list[tf.Tensor]:
     """``[N_t, dim_t]`` vectors of each table's 1-D int64 ``keys``.
 
-    The tables share their shard count and locks (one model's or one layer's tables, see
-    :class:`ShardLocks`). Tables that share an id index are resolved together: each
+    The tables share their shard count and group (one model's or one layer's tables, see
+    :class:`ShardGroup`). Tables that share an id index are resolved together: each
     distinct key of theirs once, on its shard, and each table gathers its own rows. In
-    training, every index's part on shard i is resolved under one execution of shard i's
-    lock, so a step takes each lock once.
+    training, every index's part on shard i is admitted by one ``AdmitIds`` call on
+    shard i's server.
 
     Each tensor that crosses between a worker and a server is one transfer (a gRPC call
     between processes), so a step packs what goes to and comes from shard i: the keys of
@@ -509,11 +437,10 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
         with _on(owners[0].shards[i].device):
             arrived = [packed] if len(parts) == 1 else tf.split(packed, sizes, num=len(parts))
         if training:
-            lock = tables[0].locks.locks[i]
-            resolved = _one_after_another(lambda: lock.execute(lambda: tuple(
-                owner.shards[i].admit(part) for owner, part in zip(owners, arrived))))
-            for owner, shard_rows in zip(owners, resolved):
-                owner.shards[i].record_seen(shard_rows)
+            with _on(owners[0].shards[i].device):
+                admitted = _admit_ids([owner.shards[i] for owner in owners], packed, sizes)
+                resolved = [admitted] if len(parts) == 1 else tf.split(admitted, sizes,
+                                                                       num=len(parts))
         else:
             resolved = [owner.shards[i].find(part) for owner, part in zip(owners, arrived)]
         flat = _packed_rows([[tables[k].shards[i] for k in plan[0]] for plan in plans],
@@ -528,6 +455,29 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
             found = tf.dynamic_stitch(places, [on_shards[i][k] for i in range(count)])
             vectors[k] = tf.gather(found, position)
     return vectors
+
+
+def _admit_ids(shards: list[DynamicShard], keys: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
+    """Rows of ``keys`` (the keys of each shard's index, concatenated; ``sizes`` their
+    counts; -1: no row) after admitting them, in one ``AdmitIds`` call on the shards'
+    server (see the module docstring): find; count the keys without a row (in a
+    run's first pass) and give those seen ``admit_after`` times the next rows while the
+    shard has room, counting the others as ``dropped_full``; mark every row as seen
+    today; count the lookups without a row as ``waiting``."""
+    state = [[shard.index.resource_handle for shard in shards],
+             [shard.counts.resource_handle for shard in shards],
+             *([_handle(getattr(shard, name)) for shard in shards]
+               for name in ("next_row", "last_seen", "dropped_full", "waiting", "day")),
+             [_handle(shard._counting.on) for shard in shards]]  # noqa: SLF001
+    return ops.load().admit_ids(
+        *state, keys=keys, sizes=sizes,
+        capacity=[shard.capacity for shard in shards],
+        admit_after=[shard.admit_after for shard in shards])
+
+
+def _handle(variable) -> tf.Tensor:
+    """A variable's resource handle (through a distribution strategy's wrapper)."""
+    return variable.handle
 
 
 def _packed_rows(groups: list[list[DynamicShard]], rows: list[tf.Tensor],

@@ -41,7 +41,7 @@ from recsys_dist.config.features import FeatureConfig, MultiCategoricalFeature, 
 from recsys_dist.features.transforms import missing_indicator_name
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
-from recsys_dist.models.dynamic_table import (DynamicTable, ShardLocks, dynamic_table,
+from recsys_dist.models.dynamic_table import (DynamicTable, ShardGroup, dynamic_table,
                                               lookup_tables, shard_devices)
 from recsys_dist.models.sharding import dynamic_shards, embedding_tables
 
@@ -289,12 +289,11 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                     dtype=tf.float32, trainable=True,
                     initializer=_StackInitializer(initializer, seed, layout))
                 self._stacks[dim] = TableStack(f"{self.name}/{name}", variable, layout)
-            locks = (ShardLocks.for_layer(shard_devices(dynamic_shards()), self.name)
-                     if dynamic else None)
+            group = ShardGroup.for_layer(shard_devices(dynamic_shards())) if dynamic else None
             self._dynamic_tables = {
                 table: dynamic_table(features.tables[table], dim, dynamic_shards(),
                                      initializer, derive_seed(seed, table),
-                                     f"{self.name}_{table}", locks)
+                                     f"{self.name}_{table}", group)
                 for table, dim in dynamic.items()}
 
     @property
@@ -334,9 +333,9 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         return dict(self._dynamic_tables)
 
     @property
-    def dynamic_tables_locks(self) -> ShardLocks | None:
-        """The locks every dynamic table of this layer shares (None without one)."""
-        return next(iter(self._dynamic_tables.values())).locks if self._dynamic_tables else None
+    def dynamic_tables_group(self) -> ShardGroup | None:
+        """The shard group every dynamic table of this layer shares (None without one)."""
+        return next(iter(self._dynamic_tables.values())).group if self._dynamic_tables else None
 
     def call(self, features: dict[str, Any], training: bool | None = None
              ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
@@ -361,7 +360,7 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
 
     def _dynamic_lookup(self, features: dict[str, Any], training: bool) -> dict[str, tf.Tensor]:
         """``[B, D]`` per feature of a dynamic table: every dynamic table resolved at once
-        (each shard's lock taken once), then pooled like the stacks' features. Inside
+        (one admission per server), then pooled like the stacks' features. Inside
         :func:`dynamic_tables_resolved_together` the vectors come from the model's one
         resolution of all its layers."""
         if self._resolved is not None:
@@ -426,12 +425,12 @@ class DynamicPlan:
 def dynamic_tables_resolved_together(layers: list["FeatureEmbeddings"], features: dict,
                                      training: bool) -> Iterator[None]:
     """Resolves the dynamic tables of every layer in ``layers`` for ``features`` in one
-    :func:`lookup_tables` call (one lock execution per server, not one per layer and
-    server), for the layers' calls inside to use. Layers with locks of their own (built
-    outside :func:`shared_across_layers`) resolve on their own as before."""
+    :func:`lookup_tables` call (one admission per server, not one per layer and
+    server), for the layers' calls inside to use. Layers with a shard group of their own
+    (built outside :func:`shared_across_layers`) resolve on their own as before."""
     layers = [layer for layer in layers if layer.dynamic_tables]
     shared = [layer for layer in layers
-              if layer.dynamic_tables_locks is layers[0].dynamic_tables_locks] if layers else []
+              if layer.dynamic_tables_group is layers[0].dynamic_tables_group] if layers else []
     if len(shared) < 2:
         yield
         return

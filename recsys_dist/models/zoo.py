@@ -455,9 +455,9 @@ def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]]
     if not isinstance(params, params_class):
         raise TypeError(f"model {name!r} takes {params_class.__name__} params, got "
                         f"{type(params).__name__}")
-    # One lock per server for all the model's dynamic tables, and one id index per table
-    # for every layer that reads it: a step resolves each id of every layer (e.g. the wide
-    # part and the tower) once, in one execution per server.
+    # One shard group for all the model's dynamic tables, and one id index per table for
+    # every layer that reads it: a step resolves each id of every layer (e.g. the wide
+    # part and the tower) once, in one admission per server.
     with shared_across_layers():
         return MODELS[name](features, inputs, labels, params=params, seed=seed)
 

@@ -30,7 +30,8 @@ from recsys_dist.errors import RecsysError
 
 #: The op library's C++ sources: the Parquet reader and the fused feature transforms.
 SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-           for name in ("parquet_read_rows.cc", "feature_transforms.cc")]
+           for name in ("parquet_read_rows.cc", "feature_transforms.cc",
+                         "dynamic_admission.cc")]
 NAME = "parquet_ops"
 COMPILER_ADVICE = (
     "recsys_dist compiles its Parquet reader (a TensorFlow op on Arrow C++) on first use "

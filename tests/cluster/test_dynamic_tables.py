@@ -221,7 +221,7 @@ PSS_STEP_SCRIPT = """
 import numpy as np, tensorflow as tf
 from recsys_dist.cluster.in_process import InProcessCluster
 from recsys_dist.config.features import TableSpec
-from recsys_dist.models.dynamic_table import (ShardLocks, dynamic_table, lookup_tables,
+from recsys_dist.models.dynamic_table import (ShardGroup, dynamic_table, lookup_tables,
                                               shard_devices, shared_across_layers)
 
 spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
@@ -230,9 +230,9 @@ batches = [tf.constant(b, tf.int64) for b in ([1, 2, 3, 4, 5, 1, 9], [2, 7, 8, 1
 def train(strategy):
     with strategy.scope():
         with shared_across_layers():
-            locks = ShardLocks.for_layer(shard_devices(2), "m")
-            deep = dynamic_table(spec, 4, 2, "random_uniform", 1, "deep", locks)
-            wide = dynamic_table(spec, 1, 2, "random_uniform", 2, "wide", locks)
+            group = ShardGroup.for_layer(shard_devices(2))
+            deep = dynamic_table(spec, 4, 2, "random_uniform", 1, "deep", group)
+            wide = dynamic_table(spec, 1, 2, "random_uniform", 2, "wide", group)
         optimizer = tf.keras.optimizers.legacy.Adagrad(0.5)
     variables = deep.embedding_variables + wide.embedding_variables
     before = [v.numpy().copy() for v in variables]

@@ -128,13 +128,13 @@ def test_only_rows_with_an_id_get_a_gradient():
 STEP_SCRIPT = """
 import tensorflow as tf
 from recsys_dist.config.features import TableSpec
-from recsys_dist.models.dynamic_table import DynamicTable, ShardLocks, lookup_tables
+from recsys_dist.models.dynamic_table import DynamicTable, ShardGroup, lookup_tables
 
 spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
 layers = []
 for layer in ("a", "b"):  # two layers (a model's embeddings and its linear part)
-    locks = ShardLocks([None, None], layer)
-    layers.append([DynamicTable(spec, 4, 2, seed=i, name=f"{layer}{i}", locks=locks)
+    group = ShardGroup([None, None])
+    layers.append([DynamicTable(spec, 4, 2, seed=i, name=f"{layer}{i}", group=group)
                    for i in range(2)])
 keys = tf.constant([1, 2, 3, 4, 5, 1], tf.int64)
 
@@ -151,9 +151,10 @@ print(sum(t.stats()["live_ids"] for tables in layers for t in tables))
 """
 
 
-def test_a_step_over_several_locked_tables_and_shards_finishes():
-    """Unordered critical sections in one tf.function deadlock: every execution must be
-    chained after the one before (run in a subprocess, so a hang fails, not stalls)."""
+def test_a_step_over_several_groups_of_tables_and_shards_finishes():
+    """Two shard groups admitting on the same servers in one tf.function (each call
+    takes its indexes' mutexes one at a time, so they cannot deadlock; run in a
+    subprocess, so a hang fails, not stalls)."""
     done = subprocess.run([sys.executable, "-c", STEP_SCRIPT], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -242,13 +243,13 @@ def test_eviction_drops_unseen_ids_and_moves_the_others_with_their_slots():
 def _sharing_tables(capacity: int = 16, admit_after: int = 1, shards: int = 2):
     """A table's vectors (dim 4) and its linear weights (dim 1), as two layers of one
     model build them: the second shares the first one's id index."""
-    from recsys_dist.models.dynamic_table import ShardLocks, dynamic_table, shared_across_layers
+    from recsys_dist.models.dynamic_table import ShardGroup, dynamic_table, shared_across_layers
 
     spec = dynamic_spec(capacity=capacity, admit_after=admit_after)
     with shared_across_layers():
-        locks = ShardLocks.for_layer([None] * shards, "model")
-        return (dynamic_table(spec, 4, shards, "random_uniform", 1, "deep_user", locks),
-                dynamic_table(spec, 1, shards, "random_uniform", 2, "wide_user", locks))
+        group = ShardGroup.for_layer([None] * shards)
+        return (dynamic_table(spec, 4, shards, "random_uniform", 1, "deep_user", group),
+                dynamic_table(spec, 1, shards, "random_uniform", 2, "wide_user", group))
 
 
 def test_layers_that_read_one_table_share_its_id_index():
@@ -545,21 +546,22 @@ def _wide_deep(config, merged: bool):
 
 def _forward_in_training(model, batches):
     """A few forward passes in training mode (admission) through one traced function;
-    returns the outputs and how many lock executions the function holds."""
+    returns the outputs, and the admission calls the function holds and the indexes
+    they admit into."""
     @tf.function
     def forward(batch):
         return model(batch, training=True)["click"]
 
     outputs = [forward(batch).numpy() for batch in batches]
     graph = forward.get_concrete_function(batches[0]).graph
-    ops = [op.type for op in graph.get_operations()]
-    return outputs, (ops.count("MutexLock"), ops.count("LookupTableInsertV2"))
+    admissions = [op for op in graph.get_operations() if op.type == "AdmitIds"]
+    return outputs, (len(admissions), sum(op.get_attr("N") for op in admissions))
 
 
-def test_one_lock_execution_per_server_and_the_same_result(tmp_path):
-    """A model's dynamic tables share one lock per server and one id index per table: a
+def test_one_admission_per_server_and_the_same_result(tmp_path):
+    """A model's dynamic tables share one shard group and one id index per table: a
     training step of Wide & Deep (a dynamic table in its wide part and in its tower)
-    resolves both layers' ids once, in one lock execution per server, with the same rows
+    resolves both layers' ids once, in one admission call per server, with the same rows
     and outputs as each layer on its own."""
     config = load_feature_config(write_features(tmp_path, lambda doc: None))
     rng = np.random.default_rng(0)
@@ -567,11 +569,11 @@ def test_one_lock_execution_per_server_and_the_same_result(tmp_path):
                 "C2": tf.constant(rng.integers(0, 10, 64), tf.int64)} for _ in range(4)]
     merged, separate = _wide_deep(config, merged=True), _wide_deep(config, merged=False)
     layers = [m for m in merged._flatten_modules() if isinstance(m, FeatureEmbeddings)]
-    assert len(layers) == 2 and layers[0].dynamic_tables_locks is layers[1].dynamic_tables_locks
-    merged_out, merged_locks = _forward_in_training(merged, batches)
-    separate_out, separate_locks = _forward_in_training(separate, batches)
-    # 2 servers (x 2 layers on their own); index inserts: one index per table and server
-    assert (merged_locks, separate_locks) == ((2, 2), (4, 4))
+    assert len(layers) == 2 and layers[0].dynamic_tables_group is layers[1].dynamic_tables_group
+    merged_out, merged_calls = _forward_in_training(merged, batches)
+    separate_out, separate_calls = _forward_in_training(separate, batches)
+    # 2 servers (x 2 layers on their own), each call admitting into one index
+    assert (merged_calls, separate_calls) == ((2, 2), (4, 4))
     first, second = merged.dynamic_tables["user"]
     assert first.index_owner is second.index_owner and first.shards[0].index is \
         second.shards[0].index
@@ -586,16 +588,16 @@ def test_one_lock_execution_per_server_and_the_same_result(tmp_path):
                 assert dict(zip(ka, ra)) == dict(zip(kb, rb))
 
 
-def test_layers_of_one_model_share_locks_only_on_the_same_servers():
-    from recsys_dist.models.dynamic_table import ShardLocks, shared_across_layers
+def test_layers_of_one_model_share_a_shard_group_only_on_the_same_servers():
+    from recsys_dist.models.dynamic_table import ShardGroup, shared_across_layers
 
     with shared_across_layers():
-        first = ShardLocks.for_layer([None, None], "wide")
-        assert ShardLocks.for_layer([None, None], "deep") is first
+        first = ShardGroup.for_layer([None, None])
+        assert ShardGroup.for_layer([None, None]) is first
         with pytest.raises(ValueError, match=r"dynamic tables of one model on different "
                                              r"servers: \[None, None\] and \[None\]"):
-            ShardLocks.for_layer([None], "other")
-    assert ShardLocks.for_layer([None, None], "alone") is not first  # outside the scope
+            ShardGroup.for_layer([None])
+    assert ShardGroup.for_layer([None, None]) is not first  # outside the scope
 
 
 def test_passes_after_the_first_neither_count_nor_admit():
