@@ -1,7 +1,8 @@
 """recsys_dist's TensorFlow ops: ``ParquetReadRows``, Parquet read in-graph on Arrow C++,
 and the fused feature transforms the input pipeline runs (``HashIntIds``,
 ``BucketizeRows``, ``DelimitedIds``, ``ListIds``: the same values as the stock ops of
-:mod:`recsys_dist.features.transforms`, in one pass each).
+:mod:`recsys_dist.features.transforms`, in one pass each), and the admission of ids into
+dynamic tables on a parameter server (``AdmitIds``, :mod:`recsys_dist.models.dynamic_table`).
 
 :func:`load` builds the op library on first use (see :mod:`recsys_dist.ops.build`) and
 registers the ops in this process. Every server process loads it before it serves, so a

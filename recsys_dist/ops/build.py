@@ -28,7 +28,8 @@ import time
 
 from recsys_dist.errors import RecsysError
 
-#: The op library's C++ sources: the Parquet reader and the fused feature transforms.
+#: The op library's C++ sources: the Parquet reader, the fused feature transforms and
+#: the dynamic tables' admission.
 SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
            for name in ("parquet_read_rows.cc", "feature_transforms.cc",
                          "dynamic_admission.cc")]
