@@ -70,7 +70,6 @@ std::mutex* IndexMutex(const LookupInterface* table) {
 // holds its buffer, as TensorFlow's own update kernels do). Call with var->mu() held.
 absl::Status Writable(OpKernelContext* ctx, Var* var, Tensor** out) {
   Tensor* tensor = var->tensor();
-  if (!var->is_initialized) return absl::FailedPreconditionError("variable not initialized");
   if (!tensor->RefCountIsOne()) {
     Tensor copy;
     TF_RETURN_IF_ERROR(ctx->allocate_temp(tensor->dtype(), tensor->shape(), &copy));
@@ -138,12 +137,29 @@ class AdmitIdsOp : public OpKernel {
     return absl::OkStatus();
   }
 
-  static absl::Status Scalar(Var* var, int64_t* value) {
+  // A state variable initialized with the dtype and rank the kernel reads it as (another
+  // would abort the process in Eigen's checks, not fail the step).
+  static absl::Status Expect(Var* var, ::tensorflow::DataType dtype, int dims, State state,
+                             int i) {
     ::tensorflow::mutex_lock lock(*var->mu());
-    if (!var->is_initialized) return absl::FailedPreconditionError("variable not initialized");
-    *value = var->tensor()->dtype() == DT_INT64 ? var->tensor()->scalar<int64_t>()()
-                                               : var->tensor()->scalar<bool>()();
+    const Tensor& tensor = *var->tensor();
+    if (!var->is_initialized) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(kStateNames[state], "[", i, "]: variable not initialized"));
+    }
+    if (tensor.dtype() != dtype || tensor.dims() != dims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kStateNames[state], "[", i, "]: expected a ", dims == 0 ? "scalar " : "1-D ",
+          ::tensorflow::DataTypeString(dtype), " variable, got ",
+          ::tensorflow::DataTypeString(tensor.dtype()), " ", tensor.shape().DebugString()));
+    }
     return absl::OkStatus();
+  }
+
+  template <typename T>
+  static T Read(Var* var) {
+    ::tensorflow::mutex_lock lock(*var->mu());
+    return var->tensor()->scalar<T>()();
   }
 
   static absl::Status Add(OpKernelContext* ctx, Var* var, int64_t amount) {
@@ -171,16 +187,30 @@ class AdmitIdsOp : public OpKernel {
         counts->key_dtype() != DT_INT64 || counts->value_dtype() != DT_INT64) {
       return absl::InvalidArgumentError("indexes and counts must map int64 to int64");
     }
+    TF_RETURN_IF_ERROR(Expect(next_row.get(), DT_INT64, 0, kNextRow, i));
+    TF_RETURN_IF_ERROR(Expect(last_seen.get(), DT_INT64, 1, kLastSeen, i));
+    TF_RETURN_IF_ERROR(Expect(dropped_full.get(), DT_INT64, 0, kDroppedFull, i));
+    TF_RETURN_IF_ERROR(Expect(waiting.get(), DT_INT64, 0, kWaiting, i));
+    TF_RETURN_IF_ERROR(Expect(day.get(), DT_INT64, 0, kDay, i));
+    TF_RETURN_IF_ERROR(Expect(counting.get(), ::tensorflow::DT_BOOL, 0, kCounting, i));
+    const int64_t capacity = capacity_[i], admit_after = admit_after_[i];
+    {
+      ::tensorflow::mutex_lock lock(*last_seen->mu());
+      const int64_t rows_held = last_seen->tensor()->NumElements();
+      if (capacity > rows_held) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "capacity[", i, "] is ", capacity, " rows but last_seen[", i, "] holds ",
+            rows_held));
+      }
+    }
     const int64_t n = keys.NumElements();
     const auto key = keys.flat<int64_t>();
     auto row = out->flat<int64_t>();
     Tensor minus_one(DT_INT64, TensorShape({})), zero(DT_INT64, TensorShape({}));
     minus_one.scalar<int64_t>()() = -1;
     zero.scalar<int64_t>()() = 0;
-    int64_t counting_on = 0, today = 0;
-    TF_RETURN_IF_ERROR(Scalar(counting.get(), &counting_on));
-    TF_RETURN_IF_ERROR(Scalar(day.get(), &today));
-    const int64_t capacity = capacity_[i], admit_after = admit_after_[i];
+    const int64_t counting_on = Read<bool>(counting.get()) ? 1 : 0;
+    const int64_t today = Read<int64_t>(day.get());
     int64_t refused = 0;
     {
       std::lock_guard<std::mutex> admission(*IndexMutex(index.get()));
@@ -248,8 +278,9 @@ class AdmitIdsOp : public OpKernel {
         } else if (r < rows_held) {
           seen(r) = today;
         } else {
-          return absl::InternalError(absl::StrCat("row ", r, " of key ", key(k),
-                                                  " is past last_seen's ", rows_held, " rows"));
+          return absl::FailedPreconditionError(absl::StrCat(
+              "indexes[", i, "] gives key ", key(k), " row ", r, ", past the ", rows_held,
+              " rows of last_seen[", i, "]"));
         }
       }
     }

@@ -86,20 +86,57 @@ def test_bad_keys_or_sizes_are_refused_by_name(keys, sizes, message):
 
 def test_a_wrong_resource_is_refused_naming_the_input():
     table = shard("t", capacity=4, admit_after=1)
-    state = [[table.index.resource_handle], [table.counts.resource_handle],
-             [table.next_row.handle], [table.last_seen.handle], [table.dropped_full.handle],
-             [table.waiting.handle], [table.day.handle], [table.index.resource_handle]]
     with pytest.raises(tf.errors.OpError, match=r"counting\[0\]"):
-        ops.load().admit_ids(*state, keys=tf.constant([1], tf.int64),
-                             sizes=tf.constant([1], tf.int32), capacity=[4], admit_after=[1])
+        ops.load().admit_ids(*_state(table, counting=table.index.resource_handle),
+                             keys=tf.constant([1], tf.int64), sizes=tf.constant([1], tf.int32),
+                             capacity=[4], admit_after=[1])
 
 
-def test_bad_attributes_are_refused():
+@pytest.mark.parametrize("capacity, admit_after, message", [
+    ([4], [0], "capacity must be >= 0 and admit_after >= 1"),
+    ([4, 4], [1], "capacity and admit_after need one value per index"),
+])
+def test_bad_attributes_are_refused(capacity, admit_after, message):
     table = shard("t", capacity=4, admit_after=1)
-    state = [[table.index.resource_handle], [table.counts.resource_handle],
-             *([v.handle] for v in (table.next_row, table.last_seen, table.dropped_full,
-                                    table.waiting, table.day, table._counting.on))]  # noqa: SLF001
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        ops.load().admit_ids(*_state(table), keys=tf.constant([1], tf.int64),
+                             sizes=tf.constant([1], tf.int32), capacity=capacity,
+                             admit_after=admit_after)
+
+
+def _state(table: DynamicShard, **replace):
+    """The kernel's state inputs for one index, with some replaced by name."""
+    handles = {"indexes": table.index.resource_handle, "counts": table.counts.resource_handle,
+               "next_rows": table.next_row.handle, "last_seen": table.last_seen.handle,
+               "dropped_full": table.dropped_full.handle, "waiting": table.waiting.handle,
+               "days": table.day.handle, "counting": table._counting.on.handle}  # noqa: SLF001
+    handles.update(replace)
+    return [[handle] for handle in handles.values()]
+
+
+def test_a_state_variable_of_another_dtype_or_rank_is_refused_naming_it():
+    table = shard("t", capacity=4, admit_after=1)
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="capacity must be >= 0 and admit_after >= 1"):
-        ops.load().admit_ids(*state, keys=tf.constant([1], tf.int64),
-                             sizes=tf.constant([1], tf.int32), capacity=[4], admit_after=[0])
+                       match=r"next_rows\[0\]: expected a scalar int64 variable, got float "
+                             r"\[4,2\]"):
+        ops.load().admit_ids(*_state(table, next_rows=table.emb.handle),
+                             keys=tf.constant([1], tf.int64), sizes=tf.constant([1], tf.int32),
+                             capacity=[4], admit_after=[1])
+
+
+def test_a_capacity_beyond_the_rows_is_refused_before_any_admission():
+    table = shard("t", capacity=4, admit_after=1)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"capacity\[0\] is 5 rows but last_seen\[0\] holds 4"):
+        ops.load().admit_ids(*_state(table), keys=tf.constant([1], tf.int64),
+                             sizes=tf.constant([1], tf.int32), capacity=[5], admit_after=[1])
+    assert index_of(table) == {}
+
+
+def test_an_index_row_past_the_rows_is_refused_naming_the_key():
+    table = shard("t", capacity=4, admit_after=1)
+    table.index.insert(tf.constant([7], tf.int64), tf.constant([50], tf.int64))
+    with pytest.raises(tf.errors.FailedPreconditionError,
+                       match=r"indexes\[0\] gives key 7 row 50, past the 4 rows of "
+                             r"last_seen\[0\]"):
+        admit([table], [7])
