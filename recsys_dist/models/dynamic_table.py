@@ -33,9 +33,10 @@ count the lookups without a row. So concurrent workers never give one id two row
 ids one row (TensorFlow has no find-or-insert op, and ``next_row.assign_add`` is not safe
 under concurrency). The same work in stock ops took about 40 small ops per index and
 server under a ``tf.CriticalSection``; the kernel trained 19% more examples per second
-(docs/training.md). The vectors are then gathered; their gradient is an ``IndexedSlices`` over the
-gathered rows, so the existing optimizers update only those. An id without a row reads
-zeros and gets no gradient. Evaluation and serving only look up.
+(docs/training.md). The vectors are then gathered; their gradient is an
+``IndexedSlices`` over the gathered rows, so the existing optimizers update only those.
+An id without a row reads zeros and gets no gradient. Evaluation and serving only look
+up.
 
 What crosses between a worker and a server is packed per server (:func:`lookup_tables`):
 the keys of every table in one tensor, the vectors of every table in one flat tensor, and
@@ -435,14 +436,11 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
         sizes = tf.stack([tf.size(part) for part in parts])  # on the worker
         packed = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
         with _on(owners[0].shards[i].device):
+            if training:  # every index's keys in one call; the rows split after it
+                packed = _admit_ids([owner.shards[i] for owner in owners], packed, sizes)
             arrived = [packed] if len(parts) == 1 else tf.split(packed, sizes, num=len(parts))
-        if training:
-            with _on(owners[0].shards[i].device):
-                admitted = _admit_ids([owner.shards[i] for owner in owners], packed, sizes)
-                resolved = [admitted] if len(parts) == 1 else tf.split(admitted, sizes,
-                                                                       num=len(parts))
-        else:
-            resolved = [owner.shards[i].find(part) for owner, part in zip(owners, arrived)]
+        resolved = arrived if training else [
+            owner.shards[i].find(part) for owner, part in zip(owners, arrived)]
         flat = _packed_rows([[tables[k].shards[i] for k in plan[0]] for plan in plans],
                             resolved, owners[0].shards[i].device)
         lengths = tf.gather(sizes, index_of_table) * tf.constant(dims, tf.int32)
@@ -464,20 +462,13 @@ def _admit_ids(shards: list[DynamicShard], keys: tf.Tensor, sizes: tf.Tensor) ->
     run's first pass) and give those seen ``admit_after`` times the next rows while the
     shard has room, counting the others as ``dropped_full``; mark every row as seen
     today; count the lookups without a row as ``waiting``."""
-    state = [[shard.index.resource_handle for shard in shards],
-             [shard.counts.resource_handle for shard in shards],
-             *([_handle(getattr(shard, name)) for shard in shards]
+    state = [[s.index.resource_handle for s in shards], [s.counts.resource_handle for s in shards],
+             *([getattr(s, name).handle for s in shards]
                for name in ("next_row", "last_seen", "dropped_full", "waiting", "day")),
-             [_handle(shard._counting.on) for shard in shards]]  # noqa: SLF001
-    return ops.load().admit_ids(
-        *state, keys=keys, sizes=sizes,
-        capacity=[shard.capacity for shard in shards],
-        admit_after=[shard.admit_after for shard in shards])
-
-
-def _handle(variable) -> tf.Tensor:
-    """A variable's resource handle (through a distribution strategy's wrapper)."""
-    return variable.handle
+             [s._counting.on.handle for s in shards]]  # noqa: SLF001
+    return ops.load().admit_ids(*state, keys=keys, sizes=sizes,
+                                capacity=[s.capacity for s in shards],
+                                admit_after=[s.admit_after for s in shards])
 
 
 def _packed_rows(groups: list[list[DynamicShard]], rows: list[tf.Tensor],
