@@ -62,6 +62,7 @@ from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.errors import RecsysError
 from recsys_dist.features.transforms import FeatureTransform
+from recsys_dist.models.dynamic_table import stock_row_ops
 from recsys_dist.models.zoo import RankingModel, build_from_config
 
 #: The signature a serving request names (TF Serving's default).
@@ -309,7 +310,6 @@ def export_model(config: ExperimentConfig, model_dir: str, out_dir: str,
     transform, inputs = _input_columns(saved, config)
     model = load_model(config, saved)
     labels = list(config.labels)
-    module = build_serving_module(model, transform, inputs, labels)
     info = {
         "format": "recsys_dist SavedModel export, version 1",
         "signature": SIGNATURE_KEY,
@@ -326,6 +326,9 @@ def export_model(config: ExperimentConfig, model_dir: str, out_dir: str,
         "tensorflow_version": tf.__version__,
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    _save(module, out_dir, info)
+    # Traced and saved with stock ops only: plain TensorFlow serves the SavedModel. (Saving
+    # traces the functions again, so it runs inside the scope too.)
+    with stock_row_ops():
+        _save(build_serving_module(model, transform, inputs, labels), out_dir, info)
     return ExportResult(out_dir=out_dir, step=saved.step, checkpoint=saved.directory,
                         inputs=inputs, outputs=labels)

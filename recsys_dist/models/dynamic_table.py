@@ -4,9 +4,10 @@ A hashed table (``kind: hashed``) maps ids into a fixed number of rows, so two i
 share one vector. A dynamic table (``kind: dynamic`` in the feature config) gives each id
 its own row, allocated the first time the id is admitted, on the parameter server that
 owns the id. Its state is stock TensorFlow (hash tables and variables), so checkpoints,
-eviction, evaluation and an exported model use stock ops only, and the export serves with
-plain TensorFlow. Training admits ids with one kernel of the package's op library
-(``AdmitIds``, ``recsys_dist/ops/dynamic_admission.cc``), loaded by every server.
+eviction and an exported model use stock ops only, and the export serves with plain
+TensorFlow. Training admits ids with one kernel of the package's op library
+(``AdmitIds``, ``recsys_dist/ops/dynamic_admission.cc``), loaded by every server, and
+packs the rows with three more (below).
 
 Per shard (one per parameter server; an id belongs to shard ``mix(id) % shards``):
 
@@ -43,7 +44,10 @@ the keys of every table in one tensor, the vectors of every table in one flat te
 on the way back one gradient tensor, which the server itself splits into each table's
 ``IndexedSlices`` (:func:`_packed_rows`). Left to the tape, the gradients were unpacked on
 the worker and every table's went to the server on its own, with the positions of its
-rows fetched from the server first.
+rows fetched from the server first. On the server, three kernels of the op library
+(``LiveRows``, ``PackRows``, ``UnpackRowGrads``, ``recsys_dist/ops/dynamic_rows.cc``) do
+the masking, zero-filling, packing and unpacking around one gather per table; an export
+traces the same lookups in stock ops instead (:func:`stock_row_ops`).
 
 Eviction (``evict_after_days``, run by daily retraining after its warm start, with no step
 in flight): the ids last trained before a day are dropped, the rows of the others move to
@@ -122,6 +126,19 @@ def shared_across_layers() -> Iterator[None]:
         yield
     finally:
         _model_scope.shared = previous
+
+
+@contextlib.contextmanager
+def stock_row_ops() -> Iterator[None]:
+    """Dynamic-table lookups traced inside use stock TensorFlow ops only, not the
+    package's row kernels: an export's serving functions, which plain TensorFlow serves
+    without the op library (lookups only, no admission and no gradient)."""
+    previous = getattr(_model_scope, "stock_rows", False)
+    _model_scope.stock_rows = True
+    try:
+        yield
+    finally:
+        _model_scope.stock_rows = previous
 
 
 def dynamic_table(table: TableSpec, dim: int, shards: int, initializer: InitializerLike,
@@ -435,14 +452,17 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
         parts = [plan[2][i] for plan in plans]
         sizes = tf.stack([tf.size(part) for part in parts])  # on the worker
         packed = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
-        with _on(owners[0].shards[i].device):
-            if training:  # every index's keys in one call; the rows split after it
-                packed = _admit_ids([owner.shards[i] for owner in owners], packed, sizes)
-            arrived = [packed] if len(parts) == 1 else tf.split(packed, sizes, num=len(parts))
-        resolved = arrived if training else [
-            owner.shards[i].find(part) for owner, part in zip(owners, arrived)]
+        device = owners[0].shards[i].device
+        with _on(device):
+            if training:  # every index's keys in one call, their rows in one tensor
+                rows = _admit_ids([owner.shards[i] for owner in owners], packed, sizes)
+            else:
+                arrived = ([packed] if len(parts) == 1
+                           else tf.split(packed, sizes, num=len(parts)))
+                found = [owner.shards[i].find(part) for owner, part in zip(owners, arrived)]
+                rows = found[0] if len(found) == 1 else tf.concat(found, 0)
         flat = _packed_rows([[tables[k].shards[i] for k in plan[0]] for plan in plans],
-                            resolved, owners[0].shards[i].device)
+                            rows, sizes, device)
         lengths = tf.gather(sizes, index_of_table) * tf.constant(dims, tf.int32)
         split = [flat] if len(order) == 1 else tf.split(flat, lengths, num=len(order))
         on_shards.append({k: tf.reshape(part, [-1, dim])
@@ -471,21 +491,24 @@ def _admit_ids(shards: list[DynamicShard], keys: tf.Tensor, sizes: tf.Tensor) ->
                                 admit_after=[s.admit_after for s in shards])
 
 
-def _packed_rows(groups: list[list[DynamicShard]], rows: list[tf.Tensor],
+def _packed_rows(groups: list[list[DynamicShard]], rows: tf.Tensor, sizes: tf.Tensor,
                  device: str | None) -> tf.Tensor:
-    """The vectors of ``rows[g]`` in each shard of ``groups[g]`` (the shards of one
-    server that share one index), zeros where a row is -1, flattened and concatenated
-    in that order; built on ``device``, the shards' server.
+    """The vectors of each shard of ``groups[g]`` (the shards of one server that share
+    index g) at index g's rows (``rows``: every index's rows one after another, ``sizes``
+    their counts; -1: a zero vector), flattened and concatenated in that order; built on
+    ``device``, the shards' server, by the ``LiveRows`` and ``PackRows`` kernels around
+    one gather per table.
 
-    The gradient is unpacked on the server too: the worker sends one tensor back, the
-    server splits it into each shard's rows, and the gathers turn those into an
-    ``IndexedSlices`` of each ``emb`` on the server."""
+    The gradient is unpacked on the server too (``UnpackRowGrads``): the worker sends one
+    tensor back, the server splits it into each shard's rows, and the gathers turn those
+    into an ``IndexedSlices`` of each ``emb`` on the server. Inside :func:`stock_row_ops`
+    the same vectors come from stock ops (:func:`_packed_rows_stock`)."""
+    if getattr(_model_scope, "stock_rows", False):
+        return _packed_rows_stock(groups, rows, sizes, device)
+    library = ops.load()
+    owner = [g for g, group in enumerate(groups) for _ in group]
     with _on(device):
-        valid = [r >= 0 for r in rows]
-        live = [tf.boolean_mask(r, v) for r, v in zip(rows, valid)]
-        where = [tf.where(v) for v in valid]
-        counts = [tf.size(r, out_type=tf.int64) for r in rows]
-        owner = [g for g, group in enumerate(groups) for _ in group]
+        live = library.live_rows(rows, sizes, N=len(groups))
         found = [tf.gather(shard.emb, live[g])
                  for g, group in enumerate(groups) for shard in group]
     dims = [int(f.shape[1]) for f in found]
@@ -493,17 +516,32 @@ def _packed_rows(groups: list[list[DynamicShard]], rows: list[tf.Tensor],
     @tf.custom_gradient
     def pack(*gathered):
         with _on(device):
-            pieces = [tf.reshape(tf.scatter_nd(where[g], f, tf.stack([counts[g], dim])), [-1])
-                      for f, dim, g in zip(gathered, dims, owner)]
-            packed = pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
+            packed = library.pack_rows(list(gathered), rows, sizes, owner=owner)
 
         def grad(upstream):
             with _on(device):
-                lengths = tf.stack([counts[g] * dim for dim, g in zip(dims, owner)])
-                parts = [upstream] if len(dims) == 1 else tf.split(upstream, lengths,
-                                                                   num=len(dims))
-                return [tf.gather_nd(tf.reshape(part, tf.stack([counts[g], dim])), where[g])
-                        for part, dim, g in zip(parts, dims, owner)]
+                return list(library.unpack_row_grads(upstream, rows, sizes, T=len(dims),
+                                                     owner=owner, dims=dims))
         return packed, grad
 
     return pack(*found)
+
+
+def _packed_rows_stock(groups: list[list[DynamicShard]], rows: tf.Tensor, sizes: tf.Tensor,
+                       device: str | None) -> tf.Tensor:
+    """:func:`_packed_rows` in stock ops (masks, one gather per table, scatters), for a
+    SavedModel that plain TensorFlow serves. Same values, and through the stock gradients
+    the same gradients, as the kernels (tests/unit/ops/test_dynamic_rows.py)."""
+    with _on(device):
+        per_index = [rows] if len(groups) == 1 else tf.split(rows, sizes, num=len(groups))
+        pieces = []
+        for index_rows, group in zip(per_index, groups):
+            valid = index_rows >= 0
+            where = tf.where(valid)
+            live = tf.boolean_mask(index_rows, valid)
+            count = tf.size(index_rows, out_type=tf.int64)
+            for shard in group:
+                found = tf.gather(shard.emb, live)
+                shape = tf.stack([count, tf.cast(tf.shape(found)[1], tf.int64)])
+                pieces.append(tf.reshape(tf.scatter_nd(where, found, shape), [-1]))
+        return pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)

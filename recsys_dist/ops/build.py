@@ -32,7 +32,7 @@ from recsys_dist.errors import RecsysError
 #: the dynamic tables' admission.
 SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
            for name in ("parquet_read_rows.cc", "feature_transforms.cc",
-                         "dynamic_admission.cc")]
+                         "dynamic_admission.cc", "dynamic_rows.cc")]
 NAME = "parquet_ops"
 COMPILER_ADVICE = (
     "recsys_dist compiles its Parquet reader (a TensorFlow op on Arrow C++) on first use "
