@@ -74,6 +74,16 @@ from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initi
 #: Day numbers count from this date (``last_seen``, eviction).
 EPOCH = datetime.date(1970, 1, 1)
 
+#: Marks the ``emb`` variables whose sparse gradients never repeat a row within a step:
+#: a step gathers each distinct id of a shard once, and each id has its own row. The
+#: optimizers skip their de-duplication of such gradients (``train/optimizers.py``).
+UNIQUE_ROWS = "_recsys_dist_unique_rows"
+
+
+def has_unique_rows(variable) -> bool:
+    """Whether ``variable`` is a dynamic table's rows (see :data:`UNIQUE_ROWS`)."""
+    return bool(getattr(variable, UNIQUE_ROWS, False))
+
 
 def day_number(day: datetime.date) -> int:
     return (day - EPOCH).days
@@ -226,6 +236,7 @@ class DynamicShard(tf.Module):
             init = seeded_initializer(initializer, derive_seed(seed, name))
             self._row_initializer = init  # freed rows restart from it (eviction)
             self.emb = tf.Variable(init((self.capacity, dim), tf.float32), name=f"{name}_emb")
+            setattr(self.emb, UNIQUE_ROWS, True)
             if index_of is not None:
                 if (index_of.device, index_of.capacity) != (device, self.capacity):
                     raise ValueError(f"{name}: shares the id index of {index_of.name} but "
@@ -427,8 +438,66 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
     Each tensor that crosses between a worker and a server is one transfer (a gRPC call
     between processes), so a step packs what goes to and comes from shard i: the keys of
     every index in one tensor (and their counts in another), the vectors of every table in
-    one flat tensor, split again on the worker.
+    one flat tensor. On the worker, ``RouteKeys`` finds each index's distinct keys and
+    their shards, and ``UnrouteRows`` (with its gradient ``RouteRowGrads``) hands each
+    table its vectors (``recsys_dist/ops/dynamic_routing.cc``). Inside
+    :func:`stock_row_ops` the same lookups run in stock ops (:func:`_lookup_tables_stock`).
     """
+    if getattr(_model_scope, "stock_rows", False):
+        if training:
+            raise ValueError("stock_row_ops() traces lookups only, not training")
+        return _lookup_tables_stock(tables, keys)
+    library = ops.load()
+    count = len(tables[0].shards)
+    owners = list(dict.fromkeys(t.index_owner for t in tables))
+    index_of = [owners.index(t.index_owner) for t in tables]
+    order = sorted(range(len(tables)), key=index_of.__getitem__)  # grouped by index
+    routed_index_of = [index_of[k] for k in order]
+    packed, sizes, server, slot = library.route_keys(
+        [tf.reshape(keys[k], [-1]) for k in order], servers=count, index_of=routed_index_of)
+    flats = []
+    for i in range(count):
+        device = owners[0].shards[i].device
+        with _on(device):
+            if training:  # every index's keys in one call, their rows in one tensor
+                rows = _admit_ids([owner.shards[i] for owner in owners], packed[i], sizes[i])
+            else:
+                rows = _find_rows([owner.shards[i] for owner in owners], packed[i], sizes[i])
+        flats.append(_packed_rows([[tables[k].shards[i] for k in order if index_of[k] == g]
+                                   for g in range(len(owners))], rows, sizes[i], device))
+    dims = [tables[k].dim for k in order]
+
+    @tf.custom_gradient
+    def unroute(*flat):
+        vectors = library.unroute_rows(list(flat), sizes, server, slot,
+                                       index_of=routed_index_of, dims=dims)
+
+        def grad(*upstream):
+            return list(library.route_row_grads(list(upstream), sizes, server, slot,
+                                                index_of=routed_index_of, dims=dims))
+        return vectors, grad
+
+    vectors: list = [None] * len(tables)
+    for k, vector in zip(order, unroute(*flats)):
+        vectors[k] = vector
+    return vectors
+
+
+def _find_rows(shards: list[DynamicShard], keys: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
+    """Rows of ``keys`` (each shard's index's keys one after another, ``sizes`` their
+    counts; -1: no row), looked up only: no admission, no counting."""
+    parts = [keys] if len(shards) == 1 else tf.split(keys, sizes, num=len(shards))
+    found = [shard.find(part) for shard, part in zip(shards, parts)]
+    return found[0] if len(found) == 1 else tf.concat(found, 0)
+
+
+def _lookup_tables_stock(tables: list[DynamicTable], keys: list[tf.Tensor]
+                         ) -> list[tf.Tensor]:
+    """:func:`lookup_tables` in evaluation, in stock ops only (an export's serving
+    functions): ``tf.unique``, the shard hash and ``tf.dynamic_partition`` per index on the
+    worker, :func:`_packed_rows_stock` on each server, then ``tf.split``,
+    ``tf.dynamic_stitch`` and ``tf.gather`` per table. Same values as the kernels
+    (tests/unit/ops/test_dynamic_routing.py)."""
     count = len(tables[0].shards)
     owners = list(dict.fromkeys(t.index_owner for t in tables))
     plans = []
@@ -446,23 +515,16 @@ def lookup_tables(tables: list[DynamicTable], keys: list[tf.Tensor], training: b
     order = [k for plan in plans for k in plan[0]]
     dims = [tables[k].dim for k in order]
     index_of_table = [o for o, plan in enumerate(plans) for _ in plan[0]]
-    # shard i -> the [n_i, dim] vectors of every table (n_i: its index's keys on shard i)
     on_shards: list[dict[int, tf.Tensor]] = []
     for i in range(count):
         parts = [plan[2][i] for plan in plans]
-        sizes = tf.stack([tf.size(part) for part in parts])  # on the worker
+        sizes = tf.stack([tf.size(part) for part in parts])
         packed = parts[0] if len(parts) == 1 else tf.concat(parts, 0)
         device = owners[0].shards[i].device
         with _on(device):
-            if training:  # every index's keys in one call, their rows in one tensor
-                rows = _admit_ids([owner.shards[i] for owner in owners], packed, sizes)
-            else:
-                arrived = ([packed] if len(parts) == 1
-                           else tf.split(packed, sizes, num=len(parts)))
-                found = [owner.shards[i].find(part) for owner, part in zip(owners, arrived)]
-                rows = found[0] if len(found) == 1 else tf.concat(found, 0)
-        flat = _packed_rows([[tables[k].shards[i] for k in plan[0]] for plan in plans],
-                            rows, sizes, device)
+            rows = _find_rows([owner.shards[i] for owner in owners], packed, sizes)
+        flat = _packed_rows_stock([[tables[k].shards[i] for k in plan[0]] for plan in plans],
+                                  rows, sizes, device)
         lengths = tf.gather(sizes, index_of_table) * tf.constant(dims, tf.int32)
         split = [flat] if len(order) == 1 else tf.split(flat, lengths, num=len(order))
         on_shards.append({k: tf.reshape(part, [-1, dim])
@@ -501,10 +563,8 @@ def _packed_rows(groups: list[list[DynamicShard]], rows: tf.Tensor, sizes: tf.Te
 
     The gradient is unpacked on the server too (``UnpackRowGrads``): the worker sends one
     tensor back, the server splits it into each shard's rows, and the gathers turn those
-    into an ``IndexedSlices`` of each ``emb`` on the server. Inside :func:`stock_row_ops`
-    the same vectors come from stock ops (:func:`_packed_rows_stock`)."""
-    if getattr(_model_scope, "stock_rows", False):
-        return _packed_rows_stock(groups, rows, sizes, device)
+    into an ``IndexedSlices`` of each ``emb`` on the server. :func:`_packed_rows_stock`
+    gives the same vectors in stock ops."""
     library = ops.load()
     owner = [g for g, group in enumerate(groups) for _ in group]
     with _on(device):

@@ -32,7 +32,9 @@ from recsys_dist.errors import RecsysError
 #: the dynamic tables' admission.
 SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
            for name in ("parquet_read_rows.cc", "feature_transforms.cc",
-                         "dynamic_admission.cc", "dynamic_rows.cc")]
+                         "dynamic_admission.cc", "dynamic_rows.cc", "dynamic_routing.cc")]
+#: Headers the sources include (part of the build key, not compiled on their own).
+HEADERS = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "mix64.h")]
 NAME = "parquet_ops"
 COMPILER_ADVICE = (
     "recsys_dist compiles its Parquet reader (a TensorFlow op on Arrow C++) on first use "
@@ -104,7 +106,7 @@ def build_key(cxx_version: str) -> str:
     import tensorflow as tf
 
     sources = []
-    for path in SOURCES:
+    for path in SOURCES + HEADERS:
         with open(path, "rb") as handle:
             sources.append(handle.read())
     parts = [*sources, tf.__version__.encode(), tf.sysconfig.get_lib().encode(),

@@ -28,6 +28,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "mix64.h"
 
 namespace util {
 // TensorFlow's Fingerprint64 (farmhash), the hash of tf.strings.to_hash_bucket_fast;
@@ -45,13 +46,6 @@ using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 using ::tensorflow::tstring;
 using ::tensorflow::shape_inference::InferenceContext;
-
-// The splitmix64 finalizer, as recsys_dist.features.hashing.mix64.
-inline uint64_t Mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 inline uint64_t HashString(absl::string_view s) {
   return util::Fingerprint64(s.data(), s.size());

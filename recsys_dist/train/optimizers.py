@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from recsys_dist.checkpoint.store import create_slots
 from recsys_dist.config.experiment import OptimizerSpec, TrainSpec
+from recsys_dist.models.dynamic_table import has_unique_rows
 
 
 def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int) -> float:
@@ -33,21 +34,41 @@ def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int)
     return spec.learning_rate
 
 
+class _UniqueRowsFirst:
+    """Applies a sparse gradient of a dynamic table's rows as it is: its rows never repeat
+    within a step (:func:`~recsys_dist.models.dynamic_table.has_unique_rows`), so the
+    legacy optimizers' de-duplication (a ``Unique`` and an ``UnsortedSegmentSum`` per
+    variable and step, on its server) would only copy it. Other variables keep it."""
+
+    def _resource_apply_sparse_duplicate_indices(self, grad, var, indices, **kwargs):
+        if has_unique_rows(var):
+            return self._resource_apply_sparse(grad, var, indices, **kwargs)
+        return super()._resource_apply_sparse_duplicate_indices(grad, var, indices, **kwargs)
+
+
+def _with_unique_rows(base: type) -> type:
+    return type(base.__name__, (_UniqueRowsFirst, base), {"__module__": __name__})
+
+
+_legacy = tf.keras.optimizers.legacy
+#: The optimizer class of each name. Plain SGD applies sparse gradients with a scatter-add,
+#: which needs no de-duplication, so it stays as it is.
+OPTIMIZERS = {"adagrad": _with_unique_rows(_legacy.Adagrad),
+              "ftrl": _with_unique_rows(_legacy.Ftrl), "sgd": _legacy.SGD,
+              "adam": _with_unique_rows(_legacy.Adam)}
+
+
 def make_optimizer(spec: OptimizerSpec, learning_rate: float):
     """Builds the legacy tf-keras optimizer ``spec`` names (call under strategy.scope())."""
-    legacy = tf.keras.optimizers.legacy
+    cls = OPTIMIZERS[spec.name]
     if spec.name == "adagrad":
-        return legacy.Adagrad(learning_rate,
-                              initial_accumulator_value=spec.initial_accumulator_value)
+        return cls(learning_rate, initial_accumulator_value=spec.initial_accumulator_value)
     if spec.name == "ftrl":
-        return legacy.Ftrl(learning_rate,
-                           initial_accumulator_value=spec.initial_accumulator_value,
-                           l1_regularization_strength=spec.l1,
-                           l2_regularization_strength=spec.l2)
+        return cls(learning_rate, initial_accumulator_value=spec.initial_accumulator_value,
+                   l1_regularization_strength=spec.l1, l2_regularization_strength=spec.l2)
     if spec.name == "sgd":
-        return legacy.SGD(learning_rate)
-    return legacy.Adam(learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2,
-                       epsilon=spec.epsilon)
+        return cls(learning_rate)
+    return cls(learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon)
 
 
 class ModelOptimizers:

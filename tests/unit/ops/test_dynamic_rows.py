@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import ops
-from recsys_dist.models.dynamic_table import _packed_rows, stock_row_ops
+from recsys_dist.models.dynamic_table import _packed_rows, _packed_rows_stock
 
 
 def random_rows(rng, sizes, capacity):
@@ -61,11 +61,8 @@ def test_packed_rows_match_numpy_and_the_stock_ops_with_their_gradients(sizes):
 
     def packed_and_grads(stock: bool):
         with tf.GradientTape() as tape:
-            if stock:
-                with stock_row_ops():
-                    packed = _packed_rows(groups, rows, size_t, None)
-            else:
-                packed = _packed_rows(groups, rows, size_t, None)
+            pack = _packed_rows_stock if stock else _packed_rows
+            packed = pack(groups, rows, size_t, None)
             loss = tf.reduce_sum(packed * upstream)
         grads = tape.gradient(loss, variables)
         return packed.numpy(), [tf.convert_to_tensor(g).numpy() for g in grads]
