@@ -44,10 +44,13 @@ the keys of every table in one tensor, the vectors of every table in one flat te
 on the way back one gradient tensor, which the server itself splits into each table's
 ``IndexedSlices`` (:func:`_packed_rows`). Left to the tape, the gradients were unpacked on
 the worker and every table's went to the server on its own, with the positions of its
-rows fetched from the server first. On the server, three kernels of the op library
-(``LiveRows``, ``PackRows``, ``UnpackRowGrads``, ``recsys_dist/ops/dynamic_rows.cc``) do
-the masking, zero-filling, packing and unpacking around one gather per table; an export
-traces the same lookups in stock ops instead (:func:`stock_row_ops`).
+rows fetched from the server first. Kernels of the op library do the rest: on the
+worker ``RouteKeys`` (distinct keys, their servers and slots) and ``UnrouteRows`` with its
+gradient ``RouteRowGrads`` (``recsys_dist/ops/dynamic_routing.cc``); on the server
+``LiveRows``, ``PackRows`` and its gradient ``UnpackRowGrads`` (masking, zero-filling,
+packing and unpacking around one gather per table, ``dynamic_rows.cc``). The optimizers
+skip de-duplicating the rows' gradients (:data:`UNIQUE_ROWS`). An export traces the same
+lookups in stock ops instead (:func:`stock_row_ops`).
 
 Eviction (``evict_after_days``, run by daily retraining after its warm start, with no step
 in flight): the ids last trained before a day are dropped, the rows of the others move to

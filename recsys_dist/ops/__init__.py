@@ -1,8 +1,11 @@
 """recsys_dist's TensorFlow ops: ``ParquetReadRows``, Parquet read in-graph on Arrow C++,
 and the fused feature transforms the input pipeline runs (``HashIntIds``,
 ``BucketizeRows``, ``DelimitedIds``, ``ListIds``: the same values as the stock ops of
-:mod:`recsys_dist.features.transforms`, in one pass each), and the admission of ids into
-dynamic tables on a parameter server (``AdmitIds``, :mod:`recsys_dist.models.dynamic_table`).
+:mod:`recsys_dist.features.transforms`, in one pass each), and the dynamic tables' kernels
+(:mod:`recsys_dist.models.dynamic_table`): the admission of ids on a parameter server
+(``AdmitIds``), and the keys and vectors of a step between worker and servers
+(``RouteKeys``, ``UnrouteRows``, ``RouteRowGrads`` on the worker; ``LiveRows``,
+``PackRows``, ``UnpackRowGrads`` on a server).
 
 :func:`load` builds the op library on first use (see :mod:`recsys_dist.ops.build`) and
 registers the ops in this process. Every server process loads it before it serves, so a
