@@ -74,6 +74,14 @@ absl::Status Owners(OpKernelConstruction* ctx, int tables, std::vector<int32_t>*
   return absl::OkStatus();
 }
 
+// A key has a row when its row is >= 0 (-1: not admitted, or refused).
+bool HasRow(int64_t row) { return row >= 0; }
+
+// The rows >= 0 among index i's rows.
+int64_t LiveCount(const int64_t* row, const std::vector<int64_t>& starts, int i) {
+  return std::count_if(row + starts[i], row + starts[i + 1], HasRow);
+}
+
 int64_t Indexes(const std::vector<int32_t>& owner) {
   return owner.empty() ? 0 : *std::max_element(owner.begin(), owner.end()) + 1;
 }
@@ -92,12 +100,10 @@ class LiveRowsOp : public OpKernel {
     OpOutputList live;
     OP_REQUIRES_OK(ctx, ctx->output_list("live", &live));
     for (int i = 0; i < n_; ++i) {
-      const int64_t count = std::count_if(row + starts[i], row + starts[i + 1],
-                                          [](int64_t r) { return r >= 0; });
+      const int64_t count = LiveCount(row, starts, i);
       Tensor* out = nullptr;
       OP_REQUIRES_OK(ctx, live.allocate(i, TensorShape({count}), &out));
-      std::copy_if(row + starts[i], row + starts[i + 1], out->flat<int64_t>().data(),
-                   [](int64_t r) { return r >= 0; });
+      std::copy_if(row + starts[i], row + starts[i + 1], out->flat<int64_t>().data(), HasRow);
     }
   }
 
@@ -126,8 +132,7 @@ class PackRowsOp : public OpKernel {
                                           "gathered[", t, "] must be 2-D, got shape ",
                                           g.shape().DebugString())));
       const int o = owner_[t];
-      const int64_t live = std::count_if(row + starts[o], row + starts[o + 1],
-                                         [](int64_t r) { return r >= 0; });
+      const int64_t live = LiveCount(row, starts, o);
       OP_REQUIRES(ctx, g.dim_size(0) == live, absl::InvalidArgumentError(absl::StrCat(
                                                   "gathered[", t, "] holds ", g.dim_size(0),
                                                   " vectors but its index has ", live,
@@ -142,7 +147,7 @@ class PackRowsOp : public OpKernel {
       const float* in = gathered[t].flat<float>().data();
       const int o = owner_[t];
       for (int64_t k = starts[o]; k < starts[o + 1]; ++k, out += dim) {
-        if (row[k] >= 0) {
+        if (HasRow(row[k])) {
           std::memcpy(out, in, dim * sizeof(float));
           in += dim;
         } else {
@@ -190,13 +195,12 @@ class UnpackRowGradsOp : public OpKernel {
     for (int t = 0; t < tables_; ++t) {
       const int o = owner_[t];
       const int64_t dim = dims_[t];
-      const int64_t live = std::count_if(row + starts[o], row + starts[o + 1],
-                                         [](int64_t r) { return r >= 0; });
+      const int64_t live = LiveCount(row, starts, o);
       Tensor* out = nullptr;
       OP_REQUIRES_OK(ctx, grads.allocate(t, TensorShape({live, dim}), &out));
       float* to = out->flat<float>().data();
       for (int64_t k = starts[o]; k < starts[o + 1]; ++k, in += dim) {
-        if (row[k] >= 0) {
+        if (HasRow(row[k])) {
           std::memcpy(to, in, dim * sizeof(float));
           to += dim;
         }
