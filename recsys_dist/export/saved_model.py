@@ -260,29 +260,34 @@ def _write_info(directory: str, info: dict[str, Any]) -> None:
 
 def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
     """Saves ``module`` to ``out_dir``: locally via a temporary sibling renamed at the end;
-    remotely via a local staging directory uploaded with ``export.json`` last."""
-    signatures = signature_functions(module)
-    if storage_io.is_remote(out_dir):  # TensorFlow writes local files only; no rename there
-        with storage_io.StagedDir(out_dir) as staged:
-            tf.saved_model.save(module, staged.local, signatures=signatures)
-            _write_info(staged.local, info)
-            staged.sync(last=[EXPORT_INFO])
-        return
-    local = out_dir[len("file://"):] if out_dir.startswith("file://") else out_dir
-    local = local.rstrip("/") or "/"
-    tmp = f"{local}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
-        tf.saved_model.save(module, tmp, signatures=signatures)
-        _write_info(tmp, info)
-        if os.path.isdir(local):
-            os.rmdir(local)  # empty (checked before); fails if something appeared meanwhile
-        os.rename(tmp, local)
-    except OSError as exc:
-        raise ExportError(f"{out_dir}: cannot write the export: {exc}") from None
-    finally:
+    remotely via a local staging directory uploaded with ``export.json`` last.
+
+    Its functions are traced (and traced again by ``tf.saved_model.save``) inside
+    :func:`stock_row_ops`, so a dynamic table's lookups hold stock ops only and plain
+    TensorFlow serves the SavedModel without the package's op library."""
+    with stock_row_ops():
+        signatures = signature_functions(module)
+        if storage_io.is_remote(out_dir):  # TensorFlow writes local files only; no rename there
+            with storage_io.StagedDir(out_dir) as staged:
+                tf.saved_model.save(module, staged.local, signatures=signatures)
+                _write_info(staged.local, info)
+                staged.sync(last=[EXPORT_INFO])
+            return
+        local = out_dir[len("file://"):] if out_dir.startswith("file://") else out_dir
+        local = local.rstrip("/") or "/"
+        tmp = f"{local}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+            tf.saved_model.save(module, tmp, signatures=signatures)
+            _write_info(tmp, info)
+            if os.path.isdir(local):
+                os.rmdir(local)  # empty (checked before); fails if something appeared meanwhile
+            os.rename(tmp, local)
+        except OSError as exc:
+            raise ExportError(f"{out_dir}: cannot write the export: {exc}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def export_model(config: ExperimentConfig, model_dir: str, out_dir: str,
@@ -326,9 +331,6 @@ def export_model(config: ExperimentConfig, model_dir: str, out_dir: str,
         "tensorflow_version": tf.__version__,
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    # Traced and saved with stock ops only: plain TensorFlow serves the SavedModel. (Saving
-    # traces the functions again, so it runs inside the scope too.)
-    with stock_row_ops():
-        _save(build_serving_module(model, transform, inputs, labels), out_dir, info)
+    _save(build_serving_module(model, transform, inputs, labels), out_dir, info)
     return ExportResult(out_dir=out_dir, step=saved.step, checkpoint=saved.directory,
                         inputs=inputs, outputs=labels)

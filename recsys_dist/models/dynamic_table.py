@@ -145,7 +145,7 @@ def shared_across_layers() -> Iterator[None]:
 def stock_row_ops() -> Iterator[None]:
     """Dynamic-table lookups traced inside use stock TensorFlow ops only, not the
     package's row kernels: an export's serving functions, which plain TensorFlow serves
-    without the op library (lookups only, no admission and no gradient)."""
+    without the op library (lookups only: training, which admits, is refused there)."""
     previous = getattr(_model_scope, "stock_rows", False)
     _model_scope.stock_rows = True
     try:
