@@ -134,6 +134,12 @@ ROUTE = [tf.constant([0, 0], tf.int32)], [tf.constant([0, 1], tf.int64)]
     ("unroute_rows", dict(flats=[tf.zeros([4])], sizes=SIZES, server=ROUTE[0],
                           slot=ROUTE[1], index_of=[0], dims=[0]),
      "dims must be >= 1"),
+    ("unroute_rows", dict(flats=[tf.zeros([4])], sizes=SIZES, server=ROUTE[0],
+                          slot=ROUTE[1], index_of=[0], dims=[2, 3]),
+     "index_of and dims need one value per table"),
+    ("unroute_rows", dict(flats=[tf.zeros([4])], sizes=SIZES, server=ROUTE[0],
+                          slot=[tf.constant([0], tf.int64)], index_of=[0], dims=[2]),
+     r"server\[0\] and slot\[0\] must be 1-D of one length"),
     ("route_row_grads", dict(grads=[tf.zeros([2, 3])], sizes=SIZES, server=ROUTE[0],
                              slot=ROUTE[1], index_of=[0], dims=[2]),
      r"grads\[0\] must be \[2, 2\], got \[2,3\]"),
@@ -141,6 +147,19 @@ ROUTE = [tf.constant([0, 0], tf.int32)], [tf.constant([0, 1], tf.int64)]
 def test_a_bad_input_is_refused_with_its_message(name, kwargs, message):
     with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
         getattr(ops.load(), name)(**kwargs)
+
+
+def test_stock_lookups_refuse_training():
+    """The stock ops an export traces only look up; admission needs the kernels."""
+    from recsys_dist.models.dynamic_table import stock_row_ops
+
+    tables = _tables(1)
+    with stock_row_ops(), pytest.raises(ValueError, match=r"stock_row_ops\(\) traces "
+                                                         r"lookups only, not training"):
+        lookup_tables(tables, [tf.constant([1], tf.int64)] * 3, training=True)
+    with stock_row_ops():  # a lookup is fine, and reads zeros for ids without a row
+        assert not lookup_tables(tables, [tf.constant([1], tf.int64)] * 3,
+                                 training=False)[0].numpy().any()
 
 
 def test_gradients_of_repeated_keys_add_up():
