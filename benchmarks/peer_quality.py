@@ -196,9 +196,11 @@ class Row:
     seconds: float
     setting: str
     note: str = ""
+    seed: int | None = None  # set on one seed's run of ``--seeds``
 
     def line(self) -> str:
-        return (f"{self.method}: held-out AUC {self.auc:.4f}, logloss {self.logloss:.4f}, "
+        seed = f", seed {self.seed}" if self.seed is not None else ""
+        return (f"{self.method}{seed}: held-out AUC {self.auc:.4f}, logloss {self.logloss:.4f}, "
                 f"train-window AUC {self.train_auc:.4f}, {self.seconds:.0f} s"
                 + (f" ({self.note})" if self.note else ""))
 
@@ -652,23 +654,23 @@ def cli(*args: str, log_file: pathlib.Path) -> float:
     return seconds
 
 
-def zoo_row(inputs: Inputs, model: str, work: pathlib.Path) -> Row:
+def zoo_row(inputs: Inputs, model: str, work: pathlib.Path, tag: str = "") -> Row:
     """Trains ``model`` with ``recsys-dist train --no-eval`` on a local cluster and scores
-    it with ``recsys-dist evaluate`` on both windows."""
+    it with ``recsys-dist evaluate`` on both windows (logs ``work/MODEL{tag}-*.log``)."""
     model_dir = work / "zoo" / model
     shutil.rmtree(model_dir, ignore_errors=True)
     model_dir.mkdir(parents=True)
     sets = [a for item in [*inputs.overrides, *CLUSTER, *model_overrides(inputs.config, model)]
             for a in ("--set", item)]
     base = ["--config", inputs.config_path, "--model-dir", str(model_dir), *sets]
-    seconds = cli("train", *base, "--no-eval", log_file=work / f"{model}-train.log")
+    seconds = cli("train", *base, "--no-eval", log_file=work / f"{model}{tag}-train.log")
     seconds += cli("evaluate", *base, "--out", str(model_dir / "eval"), "--quiet",
-                   log_file=work / f"{model}-evaluate.log")
+                   log_file=work / f"{model}{tag}-evaluate.log")
     train_split = inputs.config.data.train
     window = (["--dates", train_split.dates] if train_split.dates is not None
               else ["--set", f"data.eval={{glob: '{train_split.glob}'}}"])
     cli("evaluate", *base, "--out", str(model_dir / "eval_train"), "--quiet", *window,
-        log_file=work / f"{model}-evaluate-train.log")
+        log_file=work / f"{model}{tag}-evaluate-train.log")
     label = inputs.config.labels[0]
     held_out = json.loads((model_dir / "eval" / "metrics.json").read_text())["labels"][label]
     on_train = json.loads((model_dir / "eval_train" / "metrics.json").read_text())
@@ -699,16 +701,73 @@ def reference_row(inputs: Inputs, model: str, log: Callable[[str], None]) -> Row
 # ---- the run -------------------------------------------------------------------------------
 
 
-def summary(rows: list[Row]) -> str:
-    """``best zoo minus best peer: X, lr minus logreg: Y`` (held-out AUC)."""
+def with_seed(inputs: Inputs, seed: int | None) -> Inputs:
+    """``inputs`` whose runs use ``seed`` for the model's initializers (``train.seed``) and
+    the input's shuffling (``input.seed``); ``None``: the config's own."""
+    if seed is None:
+        return inputs
+    return dataclasses.replace(inputs, overrides=[*inputs.overrides, f"train.seed={seed}",
+                                                  f"input.seed={seed}"])
+
+
+def mean_row(runs: list[Row]) -> Row:
+    """One method's runs over the seeds of ``--seeds`` as one row: the mean of each figure,
+    wall time summed, each seed's held-out AUC in the setting."""
+    aucs = ", ".join(f"{r.auc:.4f}" for r in runs)
+    return Row(f"{runs[0].method} (mean of {len(runs)} seeds)", runs[0].kind,
+               float(np.mean([r.auc for r in runs])), float(np.mean([r.logloss for r in runs])),
+               float(np.mean([r.train_auc for r in runs])), sum(r.seconds for r in runs),
+               f"{runs[0].setting}; seeds {', '.join(str(r.seed) for r in runs)}: AUC {aucs}")
+
+
+def seed_differences(runs: list[Row]) -> dict[str, list[float]]:
+    """Model -> its zoo AUC minus its one-process AUC, seed by seed (deep models of a
+    ``--seeds`` run)."""
+    by = {(r.method, r.seed): r.auc for r in runs}
+    out: dict[str, list[float]] = {}
+    for method, seed in by:
+        if method.endswith(" (zoo)"):
+            model = method[:-len(" (zoo)")]
+            reference = by.get((f"{model} one process", seed))
+            if reference is not None:
+                out.setdefault(model, []).append(by[(method, seed)] - reference)
+    return out
+
+
+def paired_table(runs: list[Row], seeds: list[int]) -> str:
+    """Per deep model and seed: one process, zoo and their difference; then the mean
+    difference and its standard error over the seeds."""
+    by = {(r.method, r.seed): r.auc for r in runs}
+    lines = ["| model | " + " | ".join(f"seed {s}" for s in seeds)
+             + " | mean | standard error |", "|---|" + "---|" * (len(seeds) + 2)]
+    for model, diffs in seed_differences(runs).items():
+        for method in (f"{model} one process", f"{model} (zoo)"):
+            values = [by[(method, s)] for s in seeds]
+            lines.append(f"| {method} | " + " | ".join(f"{v:.4f}" for v in values)
+                         + f" | {np.mean(values):.4f} | |")
+        error = float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else 0.0
+        lines.append(f"| {model}: zoo minus one process | " + " | ".join(f"{d:+.4f}" for d in diffs)
+                     + f" | {np.mean(diffs):+.4f} | {error:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: list[Row], runs: list[Row] = ()) -> str:
+    """``best zoo minus best peer: X, lr minus logreg: Y`` (held-out AUC), then with
+    ``--seeds`` (``runs``: every seed's rows) ``, zoo minus one process: MODEL Z`` (mean
+    over the seeds) per deep model."""
     zoo = [r for r in rows if r.kind == "zoo"]
     peers = [r for r in rows if r.kind == "peer"]
     best = (f"{max(r.auc for r in zoo) - max(r.auc for r in peers):+.4f}"
             if zoo and peers else "n/a")
-    lr = [r for r in zoo if r.method == "lr (zoo)"]
+    lr = [r for r in zoo if r.method.startswith("lr (zoo)")]
     logreg = [r for r in peers if r.method.startswith("logreg")]
     versus = f"{lr[0].auc - max(r.auc for r in logreg):+.4f}" if lr and logreg else "n/a"
-    return f"best zoo minus best peer: {best}, lr minus logreg: {versus}"
+    line = f"best zoo minus best peer: {best}, lr minus logreg: {versus}"
+    gaps = seed_differences(list(runs))
+    if gaps:
+        line += ", zoo minus one process: " + ", ".join(
+            f"{model} {np.mean(diffs):+.4f}" for model, diffs in gaps.items())
+    return line
 
 
 def table(rows: list[Row], header: str) -> str:
@@ -743,6 +802,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", help="keep data, runs and logs here (default: a "
                                            "temporary directory, removed at the end)")
     parser.add_argument("--out", help="also write the table as Markdown to this file")
+    parser.add_argument("--seeds", help="run every zoo model and one-process reference once "
+                                        "per seed (train.seed and input.seed), e.g. 0-6 or "
+                                        "0,3,5, and report their means and the zoo's gap "
+                                        "to its reference seed by seed (default: one run "
+                                        "with the config's seeds)")
     parser.add_argument("--check", action="store_true",
                         help="only check the config and data (as recsys-dist validate)")
     args = parser.parse_args(argv)
@@ -751,7 +815,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(ZOO)}")
     args.c_grid = tuple(sorted(float(c) for c in args.c_grid.split(",")))
+    args.seeds = parse_seeds(args.seeds, parser.error) if args.seeds else []
     return args
+
+
+def parse_seeds(text: str, error: Callable[[str], None]) -> list[int]:
+    """``0-6`` or ``0,3,5`` (or both, ``0-2,9``) -> the seeds in order, each once."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        try:
+            span = range(int(first), int(last or first) + 1)
+        except ValueError:
+            span = range(0)
+        if not span:
+            error(f"--seeds: {part.strip()!r} is not a seed (a whole number >= 0) nor a "
+                  "range FIRST-LAST; give e.g. 0-6 or 0,3,5")
+        seeds += span
+    return list(dict.fromkeys(seeds))
 
 
 def synthesize(work: pathlib.Path, rows_per_day: int) -> str:
@@ -812,13 +893,26 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     log("LightGBM")
     report(lightgbm_row(inputs.config, splits["train"], splits["eval"], shared))
     del splits
-    for model in args.models:
-        if model != "lr":
-            log(f"{model} in one process")
-            report(reference_row(inputs, model, log))
-    for model in args.models:
-        log(f"{model} through recsys-dist train and evaluate")
-        report(zoo_row(inputs, model, work))
+    runs: list[Row] = []  # every model's run (one per seed with --seeds)
+
+    def ran(row: Row, seed: int | None) -> None:
+        runs.append(dataclasses.replace(row, seed=seed))
+        print(runs[-1].line(), flush=True)
+
+    for seed in args.seeds or [None]:
+        seeded, at = with_seed(inputs, seed), ("" if seed is None else f", seed {seed}")
+        for model in args.models:
+            if model != "lr":
+                log(f"{model} in one process{at}")
+                ran(reference_row(seeded, model, log), seed)
+        for model in args.models:
+            log(f"{model} through recsys-dist train and evaluate{at}")
+            ran(zoo_row(seeded, model, work, "" if seed is None else f"-seed{seed}"), seed)
+    if args.seeds:
+        rows += [mean_row([r for r in runs if r.method == method])
+                 for method in dict.fromkeys(r.method for r in runs)]
+    else:
+        rows += runs
 
     source = (f"synthetic data (`recsys-dist data synth --days {SYNTH_DAYS} --rows-per-day "
               f"{args.rows_per_day} --seed {SYNTH_SEED}`)" if args.data is None
@@ -826,11 +920,15 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     header = (f"Data: {source}; config `{os.path.relpath(args.config, ROOT)}`; label "
               f"`{inputs.config.labels[0]}`; {described}.{oracle}")
     text = table(rows, header)
+    if args.seeds:
+        text += ("\nHeld-out AUC per seed (`train.seed` and `input.seed`; logreg and "
+                 "LightGBM do not depend on them):\n\n" + paired_table(runs, args.seeds))
+    last = summary(rows, runs if args.seeds else ())
     print()
     print(text)
     if args.out:
-        pathlib.Path(args.out).write_text(text + "\n" + summary(rows) + "\n")
-    print(summary(rows), flush=True)
+        pathlib.Path(args.out).write_text(text + "\n" + last + "\n")
+    print(last, flush=True)
     return 0
 
 

@@ -139,3 +139,58 @@ def test_one_hot_encoding_is_what_lr_reads(tiny_data):
     assert len(ours) == len(expected) == 400
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
     assert np.any(expected != 0.0)
+
+
+@pytest.mark.parametrize("text,expected", [("0-2", [0, 1, 2]), ("4,1,4", [4, 1]),
+                                           ("0-1,7", [0, 1, 7])])
+def test_seeds_are_read_as_lists_and_ranges(text, expected):
+    args = peer_quality.parse_args(["--seeds", text])
+    assert args.seeds == expected
+
+
+@pytest.mark.parametrize("text", ["x", "3-1", "1,,2", "-1"])
+def test_a_bad_seed_is_refused_naming_it(text, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        peer_quality.parse_args(["--seeds", text])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--seeds: " in err and "is not a seed" in err and "e.g. 0-6 or 0,3,5" in err
+
+
+def test_seeded_runs_add_both_seeds_to_the_overrides(tiny_data):
+    inputs = peer_quality.validate_inputs(DEMO, [f"data.path={tiny_data}",
+                                                 "data.train={dates: 2026-01-01}",
+                                                 "data.eval={dates: 2026-01-02}"])
+    assert peer_quality.with_seed(inputs, None) is inputs
+    seeded = peer_quality.with_seed(inputs, 5)
+    assert seeded.overrides == [*inputs.overrides, "train.seed=5", "input.seed=5"]
+    from recsys_dist.config import load_config
+    config = load_config(DEMO, seeded.overrides)
+    assert (config.train.seed, config.input.seed) == (5, 5)
+
+
+def test_seeds_give_means_and_the_zoo_gap_seed_by_seed():
+    Row = peer_quality.Row
+
+    def row(method, kind, auc, seed):
+        return Row(method, kind, auc, 0.5, auc + 0.1, 10.0, "s", seed=seed)
+
+    runs = [row("dcn_v2 one process", "peer", 0.75, 0), row("dcn_v2 (zoo)", "zoo", 0.74, 0),
+            row("lr (zoo)", "zoo", 0.70, 0),
+            row("dcn_v2 one process", "peer", 0.76, 1), row("dcn_v2 (zoo)", "zoo", 0.77, 1),
+            row("lr (zoo)", "zoo", 0.72, 1)]
+    assert peer_quality.seed_differences(runs) == {"dcn_v2": pytest.approx([-0.01, 0.01])}
+    means = [peer_quality.mean_row([r for r in runs if r.method == m])
+             for m in ("dcn_v2 one process", "dcn_v2 (zoo)", "lr (zoo)")]
+    assert [m.method for m in means] == ["dcn_v2 one process (mean of 2 seeds)",
+                                         "dcn_v2 (zoo) (mean of 2 seeds)",
+                                         "lr (zoo) (mean of 2 seeds)"]
+    assert means[1].auc == pytest.approx(0.755) and means[1].seconds == 20.0
+    assert "seeds 0, 1: AUC 0.7400, 0.7700" in means[1].setting
+    logreg = Row("logreg C=0.1", "peer", 0.71, 0.5, 0.8, 1.0, "s")
+    assert peer_quality.summary([logreg, *means], runs) == (
+        "best zoo minus best peer: +0.0000, lr minus logreg: +0.0000, "
+        "zoo minus one process: dcn_v2 +0.0000")
+    table = peer_quality.paired_table(runs, [0, 1])
+    assert "| dcn_v2: zoo minus one process | -0.0100 | +0.0100 | +0.0000 | 0.0100 |" in table
+    assert "| dcn_v2 one process | 0.7500 | 0.7600 | 0.7550 | |" in table
