@@ -57,18 +57,23 @@ gaps). One run scatters by a few thousandths from seed to seed on both sides.
 Usage::
 
     python benchmarks/peer_quality.py [--rows-per-day 200000] [--models lr,dcn_v2,deepfm]
-        [--out FILE.md]                  # synthetic data, seed 11, train days 1-6, eval day 7
+        [--out FILE.md]         # synthetic data, seed 11: train days 1-5, validate 6, eval 7
     python benchmarks/peer_quality.py --config configs/criteo.yaml \\
         --data CRITEO_ROOT --out FILE.md     # a dt= root of Criteo-format days
     python benchmarks/peer_quality.py --config configs/criteo.yaml --data CRITEO_ROOT \\
         --models wide_deep,dcn_v2,deepfm --c-grid 0.1 --seeds 0-4
 
 Without ``--data`` it writes 7 days of synthetic data with ``recsys-dist data synth --days 7
---rows-per-day N --seed 11`` and uses ``configs/demo.yaml`` with train 2026-01-01..06 and
-eval 2026-01-07. With another config the windows are its ``data.train`` and ``data.eval``
-(``--train``/``--eval`` override them). The data are checked as ``recsys-dist validate``
-checks them before anything trains (``--check`` stops there). The peers need the
-``bench`` extra: ``pip install -e '.[bench]'``.
+--rows-per-day N --seed 11`` and uses ``configs/demo.yaml`` with train 2026-01-01..05,
+validation 2026-01-06 and eval 2026-01-07, and every model (zoo and one-process
+references) trains up to 10 passes with early stopping on the validation day
+(``train.epochs=10``, ``train.early_stopping={patience: 1}``), as ``configs/criteo.yaml``
+does on the Criteo sample. With another config, or with any of ``--train``, ``--eval``,
+``--validation``, the windows are the config's ``data.train``, ``data.validation`` and
+``data.eval`` (``--train``, ``--eval`` and ``--validation`` override them), and its own
+training settings apply. The data are checked as ``recsys-dist validate`` checks them
+before anything trains (``--check`` stops there). The peers need the ``bench`` extra:
+``pip install -e '.[bench]'``.
 """
 
 from __future__ import annotations
@@ -97,7 +102,11 @@ from recsys_dist.errors import RecsysError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "demo.yaml"
-SYNTH_TRAIN, SYNTH_EVAL, SYNTH_DAYS, SYNTH_SEED = "2026-01-01..2026-01-06", "2026-01-07", 7, 11
+SYNTH_TRAIN, SYNTH_VALIDATION = "2026-01-01..2026-01-05", "2026-01-06"
+SYNTH_EVAL, SYNTH_DAYS, SYNTH_SEED = "2026-01-07", 7, 11
+#: On the synthetic data every model picks its passes on the validation day, as
+#: ``configs/criteo.yaml`` does on the Criteo sample.
+SYNTH_EARLY_STOPPING = ["train.epochs=10", "train.early_stopping={patience: 1}"]
 DEFAULT_MODELS = "lr,wide_deep,dcn_v2,deepfm"
 ZOO = ("lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe")
 C_GRID = (0.01, 0.1, 1.0)
@@ -156,11 +165,14 @@ class Inputs:
         return chosen.dates if chosen.dates is not None else f"glob {chosen.glob}"
 
 
-def window_overrides(data: str | None, train: str | None, eval_: str | None) -> list[str]:
-    """``--set`` items for the data path and the train / eval windows (dates)."""
+def window_overrides(data: str | None, train: str | None, eval_: str | None,
+                     validation: str | None = None) -> list[str]:
+    """``--set`` items for the data path and the train / eval / validation windows
+    (dates)."""
     items = [f"data.path={os.path.abspath(data)}"] if data is not None else []
     items += [f"data.train={{dates: {train}}}"] if train else []
     items += [f"data.eval={{dates: {eval_}}}"] if eval_ else []
+    items += [f"data.validation={{dates: {validation}}}"] if validation else []
     return items
 
 
@@ -723,10 +735,11 @@ def mean_row(runs: list[Row]) -> Row:
     """One method's runs over the seeds of ``--seeds`` as one row: the mean of each figure,
     wall time summed, each seed's held-out AUC in the setting."""
     aucs = ", ".join(f"{r.auc:.4f}" for r in runs)
+    seeds = ", ".join(str(r.seed) for r in runs)
     return Row(f"{runs[0].method} (mean of {len(runs)} seeds)", runs[0].kind,
                float(np.mean([r.auc for r in runs])), float(np.mean([r.logloss for r in runs])),
                float(np.mean([r.train_auc for r in runs])), sum(r.seconds for r in runs),
-               f"{runs[0].setting}; seeds {', '.join(str(r.seed) for r in runs)}: AUC {aucs}")
+               f"{runs[0].setting} (seed {runs[0].seed}); seeds {seeds}: AUC {aucs}")
 
 
 def seed_differences(runs: list[Row]) -> dict[str, list[float]]:
@@ -794,10 +807,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                        "synthetic data)")
     parser.add_argument("--rows-per-day", type=int, default=200_000,
                         help="rows per day of the synthetic data (default 200000)")
-    parser.add_argument("--train", help="training window FROM..TO (default: 2026-01-01..06 "
+    parser.add_argument("--train", help="training window FROM..TO (default: 2026-01-01..05 "
                                         "with the default config, else the config's)")
     parser.add_argument("--eval", help="held-out window FROM..TO (default: 2026-01-07 with "
                                        "the default config, else the config's)")
+    parser.add_argument("--validation", help="validation window FROM..TO (default: "
+                                             "2026-01-06 with the default config and "
+                                             "windows, with early stopping; else the "
+                                             "config's)")
     parser.add_argument("--models", default=DEFAULT_MODELS,
                         help=f"zoo models, comma-separated (default {DEFAULT_MODELS}; any of "
                              + ", ".join(ZOO) + ")")
@@ -856,8 +873,11 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
         print(f"  ... {line}", file=sys.stderr, flush=True)
 
     default_config = pathlib.Path(args.config).resolve() == DEFAULT_CONFIG
+    synthetic_windows = default_config and not (args.train or args.eval or args.validation)
     train = args.train or (SYNTH_TRAIN if default_config else None)
     eval_ = args.eval or (SYNTH_EVAL if default_config else None)
+    validation = args.validation or (SYNTH_VALIDATION if synthetic_windows else None)
+    stopping = SYNTH_EARLY_STOPPING if synthetic_windows else []
     if not args.check:
         require_bench_packages()
     data = args.data
@@ -866,9 +886,12 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
             f"seed {SYNTH_SEED}")
         data = synthesize(work, args.rows_per_day)
     inputs = validate_inputs(os.path.abspath(args.config),
-                             window_overrides(data, train, eval_) + args.set)
+                             window_overrides(data, train, eval_, validation) + stopping
+                             + args.set)
     described = (f"{inputs.window('train')} ({inputs.rows('train'):,} rows) for training, "
                  f"{inputs.window('eval')} ({inputs.rows('eval'):,} rows) held out")
+    if inputs.config.data.validation is not None:
+        described += f", {inputs.window('validation')} for validation"
     print(f"inputs OK: {data}: {described}", flush=True)
     if args.check:
         return 0

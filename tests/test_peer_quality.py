@@ -186,7 +186,7 @@ def test_seeds_give_means_and_the_zoo_gap_seed_by_seed():
                                          "dcn_v2 (zoo) (mean of 2 seeds)",
                                          "lr (zoo) (mean of 2 seeds)"]
     assert means[1].auc == pytest.approx(0.755) and means[1].seconds == 20.0
-    assert "seeds 0, 1: AUC 0.7400, 0.7700" in means[1].setting
+    assert means[1].setting == "s (seed 0); seeds 0, 1: AUC 0.7400, 0.7700"
     logreg = Row("logreg C=0.1", "peer", 0.71, 0.5, 0.8, 1.0, "s")
     assert peer_quality.summary([logreg, *means], runs) == (
         "best zoo minus best peer: +0.0000, lr minus logreg: +0.0000, "
@@ -194,3 +194,13 @@ def test_seeds_give_means_and_the_zoo_gap_seed_by_seed():
     table = peer_quality.paired_table(runs, [0, 1])
     assert "| dcn_v2: zoo minus one process | -0.0100 | +0.0100 | +0.0000 | 0.0100 |" in table
     assert "| dcn_v2 one process | 0.7500 | 0.7600 | 0.7550 | |" in table
+
+
+def test_synthetic_defaults_validate_on_day_6_with_early_stopping(tmp_path, capsys):
+    code = peer_quality.main(["--check", "--rows-per-day", "300", "--work-dir",
+                              str(tmp_path)])
+    assert code == 0
+    assert ("2026-01-01..2026-01-05 (1,500 rows) for training, 2026-01-07 (300 rows) held "
+            "out, 2026-01-06 for validation") in capsys.readouterr().out
+    assert peer_quality.SYNTH_EARLY_STOPPING == ["train.epochs=10",
+                                                 "train.early_stopping={patience: 1}"]

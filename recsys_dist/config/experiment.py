@@ -269,6 +269,12 @@ class TrainSpec:
         the replicas of a worker) relative to ``base_batch_size``: ``linear``, ``sqrt``
         or ``none``.
       base_batch_size: The batch size the learning rates are given for.
+      warmup_steps: Raise every optimizer's learning rate linearly over the first this
+        many steps (all workers' steps: the optimizers' step counter), from
+        ``1/warmup_steps`` of it to all of it, then keep it. Asynchronous workers start
+        from the same fresh weights, and Adagrad's first steps on a row are about its
+        whole learning rate whatever the gradient; ramping up keeps those steps from
+        adding up (docs/training.md). ``null``: off.
       embedding_shard_bytes: Minimum bytes of one embedding shard; a table is split into
         at most one shard per parameter server.
       log_every_seconds: Progress line interval.
@@ -292,6 +298,7 @@ class TrainSpec:
     max_steps: int | None = field(default=None, metadata={"min": 1})
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
     base_batch_size: int = field(default=512, metadata={"min": 1})
+    warmup_steps: int | None = field(default=None, metadata={"min": 1})
     embedding_shard_bytes: int = field(default=1 << 20, metadata={"min": 1})
     log_every_seconds: float = field(default=5.0, metadata={"min": 0.0})
     summary_every_seconds: float = field(default=10.0, metadata={"min": 0.0})

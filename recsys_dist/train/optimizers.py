@@ -34,6 +34,22 @@ def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int)
     return spec.learning_rate
 
 
+@tf.keras.utils.register_keras_serializable(package="recsys_dist")
+class LinearWarmup(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """``rate * min(1, (step + 1) / steps)``: the learning rate ramps up linearly over the
+    first ``steps`` steps of the optimizer (``train.warmup_steps``), then stays."""
+
+    def __init__(self, rate: float, steps: int):
+        self.rate, self.steps = float(rate), int(steps)
+
+    def __call__(self, step):
+        done = (tf.cast(step, tf.float32) + 1.0) / float(self.steps)
+        return self.rate * tf.minimum(1.0, done)
+
+    def get_config(self) -> dict:
+        return {"rate": self.rate, "steps": self.steps}
+
+
 class _UniqueRowsFirst:
     """Applies a sparse gradient of a dynamic table's rows as it is: its rows never repeat
     within a step (:func:`~recsys_dist.models.dynamic_table.has_unique_rows`), so the
@@ -58,8 +74,9 @@ OPTIMIZERS = {"adagrad": _with_unique_rows(_legacy.Adagrad),
               "adam": _with_unique_rows(_legacy.Adam)}
 
 
-def make_optimizer(spec: OptimizerSpec, learning_rate: float):
-    """Builds the legacy tf-keras optimizer ``spec`` names (call under strategy.scope())."""
+def make_optimizer(spec: OptimizerSpec, learning_rate: float | LinearWarmup):
+    """Builds the legacy tf-keras optimizer ``spec`` names (call under strategy.scope());
+    ``learning_rate`` is a rate or a schedule of it."""
     cls = OPTIMIZERS[spec.name]
     if spec.name == "adagrad":
         return cls(learning_rate, initial_accumulator_value=spec.initial_accumulator_value)
@@ -78,13 +95,18 @@ class ModelOptimizers:
     - ``linear``: the per-id weights of linear parts, when ``train.linear_optimizer`` is set;
     - ``dense``: everything else (towers, heads, biases).
 
-    The groups partition the model's trainable variables. Build it under the strategy
-    scope; it creates every slot at once (before any restore: ``checkpoint/store.py``).
+    Each learning rate is scaled (``train.lr_scaling``), then ramped up over the first
+    ``train.warmup_steps`` steps (:class:`LinearWarmup`) when set. The groups partition
+    the model's trainable variables. Build it under the strategy scope; it creates every
+    slot at once (before any restore: ``checkpoint/store.py``).
     """
 
     def __init__(self, model, train: TrainSpec, batch_size: int):
         def build(spec: OptimizerSpec):
-            return make_optimizer(spec, scaled_learning_rate(spec, train, batch_size))
+            rate = scaled_learning_rate(spec, train, batch_size)
+            if train.warmup_steps:
+                rate = LinearWarmup(rate, train.warmup_steps)
+            return make_optimizer(spec, rate)
 
         self.embedding, self.dense = build(train.embedding_optimizer), build(train.dense_optimizer)
         self.linear = build(train.linear_optimizer) if train.linear_optimizer else None

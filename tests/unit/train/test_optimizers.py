@@ -116,3 +116,64 @@ def test_the_linear_optimizer_updates_the_linear_tables_and_nothing_else(tmp_pat
     without = ModelOptimizers(model, TrainSpec(), 512)
     assert without.linear is None and len(without.table_groups) == 1
     assert sorted(without.checkpoint_objects()) == ["dense_optimizer", "embedding_optimizer"]
+
+
+def test_warmup_ramps_the_learning_rate_linearly_then_keeps_it():
+    from recsys_dist.train.optimizers import LinearWarmup
+
+    schedule = LinearWarmup(0.4, 4)
+    assert [float(schedule(tf.constant(s, tf.int64))) for s in range(6)] == pytest.approx(
+        [0.1, 0.2, 0.3, 0.4, 0.4, 0.4])
+    again = tf.keras.optimizers.schedules.deserialize(
+        tf.keras.optimizers.schedules.serialize(schedule))
+    assert (again.rate, again.steps) == (0.4, 4)
+
+
+def test_warmup_steps_ramp_every_optimizer_of_a_model(tmp_path):
+    """With ``train.warmup_steps`` each optimizer's step k (from 0) moves a weight by
+    ``rate * (k + 1) / warmup_steps`` until the ramp ends: SGD steps on a gradient of 1."""
+    from recsys_dist.models.zoo import build_model
+    from recsys_dist.train.optimizers import LinearWarmup, ModelOptimizers
+    from tests.support.models import LABELS, TINY_FEATURES, model_inputs, write_feature_config
+
+    features = write_feature_config(tmp_path, TINY_FEATURES)
+    model = build_model("deepfm", features, model_inputs("deepfm", features), LABELS)
+    model.create_variables()
+    train = TrainSpec(embedding_optimizer=OptimizerSpec("sgd", 0.2),
+                      dense_optimizer=OptimizerSpec("sgd", 0.4),
+                      linear_optimizer=OptimizerSpec("sgd", 0.8), warmup_steps=2)
+    optimizers = ModelOptimizers(model, train, 512)
+    for optimizer, rate in [(optimizers.embedding, 0.2), (optimizers.dense, 0.4),
+                            (optimizers.linear, 0.8)]:
+        schedule = optimizer._get_hyper("learning_rate")  # noqa: SLF001
+        assert isinstance(schedule, LinearWarmup) and (schedule.rate, schedule.steps) == (rate, 2)
+    weight = model.dense_variables[0]
+    moves = []
+    for _ in range(3):
+        before = weight.numpy().copy()
+        ones = [tf.ones_like(v) for v in model.dense_variables]
+        tables = [tf.zeros_like(v) for v in model.embedding_variables]
+        optimizers.apply(tables, ones)
+        moves.append(float(np.max(np.abs(weight.numpy() - before))))
+    assert moves == pytest.approx([0.2, 0.4, 0.4])
+    assert not isinstance(ModelOptimizers(model, TrainSpec(), 512).dense._get_hyper(  # noqa: SLF001
+        "learning_rate"), LinearWarmup)
+
+
+def test_warmup_follows_the_restored_step_counter(tmp_path):
+    """The ramp reads the optimizer's step counter, which a checkpoint keeps: restored
+    after 3 of 4 warm-up steps, the next step runs at the full rate, not from the start."""
+    from recsys_dist.train.optimizers import LinearWarmup
+
+    variable = tf.Variable([0.0])
+    optimizer = make_optimizer(OptimizerSpec("sgd", 0.4), LinearWarmup(0.4, 4))
+    for _ in range(3):
+        optimizer.apply_gradients([(tf.constant([1.0]), variable)])
+    assert variable.numpy()[0] == pytest.approx(-(0.1 + 0.2 + 0.3))
+    path = tf.train.Checkpoint(optimizer=optimizer, variable=variable).save(str(tmp_path / "c"))
+    fresh_variable = tf.Variable([0.0])
+    fresh = make_optimizer(OptimizerSpec("sgd", 0.4), LinearWarmup(0.4, 4))
+    tf.train.Checkpoint(optimizer=fresh, variable=fresh_variable).restore(path)
+    fresh.apply_gradients([(tf.constant([1.0]), fresh_variable)])
+    assert int(fresh.iterations.numpy()) == 4
+    assert fresh_variable.numpy()[0] == pytest.approx(-(0.6 + 0.4))
