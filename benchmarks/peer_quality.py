@@ -68,10 +68,11 @@ Without ``--data`` it writes 7 days of synthetic data with ``recsys-dist data sy
 validation 2026-01-06 and eval 2026-01-07, and every model (zoo and one-process
 references) trains up to 10 passes with early stopping on the validation day
 (``train.epochs=10``, ``train.early_stopping={patience: 1}``), as ``configs/criteo.yaml``
-does on the Criteo sample. With another config, or with any of ``--train``, ``--eval``,
-``--validation``, the windows are the config's ``data.train``, ``data.validation`` and
-``data.eval`` (``--train``, ``--eval`` and ``--validation`` override them), and its own
-training settings apply. The data are checked as ``recsys-dist validate`` checks them
+does on the Criteo sample. Given any of ``--train``, ``--eval`` and ``--validation``, the
+default config keeps train 2026-01-01..05 and eval 2026-01-07 where not given, has a
+validation day only with ``--validation``, and trains with its own settings (one pass).
+Another config reads its own ``data.train``, ``data.validation`` and ``data.eval``, each
+overridden by its option. The data are checked as ``recsys-dist validate`` checks them
 before anything trains (``--check`` stops there). The peers need the ``bench`` extra:
 ``pip install -e '.[bench]'``.
 """

@@ -196,11 +196,26 @@ def test_seeds_give_means_and_the_zoo_gap_seed_by_seed():
     assert "| dcn_v2 one process | 0.7500 | 0.7600 | 0.7550 | |" in table
 
 
-def test_synthetic_defaults_validate_on_day_6_with_early_stopping(tmp_path, capsys):
+def test_synthetic_defaults_validate_on_day_6_with_early_stopping(tmp_path, capsys,
+                                                                monkeypatch):
+    checked = []
+    validate = peer_quality.validate_inputs
+
+    def recording(config_path, overrides):
+        checked.append(validate(config_path, overrides))
+        return checked[-1]
+
+    monkeypatch.setattr(peer_quality, "validate_inputs", recording)
     code = peer_quality.main(["--check", "--rows-per-day", "300", "--work-dir",
                               str(tmp_path)])
     assert code == 0
     assert ("2026-01-01..2026-01-05 (1,500 rows) for training, 2026-01-07 (300 rows) held "
             "out, 2026-01-06 for validation") in capsys.readouterr().out
-    assert peer_quality.SYNTH_EARLY_STOPPING == ["train.epochs=10",
-                                                 "train.early_stopping={patience: 1}"]
+    train = checked[0].config.train  # what every method is given
+    assert (train.epochs, train.early_stopping.patience) == (10, 1)
+    # a window of one's own: no validation day, the config's own training settings
+    code = peer_quality.main(["--check", "--rows-per-day", "300", "--work-dir",
+                              str(tmp_path / "own"), "--train", "2026-01-01..2026-01-06"])
+    assert code == 0
+    assert checked[1].config.data.validation is None
+    assert (checked[1].config.train.epochs, checked[1].config.train.early_stopping) == (1, None)
