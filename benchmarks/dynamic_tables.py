@@ -8,7 +8,7 @@ on the held-out window:
 - ``hashed``: the feature config as it is (ids hashed into each table's ``rows``);
 - ``dynamic``: the tables named by ``--tables`` turned into ``kind: dynamic`` with
   ``capacity_per_shard`` = their ``rows`` (room for twice as many ids as the hashed
-  table has rows), every other table unchanged.
+  table has rows) or ``--capacity-per-shard``, every other table unchanged.
 
 Each round prints both sides' AUC, logloss, examples/s after warm-up and the dynamic
 tables' live ids; then each side's best and median and the ratios. Memory per live id is
@@ -26,7 +26,7 @@ and ``--data`` for other data, e.g. the Criteo sample with ``configs/criteo.yaml
 
 Usage: ``python benchmarks/dynamic_tables.py [--rounds 2] [--rows-per-day 200000]
 [--users 5000000] [--tables user,c3,c4,c12] [--config FILE --data DIR]
-[--cluster-mode local|in_process]``
+[--capacity-per-shard N] [--cluster-mode local|in_process]``
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ SIDES = ("hashed", "dynamic")
 
 
 def dynamic_features(features_file: str, tables: list[str], out: pathlib.Path,
-                     admit_after: int = 1) -> str:
-    """A copy of the feature config with ``tables`` made dynamic."""
+                     admit_after: int = 1, capacity: int | None = None) -> str:
+    """A copy of the feature config with ``tables`` made dynamic, ``capacity`` rows per
+    shard each (default: the table's ``rows``)."""
     doc = yaml.safe_load(pathlib.Path(features_file).read_text())
     unknown = [t for t in tables if t not in doc["tables"]]
     if unknown:
@@ -58,7 +59,8 @@ def dynamic_features(features_file: str, tables: list[str], out: pathlib.Path,
     for name in tables:
         spec = doc["tables"][name]
         doc["tables"][name] = {"kind": "dynamic", "dim": spec["dim"],
-                               "capacity_per_shard": spec["rows"], "admit_after": admit_after}
+                               "capacity_per_shard": capacity or spec["rows"],
+                               "admit_after": admit_after}
     for feature in doc["features"].values():
         if feature.get("table") in tables:
             feature.pop("hash_buckets", None)
@@ -114,6 +116,10 @@ def main() -> None:
     parser.add_argument("--data", help="dt= Parquet root (default: synthetic data)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for both sides")
+    parser.add_argument("--capacity-per-shard", type=int,
+                        help="capacity_per_shard of every dynamic table (default: the "
+                             "table's rows), e.g. far above its ids, as a team that does "
+                             "not know its cardinality would set it")
     parser.add_argument("--memory-ids", type=int, default=2_000_000)
     parser.add_argument("--cluster-mode", choices=("local", "in_process"), default="local",
                         help="local: each server its own process (default); in_process: "
@@ -135,9 +141,11 @@ def main() -> None:
         tables = [t for t in args.tables.split(",") if t]
         features = {"hashed": None,
                     "dynamic": dynamic_features(config.features.file, tables, scratch,
-                                                args.admit_after)}
+                                                args.admit_after, args.capacity_per_shard)}
+        capacity = (f", capacity_per_shard {args.capacity_per_shard:,}"
+                    if args.capacity_per_shard else "")
         print(f"config {args.config}, data {data}; dynamic tables: {', '.join(tables)} "
-              f"(admit_after {args.admit_after}); cluster.mode {args.cluster_mode}")
+              f"(admit_after {args.admit_after}{capacity}); cluster.mode {args.cluster_mode}")
 
         def show(round_: int, done: dict) -> None:
             side, r = list(done.items())[-1]

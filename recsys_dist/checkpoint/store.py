@@ -70,6 +70,7 @@ import tensorflow as tf
 
 from recsys_dist import storage_io
 from recsys_dist.errors import RecsysError
+from recsys_dist.models.dynamic_table import rows_in_use
 
 CHECKPOINTS = "checkpoints"
 VARIABLES = "variables"
@@ -521,15 +522,30 @@ def restore_model(model, saved: SavedCheckpoint, config_file: str) -> None:
             if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
             and "/.OPTIMIZER_SLOT/" not in key)
         variables = _whole_variables(model)
-        ours = collections.Counter(tuple(v.shape.as_list()) for v in variables)
-        if stored != ours:
-            missing = [f"{v.name} {v.shape.as_list()}" for v in variables
+        saved_whole = [v for v in variables if rows_in_use(v) is None]
+        ours = collections.Counter(tuple(v.shape.as_list()) for v in saved_whole)
+        # a dynamic table's rows are saved up to the rows in use: any count up to capacity
+        extra, short = stored - ours, []
+        for variable in variables:
+            if rows_in_use(variable) is not None:
+                capacity, *rest = variable.shape.as_list()
+                fits = [s for s in extra if list(s[1:]) == rest and s[0] <= capacity]
+                if fits:
+                    extra[fits[0]] -= 1
+                    extra += collections.Counter()  # drops the counts that reached 0
+                else:
+                    short.append(variable)
+        if ours - stored or extra or short:
+            missing = [f"{v.name} {v.shape.as_list()}" for v in saved_whole
                        if stored[tuple(v.shape.as_list())] == 0]
+            missing += [f"{v.name} [up to {v.shape[0]}, "
+                        f"{', '.join(map(str, v.shape.as_list()[1:]))}]".replace(", ]", "]")
+                        for v in short]
             detail = ("model weight(s) with no weight of that shape in the checkpoint: "
                       + ", ".join(missing) if missing else
                       f"the checkpoint has {sum(stored.values())} model weights, the model "
-                      f"{sum(ours.values())}; shapes only in the checkpoint: "
-                      f"{sorted(map(list, (stored - ours).elements()))}")
+                      f"{len(variables)}; shapes only in the checkpoint: "
+                      f"{sorted(map(list, extra.elements()))}")
             raise CheckpointError(f"{saved.directory}: does not fit the model of "
                                   f"{config_file} (was it trained with other model params?): "
                                   f"{detail}")

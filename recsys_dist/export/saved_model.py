@@ -62,7 +62,7 @@ from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.errors import RecsysError
 from recsys_dist.features.transforms import FeatureTransform
-from recsys_dist.models.dynamic_table import stock_row_ops
+from recsys_dist.models.dynamic_table import keep_live_rows_only, rows_in_use, stock_row_ops
 from recsys_dist.models.zoo import RankingModel, build_from_config
 
 #: The signature a serving request names (TF Serving's default).
@@ -186,7 +186,10 @@ def build_serving_module(model: RankingModel, transform: FeatureTransform,
       labels: Labels to return.
     """
     module = tf.Module(name="recsys_serving")
-    module.model_variables = list(model.variables)
+    # A dynamic table's rows: only those in use; its training state (last-seen days,
+    # counters) is not served.
+    keep_live_rows_only([t for tables in model.dynamic_tables.values() for t in tables])
+    module.model_variables = [v for v in model.variables if rows_in_use(v) is None]
     # A dynamic table's id -> row index (a hash table, not a variable).
     module.id_tables = list({id(shard.index): shard.index
                              for tables in model.dynamic_tables.values()

@@ -52,6 +52,10 @@ packing and unpacking around one gather per table, ``dynamic_rows.cc``). The opt
 skip de-duplicating the rows' gradients (:data:`UNIQUE_ROWS`). An export traces the same
 lookups in stock ops instead (:func:`stock_row_ops`).
 
+Checkpoints hold each shard's rows in use only (the first ``next_row``: rows, their
+optimizer slots, last-seen days; :func:`save_rows_in_use`), and an export only those rows
+(:func:`keep_live_rows_only`), so both grow with the live ids, not with the capacity.
+
 Eviction (``evict_after_days``, run by daily retraining after its warm start, with no step
 in flight): the ids last trained before a day are dropped, the rows of the others move to
 the front in their order (with their optimizer slots and last-seen days), the freed rows
@@ -68,6 +72,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.checkpoint import tensor_callable
 
 from recsys_dist import ops
 from recsys_dist.config.features import TableSpec
@@ -86,6 +91,75 @@ UNIQUE_ROWS = "_recsys_dist_unique_rows"
 def has_unique_rows(variable) -> bool:
     """Whether ``variable`` is a dynamic table's rows (see :data:`UNIQUE_ROWS`)."""
     return bool(getattr(variable, UNIQUE_ROWS, False))
+
+
+#: Set on the variables whose checkpoints hold only the rows in use (a dynamic shard's
+#: ``emb``, ``last_seen`` and the optimizer slots of ``emb``): the shard's ``next_row``.
+ROWS_IN_USE = "_recsys_dist_rows_in_use"
+
+
+def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable) -> None:
+    """Makes checkpoints of ``variable`` (``[capacity_per_shard, ...]``) hold only its first
+    ``in_use`` rows, the rows that have an id (rows are handed out in order, and eviction
+    moves the kept ones to the front): a checkpoint grows with the live ids, not with the
+    capacity. Restoring writes the saved rows back to the front and leaves the others as
+    they are (in a new process, their initial values; the saved index points at none of
+    them). A checkpoint that holds every row (written before 2026-11-27) restores the
+    same way.
+
+    It overrides the variable's own ``_serialize_to_tensors`` and
+    ``_restore_from_tensors`` (TensorFlow's checkpoint hooks, which look at the instance
+    first); the key stays ``VARIABLE_VALUE``, so warm starts read the rows by key as
+    before."""
+    key = "VARIABLE_VALUE"
+
+    def read() -> tf.Tensor:
+        with tf.device(variable.device):
+            rows = variable.sparse_read(tf.range(in_use.read_value()))
+        with tf.device("/device:CPU:0"):
+            return tf.identity(rows)
+
+    def serialize() -> dict:
+        return {key: tensor_callable.Callable(read, dtype=variable.dtype,
+                                              device=variable.device)}
+
+    def restore(restored: dict):
+        saved = restored[key]
+        with tf.device(variable.device):
+            rows = tf.range(tf.shape(saved, out_type=tf.int64)[0])
+            return variable.scatter_update(tf.IndexedSlices(tf.identity(saved), rows))
+
+    variable._serialize_to_tensors = serialize  # noqa: SLF001
+    variable._restore_from_tensors = restore  # noqa: SLF001
+    setattr(variable, ROWS_IN_USE, in_use)
+
+
+def rows_in_use(variable) -> tf.Variable | None:
+    """The ``next_row`` whose rows checkpoints of ``variable`` hold (see
+    :func:`save_rows_in_use`), or None for a variable saved whole."""
+    return getattr(variable, ROWS_IN_USE, None)
+
+
+def save_slots_of_rows_in_use(tables: list["DynamicTable"], optimizers: list) -> None:
+    """:func:`save_rows_in_use` for every optimizer slot of the tables' rows (call once
+    the slots exist)."""
+    for table in tables:
+        for shard in table.shards:
+            for slot, _ in _row_slots(shard.emb, optimizers):
+                save_rows_in_use(slot, shard.next_row)
+
+
+def keep_live_rows_only(tables: list["DynamicTable"]) -> None:
+    """For an export: gives every shard of ``tables`` a new ``emb`` that holds only its
+    rows in use (at least one row), so a SavedModel carries the live ids' rows, not the
+    capacity. The tables still look ids up (every row in the index is below ``next_row``)
+    but must not train or admit ids any more."""
+    for table in tables:
+        for shard in table.shards:
+            count = max(int(shard.next_row.numpy()), 1)
+            with _on(shard.device):
+                live = shard.emb.sparse_read(tf.range(count))
+            shard.emb = tf.Variable(live, trainable=False, name=shard.emb.name.split(":")[0])
 
 
 def day_number(day: datetime.date) -> int:
@@ -248,6 +322,7 @@ class DynamicShard(tf.Module):
                 self.last_seen, self.next_row = index_of.last_seen, index_of.next_row
                 self.day, self.dropped_full = index_of.day, index_of.dropped_full
                 self.waiting, self._counting = index_of.waiting, index_of._counting
+                save_rows_in_use(self.emb, self.next_row)
                 return
             self.index = tf.lookup.experimental.MutableHashTable(
                 tf.int64, tf.int64, default_value=-1, name=f"{name}_index")
@@ -264,6 +339,8 @@ class DynamicShard(tf.Module):
             self.waiting = tf.Variable(tf.constant(0, tf.int64), trainable=False,
                                        name=f"{name}_waiting")
             self._counting = _Counting(f"{name}_counting")
+            for rows in (self.emb, self.last_seen):
+                save_rows_in_use(rows, self.next_row)
 
     def find(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of ``keys`` (-1: no row); inserts and counts nothing."""

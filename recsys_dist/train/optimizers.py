@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from recsys_dist.checkpoint.store import create_slots
 from recsys_dist.config.experiment import OptimizerSpec, TrainSpec
-from recsys_dist.models.dynamic_table import has_unique_rows
+from recsys_dist.models.dynamic_table import has_unique_rows, save_slots_of_rows_in_use
 
 
 def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int) -> float:
@@ -122,6 +122,9 @@ class ModelOptimizers:
         for optimizer, indices in self.table_groups:
             create_slots(optimizer, [self.tables[i] for i in indices])
         create_slots(self.dense, self.dense_variables)
+        # a dynamic table's slots are checkpointed as its rows are: the rows in use only
+        save_slots_of_rows_in_use([t for tables in model.dynamic_tables.values() for t in tables],
+                                  self.all)
 
     @property
     def all(self) -> list:

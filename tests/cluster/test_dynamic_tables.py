@@ -4,6 +4,7 @@ counter, every id on its shard), then evaluates, exports and serves in a fresh p
 
 from __future__ import annotations
 
+import collections
 import json
 import pathlib
 import subprocess
@@ -69,6 +70,7 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     reader = tf.train.load_checkpoint(str(checkpoint))
     routing = DynamicTable(TableSpec("user", 8, "dynamic", capacity_per_shard=1), 8, shards=2)
     saved = reader.get_variable_to_shape_map()
+    used_rows = []
     for shard in range(2):
         # the two layers share the table's id index: the checkpoint holds it once
         found = [k for k in saved if k.endswith(
@@ -81,10 +83,18 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
         stored = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-keys")
         rows = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-values")
         used = int(reader.get_tensor(f"{base}/next_row/.ATTRIBUTES/VARIABLE_VALUE"))
+        used_rows.append(used)
         assert len(set(stored.tolist())) == len(stored)  # no id twice
         assert len(set(rows.tolist())) == len(rows) == used  # no row twice, none wasted
         assert rows.min() >= 0 and rows.max() < used
         assert np.all(routing.shard_of(tf.constant(stored)).numpy() == shard)
+        # rows, their optimizer slots and days are saved up to the rows in use only
+        for layer, dim in (("embeddings", 8), ("linear/embeddings", 1)):
+            emb = f"model/{layer}/_dynamic_tables/user/shards/{shard}/emb/."
+            assert saved[emb + "ATTRIBUTES/VARIABLE_VALUE"] == [used, dim], layer
+            slots = [k for k in saved if k.startswith(emb + "OPTIMIZER_SLOT/")]
+            assert slots and all(saved[k] == [used, dim] for k in slots), slots
+        assert saved[f"{base}/last_seen/.ATTRIBUTES/VARIABLE_VALUE"] == [used]
     evaluated = subprocess.run([str(BIN / "recsys-dist"), "evaluate", "--model-dir", str(run),
                                 "--out", str(tmp_path / "eval"), "--quiet"],
                                capture_output=True, text=True, timeout=600)
@@ -93,6 +103,13 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
                                "--out", str(tmp_path / "export")],
                               capture_output=True, text=True, timeout=600)
     assert exported.returncode == 0, exported.stderr
+    served_shapes = tf.train.load_checkpoint(
+        str(tmp_path / "export" / "variables" / "variables")).get_variable_to_shape_map()
+    # the export holds the live ids' rows (two layers, two shards), not the capacity
+    exported_rows = collections.Counter(tuple(s) for s in served_shapes.values())
+    for used in used_rows:
+        assert exported_rows[(used, 8)] and exported_rows[(used, 1)], (used, served_shapes)
+    assert not [s for s in served_shapes.values() if s and s[0] >= 20_000]
     serve = (
         "import numpy as np, tensorflow as tf\n"
         f"m = tf.saved_model.load({str(tmp_path / 'export')!r})\n"
@@ -184,6 +201,10 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
         used = int(reader.get_tensor(f"{base}/next_row/.ATTRIBUTES/VARIABLE_VALUE"))
         assert sorted(rows.tolist()) == list(range(used))
         assert np.all(routing.shard_of(tf.constant(stored)).numpy() == shard)
+        # after eviction and re-sharding, still saved up to the rows in use only
+        saved = reader.get_variable_to_shape_map()
+        assert saved[f"{base}/emb/.ATTRIBUTES/VARIABLE_VALUE"] == [used, 8]
+        assert saved[f"{base}/last_seen/.ATTRIBUTES/VARIABLE_VALUE"] == [used]
         stored_ids.update(stored.tolist())
     assert len(stored_ids) == len(users[1] | users[2])
 

@@ -364,6 +364,66 @@ def test_a_checkpoint_restores_keys_rows_and_counts_bit_exactly(tmp_path):
             sorted(zip(*(t.numpy().tolist() for t in new.counts.export())))
 
 
+def _trained_with_slots(seed: int, ids=()):
+    """A 2-shard table of capacity 1,000 with Adagrad slots saved by rows in use, trained
+    on ``ids`` once."""
+    from recsys_dist.models.dynamic_table import save_slots_of_rows_in_use
+
+    table = DynamicTable(dynamic_spec(capacity=1000), 4, shards=2, seed=seed)
+    optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(table.lookup(keys(*ids), training=True))
+    optimizer.apply_gradients(zip(tape.gradient(loss, table.embedding_variables),
+                                  table.embedding_variables))
+    save_slots_of_rows_in_use([table], [optimizer])
+    return table, optimizer
+
+
+def test_a_checkpoint_holds_only_the_rows_in_use(tmp_path):
+    """Rows, their Adagrad slots and last-seen days are saved up to each shard's
+    ``next_row``, not its capacity; a restore writes them back to the front and leaves the
+    other rows as they were."""
+    table, optimizer = _trained_with_slots(0, range(1, 12))
+    prefix = tf.train.Checkpoint(table=table, optimizer=optimizer).save(str(tmp_path / "c"))
+    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    for i, shard in enumerate(table.shards):
+        used = int(shard.next_row.numpy())
+        rows = {k: v for k, v in shapes.items()
+                if f"shards/{i}/" in k and ("/emb/" in k or "/last_seen/" in k)}
+        assert len(rows) == 3 and all(v[0] == used < 1000 for v in rows.values()), rows
+    again, optimizer_again = _trained_with_slots(9, [500])  # one id: a row and a slot moved
+    untouched = [(s.emb.numpy(), optimizer_again.get_slot(s.emb, "accumulator").numpy())
+                 for s in again.shards]
+    tf.train.Checkpoint(table=again, optimizer=optimizer_again).restore(prefix) \
+        .assert_existing_objects_matched()
+    for old, new, (emb, slot) in zip(table.shards, again.shards, untouched):
+        used = int(old.next_row.numpy())
+        assert int(new.next_row.numpy()) == used
+        for before, after, fresh in ((old.emb, new.emb, emb),
+                                     (optimizer.get_slot(old.emb, "accumulator"),
+                                      optimizer_again.get_slot(new.emb, "accumulator"), slot)):
+            np.testing.assert_array_equal(after.numpy()[:used], before.numpy()[:used])
+            np.testing.assert_array_equal(after.numpy()[used:], fresh[used:])
+        np.testing.assert_array_equal(new.last_seen.numpy()[:used], old.last_seen.numpy()[:used])
+    probe = keys(*range(1, 12), 500)
+    np.testing.assert_array_equal(again.lookup(probe).numpy(), table.lookup(probe).numpy())
+
+
+def test_a_checkpoint_that_holds_every_row_still_restores(tmp_path):
+    """Checkpoints written before rows were saved by use hold the whole capacity."""
+    table = DynamicTable(dynamic_spec(capacity=1000), 4, shards=2, seed=0)
+    table.lookup(keys(*range(1, 12)), training=True)
+    for shard in table.shards:  # back to TensorFlow's own hooks: every row saved
+        for variable in (shard.emb, shard.last_seen):
+            del variable._serialize_to_tensors, variable._restore_from_tensors
+    prefix = tf.train.Checkpoint(table=table).save(str(tmp_path / "c"))
+    assert [1000, 4] in tf.train.load_checkpoint(prefix).get_variable_to_shape_map().values()
+    again = DynamicTable(dynamic_spec(capacity=1000), 4, shards=2, seed=9)
+    tf.train.Checkpoint(table=again).restore(prefix).assert_existing_objects_matched()
+    for old, new in zip(table.shards, again.shards):
+        np.testing.assert_array_equal(new.emb.numpy(), old.emb.numpy())
+
+
 def _warm(tmp_path, table, live):
     from recsys_dist.checkpoint.warm_start import warm_start
 
