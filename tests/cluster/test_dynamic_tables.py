@@ -239,11 +239,14 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
 
 
 PSS_STEP_SCRIPT = """
+import tempfile
 import numpy as np, tensorflow as tf
+from recsys_dist.checkpoint.store import create_slots
 from recsys_dist.cluster.in_process import InProcessCluster
 from recsys_dist.config.features import TableSpec
 from recsys_dist.models.dynamic_table import (ShardGroup, dynamic_table, lookup_tables,
-                                              shard_devices, shared_across_layers)
+                                              save_slots_of_rows_in_use, shard_devices,
+                                              shared_across_layers)
 
 spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
 batches = [tf.constant(b, tf.int64) for b in ([1, 2, 3, 4, 5, 1, 9], [2, 7, 8, 11, 2])]
@@ -273,15 +276,46 @@ def train(strategy):
     else:
         for batch in batches:
             step(batch)
-    return before, [v.numpy() for v in variables]
+    return before, [v.numpy() for v in variables], (deep, wide, optimizer)
+
+def restored_copy(strategy, deep, wide, optimizer, directory):
+    # a checkpoint saved from the servers holds the rows in use; restored into new tables
+    # on the same servers, they come back to the front (slots too)
+    save_slots_of_rows_in_use([deep, wide], [optimizer])
+    prefix = tf.train.Checkpoint(deep=deep, wide=wide, optimizer=optimizer).save(
+        directory + "/c")
+    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    with strategy.scope():
+        with shared_across_layers():
+            group = ShardGroup.for_layer(shard_devices(2))
+            deep2 = dynamic_table(spec, 4, 2, "random_uniform", 3, "deep", group)
+            wide2 = dynamic_table(spec, 1, 2, "random_uniform", 4, "wide", group)
+        optimizer2 = tf.keras.optimizers.legacy.Adagrad(0.5)
+        create_slots(optimizer2, deep2.embedding_variables + wide2.embedding_variables)
+    save_slots_of_rows_in_use([deep2, wide2], [optimizer2])
+    tf.train.Checkpoint(deep=deep2, wide=wide2, optimizer=optimizer2).restore(prefix) \
+        .assert_existing_objects_matched()
+    rows = [v for k, v in shapes.items() if "/emb/" in k]
+    assert len(rows) == 8 and all(0 < v[0] < 50 for v in rows), shapes  # rows and slots
+    for old, new in zip(deep.shards + wide.shards, deep2.shards + wide2.shards):
+        used = int(old.next_row.numpy())
+        assert 0 < used < 50 and int(new.next_row.numpy()) == used
+        for a, b in ((old.emb, new.emb), (optimizer.get_slot(old.emb, "accumulator"),
+                                          optimizer2.get_slot(new.emb, "accumulator"))):
+            np.testing.assert_array_equal(b.numpy()[:used], a.numpy()[:used])
+    probe = tf.constant([1, 2, 7, 11, 12345], tf.int64)
+    np.testing.assert_array_equal(deep2.lookup(probe).numpy(), deep.lookup(probe).numpy())
+    print("restored", sum(int(s.next_row.numpy()) for s in deep2.shards))
 
 cluster = InProcessCluster(workers=1, ps=2)
-on_servers = train(tf.distribute.ParameterServerStrategy(cluster.cluster_resolver()))
+strategy = tf.distribute.ParameterServerStrategy(cluster.cluster_resolver())
+on_servers = train(strategy)
 in_process = train(tf.distribute.get_strategy())
-for (b, a), (b0, a0) in zip(zip(*on_servers), zip(*in_process)):
+for (b, a), (b0, a0) in zip(zip(*on_servers[:2]), zip(*in_process[:2])):
     np.testing.assert_array_equal(b, b0)
     np.testing.assert_allclose(a, a0, rtol=1e-6, atol=1e-7)
-changed = sum(int((np.abs(a - b).sum(axis=1) > 0).sum()) for b, a in zip(*on_servers))
+restored_copy(strategy, *on_servers[2], tempfile.mkdtemp())
+changed = sum(int((np.abs(a - b).sum(axis=1) > 0).sum()) for b, a in zip(*on_servers[:2]))
 print("changed rows", changed)
 """
 
@@ -289,8 +323,10 @@ print("changed rows", changed)
 def test_parameter_servers_train_dynamic_rows_as_one_process_does():
     """On parameter servers the step's gradients come back packed and are split on each
     server: every row read gets the update it gets without servers (a gradient lost on
-    the way, e.g. to a variable wrapper of the strategy, would leave rows untrained)."""
+    the way, e.g. to a variable wrapper of the strategy, would leave rows untrained). A
+    checkpoint of the servers' rows in use restores into new tables on them."""
     done = subprocess.run([sys.executable, "-c", PSS_STEP_SCRIPT], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == "18"  # 9 distinct ids, a row each in both layers
+    assert "restored 9" in done.stdout  # and a checkpoint from the servers restores them
