@@ -102,9 +102,12 @@ def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
     """One line per dynamic table, and a warning for each that refused ids when full."""
     lines = []
     for name, s in stats.items():
+        admitted = (f", {s['admitted_this_run']:,} admitted by this run"
+                    if "admitted_this_run" in s else "")
         lines.append(f"table    {name}: {s['live_ids']:,} ids of capacity {s['capacity']:,} "
-                     f"({s['shards']} shards); {s['counted_not_admitted']:,} ids seen but not "
-                     f"admitted yet; {s['lookups_without_row']:,} lookups read zeros"
+                     f"({s['shards']} shards){admitted}; {s['counted_not_admitted']:,} ids "
+                     f"seen but not admitted yet; {s['lookups_without_row']:,} lookups read "
+                     "zeros"
                      + (f"; {s['evicted_at_start']:,} evicted before training"
                         if "evicted_at_start" in s else ""))
         if s["dropped_full"]:

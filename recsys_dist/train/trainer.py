@@ -96,7 +96,9 @@ class TrainResult:
         resume).
       dynamic_tables: Per dynamic table of each layer (``<layer>_<table>``), its
         :meth:`DynamicTable.stats` at the end: live ids, capacity, ids refused because a
-        shard was full, lookups without a row, ids counted but not admitted yet.
+        shard was full, lookups without a row, ids counted but not admitted yet; and ids
+        admitted by this run (``admitted_this_run``: live ids now minus when its
+        training began, after a warm start and eviction) and ``evicted_at_start``.
       early_stopping: With ``train.early_stopping``: the validation metric of every
         pass (``history``), the ``best`` pass (whose weights the run ends with) and
         whether it ``stopped`` before the last pass.
@@ -318,6 +320,9 @@ class Trainer:
         self.items = self.position.items
         self.restored: SavedCheckpoint | None = None
         self.evicted: dict[str, dict] = {}  # per dynamic table, what evict_unseen did
+        # per dynamic table, its live ids when this run began training (after a warm
+        # start and eviction; kept in checkpoints, so a resumed run counts from there)
+        self._live_at_start: dict[str, int] | None = None
         self._rows_before = 0  # rows trained by earlier attempts (from the checkpoint)
         self._train_item = self._make_train_item()
         spec = train.early_stopping
@@ -357,6 +362,7 @@ class Trainer:
                       f"{saved.directory}", flush=True)
             self.position.restore(saved.state["position"], saved.directory)
             self._rows_before = int(saved.state.get("rows_trained", 0))
+            self._live_at_start = saved.state.get("dynamic_live_at_start")
             if self.early_stopping is not None:
                 self.early_stopping.restore(saved.state.get("early_stopping"))
                 self._pin_best()
@@ -426,6 +432,8 @@ class Trainer:
                  "complete": self.is_complete()}
         if self.early_stopping is not None:
             state["early_stopping"] = self.early_stopping.to_json()
+        if self._live_at_start is not None:
+            state["dynamic_live_at_start"] = self._live_at_start
         return self._saves.save(self.checkpoint, self.step, state)
 
     # ---- the step -----------------------------------------------------------------------
@@ -590,6 +598,9 @@ class Trainer:
         for tables in self.model.dynamic_tables.values():
             for table in tables:  # rows trained by this run were last seen on its last day
                 table.set_day(training_window(self.config)[1])
+        if self._live_at_start is None:  # not resumed: this run's training begins now
+            self._live_at_start = {name: stats["live_ids"]
+                                   for name, stats in self.dynamic_table_stats().items()}
         # TensorFlow writes the summaries locally; for a remote model dir they are staged
         # and uploaded at each checkpoint and at the end.
         with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost(self.lockstep), \
@@ -804,11 +815,18 @@ class Trainer:
 
     def dynamic_table_stats(self) -> dict[str, dict]:
         """:meth:`DynamicTable.stats` of every dynamic table, by ``<layer>_<table>``, with
-        ``evicted_at_start`` where :meth:`evict_unseen` dropped ids."""
-        return {table.name: table.stats() | (
-                    {"evicted_at_start": self.evicted[table.name]["evicted"]}
-                    if table.name in self.evicted else {})
-                for tables in self.model.dynamic_tables.values() for table in tables}
+        ``admitted_this_run`` once training began and ``evicted_at_start`` where
+        :meth:`evict_unseen` dropped ids."""
+        found = {}
+        for tables in self.model.dynamic_tables.values():
+            for table in tables:
+                stats = found[table.name] = table.stats()
+                if self._live_at_start is not None and table.name in self._live_at_start:
+                    stats["admitted_this_run"] = max(
+                        0, stats["live_ids"] - self._live_at_start[table.name])
+                if table.name in self.evicted:
+                    stats["evicted_at_start"] = self.evicted[table.name]["evicted"]
+        return found
 
     def _end_epoch(self, epoch: int, show_progress: bool, reset: bool = True) -> dict:
         """The training AUC of pass ``epoch`` (from 0), which has just ended; the AUC
@@ -864,9 +882,10 @@ class Trainer:
             for name, metric in self.auc.items():
                 _scalar(f"auc/{name}", float(metric.result()))
             for table, stats in self.dynamic_table_stats().items():
-                for key in ("live_ids", "dropped_full", "lookups_without_row",
-                            "counted_not_admitted"):
-                    _scalar(f"dynamic/{table}/{key}", stats[key])
+                for key in ("live_ids", "admitted_this_run", "dropped_full",
+                            "lookups_without_row", "counted_not_admitted"):
+                    if key in stats:
+                        _scalar(f"dynamic/{table}/{key}", stats[key])
 
     def write_config_files(self) -> None:
         """Writes the resolved config and its feature config into ``model_dir`` (local or

@@ -189,6 +189,7 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
     stats = result["dynamic_tables"]["embeddings_user"]
     assert stats["evicted_at_start"] == dropped
     assert stats["live_ids"] == len(users[1] | users[2]) and stats["shards"] == 3
+    assert stats["admitted_this_run"] == len(users[2] - users[1])  # after the eviction
     run = tmp_path / "root" / "runs" / "2026-01-03"
     reader = tf.train.load_checkpoint(str(sorted(run.glob("checkpoints/ckpt-*"))[-1]
                                           / "variables"))
@@ -236,6 +237,15 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
     (user,) = stats.values()
     # admitted: seen in two batches of the first pass, so in two rows at least
     assert 0 < user["live_ids"] <= repeated, (user, repeated, once)
+    assert user["admitted_this_run"] == user["live_ids"]
+    # one more pass resumes the run: it still counts the ids admitted since it began
+    resumed = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
+                              "--model-dir", str(run), "--no-eval", "--set", "train.epochs=4"],
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resume   from" in resumed.stdout
+    (after,) = json.loads((run / "train_result.json").read_text())["dynamic_tables"].values()
+    assert after["admitted_this_run"] == after["live_ids"] >= user["live_ids"]
 
 
 PSS_STEP_SCRIPT = """

@@ -587,7 +587,9 @@ def test_the_run_prints_each_table_and_warns_when_one_was_full():
     stats = {"live_ids": 8, "capacity": 8, "dropped_full": 3, "lookups_without_row": 3,
              "counted_not_admitted": 0, "shards": 2}
     lines = dynamic_table_lines({"embeddings_user": stats})
-    assert lines[0].startswith("table    embeddings_user: 8 ids of capacity 8 (2 shards)")
+    assert lines[0].startswith("table    embeddings_user: 8 ids of capacity 8 (2 shards); ")
+    admitted = dynamic_table_lines({"t": dict(stats, admitted_this_run=5)})[0]
+    assert "8 ids of capacity 8 (2 shards), 5 admitted by this run; " in admitted
     assert lines[1] == ("warning  dynamic table embeddings_user is full: 3 ids were refused "
                         "a row and read zeros; raise its capacity_per_shard")
     assert len(dynamic_table_lines({"t": dict(stats, dropped_full=0)})) == 1
