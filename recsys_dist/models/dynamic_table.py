@@ -465,10 +465,13 @@ class DynamicTable(tf.Module):
 
     def stats(self) -> dict[str, Any]:
         """Live ids, capacity, ids refused for a full shard, lookups without a row and
-        the ids counted but not admitted yet, summed over the shards."""
+        the ids counted but not admitted yet, summed over the shards; and the share of
+        its capacity the fullest shard uses (``fullest_shard``)."""
+        live = [int(s.next_row.numpy()) for s in self.shards]
         return {
-            "live_ids": int(sum(int(s.next_row.numpy()) for s in self.shards)),
+            "live_ids": sum(live),
             "capacity": int(self.spec.capacity_per_shard * len(self.shards)),
+            "fullest_shard": round(max(live) / self.spec.capacity_per_shard, 4),
             "dropped_full": int(sum(int(s.dropped_full.numpy()) for s in self.shards)),
             "lookups_without_row": int(sum(int(s.waiting.numpy()) for s in self.shards)),
             "counted_not_admitted": int(sum(int(s.counts.size().numpy())

@@ -98,8 +98,13 @@ def result_lines(result) -> list[str]:
     return lines
 
 
+#: A dynamic table whose fullest shard uses this share of its capacity gets a warning.
+NEARLY_FULL = 0.9
+
+
 def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
-    """One line per dynamic table, and a warning for each that refused ids when full."""
+    """One line per dynamic table, and a warning for each that refused ids when full, or
+    whose fullest shard is :data:`NEARLY_FULL`."""
     lines = []
     for name, s in stats.items():
         admitted = (f", {s['admitted_this_run']:,} admitted by this run"
@@ -113,6 +118,11 @@ def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
         if s["dropped_full"]:
             lines.append(f"warning  dynamic table {name} is full: {s['dropped_full']:,} ids "
                          "were refused a row and read zeros; raise its capacity_per_shard")
+        elif s.get("fullest_shard", 0) >= NEARLY_FULL:
+            lines.append(f"warning  dynamic table {name} is nearly full: its fullest shard "
+                         f"uses {s['fullest_shard']:.0%} of capacity_per_shard; raise it "
+                         "before new ids are refused (checkpoints and exports hold the "
+                         "live rows only, so room costs memory on the servers alone)")
     return lines
 
 

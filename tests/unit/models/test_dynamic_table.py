@@ -109,6 +109,7 @@ def test_a_full_shard_refuses_ids_counts_them_and_reads_zeros():
     rows_with_vectors = int(np.sum(np.abs(vectors).sum(axis=1) > 0))
     stats = table.stats()
     assert (rows_with_vectors, stats["live_ids"], stats["dropped_full"]) == (3, 3, 2)
+    assert stats["fullest_shard"] == 1.0
 
 
 def test_only_rows_with_an_id_get_a_gradient():
@@ -592,7 +593,10 @@ def test_the_run_prints_each_table_and_warns_when_one_was_full():
     assert "8 ids of capacity 8 (2 shards), 5 admitted by this run; " in admitted
     assert lines[1] == ("warning  dynamic table embeddings_user is full: 3 ids were refused "
                         "a row and read zeros; raise its capacity_per_shard")
-    assert len(dynamic_table_lines({"t": dict(stats, dropped_full=0)})) == 1
+    assert len(dynamic_table_lines({"t": dict(stats, dropped_full=0, fullest_shard=0.5)})) == 1
+    nearly = dynamic_table_lines({"t": dict(stats, dropped_full=0, fullest_shard=0.93)})
+    assert nearly[1].startswith("warning  dynamic table t is nearly full: its fullest shard "
+                                "uses 93% of capacity_per_shard; raise it")
 
 
 # ---- one lock per server and one index per table for a whole model -----------------
