@@ -83,6 +83,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -564,8 +565,12 @@ def single_process_reference(config, score_train: bool = False,
     from recsys_dist.train.optimizers import ModelOptimizers
     from recsys_dist.train.trainer import replica_loss
 
+    from recsys_dist.data.input_fn import prepare_input
+
     model = build_from_config(config)
-    optimizers = ModelOptimizers(model, config.train, config.input.batch_size)
+    rows = prepare_input(config, "train", 1).plan.total_rows
+    optimizers = ModelOptimizers(model, config.train, config.input.batch_size,
+                                 steps_per_epoch=math.ceil(rows / config.input.batch_size))
     table_vars, dense_vars = model.embedding_variables, model.dense_variables
 
     @tf.function(autograph=False)

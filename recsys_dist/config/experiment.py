@@ -275,6 +275,9 @@ class TrainSpec:
         from the same fresh weights, and Adagrad's first steps on a row are about its
         whole learning rate whatever the gradient; ramping up keeps those steps from
         adding up (docs/training.md). ``null``: off.
+      lr_decay_per_epoch: Lower every optimizer's learning rate smoothly by this factor
+        per pass over the training split: ``rate * factor ** (step / steps_per_pass)``
+        (after the warm-up's ramp, which multiplies it). ``null``: off.
       embedding_shard_bytes: Minimum bytes of one embedding shard; a table is split into
         at most one shard per parameter server.
       log_every_seconds: Progress line interval.
@@ -299,6 +302,7 @@ class TrainSpec:
     lr_scaling: Literal["none", "linear", "sqrt"] = "none"
     base_batch_size: int = field(default=512, metadata={"min": 1})
     warmup_steps: int | None = field(default=None, metadata={"min": 1})
+    lr_decay_per_epoch: float | None = field(default=None, metadata={"min": 0.01, "max": 1.0})
     embedding_shard_bytes: int = field(default=1 << 20, metadata={"min": 1})
     log_every_seconds: float = field(default=5.0, metadata={"min": 0.0})
     summary_every_seconds: float = field(default=10.0, metadata={"min": 0.0})

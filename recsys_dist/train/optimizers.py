@@ -34,20 +34,46 @@ def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int)
     return spec.learning_rate
 
 
-@tf.keras.utils.register_keras_serializable(package="recsys_dist")
-class LinearWarmup(tf.keras.optimizers.schedules.LearningRateSchedule):
-    """``rate * min(1, (step + 1) / steps)``: the learning rate ramps up linearly over the
-    first ``steps`` steps of the optimizer (``train.warmup_steps``), then stays."""
+_schedules = tf.keras.optimizers.schedules
 
-    def __init__(self, rate: float, steps: int):
-        self.rate, self.steps = float(rate), int(steps)
+
+@tf.keras.utils.register_keras_serializable(package="recsys_dist")
+class PassDecay(_schedules.LearningRateSchedule):
+    """``rate * factor ** (step / steps_per_pass)``: the learning rate falls smoothly by
+    ``factor`` per pass over the training split (``train.lr_decay_per_epoch``)."""
+
+    def __init__(self, rate: float, factor: float, steps_per_pass: int):
+        self.rate, self.factor = float(rate), float(factor)
+        self.steps_per_pass = int(steps_per_pass)
+
+    def __call__(self, step):
+        passes = tf.cast(step, tf.float32) / float(self.steps_per_pass)
+        return self.rate * tf.pow(self.factor, passes)
+
+    def get_config(self) -> dict:
+        return {"rate": self.rate, "factor": self.factor, "steps_per_pass": self.steps_per_pass}
+
+
+@tf.keras.utils.register_keras_serializable(package="recsys_dist")
+class LinearWarmup(_schedules.LearningRateSchedule):
+    """``rate * min(1, (step + 1) / steps)``: the learning rate ramps up linearly over the
+    first ``steps`` steps of the optimizer (``train.warmup_steps``), then stays. ``rate``
+    is a number or a schedule (:class:`PassDecay`) that the ramp multiplies."""
+
+    def __init__(self, rate: "float | _schedules.LearningRateSchedule | dict", steps: int):
+        if isinstance(rate, dict):
+            rate = _schedules.deserialize(rate)
+        self.rate = rate if callable(rate) else float(rate)
+        self.steps = int(steps)
 
     def __call__(self, step):
         done = (tf.cast(step, tf.float32) + 1.0) / float(self.steps)
-        return self.rate * tf.minimum(1.0, done)
+        rate = self.rate(step) if callable(self.rate) else self.rate
+        return rate * tf.minimum(1.0, done)
 
     def get_config(self) -> dict:
-        return {"rate": self.rate, "steps": self.steps}
+        rate = _schedules.serialize(self.rate) if callable(self.rate) else self.rate
+        return {"rate": rate, "steps": self.steps}
 
 
 class _UniqueRowsFirst:
@@ -74,7 +100,8 @@ OPTIMIZERS = {"adagrad": _with_unique_rows(_legacy.Adagrad),
               "adam": _with_unique_rows(_legacy.Adam)}
 
 
-def make_optimizer(spec: OptimizerSpec, learning_rate: float | LinearWarmup):
+def make_optimizer(spec: OptimizerSpec,
+                   learning_rate: float | _schedules.LearningRateSchedule):
     """Builds the legacy tf-keras optimizer ``spec`` names (call under strategy.scope());
     ``learning_rate`` is a rate or a schedule of it."""
     cls = OPTIMIZERS[spec.name]
@@ -95,15 +122,24 @@ class ModelOptimizers:
     - ``linear``: the per-id weights of linear parts, when ``train.linear_optimizer`` is set;
     - ``dense``: everything else (towers, heads, biases).
 
-    Each learning rate is scaled (``train.lr_scaling``), then ramped up over the first
-    ``train.warmup_steps`` steps (:class:`LinearWarmup`) when set. The groups partition
+    Each learning rate is scaled (``train.lr_scaling``), lowered by
+    ``train.lr_decay_per_epoch`` per pass (:class:`PassDecay`; ``steps_per_epoch``, the
+    steps of one pass over the training split, is then required), then ramped up over the
+    first ``train.warmup_steps`` steps (:class:`LinearWarmup`) when set. The groups partition
     the model's trainable variables. Build it under the strategy scope; it creates every
     slot at once (before any restore: ``checkpoint/store.py``).
     """
 
-    def __init__(self, model, train: TrainSpec, batch_size: int):
+    def __init__(self, model, train: TrainSpec, batch_size: int,
+                 steps_per_epoch: int | None = None):
+        decay = train.lr_decay_per_epoch
+        if decay is not None and decay < 1.0 and not steps_per_epoch:
+            raise ValueError("train.lr_decay_per_epoch needs the steps of one pass")
+
         def build(spec: OptimizerSpec):
             rate = scaled_learning_rate(spec, train, batch_size)
+            if decay is not None and decay < 1.0:
+                rate = PassDecay(rate, decay, steps_per_epoch)
             if train.warmup_steps:
                 rate = LinearWarmup(rate, train.warmup_steps)
             return make_optimizer(spec, rate)

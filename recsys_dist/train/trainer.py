@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import math
 import shutil
 import time
 from collections.abc import Iterator
@@ -302,7 +303,9 @@ class Trainer:
         with strategy.scope():
             self.model = build_from_config(config)
             # Slots exist before any restore (checkpoint/store.py says why).
-            self.optimizers = ModelOptimizers(self.model, train, pipeline.spec.batch_size)
+            self.optimizers = ModelOptimizers(
+                self.model, train, pipeline.spec.batch_size,
+                steps_per_epoch=math.ceil(pipeline.plan.total_rows / pipeline.spec.batch_size))
             self.auc = {label: tf.keras.metrics.AUC(num_thresholds=AUC_THRESHOLDS,
                                                     from_logits=True, name=f"auc_{label}")
                         for label in config.labels}

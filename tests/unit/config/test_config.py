@@ -299,6 +299,9 @@ TRAIN_REJECTIONS = [
     ("train.dense_optimizer={name: adamw, learning_rate: 0.1}",
      r"train\.dense_optimizer\.name: got 'adamw'.*Did you mean \"adam\"\?"),
     ("train.steps_per_call=0", r"train\.steps_per_call: got 0; expected a value >= 1"),
+    ("train.lr_decay_per_epoch=1.5",
+     r"train\.lr_decay_per_epoch: got 1\.5; expected a value <= 1\.0"),
+    ("train.lr_decay_per_epoch=0", r"train\.lr_decay_per_epoch: got 0\.0; expected a value >= 0\.01"),
     ("train.lr_scaling=quadratic", r"train\.lr_scaling: got 'quadratic'; expected one of 'none', "
      r"'linear', 'sqrt'"),
     ("train.linear_optimizer={name: adam, learning_rate: 0.05}",

@@ -177,3 +177,47 @@ def test_warmup_follows_the_restored_step_counter(tmp_path):
     fresh.apply_gradients([(tf.constant([1.0]), fresh_variable)])
     assert int(fresh.iterations.numpy()) == 4
     assert fresh_variable.numpy()[0] == pytest.approx(-(0.6 + 0.4))
+
+
+def test_pass_decay_lowers_the_rate_by_its_factor_per_pass_under_the_warmup():
+    """``train.lr_decay_per_epoch``: ``rate * factor ** (step / steps_per_pass)``; the
+    warm-up's ramp multiplies it; both serialize."""
+    from recsys_dist.train.optimizers import LinearWarmup, PassDecay
+
+    decay = PassDecay(0.8, 0.5, 4)
+    assert [float(decay(tf.constant(s, tf.int64))) for s in (0, 2, 4, 8)] == pytest.approx(
+        [0.8, 0.8 * 0.5 ** 0.5, 0.4, 0.2])
+    both = LinearWarmup(decay, 2)
+    assert [float(both(tf.constant(s, tf.int64))) for s in (0, 1, 4)] == pytest.approx(
+        [0.4, 0.8 * 0.5 ** 0.25, 0.4])
+    again = tf.keras.optimizers.schedules.deserialize(
+        tf.keras.optimizers.schedules.serialize(both))
+    assert isinstance(again.rate, PassDecay) and again.steps == 2
+    assert (again.rate.rate, again.rate.factor, again.rate.steps_per_pass) == (0.8, 0.5, 4)
+
+
+def test_lr_decay_per_epoch_lowers_every_optimizer_and_needs_the_pass_length(tmp_path):
+    from recsys_dist.models.zoo import build_model
+    from recsys_dist.train.optimizers import ModelOptimizers, PassDecay
+    from tests.support.models import LABELS, TINY_FEATURES, model_inputs, write_feature_config
+
+    features = write_feature_config(tmp_path, TINY_FEATURES)
+    model = build_model("deepfm", features, model_inputs("deepfm", features), LABELS)
+    model.create_variables()
+    train = TrainSpec(embedding_optimizer=OptimizerSpec("sgd", 0.2),
+                      dense_optimizer=OptimizerSpec("sgd", 0.4), lr_decay_per_epoch=0.5)
+    with pytest.raises(ValueError, match="lr_decay_per_epoch needs the steps of one pass"):
+        ModelOptimizers(model, train, 512)
+    optimizers = ModelOptimizers(model, train, 512, steps_per_epoch=2)
+    for optimizer, rate in [(optimizers.embedding, 0.2), (optimizers.dense, 0.4)]:
+        schedule = optimizer._get_hyper("learning_rate")  # noqa: SLF001
+        assert isinstance(schedule, PassDecay)
+        assert (schedule.rate, schedule.factor, schedule.steps_per_pass) == (rate, 0.5, 2)
+    weight = model.dense_variables[0]
+    moves = []
+    for _ in range(3):
+        before = weight.numpy().copy()
+        optimizers.apply([tf.zeros_like(v) for v in model.embedding_variables],
+                         [tf.ones_like(v) for v in model.dense_variables])
+        moves.append(float(np.max(np.abs(weight.numpy() - before))))
+    assert moves == pytest.approx([0.4, 0.4 * 0.5 ** 0.5, 0.2])
