@@ -219,6 +219,42 @@ def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
     assert not os.listdir(tmp_path)  # and both removed
 
 
+def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, runtime,
+                                                                    s3_server):
+    """A dynamic table on the two server processes, checkpointed to S3 (staged, the
+    coordinator writes every shard): the checkpoint holds each shard's rows in use only,
+    and a restore brings them, and the ids' rows, back."""
+    import numpy as np
+    import tensorflow as tf
+
+    from recsys_dist.checkpoint.store import CheckpointManager, local_prefix, restore
+    from recsys_dist.config.features import TableSpec
+    from recsys_dist.models.dynamic_table import DynamicTable
+
+    spec = TableSpec("user", 8, "dynamic", capacity_per_shard=5000)
+    with runtime.strategy.scope():
+        table = DynamicTable(spec, 8, shards=2, seed=1)
+    assert sorted(s.emb.device.split("/device")[0] for s in table.shards) == [
+        "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
+    ids = tf.constant(np.arange(1, 301) * 7919, tf.int64)
+    table.lookup(ids, training=True)
+    before = table.lookup(ids).numpy()
+    used = [int(s.next_row.numpy()) for s in table.shards]
+    assert sum(used) == 300
+    saved = CheckpointManager(f"s3://{s3_server['bucket']}/dynamic/run").save(
+        tf.train.Checkpoint(table=table), 3, {})
+    with local_prefix(saved) as local:
+        shapes = tf.train.load_checkpoint(local).get_variable_to_shape_map()
+    for i, rows in enumerate(used):
+        assert shapes[f"table/shards/{i}/emb/.ATTRIBUTES/VARIABLE_VALUE"] == [rows, 8]
+    for shard in table.shards:
+        shard.emb.assign(tf.zeros_like(shard.emb))
+        shard.index.remove(shard.index.export()[0])
+    assert not table.lookup(ids).numpy().any()
+    restore(tf.train.Checkpoint(table=table), saved)
+    np.testing.assert_array_equal(table.lookup(ids).numpy(), before)
+
+
 @pytest.mark.parametrize("when, sent", [("starting", signal.SIGTERM),
                                         ("training", signal.SIGTERM),
                                         ("training", signal.SIGINT)])

@@ -301,7 +301,8 @@ TRAIN_REJECTIONS = [
     ("train.steps_per_call=0", r"train\.steps_per_call: got 0; expected a value >= 1"),
     ("train.lr_decay_per_epoch=1.5",
      r"train\.lr_decay_per_epoch: got 1\.5; expected a value <= 1\.0"),
-    ("train.lr_decay_per_epoch=0", r"train\.lr_decay_per_epoch: got 0\.0; expected a value >= 0\.01"),
+    ("train.lr_decay_per_epoch=0",
+     r"train\.lr_decay_per_epoch: got 0\.0; expected a value >= 0\.01"),
     ("train.lr_scaling=quadratic", r"train\.lr_scaling: got 'quadratic'; expected one of 'none', "
      r"'linear', 'sqrt'"),
     ("train.linear_optimizer={name: adam, learning_rate: 0.05}",
