@@ -179,6 +179,9 @@ def build_serving_module(model: RankingModel, transform: FeatureTransform,
     tracked, not the Keras model object, so the SavedModel holds plain variables and
     functions and no Keras metadata.
 
+    A dynamic table keeps only its live rows (:func:`keep_live_rows_only`): ``model``
+    serves lookups afterwards but must not train.
+
     Args:
       model: The model, weights restored, built without a distribution strategy.
       transform: The feature transform (``on_bad_row: fail``).

@@ -435,7 +435,7 @@ class Trainer:
                  "complete": self.is_complete()}
         if self.early_stopping is not None:
             state["early_stopping"] = self.early_stopping.to_json()
-        if self._live_at_start is not None:
+        if self._live_at_start:  # a model with dynamic tables
             state["dynamic_live_at_start"] = self._live_at_start
         return self._saves.save(self.checkpoint, self.step, state)
 
