@@ -261,13 +261,17 @@ from recsys_dist.models.dynamic_table import (ShardGroup, dynamic_table, lookup_
 spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
 batches = [tf.constant(b, tf.int64) for b in ([1, 2, 3, 4, 5, 1, 9], [2, 7, 8, 11, 2])]
 
-def train(strategy):
+def tables(strategy, seeds):
+    # a table's vectors and its linear weights sharing one id index, and their optimizer
     with strategy.scope():
         with shared_across_layers():
             group = ShardGroup.for_layer(shard_devices(2))
-            deep = dynamic_table(spec, 4, 2, "random_uniform", 1, "deep", group)
-            wide = dynamic_table(spec, 1, 2, "random_uniform", 2, "wide", group)
-        optimizer = tf.keras.optimizers.legacy.Adagrad(0.5)
+            deep = dynamic_table(spec, 4, 2, "random_uniform", seeds[0], "deep", group)
+            wide = dynamic_table(spec, 1, 2, "random_uniform", seeds[1], "wide", group)
+        return deep, wide, tf.keras.optimizers.legacy.Adagrad(0.5)
+
+def train(strategy):
+    deep, wide, optimizer = tables(strategy, (1, 2))
     variables = deep.embedding_variables + wide.embedding_variables
     before = [v.numpy().copy() for v in variables]
 
@@ -295,12 +299,8 @@ def restored_copy(strategy, deep, wide, optimizer, directory):
     prefix = tf.train.Checkpoint(deep=deep, wide=wide, optimizer=optimizer).save(
         directory + "/c")
     shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    deep2, wide2, optimizer2 = tables(strategy, (3, 4))
     with strategy.scope():
-        with shared_across_layers():
-            group = ShardGroup.for_layer(shard_devices(2))
-            deep2 = dynamic_table(spec, 4, 2, "random_uniform", 3, "deep", group)
-            wide2 = dynamic_table(spec, 1, 2, "random_uniform", 4, "wide", group)
-        optimizer2 = tf.keras.optimizers.legacy.Adagrad(0.5)
         create_slots(optimizer2, deep2.embedding_variables + wide2.embedding_variables)
     save_slots_of_rows_in_use([deep2, wide2], [optimizer2])
     tf.train.Checkpoint(deep=deep2, wide=wide2, optimizer=optimizer2).restore(prefix) \
