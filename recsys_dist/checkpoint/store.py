@@ -531,8 +531,7 @@ def restore_model(model, saved: SavedCheckpoint, config_file: str) -> None:
                 capacity, *rest = variable.shape.as_list()
                 fits = [s for s in extra if list(s[1:]) == rest and s[0] <= capacity]
                 if fits:
-                    extra[fits[0]] -= 1
-                    extra += collections.Counter()  # drops the counts that reached 0
+                    extra -= collections.Counter([fits[0]])
                 else:
                     short.append(variable)
         if ours - stored or extra or short:

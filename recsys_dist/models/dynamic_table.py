@@ -73,6 +73,7 @@ from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.checkpoint import tensor_callable
+from tensorflow.python.trackable.base import VARIABLE_VALUE_KEY
 
 from recsys_dist import ops
 from recsys_dist.config.features import TableSpec
@@ -111,7 +112,7 @@ def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable) -> None:
     ``_restore_from_tensors`` (TensorFlow's checkpoint hooks, which look at the instance
     first); the key stays ``VARIABLE_VALUE``, so warm starts read the rows by key as
     before."""
-    key = "VARIABLE_VALUE"
+    key = VARIABLE_VALUE_KEY
 
     def read() -> tf.Tensor:
         with tf.device(variable.device):

@@ -133,12 +133,13 @@ class ModelOptimizers:
     def __init__(self, model, train: TrainSpec, batch_size: int,
                  steps_per_epoch: int | None = None):
         decay = train.lr_decay_per_epoch
-        if decay is not None and decay < 1.0 and not steps_per_epoch:
+        decays = decay is not None and decay < 1.0
+        if decays and not steps_per_epoch:
             raise ValueError("train.lr_decay_per_epoch needs the steps of one pass")
 
         def build(spec: OptimizerSpec):
             rate = scaled_learning_rate(spec, train, batch_size)
-            if decay is not None and decay < 1.0:
+            if decays:
                 rate = PassDecay(rate, decay, steps_per_epoch)
             if train.warmup_steps:
                 rate = LinearWarmup(rate, train.warmup_steps)
