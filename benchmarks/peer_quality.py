@@ -568,9 +568,12 @@ def single_process_reference(config, score_train: bool = False,
     from recsys_dist.data.input_fn import prepare_input
 
     model = build_from_config(config)
-    rows = prepare_input(config, "train", 1).plan.total_rows
+    steps_per_epoch = None  # what a learning-rate decay per pass needs, as in the trainer
+    if config.train.lr_decay_per_epoch is not None:
+        rows = prepare_input(config, "train", 1).plan.total_rows
+        steps_per_epoch = math.ceil(rows / config.input.batch_size)
     optimizers = ModelOptimizers(model, config.train, config.input.batch_size,
-                                 steps_per_epoch=math.ceil(rows / config.input.batch_size))
+                                 steps_per_epoch=steps_per_epoch)
     table_vars, dense_vars = model.embedding_variables, model.dense_variables
 
     @tf.function(autograph=False)
