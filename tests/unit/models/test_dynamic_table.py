@@ -679,3 +679,26 @@ def test_passes_after_the_first_neither_count_nor_admit():
     assert np.abs(admitted.numpy()[0]).sum() > 0 and np.all(admitted.numpy()[1] == 0)
     stats = table.stats()
     assert (stats["live_ids"], stats["counted_not_admitted"]) == (1, 2)  # 2 and 3 wait
+
+
+def test_scoring_restores_rows_in_use_and_names_a_table_of_another_dim(tmp_path):
+    """``restore_model`` (evaluate, export) takes a dynamic table's saved rows in use for
+    its capacity-sized variables, and names the rows it cannot take."""
+    from recsys_dist.checkpoint.store import CheckpointError, CheckpointManager, restore_model
+
+    def holder(dim: int, seed: int) -> tf.Module:
+        module = tf.Module()
+        module.table = DynamicTable(dynamic_spec(capacity=8), dim, shards=2, seed=seed)
+        return module
+
+    trained = holder(4, 0)
+    trained.table.lookup(keys(1, 2, 3, 4, 5), training=True)
+    saved = CheckpointManager(str(tmp_path)).save(tf.train.Checkpoint(model=trained), 1, {})
+    scoring = holder(4, 9)
+    restore_model(scoring, saved, "config.yaml")
+    probe = keys(1, 2, 3, 4, 5, 6)
+    np.testing.assert_array_equal(scoring.table.lookup(probe).numpy(),
+                                  trained.table.lookup(probe).numpy())
+    with pytest.raises(CheckpointError, match=r"does not fit the model of config\.yaml .*"
+                       r"no weight of that shape in the checkpoint: .*_emb:0 \[up to 8, 8\]"):
+        restore_model(holder(8, 0), saved, "config.yaml")
