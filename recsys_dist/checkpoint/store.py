@@ -378,22 +378,47 @@ def _read(checkpoint: tf.train.Checkpoint, local: str, prefix: str, require_all:
                               f"{str(exc).splitlines()[0][:300]}") from None
 
 
-def model_signature(config) -> dict:
-    """What a checkpoint's variables depend on: model, labels and table shapes.
+def model_signature(config, dynamic_shards: int | None = None) -> dict:
+    """What a checkpoint's variables depend on: model, labels and table shapes, and the
+    shards of its dynamic tables (``dynamic_shards``, default ``cluster.ps``).
 
     Restoring into a model with another signature would put rows in the wrong places,
-    so :func:`check_signature` refuses it with a message naming the difference.
+    so :func:`check_signature` refuses it with a message naming the difference. The
+    shards are not part of that check: a model restoring the checkpoint is built with
+    its count (:func:`saved_dynamic_shards`).
     """
     features = config.features
     signature = {"model": config.model.name, "labels": list(config.labels),
                  "tables": {name: _table_signature(t)
                             for name, t in sorted(features.tables.items())}}
     if any(t.dynamic for t in features.tables.values()):
-        # a dynamic table keeps one shard per parameter server, and one id index for every
-        # layer that reads it (checkpoints written before kept one per layer)
-        signature["dynamic_shards"] = config.cluster.ps
+        # a dynamic table keeps its shards (one per parameter server of the run that
+        # started the model dir), and one id index for every layer that reads it
+        # (checkpoints written before kept one per layer)
+        signature["dynamic_shards"] = dynamic_shards or config.cluster.ps
         signature["dynamic_index"] = DYNAMIC_INDEX
     return signature
+
+
+def saved_dynamic_shards(saved: SavedCheckpoint | None) -> int | None:
+    """The shard count of checkpoint ``saved``'s dynamic tables (None: it has none).
+
+    A model built to restore it needs this count (``build_from_config(config,
+    dynamic_shards=...)``): an id's shard is its hash modulo the count, and the shards
+    are placed round-robin on however many parameter servers there are now. Moving the
+    ids to another count is a warm start's job (``checkpoint/warm_start.py``)."""
+    if saved is None:
+        return None
+    return (saved.state.get("signature") or {}).get("dynamic_shards")
+
+
+def model_dir_dynamic_shards(manager: "CheckpointManager") -> int | None:
+    """:func:`saved_dynamic_shards` of a model dir's checkpoints (a resumed run keeps the
+    count its model dir started with, so every readable checkpoint there has the same)."""
+    for _, saved in manager.newest_first():
+        if isinstance(saved, SavedCheckpoint):
+            return saved_dynamic_shards(saved)
+    return None
 
 
 #: How a checkpoint's dynamic tables keep their id index (``model_signature``).
@@ -417,7 +442,11 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
     """Raises :class:`CheckpointError` if ``saved`` was written for another model."""
     theirs = saved.state.get("signature")
     ours = model_signature(config)
-    if theirs is None or theirs == ours:
+
+    def compared(signature: dict) -> dict:  # the shards are not compared (see above)
+        return {k: v for k, v in signature.items() if k != "dynamic_shards"}
+
+    if theirs is None or compared(theirs) == compared(ours):
         return
     problems = []
     for key in ("model", "labels"):
@@ -435,13 +464,6 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
         elif list(a) != list(b):
             problems.append(f"table {name!r} is {_describe_table(a)} in the checkpoint but "
                             f"{_describe_table(b)} in {config.features.file}")
-    if theirs.get("dynamic_shards") != ours.get("dynamic_shards") \
-            and None not in (theirs.get("dynamic_shards"), ours.get("dynamic_shards")):
-        problems.append(f"its dynamic tables have {theirs['dynamic_shards']} shards (one per "
-                        f"parameter server) but {config.file} has cluster.ps = "
-                        f"{ours['dynamic_shards']}; moving a dynamic table to another number "
-                        "of parameter servers needs a warm start (daily retraining re-shards "
-                        "it); resuming, evaluating or exporting needs the same cluster.ps")
     if "dynamic_shards" in theirs and theirs.get("dynamic_index") != DYNAMIC_INDEX:
         problems.append("its dynamic tables keep one id index per layer (written by an "
                         "earlier version of recsys_dist); this version keeps one per table "

@@ -23,14 +23,14 @@ def evaluate_on_one_device(config, saved, pipeline, labels: list[str],
     one device: the model is built under a one-replica strategy of its own and restored
     from the checkpoint. How a ``multi_worker_mirrored`` chief scores (the other workers
     take no part; ``cluster/collective.py``)."""
-    from recsys_dist.checkpoint.store import restore_model
+    from recsys_dist.checkpoint.store import restore_model, saved_dynamic_shards
     from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
     from recsys_dist.cluster.runtime import Runtime
     from recsys_dist.models.zoo import build_from_config
 
     alone = Runtime(mirrored_strategy(1), SynchronousCoordinator(), 1, 0, "mirrored")
     with alone.strategy.scope():
-        model = build_from_config(config)
+        model = build_from_config(config, saved_dynamic_shards(saved))
     restore_model(model, saved, config.file)
     return evaluate_split(alone, model, pipeline, labels, oracle_columns)[0]
 

@@ -33,6 +33,7 @@ from recsys_dist.checkpoint.store import (
     check_signature,
     find_checkpoint,
     restore_model,
+    saved_dynamic_shards,
 )
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.oracle import oracle_candidates, oracle_columns
@@ -59,7 +60,7 @@ def _restored_model(config: ExperimentConfig, runtime, saved: SavedCheckpoint):
     from recsys_dist.models.zoo import build_from_config
 
     with runtime.strategy.scope():
-        model = build_from_config(config)
+        model = build_from_config(config, saved_dynamic_shards(saved))
     restore_model(model, saved, config.file)
     return model
 

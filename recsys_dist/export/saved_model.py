@@ -57,6 +57,7 @@ from recsys_dist.checkpoint.store import (
     check_signature,
     find_checkpoint,
     restore_model,
+    saved_dynamic_shards,
 )
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.schema_check import split_read_dtype
@@ -241,7 +242,7 @@ def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel
         raise ExportError("export builds the model without a distribution strategy; do not "
                           "call it inside strategy.scope()")
     check_signature(saved, config, what=f"the export config {config.file}")
-    model = build_from_config(config)
+    model = build_from_config(config, saved_dynamic_shards(saved))
     restore_model(model, saved, config.file)
     return model
 

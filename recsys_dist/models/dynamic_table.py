@@ -9,7 +9,9 @@ TensorFlow. Training admits ids with one kernel of the package's op library
 (``AdmitIds``, ``recsys_dist/ops/dynamic_admission.cc``), loaded by every server, and
 packs the rows with three more (below).
 
-Per shard (one per parameter server; an id belongs to shard ``mix(id) % shards``):
+Per shard (one per parameter server when a run starts, placed round-robin on the servers
+when a run restores a checkpoint of another count; an id belongs to shard
+``mix(id) % shards``):
 
 - ``index``: a ``MutableHashTable`` id -> row (-1 for an unknown id);
 - ``counts``: a ``MutableHashTable`` id -> training batches it appeared in, for ids not
@@ -242,9 +244,17 @@ def dynamic_table(table: TableSpec, dim: int, shards: int, initializer: Initiali
 
 
 def shard_devices(count: int) -> list[str | None]:
-    """Where the shards live: one per parameter server under ``ParameterServerStrategy``,
-    else ``count`` shards on this process's device."""
-    return _parameter_servers() or [None] * count
+    """Where ``count`` shards live: round-robin on the parameter servers under
+    ``ParameterServerStrategy`` (one each when there are as many servers as shards), else
+    on this process's device."""
+    servers = _parameter_servers()
+    return [servers[i % len(servers)] if servers else None for i in range(count)]
+
+
+def parameter_server_count() -> int | None:
+    """The parameter servers of the current ``ParameterServerStrategy``, else None."""
+    servers = _parameter_servers()
+    return len(servers) if servers else None
 
 
 def _parameter_servers() -> list[str] | None:
@@ -388,8 +398,8 @@ class DynamicTable(tf.Module):
     Args:
       table: The table's spec (``kind: dynamic``).
       dim: Embedding dim (the table's, or the linear model's outputs).
-      shards: Number of shards when not under ``ParameterServerStrategy`` (there, one per
-        parameter server).
+      shards: Number of shards (under ``ParameterServerStrategy``, placed round-robin on
+        the parameter servers: :func:`shard_devices`).
       initializer: Initializer of the rows (each row starts from it when admitted).
       seed: Seed of the initializer.
       name: Variable name prefix.

@@ -51,8 +51,8 @@ class TablePartitioner:
 
 @contextlib.contextmanager
 def dynamic_table_shards(count: int) -> Iterator[None]:
-    """Dynamic tables built inside have ``count`` shards when no
-    ``ParameterServerStrategy`` decides (there: one per parameter server)."""
+    """Dynamic tables built inside have ``count`` shards (under
+    ``ParameterServerStrategy`` placed round-robin on the parameter servers)."""
     previous = dynamic_shards()
     _scope.dynamic_shards = count
     try:

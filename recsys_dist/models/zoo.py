@@ -46,7 +46,7 @@ from recsys_dist.models.blocks import (
     derive_seed,
     seeded_initializer,
 )
-from recsys_dist.models.dynamic_table import shared_across_layers
+from recsys_dist.models.dynamic_table import parameter_server_count, shared_across_layers
 from recsys_dist.models.embedding import (
     FeatureEmbeddings,
     FeatureLinear,
@@ -462,16 +462,29 @@ def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]]
         return MODELS[name](features, inputs, labels, params=params, seed=seed)
 
 
-def build_from_config(config: ExperimentConfig) -> RankingModel:
+def build_from_config(config: ExperimentConfig, dynamic_shards: int | None = None
+                      ) -> RankingModel:
     """Builds the experiment's model with all its variables, seeded by ``train.seed``.
 
     Under a strategy's ``scope()`` the variables are created where the strategy puts
     them (the tables sharded over the parameter servers).
+
+    Args:
+      config: The experiment config.
+      dynamic_shards: Shards of each dynamic table. To restore a checkpoint, the count it
+        was saved with (:func:`~recsys_dist.checkpoint.store.saved_dynamic_shards`),
+        whatever the number of parameter servers now; by default
+        :func:`default_dynamic_shards`.
     """
-    # Outside ParameterServerStrategy (export, tests) dynamic tables keep the shards they
-    # had on the run's parameter servers, so a checkpoint restores one to one.
-    with dynamic_table_shards(config.cluster.ps):
+    with dynamic_table_shards(dynamic_shards or default_dynamic_shards(config)):
         model = build_model(config.model.name, config.features, config.inputs, config.labels,
                             config.model.params, seed=config.train.seed)
     model.create_variables()
     return model
+
+
+def default_dynamic_shards(config: ExperimentConfig) -> int:
+    """The shards a new run gives each dynamic table: one per parameter server of the
+    ``ParameterServerStrategy`` in scope (``cluster.ps``, or the ``TF_CONFIG``'s ps
+    tasks), else ``cluster.ps``."""
+    return parameter_server_count() or config.cluster.ps

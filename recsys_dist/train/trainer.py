@@ -54,6 +54,7 @@ from recsys_dist.checkpoint.store import (
     SavedCheckpoint,
     check_signature,
     local_prefix,
+    model_dir_dynamic_shards,
     model_signature,
     restore,
 )
@@ -69,7 +70,7 @@ from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.evaluation.evaluate import evaluate_on_one_device, evaluate_split
 from recsys_dist.models.dynamic_table import evict_tables
 from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
-from recsys_dist.models.zoo import build_from_config
+from recsys_dist.models.zoo import build_from_config, default_dynamic_shards
 from recsys_dist.train.data_position import DataPosition
 from recsys_dist.train.dense_cache import DenseWeightCache, check_dense_refresh, watched
 from recsys_dist.train.early_stopping import EarlyStopping
@@ -300,8 +301,13 @@ class Trainer:
         # Under multi_worker_mirrored every worker runs this loop (cluster/collective.py).
         self.lockstep, self.is_chief = runtime.lockstep, runtime.is_chief
         train = config.train
+        self.checkpoints = CheckpointManager(model_dir, train.keep_checkpoints)
         with strategy.scope():
-            self.model = build_from_config(config)
+            # a model dir keeps the dynamic tables' shard count it started with (placed
+            # round-robin on however many servers this run has; a warm start re-shards)
+            self.dynamic_shards = (model_dir_dynamic_shards(self.checkpoints)
+                                   or default_dynamic_shards(config))
+            self.model = build_from_config(config, self.dynamic_shards)
             # Slots exist before any restore (checkpoint/store.py says why).
             self.optimizers = ModelOptimizers(
                 self.model, train, pipeline.spec.batch_size,
@@ -313,7 +319,6 @@ class Trainer:
                                            name="global_step")
         self.checkpoint = tf.train.Checkpoint(model=self.model, global_step=self.global_step,
                                               **self.optimizers.checkpoint_objects())
-        self.checkpoints = CheckpointManager(model_dir, train.keep_checkpoints)
         # Workers 1.. of a multi_worker_mirrored job save too (saving takes part in
         # collectives), into a scratch directory nobody reads.
         self._scratch = None if self.is_chief else scratch_dir(model_dir, runtime.task_index)
@@ -424,7 +429,7 @@ class Trainer:
         label_columns = {self.config.features.column_of(self.config.features.labels[n])
                          for n in self.config.labels}
         state = {"position": self.position.to_json(),
-                 "signature": model_signature(self.config),
+                 "signature": model_signature(self.config, self.dynamic_shards),
                  # where each table sits in its stack (a warm start finds rows by table)
                  "embedding_stacks": stack_layouts(self._stacks()),
                  # the raw columns the features read, as the Parquet files store them

@@ -95,12 +95,22 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
             slots = [k for k in saved if k.startswith(emb + "OPTIMIZER_SLOT/")]
             assert slots and all(saved[k] == [used, dim] for k in slots), slots
         assert saved[f"{base}/last_seen/.ATTRIBUTES/VARIABLE_VALUE"] == [used]
-    evaluated = subprocess.run([str(BIN / "recsys-dist"), "evaluate", "--model-dir", str(run),
-                                "--out", str(tmp_path / "eval"), "--quiet"],
-                               capture_output=True, text=True, timeout=600)
-    assert evaluated.returncode == 0, evaluated.stderr
+    # evaluated on 2, 3 and 1 parameter servers: the checkpoint's 2 shards are placed
+    # round-robin on the servers there are, and score the same
+    scores = []
+    for ps in (2, 3, 1):
+        evaluated = subprocess.run([str(BIN / "recsys-dist"), "evaluate", "--model-dir",
+                                    str(run), "--out", str(tmp_path / f"eval{ps}"), "--quiet",
+                                    "--set", f"cluster.ps={ps}"],
+                                   capture_output=True, text=True, timeout=600)
+        assert evaluated.returncode == 0, evaluated.stderr
+        metrics = json.loads((tmp_path / f"eval{ps}" / "metrics.json").read_text())
+        click = metrics["labels"]["click"]
+        scores.append((click["auc"], click["logloss"]))
+    assert scores[1][0] == scores[2][0] == scores[0][0], scores
+    assert abs(scores[1][1] - scores[0][1]) < 1e-6 and abs(scores[2][1] - scores[0][1]) < 1e-6
     exported = subprocess.run([str(BIN / "recsys-dist"), "export", "--model-dir", str(run),
-                               "--out", str(tmp_path / "export")],
+                               "--out", str(tmp_path / "export"), "--set", "cluster.ps=3"],
                               capture_output=True, text=True, timeout=600)
     assert exported.returncode == 0, exported.stderr
     served_shapes = tf.train.load_checkpoint(
@@ -123,6 +133,25 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     assert served.returncode == 0, served.stderr[-2000:]
     known, unknown = map(float, served.stdout.split())
     assert 0 < known < 1 and 0 < unknown < 1 and known != unknown
+
+    # a second pass resumed on 3 parameter servers: the model dir keeps its 2 shards
+    # (one server holds none of them) and every id stays on its shard, in a row of its own
+    resumed = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
+                              "--model-dir", str(run), "--set", "train.epochs=2",
+                              "--set", "cluster.ps=3"], capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "2 workers + 3 ps" in resumed.stdout and "resume   from" in resumed.stdout
+    newest = sorted((run / "checkpoints").glob("ckpt-*"))[-1]
+    assert json.loads((newest / "state.json").read_text())["signature"]["dynamic_shards"] == 2
+    reader = tf.train.load_checkpoint(str(newest / "variables"))
+    for shard in range(2):
+        base = f"model/embeddings/_dynamic_tables/user/shards/{shard}"
+        stored = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-keys")
+        rows = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-values")
+        assert len(set(stored.tolist())) == len(stored) == used_rows[shard]
+        assert sorted(rows.tolist()) == list(range(used_rows[shard]))
+        assert np.all(routing.shard_of(tf.constant(stored)).numpy() == shard)
 
 
 def write_user_run(tmp_path: pathlib.Path, data_root: pathlib.Path, user_table: dict,

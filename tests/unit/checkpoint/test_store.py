@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from recsys_dist import storage_io
 from recsys_dist.storage_io import StorageError
+from tests.support.configs import SMALL_FEATURES
 from recsys_dist.checkpoint.store import (COMPLETE, DAMAGED, CheckpointError,
                                            CheckpointManager, DamagedCheckpoint,
                                            SavedCheckpoint, check_signature, find_checkpoint,
@@ -156,6 +157,32 @@ def test_signature_mismatch_names_the_table(small_config):
         check_signature(saved, config)
 
 
+def test_a_model_restoring_dynamic_tables_takes_the_checkpoints_shard_count(small_config):
+    """A checkpoint of 3 dynamic shards fits a config of another ``cluster.ps``: the model
+    that restores it is built with 3 shards (the servers hold them round-robin)."""
+    from recsys_dist.checkpoint.store import model_signature, saved_dynamic_shards
+    from recsys_dist.config import load_config
+    from recsys_dist.models.zoo import build_from_config
+
+    features = {**SMALL_FEATURES, "tables": {
+        **SMALL_FEATURES["tables"],
+        "ads": {"kind": "dynamic", "dim": 4, "capacity_per_shard": 64}}}
+    config = load_config(small_config(features))
+    assert config.cluster.ps == 1
+    saved = SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7,
+                            {"signature": model_signature(config, dynamic_shards=3)})
+    check_signature(saved, config)  # the shard count is not a mismatch
+    assert saved_dynamic_shards(saved) == 3
+    model = build_from_config(config, saved_dynamic_shards(saved))
+    assert {len(table.shards) for tables in model.dynamic_tables.values()
+            for table in tables} == {3}
+    assert {len(table.shards) for tables in build_from_config(config).dynamic_tables.values()
+            for table in tables} == {1}  # a new run: one per parameter server (cluster.ps)
+    hashed = SavedCheckpoint("/m/c", 1, {"signature": model_signature(load_config(
+        small_config()))})
+    assert saved_dynamic_shards(hashed) is None and saved_dynamic_shards(None) is None
+
+
 def _s3_keys(s3_server, prefix: str) -> list[str]:
     listing = s3_server["client"].list_objects_v2(Bucket=s3_server["bucket"], Prefix=prefix)
     return sorted(o["Key"] for o in listing.get("Contents", []))
@@ -200,8 +227,8 @@ def test_a_cut_upload_leaves_no_complete_checkpoint_and_the_older_one_is_used(
                                            "Connection reset by peer"):
         manager.save(_checkpoint(2.0), 200, {})
     monkeypatch.undo()
-    assert [k.rsplit("/", 1)[1] for k in _s3_keys(s3_server, "runs/cut-upload/checkpoints/"
-                                                  "ckpt-000000000200/")] == ["variables.data-00000-of-00001"]
+    torn = _s3_keys(s3_server, "runs/cut-upload/checkpoints/ckpt-000000000200/")
+    assert [k.rsplit("/", 1)[1] for k in torn] == ["variables.data-00000-of-00001"]
     latest = CheckpointManager(url).latest()
     assert latest.step == 100  # the torn step 200 does not count
     target = _checkpoint(0.0)
@@ -216,7 +243,7 @@ def test_a_cut_upload_leaves_no_complete_checkpoint_and_the_older_one_is_used(
 
 def test_an_unwritable_model_dir_is_named(s3_server, tmp_path):
     (tmp_path / "file").write_text("")
-    for model_dir, reason in ((f"s3://no-such-bucket-x/run", "The specified bucket does not exist"),
+    for model_dir, reason in (("s3://no-such-bucket-x/run", "The specified bucket does not exist"),
                               (str(tmp_path / "file" / "run"), "Not a directory")):
         with pytest.raises((StorageError, CheckpointError)) as error:
             CheckpointManager(model_dir).save(_checkpoint(1.0), 1, {})
