@@ -201,8 +201,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set).with_data_path(args.data)
     model_dir = args.model_dir or os.path.join(
         "runs", os.path.splitext(os.path.basename(config.file))[0])
+    warm = None
+    if args.warm_start:
+        from recsys_dist.checkpoint.store import checkpoint_at
+
+        warm = checkpoint_at(args.warm_start, "--warm-start")
+    resize = config.retrain.on_table_resize if config.retrain is not None else "fail"
     try:
-        train_run(config, model_dir, evaluate=not args.no_eval)
+        train_run(config, model_dir, evaluate=not args.no_eval, warm_start_from=warm,
+                  on_table_resize=resize)
     except ClusterLost as exc:
         return restart_after(exc, config)
     return 0
@@ -438,6 +445,12 @@ def _add_train(commands) -> None:
     _add_config_args(train)
     train.add_argument("--model-dir", help="output directory (default runs/<config name>)")
     train.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
+    train.add_argument("--warm-start", metavar="MODEL_DIR_OR_CHECKPOINT",
+                       help="start a new model dir from another run's weights, optimizer "
+                            "slots and step (its newest complete checkpoint, or the "
+                            "checkpoint directory given): feature drift is handled as in "
+                            "daily retraining, dynamic tables are re-sharded to cluster.ps. "
+                            "Ignored when --model-dir already has a checkpoint (it resumes)")
     train.set_defaults(func=_cmd_train)
 
 

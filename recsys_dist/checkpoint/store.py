@@ -508,6 +508,26 @@ def find_checkpoint(model_dir: str, checkpoint: str | None = None) -> SavedCheck
     return manager._load(int(match.group(1)) if match else -1, directory)
 
 
+def checkpoint_at(path: str, what: str) -> SavedCheckpoint:
+    """The checkpoint ``path`` names: the newest complete one of a model dir, or a
+    checkpoint directory (or its ``variables`` prefix).
+
+    Raises:
+      CheckpointError: naming ``what`` (e.g. ``--warm-start``) and ``path``, when there is
+        no complete checkpoint there.
+    """
+    path = path.rstrip("/")
+    try:
+        if storage_io.isdir(_join(path, CHECKPOINTS)):
+            return find_checkpoint(path)
+        return find_checkpoint(path, path)
+    except DamagedCheckpoint:
+        raise
+    except CheckpointError as exc:
+        raise CheckpointError(f"{what}: {exc} (give a model dir holding {CHECKPOINTS}/, or "
+                              "one of its checkpoint directories)") from None
+
+
 def _whole_variables(model) -> list:
     """``model``'s variables as saved: a sharded table counts once, whole."""
     found, seen = [], set()

@@ -239,6 +239,60 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
     assert len(stored_ids) == len(users[1] | users[2])
 
 
+def test_train_warm_start_moves_a_dynamic_table_to_more_servers(tmp_path):
+    """``train --warm-start`` a new model dir on 3 parameter servers from a run on 2: every
+    id of the first run keeps its vector and moves to its shard of 3, the new run admits
+    its own day's ids, and its checkpoints record 3 shards."""
+    import pyarrow.parquet as pq
+
+    from recsys_dist.data.synth import synthesize
+    from recsys_dist.models.dynamic_table import DynamicTable
+
+    data = tmp_path / "data"
+    synthesize(data, days=2, rows_per_day=4_000, seed=8, rows_per_file=2_000, users=3_000)
+    users = [set(pq.read_table(data / f"dt=2026-01-0{day}", columns=["user_id"])
+                 .column("user_id").to_pylist()) for day in (1, 2)]
+    config_file = write_user_run(tmp_path, data, {"capacity_per_shard": 5_000})
+
+    def train(day: int, model_dir: str, *extra: str) -> str:
+        done = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
+                               "--data", str(data / f"dt=2026-01-0{day}"), "--model-dir",
+                               str(tmp_path / model_dir), "--no-eval", *extra],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    def saved_ids(model_dir: str, shards: int) -> dict[int, np.ndarray]:
+        newest = sorted((tmp_path / model_dir).glob("checkpoints/ckpt-*"))[-1]
+        state = json.loads((newest / "state.json").read_text())
+        assert state["signature"]["dynamic_shards"] == shards
+        reader = tf.train.load_checkpoint(str(newest / "variables"))
+        routing = DynamicTable(TableSpec("user", 8, "dynamic", capacity_per_shard=1), 8,
+                               shards=shards)
+        vectors = {}
+        for shard in range(shards):
+            base = f"model/embeddings/_dynamic_tables/user/shards/{shard}"
+            keys = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-keys")
+            rows = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-values")
+            emb = reader.get_tensor(f"{base}/emb/.ATTRIBUTES/VARIABLE_VALUE")
+            assert np.all(routing.shard_of(tf.constant(keys)).numpy() == shard)
+            assert sorted(rows.tolist()) == list(range(len(emb)))
+            vectors.update(zip(keys.tolist(), emb[rows]))
+        return vectors
+
+    train(1, "day1")
+    first = saved_ids("day1", 2)  # keyed by the feature's ids (the hashed user ids)
+    assert len(first) == len(users[0])
+    out = train(2, "day2", "--warm-start", str(tmp_path / "day1"), "--set", "cluster.ps=3")
+    assert "warm     start from" in out and "1 workers + 3 ps" in out, out[-3000:]
+    second = saved_ids("day2", 3)
+    # day 2 admitted some of its new users, and trained only the rows it read: exactly the
+    # users of day 1 who are not in day 2 still have day 1's vectors
+    assert set(first) < set(second) and len(second) <= len(users[0] | users[1])
+    same = sum(np.array_equal(vector, second[key]) for key, vector in first.items())
+    assert same == len(users[0] - users[1]), (same, len(users[0] - users[1]))
+
+
 def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
     """Three passes with ``admit_after: 2`` (real servers inside the command's process):
     only the first pass counts sightings, so a user in one training row is never

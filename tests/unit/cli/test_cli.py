@@ -223,3 +223,22 @@ def test_a_signal_ends_a_server_task_with_one_line(sent):
     assert process.returncode == 128 + sent, err
     assert err.splitlines()[-1] == f"error: stopped by {sent.name}", err
     assert "Traceback" not in err
+
+
+def test_train_warm_start_from_a_place_without_a_checkpoint_is_named(tmp_path, synth_dir,
+                                                                       capsys):
+    """Refused before any server starts: a model dir with no complete checkpoint, and a
+    directory that is neither a model dir nor a checkpoint."""
+    empty_run = tmp_path / "run"
+    (empty_run / "checkpoints").mkdir(parents=True)
+    for source, expected in (
+            (empty_run, f"error: --warm-start: {empty_run}: no complete checkpoint in "
+                        f"{empty_run}/checkpoints; train the model first"),
+            (tmp_path, f"error: --warm-start: {tmp_path}: no such checkpoint (expected a "
+                       "checkpoint directory like")):
+        assert main(["train", "--config", DEMO, "--data", str(synth_dir), "--model-dir",
+                     str(tmp_path / "new"), "--warm-start", str(source)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(expected) and err.rstrip().endswith(
+            "(give a model dir holding checkpoints/, or one of its checkpoint directories)"), err
+    assert not (tmp_path / "new").exists()
