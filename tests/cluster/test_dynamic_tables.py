@@ -423,3 +423,50 @@ def test_parameter_servers_train_dynamic_rows_as_one_process_does():
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == "18"  # 9 distinct ids, a row each in both layers
     assert "restored 9" in done.stdout  # and a checkpoint from the servers restores them
+
+
+def test_a_tf_config_cluster_gives_a_dynamic_table_a_shard_per_server(tmp_path):
+    """``cluster.mode: tf_config`` with one process per task, as on several machines: a
+    worker and 2 parameter servers started by ``recsys-dist server`` from their
+    ``TF_CONFIG``, the chief trains. The dynamic table gets a shard per server of the
+    ``TF_CONFIG`` (the config's ``cluster.ps`` is 1 there, and unused), its checkpoints
+    record 2 shards, and the export (no servers) restores them."""
+    from recsys_dist.cluster.local import free_ports
+    from recsys_dist.data.synth import synthesize
+    from tests.support.processes import subprocess_env
+
+    data = tmp_path / "data"
+    synthesize(data, days=1, rows_per_day=3_000, seed=9, rows_per_file=1_500, users=2_000)
+    config_file = write_user_run(tmp_path, data, {"capacity_per_shard": 5_000},
+                                 cluster={"mode": "tf_config", "workers": 1, "ps": 1})
+    chief, worker, *ps = (f"127.0.0.1:{port}" for port in free_ports(4))
+    spec = {"chief": [chief], "worker": [worker], "ps": ps}
+
+    def env(job: str, index: int) -> dict[str, str]:
+        return subprocess_env(TF_CONFIG=json.dumps({"cluster": spec,
+                                                    "task": {"type": job, "index": index}}))
+
+    servers = [subprocess.Popen([str(BIN / "recsys-dist"), "server"], env=env(job, index),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+               for job, index in (("worker", 0), ("ps", 0), ("ps", 1))]
+    try:
+        trained = subprocess.run([str(BIN / "recsys-dist"), "train", "--config",
+                                  str(config_file), "--data", str(data), "--model-dir",
+                                  str(tmp_path / "run"), "--no-eval"], env=env("chief", 0),
+                                 capture_output=True,
+                                 text=True, timeout=600)
+        assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+        assert "1 workers + 2 ps" in trained.stdout, trained.stdout[-2000:]
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.communicate(timeout=60)
+    newest = sorted((tmp_path / "run").glob("checkpoints/ckpt-*"))[-1]
+    assert json.loads((newest / "state.json").read_text())["signature"]["dynamic_shards"] == 2
+    saved = tf.train.load_checkpoint(str(newest / "variables")).get_variable_to_shape_map()
+    assert {k.split("/shards/")[1].split("/")[0] for k in saved if "/shards/" in k} == {"0", "1"}
+    exported = subprocess.run([str(BIN / "recsys-dist"), "export", "--model-dir",
+                               str(tmp_path / "run"), "--out", str(tmp_path / "export")],
+                              capture_output=True, text=True, timeout=600)
+    assert exported.returncode == 0, exported.stderr[-3000:]
