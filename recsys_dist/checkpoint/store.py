@@ -70,7 +70,7 @@ import tensorflow as tf
 
 from recsys_dist import storage_io
 from recsys_dist.errors import RecsysError
-from recsys_dist.models.dynamic_table import rows_in_use
+from recsys_dist.models.dynamic_table import RowsBeyondCapacity, rows_in_use
 
 CHECKPOINTS = "checkpoints"
 VARIABLES = "variables"
@@ -372,6 +372,8 @@ def _read(checkpoint: tf.train.Checkpoint, local: str, prefix: str, require_all:
                               f"{_tf_reason(exc)}") from None
     except IndexError as exc:  # TensorFlow's reader on a cut file: "Read less bytes ..."
         raise CheckpointError(f"{prefix}: cannot read the checkpoint: {exc}") from None
+    except RowsBeyondCapacity as exc:
+        raise CheckpointError(f"{prefix}: {exc}") from None
     except (AssertionError, ValueError) as exc:
         raise CheckpointError(f"{prefix}: does not fit this model (model.params or the "
                               f"feature config differ from the run that wrote it): "
@@ -432,6 +434,12 @@ def _table_signature(table) -> list:
     return [table.rows, table.dim]
 
 
+def _without_capacity(signature: list) -> list:
+    """A table's signature without a dynamic table's ``capacity_per_shard``."""
+    signature = list(signature)
+    return [signature[0], signature[2]] if signature and signature[0] == "dynamic" else signature
+
+
 def _describe_table(signature: list) -> str:
     if signature and signature[0] == "dynamic":
         return (f"dynamic with capacity_per_shard {signature[1]} and dim {signature[2]}")
@@ -443,8 +451,11 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
     theirs = saved.state.get("signature")
     ours = model_signature(config)
 
-    def compared(signature: dict) -> dict:  # the shards are not compared (see above)
-        return {k: v for k, v in signature.items() if k != "dynamic_shards"}
+    def compared(signature: dict) -> dict:
+        # neither the shards (see model_signature) nor a dynamic table's capacity: the
+        # checkpoint holds its rows in use, which restore into any capacity they fit
+        return {k: ({t: _without_capacity(v) for t, v in v.items()} if k == "tables" else v)
+                for k, v in signature.items() if k != "dynamic_shards"}
 
     if theirs is None or compared(theirs) == compared(ours):
         return
@@ -461,7 +472,7 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
         elif b is None:
             problems.append(f"table {name!r} is in the checkpoint but not in "
                             f"{config.features.file}")
-        elif list(a) != list(b):
+        elif _without_capacity(a) != _without_capacity(b):
             problems.append(f"table {name!r} is {_describe_table(a)} in the checkpoint but "
                             f"{_describe_table(b)} in {config.features.file}")
     if "dynamic_shards" in theirs and theirs.get("dynamic_index") != DYNAMIC_INDEX:

@@ -101,14 +101,20 @@ def has_unique_rows(variable) -> bool:
 ROWS_IN_USE = "_recsys_dist_rows_in_use"
 
 
-def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable) -> None:
+class RowsBeyondCapacity(ValueError):
+    """A checkpoint holds more rows in use on a shard than the table's capacity now."""
+
+
+def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable, table: str,
+                     shard: int) -> None:
     """Makes checkpoints of ``variable`` (``[capacity_per_shard, ...]``) hold only its first
     ``in_use`` rows, the rows that have an id (rows are handed out in order, and eviction
     moves the kept ones to the front): a checkpoint grows with the live ids, not with the
     capacity. Restoring writes the saved rows back to the front and leaves the others as
     they are (in a new process, their initial values; the saved index points at none of
-    them). A checkpoint that holds every row (written before 2026-11-27) restores the
-    same way.
+    them), so the capacity may differ from the saving run's as long as the rows in use fit
+    (else :class:`RowsBeyondCapacity`, naming ``table`` and ``shard``). A checkpoint that
+    holds every row (written before 2026-11-27) restores the same way.
 
     It overrides the variable's own ``_serialize_to_tensors`` and
     ``_restore_from_tensors`` (TensorFlow's checkpoint hooks, which look at the instance
@@ -128,6 +134,12 @@ def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable) -> None:
 
     def restore(restored: dict):
         saved = restored[key]
+        held, capacity = saved.shape[0], variable.shape[0]
+        if held is not None and capacity is not None and held > capacity:
+            raise RowsBeyondCapacity(
+                f"dynamic table {table!r} holds {held:,} rows in use on shard {shard} in the "
+                f"checkpoint, more than its capacity_per_shard {capacity:,} now; raise "
+                f"tables.{table}.capacity_per_shard to at least {held:,}")
         with tf.device(variable.device):
             rows = tf.range(tf.shape(saved, out_type=tf.int64)[0])
             return variable.scatter_update(tf.IndexedSlices(tf.identity(saved), rows))
@@ -149,7 +161,7 @@ def save_slots_of_rows_in_use(tables: list["DynamicTable"], optimizers: list) ->
     for table in tables:
         for shard in table.shards:
             for slot, _ in _row_slots(shard.emb, optimizers):
-                save_rows_in_use(slot, shard.next_row)
+                save_rows_in_use(slot, shard.next_row, table.spec.name, shard.number)
 
 
 def keep_live_rows_only(tables: list["DynamicTable"]) -> None:
@@ -319,6 +331,7 @@ class DynamicShard(tf.Module):
                  index_of: "DynamicShard | None" = None):
         super().__init__(name=name)
         self.capacity, self.admit_after = table.capacity_per_shard, table.admit_after
+        self.number = index  # its place among the table's shards
         self.device = device
         with tf.device(device), _colocated(device, name):
             init = seeded_initializer(initializer, derive_seed(seed, name))
@@ -333,7 +346,7 @@ class DynamicShard(tf.Module):
                 self.last_seen, self.next_row = index_of.last_seen, index_of.next_row
                 self.day, self.dropped_full = index_of.day, index_of.dropped_full
                 self.waiting, self._counting = index_of.waiting, index_of._counting
-                save_rows_in_use(self.emb, self.next_row)
+                save_rows_in_use(self.emb, self.next_row, table.name, index)
                 return
             self.index = tf.lookup.experimental.MutableHashTable(
                 tf.int64, tf.int64, default_value=-1, name=f"{name}_index")
@@ -351,7 +364,7 @@ class DynamicShard(tf.Module):
                                        name=f"{name}_waiting")
             self._counting = _Counting(f"{name}_counting")
             for rows in (self.emb, self.last_seen):
-                save_rows_in_use(rows, self.next_row)
+                save_rows_in_use(rows, self.next_row, table.name, index)
 
     def find(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of ``keys`` (-1: no row); inserts and counts nothing."""

@@ -100,6 +100,10 @@ def result_lines(result) -> list[str]:
 
 #: A dynamic table whose fullest shard uses this share of its capacity gets a warning.
 NEARLY_FULL = 0.9
+#: What raising a dynamic table's capacity takes, said in those warnings.
+RAISING = (" (a resumed run, an evaluation, an export or a warm start takes the new capacity; "
+           "checkpoints and exports hold the live rows only, so room costs memory on the "
+           "servers alone)")
 
 
 def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
@@ -117,12 +121,12 @@ def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
                         if "evicted_at_start" in s else ""))
         if s["dropped_full"]:
             lines.append(f"warning  dynamic table {name} is full: {s['dropped_full']:,} ids "
-                         "were refused a row and read zeros; raise its capacity_per_shard")
+                         f"were refused a row and read zeros; raise its capacity_per_shard"
+                         f"{RAISING}")
         elif s.get("fullest_shard", 0) >= NEARLY_FULL:
             lines.append(f"warning  dynamic table {name} is nearly full: its fullest shard "
                          f"uses {s['fullest_shard']:.0%} of capacity_per_shard; raise it "
-                         "before new ids are refused (checkpoints and exports hold the "
-                         "live rows only, so room costs memory on the servers alone)")
+                         f"before new ids are refused{RAISING}")
     return lines
 
 

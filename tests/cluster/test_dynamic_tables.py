@@ -134,14 +134,20 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     known, unknown = map(float, served.stdout.split())
     assert 0 < known < 1 and 0 < unknown < 1 and known != unknown
 
-    # a second pass resumed on 3 parameter servers: the model dir keeps its 2 shards
-    # (one server holds none of them) and every id stays on its shard, in a row of its own
+    # a second pass resumed on 3 parameter servers, the capacity raised: the model dir
+    # keeps its 2 shards (one server holds none of them) and every id stays on its shard,
+    # in a row of its own
+    features["tables"]["user"]["capacity_per_shard"] = 30_000
+    (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
     resumed = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
                               "--model-dir", str(run), "--set", "train.epochs=2",
                               "--set", "cluster.ps=3"], capture_output=True, text=True,
                              timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "2 workers + 3 ps" in resumed.stdout and "resume   from" in resumed.stdout
+    assert "table    embeddings_user: " in resumed.stdout
+    assert json.loads((run / "train_result.json").read_text())["dynamic_tables"][
+        "embeddings_user"]["capacity"] == 60_000
     newest = sorted((run / "checkpoints").glob("ckpt-*"))[-1]
     assert json.loads((newest / "state.json").read_text())["signature"]["dynamic_shards"] == 2
     reader = tf.train.load_checkpoint(str(newest / "variables"))

@@ -227,8 +227,8 @@ def test_a_cut_upload_leaves_no_complete_checkpoint_and_the_older_one_is_used(
                                            "Connection reset by peer"):
         manager.save(_checkpoint(2.0), 200, {})
     monkeypatch.undo()
-    torn = _s3_keys(s3_server, "runs/cut-upload/checkpoints/ckpt-000000000200/")
-    assert [k.rsplit("/", 1)[1] for k in torn] == ["variables.data-00000-of-00001"]
+    uploaded = _s3_keys(s3_server, "runs/cut-upload/checkpoints/ckpt-000000000200/")
+    assert [k.rsplit("/", 1)[1] for k in uploaded] == ["variables.data-00000-of-00001"]
     latest = CheckpointManager(url).latest()
     assert latest.step == 100  # the torn step 200 does not count
     target = _checkpoint(0.0)

@@ -410,6 +410,34 @@ def test_a_checkpoint_holds_only_the_rows_in_use(tmp_path):
     np.testing.assert_array_equal(again.lookup(probe).numpy(), table.lookup(probe).numpy())
 
 
+def test_a_checkpoint_restores_into_another_capacity_the_rows_in_use_fit(tmp_path):
+    """Resuming, evaluating or exporting with capacity_per_shard raised (or lowered while
+    the rows in use still fit) restores every row; below them, the table and shard are
+    named with the capacity needed."""
+    from recsys_dist.checkpoint.store import CheckpointError, restore
+
+    table = DynamicTable(dynamic_spec(capacity=16, admit_after=1), 4, shards=2, seed=0)
+    table.lookup(keys(*range(1, 12)), training=True)
+    prefix = tf.train.Checkpoint(table=table).save(str(tmp_path / "c"))
+    used = [int(s.next_row.numpy()) for s in table.shards]
+    probe = keys(*range(1, 12), 500)
+    for capacity in (64, max(used)):
+        again = DynamicTable(dynamic_spec(capacity=capacity, admit_after=1), 4, shards=2,
+                             seed=9)
+        restore(tf.train.Checkpoint(table=again), prefix)
+        assert again.shards[0].emb.shape[0] == capacity
+        np.testing.assert_array_equal(again.lookup(probe).numpy(), table.lookup(probe).numpy())
+    fullest = int(np.argmax(used))
+    small = DynamicTable(dynamic_spec(capacity=max(used) - 1, admit_after=1), 4, shards=2,
+                         seed=9)
+    with pytest.raises(CheckpointError) as error:
+        restore(tf.train.Checkpoint(table=small), prefix)
+    assert str(error.value) == (
+        f"{prefix}: dynamic table 'user' holds {max(used)} rows in use on shard {fullest} in "
+        f"the checkpoint, more than its capacity_per_shard {max(used) - 1} now; raise "
+        f"tables.user.capacity_per_shard to at least {max(used)}")
+
+
 def test_a_checkpoint_that_holds_every_row_still_restores(tmp_path):
     """Checkpoints written before rows were saved by use hold the whole capacity."""
     table = DynamicTable(dynamic_spec(capacity=1000), 4, shards=2, seed=0)
@@ -556,6 +584,19 @@ def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(smal
                                               r"checkpoint but \d+ x \d+"):
         check_signature(saved, hashed)
     check_signature(saved, dynamic)  # the same config: fine
+    features["tables"][table]["capacity_per_shard"] = 5000
+    dynamic_file.write_text(yaml.safe_dump(features))
+    check_signature(saved, load_config(small_config(), [f"features={dynamic_file}"]))
+    features["tables"][table]["dim"] += 1  # another dim is another table
+    dynamic_file.write_text(yaml.safe_dump(features))
+    with pytest.raises(CheckpointError, match=rf"table '{table}' is dynamic with "
+                                              r"capacity_per_shard 1000 and dim \d+ in the "
+                                              r"checkpoint but dynamic with capacity_per_shard "
+                                              r"5000 and dim"):
+        check_signature(saved, load_config(small_config(), [f"features={dynamic_file}"]))
+    features["tables"][table]["dim"] -= 1
+    features["tables"][table]["capacity_per_shard"] = 1000
+    dynamic_file.write_text(yaml.safe_dump(features))
     earlier = model_signature(dynamic)
     del earlier["dynamic_index"]  # written before the layers shared one index per table
     with pytest.raises(CheckpointError, match=r"its dynamic tables keep one id index per "
@@ -592,7 +633,10 @@ def test_the_run_prints_each_table_and_warns_when_one_was_full():
     admitted = dynamic_table_lines({"t": dict(stats, admitted_this_run=5)})[0]
     assert "8 ids of capacity 8 (2 shards), 5 admitted by this run; " in admitted
     assert lines[1] == ("warning  dynamic table embeddings_user is full: 3 ids were refused "
-                        "a row and read zeros; raise its capacity_per_shard")
+                        "a row and read zeros; raise its capacity_per_shard (a resumed run, "
+                        "an evaluation, an export or a warm start takes the new capacity; "
+                        "checkpoints and exports hold the live rows only, so room costs "
+                        "memory on the servers alone)")
     assert len(dynamic_table_lines({"t": dict(stats, dropped_full=0, fullest_shard=0.5)})) == 1
     nearly = dynamic_table_lines({"t": dict(stats, dropped_full=0, fullest_shard=0.93)})
     assert nearly[1].startswith("warning  dynamic table t is nearly full: its fullest shard "
