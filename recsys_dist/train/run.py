@@ -171,6 +171,9 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
             position = trainer.position
             print(f"resume   from {resumed.directory}: step {resumed.step:,}, "
                   f"{position.finished_rows:,} of {position.total_rows:,} rows done")
+            if warm_start_from is not None:
+                print(f"warm     start from {warm_start_from.directory} skipped: this model "
+                      "dir's own checkpoint goes on")
         elif warm_start_from is not None:
             report = trainer.warm_start(warm_start_from, on_table_resize)
             warm = warm_start_from.directory

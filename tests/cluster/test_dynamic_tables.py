@@ -297,6 +297,12 @@ def test_train_warm_start_moves_a_dynamic_table_to_more_servers(tmp_path):
     assert set(first) < set(second) and len(second) <= len(users[0] | users[1])
     same = sum(np.array_equal(vector, second[key]) for key, vector in first.items())
     assert same == len(users[0] - users[1]), (same, len(users[0] - users[1]))
+    # a model dir with a checkpoint of its own resumes it, and says the warm start is skipped
+    out = train(2, "day2", "--warm-start", str(tmp_path / "day1"), "--set", "cluster.ps=3",
+                "--set", "train.epochs=2")
+    source = sorted((tmp_path / "day1").glob("checkpoints/ckpt-*"))[-1]
+    assert "resume   from" in out and (f"warm     start from {source} skipped: this model "
+                                       "dir's own checkpoint goes on") in out, out[-3000:]
 
 
 def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
