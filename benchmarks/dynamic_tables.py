@@ -15,9 +15,9 @@ tables' live ids; then each side's best and median and the ratios. Memory per li
 measured in this process: the resident-set growth of a ``MutableHashTable`` holding
 ``--memory-ids`` int64 ids, plus the bytes of one row, its Adagrad slot and its
 last-seen day. Before it, the AUC gain of each round (both sides of a round train on the
-same rows, one after the other), their mean and how many rounds the dynamic side won. The
-last line reads ``auc gain X, speed ratio Y`` (dynamic minus hashed held-out AUC,
-dynamic over hashed examples/s, medians).
+same rows, one after the other), their mean with its standard error and how many rounds
+the dynamic side won. The last line reads ``auc gain X, speed ratio Y`` (dynamic minus
+hashed held-out AUC, dynamic over hashed examples/s, medians).
 
 Synthetic data by default (``recsys-dist data synth --users 5000000``, 3 days; train on
 2, evaluate on the 3rd): a long tail of users, about 140k distinct a day at 200k rows, so
@@ -181,8 +181,10 @@ def main() -> None:
         paired = [d["auc"] - h["auc"] for d, h in zip(results["dynamic"], results["hashed"])]
         print("auc gain per round (dynamic minus hashed): "
               + ", ".join(f"{g:+.4f}" for g in paired)
-              + f"; mean {statistics.mean(paired):+.4f}; dynamic ahead in "
-              f"{sum(g > 0 for g in paired)} of {len(paired)} rounds")
+              + f"; mean {statistics.mean(paired):+.4f}"
+              + (f" (standard error {statistics.stdev(paired) / len(paired) ** 0.5:.4f})"
+                 if len(paired) > 1 else "")
+              + f"; dynamic ahead in {sum(g > 0 for g in paired)} of {len(paired)} rounds")
         print(f"speed ratio dynamic/hashed: best {speed_best:.2f}, median {speed_median:.2f}; "
               f"auc gain: best {auc_best:+.4f}, median {auc_median:+.4f}")
         print(f"auc gain {auc_median:+.4f}, speed ratio {speed_median:.2f}")
