@@ -445,11 +445,12 @@ def _add_train(commands) -> None:
     _add_config_args(train)
     train.add_argument("--model-dir", help="output directory (default runs/<config name>)")
     train.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
-    train.add_argument("--warm-start", metavar="MODEL_DIR_OR_CHECKPOINT",
+    train.add_argument("--warm-start", metavar="RUN_OR_CHECKPOINT",
                        help="start a new model dir from another run's weights, optimizer "
                             "slots and step (its newest complete checkpoint, or the "
                             "checkpoint directory given): feature drift is handled as in "
-                            "daily retraining, dynamic tables are re-sharded to cluster.ps. "
+                            "daily retraining, dynamic tables are re-sharded to this run's "
+                            "parameter servers. "
                             "Ignored when --model-dir already has a checkpoint (it resumes)")
     train.set_defaults(func=_cmd_train)
 
