@@ -159,9 +159,9 @@ def save_slots_of_rows_in_use(tables: list["DynamicTable"], optimizers: list) ->
     """:func:`save_rows_in_use` for every optimizer slot of the tables' rows (call once
     the slots exist)."""
     for table in tables:
-        for shard in table.shards:
+        for index, shard in enumerate(table.shards):
             for slot, _ in _row_slots(shard.emb, optimizers):
-                save_rows_in_use(slot, shard.next_row, table.spec.name, shard.number)
+                save_rows_in_use(slot, shard.next_row, table.spec.name, index)
 
 
 def keep_live_rows_only(tables: list["DynamicTable"]) -> None:
@@ -331,7 +331,6 @@ class DynamicShard(tf.Module):
                  index_of: "DynamicShard | None" = None):
         super().__init__(name=name)
         self.capacity, self.admit_after = table.capacity_per_shard, table.admit_after
-        self.number = index  # its place among the table's shards
         self.device = device
         with tf.device(device), _colocated(device, name):
             init = seeded_initializer(initializer, derive_seed(seed, name))

@@ -305,7 +305,8 @@ class Trainer:
         with strategy.scope():
             # a model dir keeps the dynamic tables' shard count it started with (placed
             # round-robin on however many servers this run has; a warm start re-shards)
-            self.dynamic_shards = (model_dir_dynamic_shards(self.checkpoints)
+            dynamic = any(t.dynamic for t in config.features.tables.values())
+            self.dynamic_shards = ((dynamic and model_dir_dynamic_shards(self.checkpoints))
                                    or default_dynamic_shards(config))
             self.model = build_from_config(config, self.dynamic_shards)
             # Slots exist before any restore (checkpoint/store.py says why).
