@@ -16,11 +16,11 @@ import tensorflow as tf
 
 from recsys_dist import storage_io
 from recsys_dist.storage_io import StorageError
-from tests.support.configs import SMALL_FEATURES
 from recsys_dist.checkpoint.store import (COMPLETE, DAMAGED, CheckpointError,
                                            CheckpointManager, DamagedCheckpoint,
                                            SavedCheckpoint, check_signature, find_checkpoint,
                                            restore)
+from tests.support.configs import SMALL_FEATURES
 
 
 def _checkpoint(value: float) -> tf.train.Checkpoint:

@@ -241,4 +241,14 @@ def test_train_warm_start_from_a_place_without_a_checkpoint_is_named(tmp_path, s
         err = capsys.readouterr().err
         assert err.startswith(expected) and err.rstrip().endswith(
             "(give a model dir holding checkpoints/, or one of its checkpoint directories)"), err
+    # a complete checkpoint whose state.json was changed after the save: named as damaged
+    damaged = empty_run / "checkpoints" / "ckpt-000000000007"
+    damaged.mkdir()
+    (damaged / "_COMPLETE").write_text("")
+    (damaged / "state.json").write_text("{cut")
+    assert main(["train", "--config", DEMO, "--data", str(synth_dir), "--model-dir",
+                 str(tmp_path / "new"), "--warm-start", str(empty_run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {damaged}: damaged checkpoint: state.json is unreadable "
+                          "("), err
     assert not (tmp_path / "new").exists()
