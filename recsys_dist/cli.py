@@ -59,20 +59,27 @@ def _positive(text: str) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from recsys_dist.data.synth import synthesize
+    from recsys_dist.data.synth import RowGenerator, synthesize
+    from recsys_dist.data.synth_behaviour import BehaviourGenerator
 
+    generator = {"criteo": RowGenerator, "behaviour": BehaviourGenerator}[args.dataset]
     try:
         report = synthesize(args.out, days=args.days, rows_per_day=args.rows_per_day,
                             seed=args.seed, start_date=args.start_date,
                             rows_per_file=args.rows_per_file,
-                            row_groups_per_file=args.row_groups_per_file, users=args.users,
+                            row_groups_per_file=args.row_groups_per_file,
+                            users=args.users or (200_000 if args.dataset == "criteo"
+                                                 else 100_000),
+                            generator_class=generator,
                             progress=(lambda line: print(line, file=sys.stderr))
                             if not args.quiet else None)
     except ValueError as exc:
         raise RecsysError(str(exc)) from None
+    rates = f"click rate {report.click_rate:.3f}"
+    if report.conversion_rate is not None:
+        rates += f", conversion rate {report.conversion_rate:.4f}"
     print(f"wrote {report.rows:,} rows in {len(report.files)} files to {report.out_dir} "
-          f"({report.days[0]}..{report.days[-1]}) in {report.seconds:.1f}s; "
-          f"click rate {report.click_rate:.3f}, conversion rate {report.conversion_rate:.4f}")
+          f"({report.days[0]}..{report.days[-1]}) in {report.seconds:.1f}s; {rates}")
     return 0
 
 
@@ -378,10 +385,17 @@ def _add_data_commands(commands) -> None:
 
 def _add_synth(data_commands) -> None:
     synth = data_commands.add_parser(
-        "synth", help="write synthetic Criteo-like Parquet data with an oracle logit",
+        "synth", help="write synthetic Parquet data (Criteo-like or behaviour histories) "
+                      "with an oracle logit",
         description="Write OUT/dt=YYYY-MM-DD/part-NNNNN.parquet for N days. Labels come "
                     "from a known logistic model; each row stores its true logit in "
-                    "oracle_logit. Matching feature config: features/criteo_synth.yaml.")
+                    "oracle_logit. --dataset criteo (default): Criteo-like rows, feature "
+                    "config features/criteo_synth.yaml. --dataset behaviour: a user's item "
+                    "history (list<int64>, newest last, with each item's category) and a "
+                    "candidate item whose click depends on its category's matches in the "
+                    "history; feature config features/behaviour_synth.yaml.")
+    synth.add_argument("--dataset", choices=["criteo", "behaviour"], default="criteo",
+                       help="what the rows look like (default criteo)")
     synth.add_argument("--out", required=True, help="output directory")
     synth.add_argument("--days", type=_positive, required=True, help="number of daily partitions")
     synth.add_argument("--rows-per-day", type=_positive, required=True, help="rows per day")
@@ -392,10 +406,11 @@ def _add_synth(data_commands) -> None:
                        help="rows per Parquet file (default 100000; at least 2 files a day)")
     synth.add_argument("--row-groups-per-file", type=_positive, default=4,
                        help="row groups per file (default 4)")
-    synth.add_argument("--users", type=_positive, default=200_000,
+    synth.add_argument("--users", type=_positive, default=None,
                        help="user ids drawn from this many users, Zipf-distributed "
-                            "(default 200000; e.g. 5000000 for a long tail of ids that "
-                            "collide in the demo's hashed user table)")
+                            "(default 200000 for criteo, 100000 for behaviour; e.g. 5000000 "
+                            "for a long tail of ids that collide in the demo's hashed user "
+                            "table)")
     synth.add_argument("--quiet", action="store_true", help="no per-file progress lines")
     synth.set_defaults(func=_cmd_synth)
 

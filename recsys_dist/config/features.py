@@ -10,6 +10,7 @@ and the binary labels::
       I1: {kind: numeric, transform: log1p, nan_means_missing: true}
       tags: {kind: multi_categorical, table: tag, max_length: 8, combiner: mean}
       C1_x_C2: {kind: cross, inputs: [C1, C2], table: cross}
+      hist_item: {kind: sequence, table: ad_id, max_length: 50, target: C1}
     labels:
       click: {}
 
@@ -180,6 +181,74 @@ class CrossFeature:
 
 
 @dataclasses.dataclass(frozen=True)
+class SequenceFeature:
+    """A behaviour history: the user's recent ids, in time order, compared with a candidate.
+
+    Read from a Parquet list column (``list<int64>`` or ``list<string>``) or a delimited
+    string column. The model input keeps the ``max_length`` most recent ids, newest
+    first, padded after them. A null list (or null string) is an empty history; a null
+    id inside a list is dropped (with ``side_of``, the whole position is dropped when
+    any of the aligned ids is null). Ids hash exactly as a categorical feature's ids of
+    the same ``dtype`` do, so a history that names its candidate's table shares its
+    embeddings.
+
+    Attributes:
+      table: Embedding table the ids index (usually the candidate's table).
+      max_length: Most recent ids kept per row; older ones are dropped.
+      dtype: ``int64`` or ``string`` ids (as the candidate feature's ``dtype``).
+      newest: Which end of the stored list is the most recent: ``last`` (ids appended
+        as they happen, the usual layout) or ``first``.
+      target: The categorical feature this history is compared with (the candidate,
+        e.g. the ad's item id); it must read the same table. Attention models (``din``,
+        ``bst``) need it on every sequence that is not a ``side_of``.
+      side_of: Another sequence feature this one is aligned with position by position
+        (e.g. the categories of the items of ``hist_item``): both lists have the same
+        length in every row, and attention models concatenate each position's
+        embeddings.
+      pooling: How models without attention pool the history: ``mean`` or ``sum``.
+      column: Parquet column; defaults to ``name``.
+      separator: Separator between ids (delimited string columns).
+      hash_buckets: Hash into this many rows; defaults to the table's ``rows`` (the
+        last row is the missing row, as for a categorical feature).
+    """
+
+    name: str
+    table: str
+    max_length: int = field(metadata={"min": 1})
+    kind: Literal["sequence"] = "sequence"
+    dtype: IdDtype = "int64"
+    newest: Literal["last", "first"] = "last"
+    target: str | None = None
+    side_of: str | None = None
+    pooling: Literal["mean", "sum"] = "mean"
+    column: str | None = None
+    separator: str = "|"
+    hash_buckets: int | None = field(default=None, metadata={"min": 2})
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceGroup:
+    """A history and the sequences aligned with it, with the candidate features each is
+    compared with.
+
+    Attributes:
+      main: The sequence feature the others are ``side_of``.
+      sides: Sequence features aligned with ``main``, in feature-config order.
+      targets: The ``target`` of ``main`` and of each side, in the same order (None
+        where a sequence names none).
+    """
+
+    main: str
+    sides: tuple[str, ...]
+    targets: tuple[str | None, ...]
+
+    @property
+    def sequences(self) -> tuple[str, ...]:
+        """``main`` and its sides: the order of each position's concatenated embeddings."""
+        return (self.main, *self.sides)
+
+
+@dataclasses.dataclass(frozen=True)
 class LabelSpec:
     """A binary label column (values 0/1 or false/true).
 
@@ -192,12 +261,14 @@ class LabelSpec:
     column: str | None = None
 
 
-Feature = Union[CategoricalFeature, NumericFeature, MultiCategoricalFeature, CrossFeature]
+Feature = Union[CategoricalFeature, NumericFeature, MultiCategoricalFeature, CrossFeature,
+                SequenceFeature]
 FEATURE_KINDS: dict[str, type] = {
     "categorical": CategoricalFeature,
     "numeric": NumericFeature,
     "multi_categorical": MultiCategoricalFeature,
     "cross": CrossFeature,
+    "sequence": SequenceFeature,
 }
 
 
@@ -233,6 +304,24 @@ class FeatureConfig:
         if table.dynamic:
             return DYNAMIC_KEY_SPACE
         return feature.hash_buckets or table.rows
+
+    def sequence_groups(self, names: list[str] | None = None) -> list[SequenceGroup]:
+        """The histories among ``names`` (default: every feature), each with its sides.
+
+        A side whose main sequence is not among ``names`` forms no group of its own; the
+        config check makes sure a model's inputs never hold one without its main.
+        """
+        names = list(self.features) if names is None else list(names)
+        sequences = [n for n in names if isinstance(self.features[n], SequenceFeature)]
+        groups = []
+        for name in sequences:
+            feat = self.features[name]
+            if feat.side_of is not None:
+                continue
+            sides = tuple(n for n in sequences if self.features[n].side_of == name)
+            groups.append(SequenceGroup(name, sides, tuple(
+                self.features[n].target for n in (name, *sides))))
+        return groups
 
 
 def _parse_features(doc: LocatedYaml, raw: object) -> dict[str, Feature]:
@@ -329,6 +418,8 @@ def _check_feature(doc: LocatedYaml, name: str, feat, tables: dict[str, TableSpe
         if feat.weights_column == (feat.column or name):
             raise doc.error(path + ".weights_column", "names the ids column itself; "
                             "expected a separate list<float> column")
+    if isinstance(feat, SequenceFeature):
+        _check_sequence(doc, path, feat, tables, features)
     if isinstance(feat, CrossFeature):
         for i, inp in enumerate(feat.inputs):
             if inp not in features:
@@ -340,6 +431,54 @@ def _check_feature(doc: LocatedYaml, name: str, feat, tables: dict[str, TableSpe
         if len(set(feat.inputs)) != len(feat.inputs):
             raise doc.error(path + ".inputs", "lists the same feature twice")
     return vocabulary
+
+
+def _check_sequence(doc: LocatedYaml, path: str, feat: SequenceFeature,
+                    tables: dict[str, TableSpec], features: dict) -> None:
+    """A sequence's target reads its table and hashes its ids the same way; a side names
+    a main sequence of the same length."""
+    if feat.target is not None:
+        target = features.get(feat.target)
+        if target is None:
+            raise doc.error(path + ".target", f"unknown feature {feat.target!r}."
+                            + did_you_mean(feat.target, features))
+        if not isinstance(target, CategoricalFeature):
+            raise doc.error(path + ".target", f"feature {feat.target!r} is {target.kind}; "
+                            "a sequence is compared with a categorical feature (the "
+                            "candidate's id)")
+        if target.table != feat.table:
+            dims = (f"dim {tables[target.table].dim}" if target.table in tables else "")
+            raise doc.error(path + ".target", f"feature {feat.target!r} reads table "
+                            f"{target.table!r} ({dims}) but this sequence reads "
+                            f"{feat.table!r} (dim {tables[feat.table].dim}); a history and "
+                            "its candidate must read the same table, so that one id has one "
+                            "embedding in both")
+        if target.dtype != feat.dtype:
+            raise doc.error(path + ".dtype", f"got {feat.dtype!r} but its target "
+                            f"{feat.target!r} has dtype {target.dtype!r}; both must hash "
+                            "their ids the same way")
+        if target.vocabulary is not None:
+            raise doc.error(path + ".target", f"feature {feat.target!r} maps its ids with a "
+                            "vocabulary; a sequence hashes its ids, so its target must too "
+                            "(remove the vocabulary or compare with another feature)")
+        if (target.hash_buckets or None) != (feat.hash_buckets or None):
+            raise doc.error(path + ".hash_buckets", f"got {feat.hash_buckets} but its target "
+                            f"{feat.target!r} has hash_buckets {target.hash_buckets}; both "
+                            "must map an id to the same row")
+    if feat.side_of is not None:
+        main = features.get(feat.side_of)
+        if main is None:
+            raise doc.error(path + ".side_of", f"unknown feature {feat.side_of!r}."
+                            + did_you_mean(feat.side_of, features))
+        if not isinstance(main, SequenceFeature) or main.side_of is not None:
+            raise doc.error(path + ".side_of", f"feature {feat.side_of!r} is not a main "
+                            "sequence; side_of names a sequence feature without side_of")
+        for key in ("max_length", "newest"):
+            if getattr(main, key) != getattr(feat, key):
+                raise doc.error(f"{path}.{key}", f"got {getattr(feat, key)!r} but the "
+                                f"sequence it is side_of, {feat.side_of!r}, has "
+                                f"{getattr(main, key)!r}; aligned sequences keep the same "
+                                "positions")
 
 
 def _check_table_rows(doc: LocatedYaml, config: FeatureConfig) -> None:

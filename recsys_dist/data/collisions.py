@@ -30,9 +30,10 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 
 from recsys_dist import storage_io
-from recsys_dist.config.features import CategoricalFeature, CrossFeature, MultiCategoricalFeature
+from recsys_dist.config.features import (CategoricalFeature, CrossFeature, MultiCategoricalFeature,
+                                         SequenceFeature)
 from recsys_dist.data.schema_check import split_read_dtype
-from recsys_dist.features import hashing
+from recsys_dist.features import hashing, sequences
 from recsys_dist.features.transforms import FeatureTransform
 
 #: A hashed table whose shared lookups are above this share gets a suggestion.
@@ -142,7 +143,8 @@ def _id_features(transform: FeatureTransform) -> list[str]:
     """The features of ``transform`` whose values are table ids."""
     return [n for n in transform.feature_names
             if isinstance(transform.config.features[n],
-                          (CategoricalFeature, MultiCategoricalFeature, CrossFeature))]
+                          (CategoricalFeature, MultiCategoricalFeature, CrossFeature,
+                           SequenceFeature))]
 
 
 def _row_ranges(plan) -> dict[int, list[tuple[int, int]]]:
@@ -191,10 +193,11 @@ def _identity(values: tf.Tensor) -> np.ndarray:
     return tf.cast(values, tf.int64).numpy()
 
 
-def _tokens(feat: MultiCategoricalFeature, array: pa.Array, read_dtype: str
+def _tokens(feat: MultiCategoricalFeature | SequenceFeature, array: pa.Array, read_dtype: str
             ) -> tuple[tf.Tensor, np.ndarray]:
-    """The ids a multi_categorical feature looks up in a batch: ``(tokens, row of each)``,
-    nulls and empty tokens dropped, the first ``max_length`` of each row kept."""
+    """The ids a multi_categorical or sequence feature looks up in a batch: ``(tokens, row
+    of each)``, nulls and empty tokens dropped, the first ``max_length`` of each row kept
+    (a sequence's most recent ones)."""
     dtype, is_list = split_read_dtype(read_dtype)
     if is_list:
         lengths = pc.list_value_length(array).fill_null(0).to_numpy(zero_copy_only=False)
@@ -208,13 +211,16 @@ def _tokens(feat: MultiCategoricalFeature, array: pa.Array, read_dtype: str
         tokens = split.flat_values
         rowids = split.value_rowids().numpy()
         keep = tf.strings.length(tokens).numpy() > 0
-        if feat.weighted:
+        if getattr(feat, "weighted", False):
             tokens = tf.strings.split(tokens, feat.weight_separator, maxsplit=1)
             tokens = tokens.to_tensor(default_value="", shape=[None, 2])[:, 0]
     kept_rows = rowids[keep]
     # position of each kept id among its row's kept ids (rowids are sorted)
     first = np.searchsorted(kept_rows, kept_rows, side="left")
     within = np.arange(len(kept_rows)) - first < feat.max_length
+    if getattr(feat, "newest", "first") == "last":  # a history keeps its last ids
+        last = np.searchsorted(kept_rows, kept_rows, side="right")
+        within = last - np.arange(len(kept_rows)) <= feat.max_length
     index = np.flatnonzero(keep)[within]
     return tf.gather(tokens, index), kept_rows[within]
 
@@ -227,7 +233,8 @@ class _Scanner:
         self.dtypes = transform.column_dtypes
         self.features = _id_features(transform)
         single = [n for n in self.features
-                  if not isinstance(self.config.features[n], MultiCategoricalFeature)]
+                  if not isinstance(self.config.features[n],
+                                    (MultiCategoricalFeature, SequenceFeature))]
         self.single = FeatureTransform(self.config, [], self.dtypes, "skip", single) \
             if single else None
         # A multi_categorical feature is transformed one id per row: its rows are then
@@ -261,7 +268,12 @@ class _Scanner:
                                                     for c, p in present.items()})[0]
         for name in self.features:
             feat = self.config.features[name]
-            if isinstance(feat, MultiCategoricalFeature):
+            if isinstance(feat, SequenceFeature):
+                column = self.config.column_of(feat)
+                tokens, _ = _tokens(feat, batch.column(column), self.dtypes[column])
+                ids, _ = sequences.hash_ids(feat, tokens, self.config.rows_of(feat))
+                out[name] = (_identity(tokens), ids.numpy())
+            elif isinstance(feat, MultiCategoricalFeature):
                 column = self.config.column_of(feat)
                 tokens, _ = _tokens(feat, batch.column(column), self.dtypes[column])
                 one_each = tokens
@@ -320,13 +332,18 @@ def table_ids(pipeline, shards: int, batch_rows: int = 65536) -> list[TableIds]:
         for name in names:
             seen[name].flush()
         lookups = sum(int(seen[n].counts.sum()) for n in names)
-        distinct = sum(len(seen[n].keys) for n in names)
+        # an id read by several features of the table (a history and its candidate) is
+        # one id in one row
+        keys, first, inverse = np.unique(np.concatenate([seen[n].keys for n in names]),
+                                         return_index=True, return_inverse=True)
+        distinct = len(keys)
         if spec.dynamic:
             report.append(TableIds(table, True, rows, lookups, distinct, distinct, 0,
                                    capacity=spec.capacity_per_shard * shards))
             continue
-        table_rows = np.concatenate([seen[n].rows for n in names])
-        counts = np.concatenate([seen[n].counts for n in names])
+        table_rows = np.concatenate([seen[n].rows for n in names])[first]
+        counts = np.bincount(inverse.reshape(-1), weights=np.concatenate(
+            [seen[n].counts for n in names]), minlength=distinct).astype(np.int64)
         used, inverse, ids_per_row = np.unique(table_rows, return_inverse=True,
                                                return_counts=True)
         shared = int(counts[ids_per_row[inverse.reshape(-1)] > 1].sum())

@@ -15,7 +15,8 @@ from typing import Literal
 import pyarrow as pa
 
 from recsys_dist.config.features import (CategoricalFeature, FeatureConfig,
-                                         MultiCategoricalFeature, NumericFeature)
+                                         MultiCategoricalFeature, NumericFeature,
+                                         SequenceFeature)
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.data.parquet_meta import FileMeta
 from recsys_dist.errors import DataError
@@ -85,6 +86,8 @@ def required_columns(features: FeatureConfig, labels: list[str] | None = None
             add(features.column_of(feat), "ids", f"feature {name!r}")
             if feat.weights_column is not None:
                 add(feat.weights_column, "weights", f"feature {name!r} (weights_column)")
+        elif isinstance(feat, SequenceFeature):
+            add(features.column_of(feat), "ids", f"sequence feature {name!r}")
         elif isinstance(feat, NumericFeature):
             add(features.column_of(feat), "number", f"feature {name!r}")
     for name in labels or list(features.labels):

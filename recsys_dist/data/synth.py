@@ -207,7 +207,8 @@ class SynthReport:
       files: Paths of all Parquet files written, in order.
       rows: Total number of rows.
       click_rate: Fraction of rows with ``click == 1``.
-      conversion_rate: Fraction of rows with ``conversion == 1``.
+      conversion_rate: Fraction of rows with ``conversion == 1`` (None for data without
+        a ``conversion`` column).
       seconds: Wall-clock time taken.
     """
 
@@ -216,7 +217,7 @@ class SynthReport:
     files: list[str]
     rows: int
     click_rate: float
-    conversion_rate: float
+    conversion_rate: float | None
     seconds: float
 
 
@@ -232,7 +233,7 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
                start_date: datetime.date = datetime.date(2026, 1, 1),
                rows_per_file: int = 100_000, row_groups_per_file: int = 4,
                progress: Callable[[str], None] | None = None,
-               users: int = USERS) -> SynthReport:
+               users: int = USERS, generator_class: type | None = None) -> SynthReport:
     """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
 
     Each day gets ``max(2, ceil(rows_per_day / rows_per_file))`` (never more than
@@ -253,6 +254,10 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
       row_groups_per_file: Row groups per file, at least 1.
       progress: Called with a one-line message after each file is written.
       users: Size of the user pool ``user_id`` is drawn from (Zipf-Mandelbrot).
+      generator_class: What a row looks like: :class:`RowGenerator` (the default,
+        Criteo-like) or another class built as ``cls(seed, users=users)`` whose
+        ``table(day, file_index, n)`` returns the file's Arrow table, e.g.
+        :class:`recsys_dist.data.synth_behaviour.BehaviourGenerator`.
 
     Returns:
       A :class:`SynthReport` describing the written files.
@@ -263,7 +268,7 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
     _check_counts(days=days, rows_per_day=rows_per_day, rows_per_file=rows_per_file,
                   row_groups_per_file=row_groups_per_file, seed=seed, users=users)
     started = time.perf_counter()
-    generator = RowGenerator(int(seed), users=int(users))
+    generator = (generator_class or RowGenerator)(int(seed), users=int(users))
     file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)
     dts, files = [], []
     clicks = conversions = 0
@@ -278,14 +283,17 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
             path = os.path.join(day_dir, name)
             _write_atomically(table, path, max(1, math.ceil(n / row_groups_per_file)))
             clicks += int(np.sum(table["click"].to_numpy()))
-            conversions += int(np.sum(table["conversion"].to_numpy()))
+            if "conversion" in table.column_names:
+                conversions += int(np.sum(table["conversion"].to_numpy()))
             files.append(path)
             if progress is not None:
                 progress(f"dt={dt} {name} {n} rows")
         dts.append(dt)
     rows = days * rows_per_day
     return SynthReport(out_dir=os.fspath(out_dir), days=dts, files=files, rows=rows,
-                       click_rate=clicks / rows, conversion_rate=conversions / rows,
+                       click_rate=clicks / rows,
+                       conversion_rate=(conversions / rows
+                                        if generator_class in (None, RowGenerator) else None),
                        seconds=time.perf_counter() - started)
 
 
@@ -349,6 +357,11 @@ def _hash(key: int, *values: np.ndarray) -> np.ndarray:
 def _uniform(h: np.ndarray) -> np.ndarray:
     """Maps uint64 hashes to floats in the open interval (0, 1)."""
     return ((h >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+
+
+def hashed_uniform(key: int, *values: np.ndarray) -> np.ndarray:
+    """A uniform in (0, 1) per element, a pure function of ``key`` and ``values``."""
+    return _uniform(_hash(key, *values))
 
 
 def hashed_normal(key: int, *values: np.ndarray) -> np.ndarray:

@@ -41,8 +41,9 @@ import tensorflow as tf
 
 from recsys_dist import ops
 from recsys_dist.config.features import (CategoricalFeature, CrossFeature, FeatureConfig,
-                                         MultiCategoricalFeature, NumericFeature)
-from recsys_dist.features import hashing
+                                         MultiCategoricalFeature, NumericFeature,
+                                         SequenceFeature)
+from recsys_dist.features import hashing, sequences
 
 _NUMBER_RE = r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"
 
@@ -144,6 +145,8 @@ class FeatureTransform:
             feat = self.config.features[name]
             if isinstance(feat, CrossFeature):
                 names.extend(i for i in feat.inputs if i not in names)
+            if isinstance(feat, SequenceFeature) and feat.side_of and feat.side_of not in names:
+                names.append(feat.side_of)
         return names
 
     # ---- per kind -------------------------------------------------------------------
@@ -289,8 +292,8 @@ class FeatureTransform:
             ids = tf.strings.to_hash_bucket_fast(tokens, self.config.rows_of(feat))
         else:  # integer ids hash as a categorical feature's integer ids do
             ids = hashing.to_bucket(hashing.hash_int64(tokens), self.config.rows_of(feat))
-        return _padded(ids, weight_values, nrows, rowids, splits, keep, feat.max_length), \
-            bad_rows
+        return sequences.padded(ids, weight_values, nrows, rowids, splits, keep,
+                                feat.max_length), bad_rows
 
     def _multi_fused(self, feat: MultiCategoricalFeature, raw, present, weights,
                      weights_present) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
@@ -355,6 +358,11 @@ class FeatureTransform:
         if hashed_ints:
             out.update(self._hashed_int_categoricals(
                 [self.config.features[n] for n in hashed_ints], int_hashes, present))
+        for group in self.config.sequence_groups(self._needed_features()):
+            names = [n for n in group.sequences if n in self._needed_features()]
+            values, group_checks = sequences.transform_group(self.config, names, raw, present)
+            out.update(values)
+            checks.extend(group_checks)
         for name in self.feature_names:
             feat = self.config.features[name]
             if name in out or isinstance(feat, NumericFeature):
@@ -566,27 +574,3 @@ def _list_weights(raw: tf.RaggedTensor, present, weights, weights_present):
         keep = tf.logical_and(keep, tf.gather(tf.concat(
             [weights_present.flat_values, [False]], 0), at))
     return keep, bad_rows, weight_values
-
-
-def _padded(ids, weight_values, nrows, rowids, splits, keep, max_length: int
-            ) -> dict[str, tf.Tensor]:
-    """``{"ids", "weights"}``, ``[N, max_length]`` each, from flat values and row ids.
-
-    Slot of each value in the result: its position among its row's kept values; dropped
-    values (``keep`` false, or past ``max_length``) get slot -1, which the segment sums
-    leave out. No boolean masks: they cost more than hashing a few values for nothing."""
-    nrows = tf.cast(nrows, tf.int64)
-    kept = tf.ones(tf.shape(rowids), tf.int64) if keep is None else tf.cast(keep, tf.int64)
-    before = tf.cumsum(kept, exclusive=True)  # kept values before each value
-    position = before - tf.gather(before, tf.gather(splits, rowids))
-    slot = rowids * max_length + position
-    if keep is not None:
-        slot = tf.where(keep, slot, -1)
-    slot = tf.where(position < max_length, slot, -1)
-    cells = nrows * max_length
-    dense_ids = tf.reshape(tf.math.unsorted_segment_sum(ids, slot, cells), [-1, max_length])
-    dense_weights = tf.reshape(tf.math.unsorted_segment_sum(weight_values, slot, cells),
-                               [-1, max_length])
-    dense_ids.set_shape([None, max_length])
-    dense_weights.set_shape([None, max_length])
-    return {"ids": dense_ids, "weights": dense_weights}

@@ -37,13 +37,24 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from recsys_dist.config.features import FeatureConfig, MultiCategoricalFeature, NumericFeature
+from recsys_dist.config.features import (FeatureConfig, MultiCategoricalFeature, NumericFeature,
+                                         SequenceFeature)
 from recsys_dist.features.transforms import missing_indicator_name
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
 from recsys_dist.models.dynamic_table import (DynamicTable, ShardGroup, dynamic_table,
                                               lookup_tables, shard_devices)
 from recsys_dist.models.sharding import dynamic_shards, embedding_tables
+
+
+def _combiner(feature: Any, keep_sequences: bool) -> str | None:
+    """How a multi-valued feature's ids become one input (``keep``: left as a sequence),
+    or None for a single id."""
+    if isinstance(feature, MultiCategoricalFeature):
+        return feature.combiner
+    if isinstance(feature, SequenceFeature):
+        return "keep" if keep_sequences else feature.pooling
+    return None
 
 
 def table_of(feature: Any) -> str | None:
@@ -188,20 +199,26 @@ def _replica_copy(table: tf.Variable) -> tf.Variable:
 
 
 def _present(ids: tf.Tensor, weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """The ``[B, L]`` ids a pooled feature reads (weight != 0), their rows and weights."""
+    """The ``[B, L]`` ids a pooled feature reads (weight != 0), their ``[row, position]``
+    and weights. Padding is never looked up (a dynamic table would admit its id)."""
     present = tf.not_equal(weights, 0.0)
-    return (tf.boolean_mask(ids, present), tf.where(present)[:, 0],
+    return (tf.boolean_mask(ids, present), tf.where(present),
             tf.boolean_mask(weights, present))
 
 
-def _pool(vectors: tf.Tensor, rows: tf.Tensor, kept_weights: tf.Tensor, weights: tf.Tensor,
+def _pool(vectors: tf.Tensor, where: tf.Tensor, kept_weights: tf.Tensor, weights: tf.Tensor,
           combiner: str) -> tf.Tensor:
-    """Pools the looked-up ``vectors`` of :func:`_present` into ``[B, D]``.
+    """Pools the looked-up ``vectors`` of :func:`_present` into ``[B, D]``, or with
+    combiner ``keep`` puts them back at their positions, ``[B, L, D]`` (zeros at padding).
 
     ``sum``: sum_l w e; ``mean``: sum_l w e / sum_l w; ``sqrtn``: sum_l w e / sqrt(sum_l w^2);
     a row whose divisor is 0 pools to zeros.
     """
-    total = tf.math.unsorted_segment_sum(vectors * kept_weights[:, None], rows,
+    if combiner == "keep":
+        shape = tf.concat([tf.shape(weights, out_type=tf.int64),
+                           tf.shape(vectors, out_type=tf.int64)[1:]], 0)
+        return tf.scatter_nd(where, vectors, shape)
+    total = tf.math.unsorted_segment_sum(vectors * kept_weights[:, None], where[:, 0],
                                          num_segments=tf.shape(weights)[0])
     if combiner == "sum":
         return total
@@ -229,6 +246,9 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         ``variable_partitioner`` Keras initializers draw each shard separately, so
         sharded and unsharded tables start from different (still seeded) values.
       seed: Seed of the table initializers; each table gets its own derived seed.
+      keep_sequences: Give each ``sequence`` feature as ``[B, L, D]`` (zeros at padding,
+        position 0 the newest) instead of pooling it with its ``pooling``; attention
+        models read it with the mask ``features[name]["weights"] > 0``.
       name: Layer name; prefixes the variable names.
 
     Call args:
@@ -236,7 +256,7 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
 
     Returns:
       ``(sparse, dense)``: ``sparse`` maps each id-valued feature (in
-      ``feature_names`` order) to ``[B, D]``; ``dense`` is ``[B, n_dense]`` stacking the
+      ``feature_names`` order) to ``[B, D]`` (``[B, L, D]`` for a kept sequence); ``dense`` is ``[B, n_dense]`` stacking the
       non-bucketized numeric features in order, or None when there are none.
 
     Raises:
@@ -252,7 +272,8 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
     def __init__(self, features: FeatureConfig, feature_names: list[str],
                  dim_override: int | None = None,
                  initializer: InitializerLike = "random_uniform",
-                 seed: int | None = None, name: str = "feature_embeddings", **kwargs: Any):
+                 seed: int | None = None, keep_sequences: bool = False,
+                 name: str = "feature_embeddings", **kwargs: Any):
         super().__init__(name=name, **kwargs)
         feature_names = list(feature_names)
         check_feature_names(features, feature_names)
@@ -261,8 +282,9 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                              f"Received: dim_override={dim_override}")
         self._feature_tables = {n: t for n in feature_names
                                 if (t := table_of(features.features[n])) is not None}
-        self._combiners = {n: features.features[n].combiner for n in self._feature_tables
-                           if isinstance(features.features[n], MultiCategoricalFeature)}
+        self._combiners = {n: _combiner(features.features[n], keep_sequences)
+                           for n in self._feature_tables
+                           if _combiner(features.features[n], keep_sequences) is not None}
         # a numeric feature with missing_indicator adds its "<name>.missing" column
         self._dense_names = [
             column for n in feature_names if n not in self._feature_tables
@@ -512,7 +534,7 @@ def example_features(features: FeatureConfig, feature_names: list[str],
     batch: dict[str, Any] = {}
     for name in feature_names:
         feature = features.features[name]
-        if isinstance(feature, MultiCategoricalFeature):
+        if isinstance(feature, (MultiCategoricalFeature, SequenceFeature)):
             shape = [batch_size, feature.max_length]
             batch[name] = {"ids": tf.zeros(shape, tf.int64), "weights": tf.zeros(shape)}
         elif table_of(feature) is None:
