@@ -1,0 +1,564 @@
+"""Masked attention layers for user-behaviour sequences (DIN and BST).
+
+- :class:`Dice` and :func:`activation_layer`: DIN's data-adaptive activation and the
+  activations its attention unit accepts.
+- :class:`TargetAttention`: DIN's local activation unit, the candidate item attending
+  over the user's history.
+- :class:`TransformerEncoderLayer`: BST's self-attention block over a behaviour sequence.
+- :class:`PositionEmbedding`: a learned position table added to a sequence.
+- :func:`masked_softmax`: the softmax over real positions that the two attentions share.
+
+Shape letters used in the docstrings:
+
+- B: batch size.
+- L: history (sequence) length, padding included.
+- D: embedding dim of the query and of each history item.
+- H: number of attention heads.
+
+Every mask is ``[B, L]``, bool or float (non-zero = a real position), and means the same
+thing everywhere: padding positions never change an output at a real position (nor the
+batch statistics of :class:`Dice`), outputs at padding positions are zero, and a row whose
+mask is all false gives finite zeros, never NaN, in the forward and the backward pass.
+Keys at padding positions are replaced by zeros before use, so even a NaN there is harmless.
+
+Weights are plain variables built from Keras layers and ops only (no custom ops), so the
+layers run under ``ParameterServerStrategy``. Every random weight is drawn from a seeded
+initializer when a ``seed`` is given, with a distinct seed per weight (see
+:func:`~recsys_dist.models.blocks.derive_seed`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import tensorflow as tf
+
+from recsys_dist.models.blocks import (
+    InitializerLike,
+    _serialize,
+    derive_seed,
+    seeded_initializer,
+)
+
+#: Activation names accepted by :func:`activation_layer` (and TargetAttention).
+ACTIVATIONS = ("dice", "prelu", "relu", "sigmoid")
+#: Score normalizations of :class:`TargetAttention`.
+NORMALIZATIONS = ("none", "softmax")
+#: Feed-forward activations of :class:`TransformerEncoderLayer`.
+FFN_ACTIVATIONS = ("leaky_relu", "gelu", "relu")
+#: Negative slope of the ``"leaky_relu"`` feed-forward activation (``tf.nn.leaky_relu``'s).
+LEAKY_RELU_ALPHA = 0.2
+
+
+def _is_positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _bool_mask(mask: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:
+    """``mask`` as bool, or all-true of ``like``'s shape minus its last axis when None."""
+    if mask is None:
+        return tf.ones(tf.shape(like)[:-1], tf.bool)
+    mask = tf.convert_to_tensor(mask)
+    if mask.dtype == tf.bool:
+        return mask
+    return tf.not_equal(mask, tf.zeros([], mask.dtype))
+
+
+def masked_softmax(logits: tf.Tensor, mask: tf.Tensor, axis: int = -1) -> tf.Tensor:
+    """Softmax of ``logits`` over the positions where ``mask`` is true, 0 elsewhere.
+
+    ``w_l = exp(s_l - m) / sum_{j real} exp(s_j - m)`` for real l, with m the maximum over
+    real positions; a slice without any real position is all zeros. Padding logits may be
+    anything finite: they never reach an ``exp``, so the gradient is finite too.
+
+    Args:
+      logits: Scores, any shape.
+      mask: Bool mask broadcastable to ``logits``.
+      axis: Axis to normalise over.
+
+    Returns:
+      Weights of ``logits``' shape and dtype, summing to 1 along ``axis`` (or 0 when the
+      slice has no real position).
+
+    Example:
+      >>> masked_softmax(tf.constant([[0.0, 0.0, 9.0]]), tf.constant([[True, True, False]]))
+      <tf.Tensor: shape=(1, 3), dtype=float32, numpy=array([[0.5, 0.5, 0. ]], dtype=float32)>
+    """
+    mask = tf.broadcast_to(mask, tf.shape(logits))
+    lowest = tf.fill(tf.shape(logits), logits.dtype.min)
+    largest = tf.reduce_max(tf.where(mask, logits, lowest), axis=axis, keepdims=True)
+    any_real = tf.reduce_any(mask, axis=axis, keepdims=True)
+    largest = tf.stop_gradient(tf.where(any_real, largest, tf.zeros_like(largest)))
+    # exp(0) = 1 at padding positions, then multiplied by 0: no overflow, no NaN gradient.
+    shifted = tf.where(mask, logits - largest, tf.zeros_like(logits))
+    exps = tf.exp(shifted) * tf.cast(mask, logits.dtype)
+    total = tf.reduce_sum(exps, axis=axis, keepdims=True)
+    return exps / tf.where(total > 0, total, tf.ones_like(total))
+
+
+class Dice(tf.keras.layers.Layer):
+    """DIN's data-adaptive activation (Zhou et al., 2018, "Deep Interest Network").
+
+    ``p = sigmoid((x - E[x]) / sqrt(Var[x] + epsilon))`` and
+    ``f(x) = p * x + (1 - p) * alpha * x``, per unit (last axis), with a learned
+    ``alpha`` initialised to 0 (as in DeepCTR and the authors' code).
+
+    ``E[x]`` and ``Var[x]`` are the (biased) mean and variance over every axis but the
+    last, taken over real positions only, when ``training=True``; each training call also
+    moves ``moving_mean`` / ``moving_variance`` towards them by ``1 - momentum`` (not when
+    the batch has no real position). Otherwise the moving statistics are used. This is
+    BatchNormalization without scale and shift (``center=False, scale=False``), as in
+    DeepCTR's ``Dice``, plus a mask.
+
+    Args:
+      epsilon: Added to the variance (> 0); the paper's 1e-8.
+      momentum: Momentum of the moving statistics, in [0, 1); Keras
+        BatchNormalization's 0.99.
+
+    Call args:
+      inputs: ``[..., N]`` float tensor, e.g. ``[B, N]`` or ``[B, L, N]``.
+      training: Batch statistics (True) or moving statistics (False / None).
+      mask: Optional ``inputs.shape[:-1]`` mask; padding rows do not enter the batch
+        statistics. Taken from a Keras mask on ``inputs`` when not given.
+
+    Returns:
+      ``f(inputs)``, same shape.
+
+    Example:
+      >>> dice = Dice()
+      >>> dice(tf.constant([[0.0], [2.0]]), training=True).numpy()  # p = sigmoid(-1), sigmoid(1)
+      array([[0.       ],
+             [1.4621172]], dtype=float32)
+    """
+
+    def __init__(self, epsilon: float = 1e-8, momentum: float = 0.99, **kwargs: Any):
+        super().__init__(**kwargs)
+        if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or epsilon <= 0:
+            raise ValueError(f"Dice epsilon must be a positive number. "
+                             f"Received: epsilon={epsilon!r}")
+        if not isinstance(momentum, (int, float)) or not 0.0 <= momentum < 1.0:
+            raise ValueError(f"Dice momentum must be in [0, 1). Received: momentum={momentum!r}")
+        self.epsilon = float(epsilon)
+        self.momentum = float(momentum)
+        self.supports_masking = True
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        units = tf.TensorShape(input_shape)[-1]
+        if units is None:
+            raise ValueError(f"Dice needs a known last dimension. "
+                             f"Received: input_shape={input_shape}")
+        units = int(units)
+        self.alpha = self.add_weight(name="alpha", shape=[units], initializer="zeros")
+        # The variables Keras BatchNormalization makes for its moving statistics.
+        stat_kwargs = dict(shape=[units], trainable=False, experimental_autocast=False,
+                           synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=tf.VariableAggregation.MEAN)
+        self.moving_mean = self.add_weight(name="moving_mean", initializer="zeros",
+                                           **stat_kwargs)
+        self.moving_variance = self.add_weight(name="moving_variance", initializer="ones",
+                                               **stat_kwargs)
+        super().build(input_shape)
+
+    def _batch_moments(self, inputs: tf.Tensor, mask: tf.Tensor | None
+                       ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        axes = list(range(inputs.shape.rank - 1))
+        weight = tf.cast(_bool_mask(mask, inputs), inputs.dtype)[..., tf.newaxis]
+        count = tf.reduce_sum(weight * tf.ones_like(inputs), axis=axes)
+        real = tf.where(weight > 0, inputs, tf.zeros_like(inputs))
+        mean = tf.math.divide_no_nan(tf.reduce_sum(real, axis=axes), count)
+        variance = tf.math.divide_no_nan(
+            tf.reduce_sum(weight * tf.square(real - mean), axis=axes), count)
+        return mean, variance, count
+
+    def call(self, inputs: tf.Tensor, training: bool | None = None,
+             mask: tf.Tensor | None = None) -> tf.Tensor:
+        def batch_statistics() -> tuple[tf.Tensor, tf.Tensor]:
+            mean, variance, count = self._batch_moments(inputs, mask)
+            decay = (1.0 - self.momentum) * tf.cast(count > 0, inputs.dtype)
+            self.moving_mean.assign_sub((self.moving_mean - mean) * decay)
+            self.moving_variance.assign_sub((self.moving_variance - variance) * decay)
+            return mean, variance
+
+        def moving_statistics() -> tuple[tf.Tensor, tf.Tensor]:
+            return (tf.convert_to_tensor(self.moving_mean),
+                    tf.convert_to_tensor(self.moving_variance))
+
+        mean, variance = tf.__internal__.smart_cond.smart_cond(
+            False if training is None else training, batch_statistics, moving_statistics)
+        p = tf.sigmoid((inputs - mean) * tf.math.rsqrt(variance + self.epsilon))
+        return p * inputs + (1.0 - p) * self.alpha * inputs
+
+    def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
+        return tf.TensorShape(input_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "epsilon": self.epsilon, "momentum": self.momentum}
+
+
+def activation_layer(activation: str, name: str | None = None) -> tf.keras.layers.Layer:
+    """Returns a new layer for the activation called ``activation``.
+
+    - ``"dice"``: :class:`Dice`.
+    - ``"prelu"``: ``tf.keras.layers.PReLU`` with ``alpha`` initialised to 0 (Keras's
+      default and the DIN authors' code; so it starts as a ReLU). One ``alpha`` per unit
+      of a ``[B, N]`` input.
+    - ``"relu"``, ``"sigmoid"``: ``tf.keras.layers.Activation``.
+
+    Args:
+      activation: One of :data:`ACTIVATIONS`.
+      name: Name of the layer.
+
+    Example:
+      >>> activation_layer("prelu")(tf.constant([[-1.0, 2.0]])).numpy()
+      array([[0., 2.]], dtype=float32)
+    """
+    if activation == "dice":
+        return Dice(name=name)
+    if activation == "prelu":
+        return tf.keras.layers.PReLU(alpha_initializer="zeros", name=name)
+    if activation in ("relu", "sigmoid"):
+        return tf.keras.layers.Activation(activation, name=name)
+    raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}. "
+                     f"Received: activation={activation!r}")
+
+
+class TargetAttention(tf.keras.layers.Layer):
+    """DIN's local activation unit: the candidate item attends over the user's history.
+
+    For each history position l, ``u_l = MLP([q, k_l, q - k_l, q * k_l])``: hidden dense
+    layers with ``activation``, then ``Dense(1)`` without activation. The weights are
+
+    - ``normalization="none"`` (the paper): ``w_l = u_l`` at real positions, 0 at padding;
+      unnormalised, so the output keeps the intensity of the user's interest.
+    - ``normalization="softmax"``: ``w = softmax(u)`` over the real positions, 0 at
+      padding; a row without any real position gets all zeros.
+
+    and the output is ``sum_l w_l k_l``. Padding keys are zeroed first, and Dice's batch
+    statistics are taken over real positions only, so padding changes nothing.
+
+    Args:
+      hidden_units: Widths of the hidden layers, non-empty, positive; DIN's ``(80, 40)``.
+      activation: Activation of the hidden layers, one of :data:`ACTIVATIONS`; DIN's
+        ``"dice"``.
+      normalization: ``"none"`` or ``"softmax"``.
+      kernel_initializer: Initializer of the dense kernels.
+      bias_initializer: Initializer of the dense biases.
+      seed: Seed for the kernels; None draws fresh ones.
+
+    Call args:
+      query: ``[B, D]`` candidate item embedding.
+      keys: ``[B, L, D]`` history embeddings.
+      mask: ``[B, L]`` bool or float, true at real positions. When None, the Keras mask of
+        ``keys`` if any, else every position is real.
+      training: Batch (True) or moving (False) statistics for Dice.
+      return_weights: Also return the weights.
+
+    Returns:
+      ``[B, D]``, or the pair (``[B, D]``, weights ``[B, L]``) with ``return_weights``.
+
+    Example:
+      >>> att = TargetAttention([1], activation="relu", kernel_initializer="ones")
+      >>> att(tf.constant([[1.0]]), tf.constant([[[1.0], [2.0]]]),
+      ...     tf.constant([[True, False]])).numpy()  # u_0 = relu(1 + 1 + 0 + 1) = 3
+      array([[3.]], dtype=float32)
+    """
+
+    def __init__(self, hidden_units: tuple[int, ...] | list[int] = (80, 40),
+                 activation: str = "dice", normalization: str = "none",
+                 kernel_initializer: InitializerLike = "glorot_uniform",
+                 bias_initializer: InitializerLike = "zeros", seed: int | None = None,
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        units = list(hidden_units) if isinstance(hidden_units, (list, tuple)) else None
+        if not units or not all(_is_positive_int(u) for u in units):
+            raise ValueError(f"TargetAttention hidden_units must be a non-empty list of "
+                             f"positive integers. Received: hidden_units={hidden_units!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"TargetAttention activation must be one of "
+                             f"{', '.join(map(repr, ACTIVATIONS))}. "
+                             f"Received: activation={activation!r}")
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"TargetAttention normalization must be one of "
+                             f"{', '.join(map(repr, NORMALIZATIONS))}. "
+                             f"Received: normalization={normalization!r}")
+        self.hidden_units = units
+        self.activation = activation
+        self.normalization = normalization
+        self.kernel_initializer = _serialize(kernel_initializer)
+        self.bias_initializer = _serialize(bias_initializer)
+        self.seed = seed
+        self.hidden: list[tuple[tf.keras.layers.Dense, tf.keras.layers.Layer]] = []
+        for i, width in enumerate(units):
+            dense = tf.keras.layers.Dense(
+                width, name=f"dense_{i}",
+                kernel_initializer=seeded_initializer(kernel_initializer, derive_seed(seed, i)),
+                bias_initializer=tf.keras.initializers.get(bias_initializer))
+            self.hidden.append((dense, activation_layer(activation, name=f"{activation}_{i}")))
+        self.score = tf.keras.layers.Dense(
+            1, name="score",
+            kernel_initializer=seeded_initializer(kernel_initializer,
+                                                  derive_seed(seed, "score")),
+            bias_initializer=tf.keras.initializers.get(bias_initializer))
+
+    def call(self, query: tf.Tensor, keys: tf.Tensor, mask: tf.Tensor | None = None,
+             training: bool | None = None, return_weights: bool = False
+             ) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
+        if mask is None:
+            mask = getattr(keys, "_keras_mask", None)
+        query = tf.convert_to_tensor(query, self.compute_dtype)
+        keys = tf.convert_to_tensor(keys, self.compute_dtype)
+        if query.shape.rank != 2 or keys.shape.rank != 3:
+            raise ValueError(f"TargetAttention expects query [B, D] and keys [B, L, D]. "
+                             f"Received: query.shape={query.shape}, keys.shape={keys.shape}")
+        if (query.shape[-1] is not None and keys.shape[-1] is not None
+                and query.shape[-1] != keys.shape[-1]):
+            raise ValueError(f"TargetAttention query and keys must have the same dim D. "
+                             f"Received: query.shape={query.shape}, keys.shape={keys.shape}")
+        mask = _bool_mask(mask, keys)                                      # [B, L]
+        keys = tf.where(mask[..., tf.newaxis], keys, tf.zeros_like(keys))
+        queries = tf.broadcast_to(query[:, tf.newaxis, :], tf.shape(keys))
+        x = tf.concat([queries, keys, queries - keys, queries * keys], axis=-1)
+        # One row per (example, position): Dice and PReLU keep one parameter per unit.
+        x = tf.reshape(x, [-1, x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]])
+        rows = tf.reshape(mask, [-1])
+        for dense, act in self.hidden:
+            x = dense(x)
+            x = act(x, training=training, mask=rows) if isinstance(act, Dice) else act(x)
+        scores = tf.reshape(self.score(x), tf.shape(mask))                # [B, L]
+        if self.normalization == "softmax":
+            weights = masked_softmax(scores, mask)
+        else:
+            weights = tf.where(mask, scores, tf.zeros_like(scores))
+        outputs = tf.einsum("bl,bld->bd", weights, keys)
+        return (outputs, weights) if return_weights else outputs
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> None:
+        return None
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "hidden_units": self.hidden_units,
+                "activation": self.activation, "normalization": self.normalization,
+                "kernel_initializer": self.kernel_initializer,
+                "bias_initializer": self.bias_initializer, "seed": self.seed}
+
+
+class TransformerEncoderLayer(tf.keras.layers.Layer):
+    """BST's Transformer layer (Chen et al., 2019, "Behavior Sequence Transformer").
+
+    Post-norm, as in BST (and Vaswani et al.)::
+
+        A  = MultiHead(x) = concat_h(softmax(Q_h K_h^T / sqrt(D / H)) V_h) W_O
+        x' = LayerNorm(x + Dropout(A))
+        y  = LayerNorm(x' + Dropout(act(x' W_1 + b_1) W_2 + b_2))
+
+    with ``Q = x W_Q + b_Q`` (same for K, V) split into H heads of width D / H. Padding
+    positions are masked out as keys (softmax over real positions, see
+    :func:`masked_softmax`), and the output at padding positions is set to 0. The
+    feed-forward is per position, so padding never reaches a real position. Dropout
+    (on the attention and feed-forward outputs, as BST) is active with ``training=True``.
+
+    Args:
+      num_heads: Number of heads H (>= 1); D must be divisible by H.
+      ffn_units: Hidden width of the feed-forward network; None for ``4 * D`` (the
+        Transformer's ratio; BST does not state its width).
+      dropout: Dropout rate, in [0, 1).
+      ffn_activation: ``"leaky_relu"`` (BST; negative slope :data:`LEAKY_RELU_ALPHA`),
+        ``"gelu"`` or ``"relu"``.
+      layer_norm_epsilon: Epsilon of both layer norms.
+      kernel_initializer: Initializer of the dense kernels.
+      bias_initializer: Initializer of the dense biases.
+      seed: Seed for the kernels and dropout masks; None draws fresh ones.
+
+    Call args:
+      inputs: ``[B, L, D]`` sequence.
+      mask: ``[B, L]`` bool or float, true at real positions. When None, the Keras mask
+        of ``inputs`` if any, else every position is real.
+      training: Whether dropout is active.
+
+    Returns:
+      ``[B, L, D]``, zero at padding positions. The mask is passed on as the output's
+      Keras mask.
+
+    Example:
+      >>> layer = TransformerEncoderLayer(num_heads=2, seed=0)
+      >>> layer(tf.ones([3, 5, 8]), tf.sequence_mask([5, 2, 0], 5)).shape
+      TensorShape([3, 5, 8])
+    """
+
+    def __init__(self, num_heads: int = 2, ffn_units: int | None = None, dropout: float = 0.1,
+                 ffn_activation: str = "leaky_relu", layer_norm_epsilon: float = 1e-6,
+                 kernel_initializer: InitializerLike = "glorot_uniform",
+                 bias_initializer: InitializerLike = "zeros", seed: int | None = None,
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        if not _is_positive_int(num_heads):
+            raise ValueError(f"TransformerEncoderLayer num_heads must be a positive integer. "
+                             f"Received: num_heads={num_heads!r}")
+        if ffn_units is not None and not _is_positive_int(ffn_units):
+            raise ValueError(f"TransformerEncoderLayer ffn_units must be None or a positive "
+                             f"integer. Received: ffn_units={ffn_units!r}")
+        if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"TransformerEncoderLayer dropout must be in [0, 1). "
+                             f"Received: dropout={dropout!r}")
+        if ffn_activation not in FFN_ACTIVATIONS:
+            raise ValueError(f"TransformerEncoderLayer ffn_activation must be one of "
+                             f"{', '.join(map(repr, FFN_ACTIVATIONS))}. "
+                             f"Received: ffn_activation={ffn_activation!r}")
+        self.num_heads = num_heads
+        self.ffn_units = ffn_units
+        self.dropout = dropout
+        self.ffn_activation = ffn_activation
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = _serialize(kernel_initializer)
+        self.bias_initializer = _serialize(bias_initializer)
+        self.seed = seed
+        self.supports_masking = True
+
+    def _dense(self, units: int, name: str) -> tf.keras.layers.Dense:
+        return tf.keras.layers.Dense(
+            units, name=name,
+            kernel_initializer=seeded_initializer(self.kernel_initializer,
+                                                  derive_seed(self.seed, name)),
+            bias_initializer=tf.keras.initializers.get(self.bias_initializer))
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        input_shape = tf.TensorShape(input_shape)
+        if input_shape.rank != 3 or input_shape[-1] is None:
+            raise ValueError(f"TransformerEncoderLayer expects inputs [B, L, D] with a known "
+                             f"D. Received: input_shape={input_shape}")
+        dim = int(input_shape[-1])
+        if dim % self.num_heads:
+            raise ValueError(f"TransformerEncoderLayer input dim D={dim} must be divisible "
+                             f"by num_heads={self.num_heads}.")
+        self._dim = dim
+        self.query_dense = self._dense(dim, "query")
+        self.key_dense = self._dense(dim, "key")
+        self.value_dense = self._dense(dim, "value")
+        self.output_dense = self._dense(dim, "attention_output")
+        self.ffn_inner = self._dense(self.ffn_units or 4 * dim, "ffn_inner")
+        self.ffn_outer = self._dense(dim, "ffn_outer")
+        self.attention_norm = tf.keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="attention_norm")
+        self.ffn_norm = tf.keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="ffn_norm")
+        self.attention_dropout = tf.keras.layers.Dropout(
+            self.dropout, seed=derive_seed(self.seed, "dropout", "attention"),
+            name="attention_dropout")
+        self.ffn_dropout = tf.keras.layers.Dropout(
+            self.dropout, seed=derive_seed(self.seed, "dropout", "ffn"), name="ffn_dropout")
+        super().build(input_shape)
+
+    def _split_heads(self, x: tf.Tensor) -> tf.Tensor:
+        batch, length = tf.shape(x)[0], tf.shape(x)[1]
+        x = tf.reshape(x, [batch, length, self.num_heads, self._dim // self.num_heads])
+        return tf.transpose(x, [0, 2, 1, 3])                               # [B, H, L, D/H]
+
+    def _activate(self, x: tf.Tensor) -> tf.Tensor:
+        if self.ffn_activation == "leaky_relu":
+            return tf.nn.leaky_relu(x, alpha=LEAKY_RELU_ALPHA)
+        if self.ffn_activation == "gelu":
+            return tf.nn.gelu(x)
+        return tf.nn.relu(x)
+
+    def call(self, inputs: tf.Tensor, mask: tf.Tensor | None = None,
+             training: bool | None = None) -> tf.Tensor:
+        mask = _bool_mask(mask, inputs)                                    # [B, L]
+        real = mask[..., tf.newaxis]
+        x = tf.where(real, inputs, tf.zeros_like(inputs))
+        query = self._split_heads(self.query_dense(x))
+        key = self._split_heads(self.key_dense(x))
+        value = self._split_heads(self.value_dense(x))
+        scores = tf.matmul(query, key, transpose_b=True) / math.sqrt(
+            self._dim // self.num_heads)                                   # [B, H, L, L]
+        weights = masked_softmax(scores, mask[:, tf.newaxis, tf.newaxis, :])
+        heads = tf.transpose(tf.matmul(weights, value), [0, 2, 1, 3])      # [B, L, H, D/H]
+        attended = self.output_dense(tf.reshape(heads, tf.shape(x)))
+        x = self.attention_norm(x + self.attention_dropout(attended, training=training))
+        ffn = self.ffn_outer(self._activate(self.ffn_inner(x)))
+        x = self.ffn_norm(x + self.ffn_dropout(ffn, training=training))
+        return tf.where(real, x, tf.zeros_like(x))
+
+    def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
+        return tf.TensorShape(input_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "num_heads": self.num_heads,
+                "ffn_units": self.ffn_units, "dropout": self.dropout,
+                "ffn_activation": self.ffn_activation,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": self.kernel_initializer,
+                "bias_initializer": self.bias_initializer, "seed": self.seed}
+
+
+class PositionEmbedding(tf.keras.layers.Layer):
+    """A learned position table added to a sequence: ``y[b, l] = x[b, l] + P[l]``.
+
+    Position 0 is the first position of the sequence (index order, not recency).
+
+    Args:
+      max_length: Rows of ``P`` (>= 1): the longest sequence the layer accepts.
+      dim: Width D of ``P``; must equal the inputs' last dimension.
+      initializer: Initializer of ``P``; Keras Embedding's default ``"uniform"``.
+      seed: Seed of ``P``; None draws fresh values.
+
+    Call args:
+      inputs: ``[B, L, D]`` with ``L <= max_length``.
+      mask: Optional ``[B, L]`` mask; padding positions of the output are set to 0.
+        Taken from a Keras mask on ``inputs`` when not given, and passed on.
+
+    Returns:
+      ``[B, L, D]``.
+
+    Example:
+      >>> pos = PositionEmbedding(4, 2, initializer="ones")
+      >>> pos(tf.zeros([1, 3, 2]), tf.constant([[True, True, False]])).numpy()[0]
+      array([[1., 1.],
+             [1., 1.],
+             [0., 0.]], dtype=float32)
+    """
+
+    def __init__(self, max_length: int, dim: int, initializer: InitializerLike = "uniform",
+                 seed: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        for key, value in (("max_length", max_length), ("dim", dim)):
+            if not _is_positive_int(value):
+                raise ValueError(f"PositionEmbedding {key} must be a positive integer. "
+                                 f"Received: {key}={value!r}")
+        self.max_length = max_length
+        self.dim = dim
+        self.initializer = _serialize(initializer)
+        self.seed = seed
+        self.supports_masking = True
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        input_shape = tf.TensorShape(input_shape)
+        if input_shape.rank != 3 or input_shape[-1] != self.dim:
+            raise ValueError(f"PositionEmbedding expects inputs [B, L, dim={self.dim}]. "
+                             f"Received: input_shape={input_shape}")
+        if input_shape[1] is not None and input_shape[1] > self.max_length:
+            raise ValueError(f"PositionEmbedding inputs are longer than max_length="
+                             f"{self.max_length}. Received: input_shape={input_shape}")
+        self.table = self.add_weight(
+            name="table", shape=[self.max_length, self.dim],
+            initializer=seeded_initializer(self.initializer, derive_seed(self.seed, "table")))
+        super().build(input_shape)
+
+    def call(self, inputs: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
+        length = tf.shape(inputs)[1]
+        check = tf.debugging.assert_less_equal(
+            length, self.max_length,
+            message=f"PositionEmbedding inputs are longer than max_length={self.max_length}")
+        with tf.control_dependencies([check]):
+            outputs = inputs + self.table[tf.newaxis, :length]
+        if mask is None:
+            return outputs
+        real = _bool_mask(mask, inputs)[..., tf.newaxis]
+        return tf.where(real, outputs, tf.zeros_like(outputs))
+
+    def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
+        return tf.TensorShape(input_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "max_length": self.max_length, "dim": self.dim,
+                "initializer": self.initializer, "seed": self.seed}
