@@ -307,25 +307,20 @@ class OneHotEncoder:
     """
 
     def __init__(self, features, names: list[str]):
-        from recsys_dist.config.features import MultiCategoricalFeature, NumericFeature
-        from recsys_dist.features.transforms import missing_indicator_name
-        from recsys_dist.models.embedding import table_of
-
         self.tables: dict[str, int] = {}
         self.id_features: dict[str, str] = {}
         self.combiners: dict[str, str] = {}
         self.dense: list[str] = []
         for name in names:
             feature = features.features[name]
-            table = table_of(feature)
+            table = feature.table_name
             if table is None:
-                self.dense.append(name)
-                if isinstance(feature, NumericFeature) and feature.missing_indicator:
-                    self.dense.append(missing_indicator_name(name))
+                self.dense.extend(feature.outputs())  # e.g. a numeric's "<name>.missing"
                 continue
             self.id_features[name] = table
-            if isinstance(feature, MultiCategoricalFeature):
-                self.combiners[name] = feature.combiner
+            combiner = feature.embedding_combiner(keep_sequences=False)
+            if combiner is not None:
+                self.combiners[name] = combiner
             if table not in self.tables:
                 self.tables[table] = features.tables[table].rows
         offsets = np.cumsum([0, *self.tables.values()])
@@ -491,16 +486,14 @@ def lightgbm_row(config, train: SplitData, held_out: SplitData, shared_seconds: 
 
 
 def lightgbm_columns(config) -> tuple[list[str], list[str]]:
-    """The raw columns LightGBM reads: categorical features' and numeric features' columns
-    (multi-valued features and crosses left out)."""
-    from recsys_dist.config.features import CategoricalFeature, NumericFeature
-
+    """The raw columns LightGBM reads: the columns of single ids (categorical features)
+    and of numbers (numeric features); multi-valued features and crosses are left out."""
     features = config.features
-    categorical = list(dict.fromkeys(features.column_of(f) for f in features.features.values()
-                                     if isinstance(f, CategoricalFeature)))
-    numeric = list(dict.fromkeys(features.column_of(f) for f in features.features.values()
-                                 if isinstance(f, NumericFeature)
-                                 and features.column_of(f) not in categorical))
+    reads = [r for f in features.features.values() for r in f.column_reads(features)]
+    categorical = list(dict.fromkeys(r.column for r in reads
+                                     if r.need in ("integer id", "string")))
+    numeric = list(dict.fromkeys(r.column for r in reads
+                                 if r.need == "number" and r.column not in categorical))
     return categorical, numeric
 
 
@@ -649,10 +642,8 @@ def model_overrides(config, model: str) -> list[str]:
     if config.model.inputs is not None:
         items.append("model.inputs=null")  # the groups of the config's model
     if model == "wide_deep":
-        from recsys_dist.config.features import CategoricalFeature, CrossFeature
-
         wide = [n for n, f in config.features.features.items()
-                if isinstance(f, (CategoricalFeature, CrossFeature))]
+                if f.kind in ("categorical", "cross")]
         items.append("model.inputs={wide: [" + ", ".join(wide) + "], deep: ["
                      + ", ".join(config.features.features) + "]}")
     elif model == "mmoe" and len(config.features.labels) >= 2:

@@ -1,7 +1,8 @@
 """The package's import graph: dependencies point one way, and no module imports itself
 back through others. Read from the source (every import, also those inside functions),
 so a lazy import cannot hide an arrow against the order. docs/architecture.md explains
-the layers."""
+the layers. Also read from the source: only the feature kinds ask which kind a feature
+is."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import pathlib
 
 import pytest
 
+from recsys_dist.config.kinds import FEATURE_KINDS
+
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "recsys_dist"
 
 #: Lowest first. A part may import its own layer's parts (foundations only) and the
 #: layers below it, never one above.
 LAYERS: list[set[str]] = [
-    {"errors", "progress", "tf_log_filter", "filesystems", "storage_io", "ops"},
+    {"errors", "progress", "tf_log_filter", "filesystems", "storage_io", "ops", "lazy",
+     "hashing"},
     {"config"},
     {"features"},
     {"models"},
@@ -134,3 +138,47 @@ def test_no_function_is_longer_than_the_limit():
                                 f"{node.name}: {lines} lines")
     assert not long, (f"functions longer than {MAX_FUNCTION_LINES} lines; split them:\n"
                       + "\n".join(long))
+
+
+#: Where a feature's kind may be told apart: the kinds' own package.
+KINDS = PACKAGE / "config" / "kinds"
+
+
+def kind_tests(tree: ast.AST) -> list[tuple[int, str]]:
+    """``isinstance`` with a kind's class, and comparisons of a ``.kind`` (but a numpy
+    dtype's or a class's own ``self.kind``), with their lines."""
+    classes = {cls.__name__ for cls in FEATURE_KINDS.values()}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
+            named = {n.id for arg in node.args[1:] for n in ast.walk(arg)
+                     if isinstance(n, ast.Name)}
+            if named & classes:
+                found.append((node.lineno, "isinstance(..., " + ", ".join(sorted(named & classes))
+                              + ")"))
+        elif isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                if (isinstance(side, ast.Attribute) and side.attr == "kind"
+                        and not (isinstance(side.value, ast.Name) and side.value.id == "self")
+                        and not (isinstance(side.value, ast.Attribute)
+                                 and side.value.attr == "dtype")):
+                    found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_only_the_feature_kinds_ask_which_kind_a_feature_is():
+    """Elsewhere a feature is asked (``feature.table_name``, ``Kind.transform_all``), so a
+    new kind is one module of ``config/kinds/`` and no kind takes another's path."""
+    offenders = [f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
+                 for path in sorted(PACKAGE.rglob("*.py")) if not path.is_relative_to(KINDS)
+                 for line, text in kind_tests(ast.parse(path.read_text(), str(path)))]
+    assert not offenders, ("ask the feature's kind instead (recsys_dist/config/kinds/):\n"
+                           + "\n".join(offenders))
+
+
+def test_the_kind_test_finds_what_it_looks_for():
+    source = ("if isinstance(f, (CategoricalFeature, int)): pass\n"
+              "if feature.kind == 'sequence': pass\n"
+              "if 'cross' != features[n].kind: pass\n"
+              "if values.dtype.kind == 'u' or self.kind == 'dynamic': pass\n")
+    assert [line for line, _ in kind_tests(ast.parse(source))] == [1, 2, 3]

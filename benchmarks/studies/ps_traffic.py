@@ -37,7 +37,7 @@ import tensorflow as tf  # noqa: E402
 from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.synth import synthesize  # noqa: E402
-from recsys_dist.models.embedding import FeatureEmbeddings, table_of  # noqa: E402
+from recsys_dist.models.embedding import FeatureEmbeddings  # noqa: E402
 from recsys_dist.models.sharding import TablePartitioner, embedding_tables  # noqa: E402
 from recsys_dist.models.zoo import build_from_config  # noqa: E402
 
@@ -82,7 +82,7 @@ def ps_traffic(batches: int = 50) -> Traffic:
     for batch in measured:
         rows = bytes_ = 0
         for name, value in batch["features"].items():
-            table = table_of(config.features.features[name])
+            table = config.features.features[name].table_name
             if table is None:
                 continue
             ids = value["ids"].numpy()[value["weights"].numpy() != 0] if isinstance(value, dict) \
@@ -103,7 +103,7 @@ def ps_traffic(batches: int = 50) -> Traffic:
         dense_parameters=dense_parameters, dense_variables=len(model.dense_variables),
         dense_bytes=4.0 * dense_parameters, distinct_rows=rows_mean,
         id_features=sum(1 for f in config.features.features.values()
-                        if table_of(f) is not None),
+                        if f.id_valued),
         embedding_read_bytes=emb_read, embedding_write_bytes=emb_read + rows_mean * 8,
         tables=len(config.features.tables), stacked_weights=len(stacks), shards=int(shards),
         ps=config.cluster.ps)

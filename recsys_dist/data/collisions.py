@@ -1,9 +1,10 @@
 """How many distinct ids each embedding table sees, and how often hashed ids share a row.
 
 ``recsys-dist validate --scan`` reports it per table (:func:`table_ids`). An id is a raw
-value of a feature: a categorical's column value, each element of a multi_categorical's
-list (or each token of its delimited string, the part before the weight separator of a
-weighted one), a cross's tuple of input values. Ids of different features are different
+value of a feature, as its kind says (``scan_ids`` in :mod:`recsys_dist.config.kinds`): a
+categorical's column value, each element of a multi_categorical's list (or each token of
+its delimited string, the part before the weight separator of a weighted one), a cross's
+tuple of input values, each of a sequence's ``max_length`` most recent ids. Ids of different features are different
 ids, also when the features share a table. Its row is what
 :class:`~recsys_dist.features.transforms.FeatureTransform` maps it to, so hashing,
 vocabularies and their OOV buckets count exactly as in training. Nulls (which read the
@@ -29,11 +30,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import tensorflow as tf
 
-from recsys_dist import storage_io
-from recsys_dist.config.features import (CategoricalFeature, CrossFeature, MultiCategoricalFeature,
-                                         SequenceFeature)
+from recsys_dist import hashing, storage_io
+from recsys_dist.config.features import FeatureConfig
 from recsys_dist.data.schema_check import split_read_dtype
-from recsys_dist.features import hashing, sequences
 from recsys_dist.features.transforms import FeatureTransform
 
 #: A hashed table whose shared lookups are above this share gets a suggestion.
@@ -139,14 +138,6 @@ class _Distinct:
                                   minlength=len(self.keys)).astype(np.int64)
 
 
-def _id_features(transform: FeatureTransform) -> list[str]:
-    """The features of ``transform`` whose values are table ids."""
-    return [n for n in transform.feature_names
-            if isinstance(transform.config.features[n],
-                          (CategoricalFeature, MultiCategoricalFeature, CrossFeature,
-                           SequenceFeature))]
-
-
 def _row_ranges(plan) -> dict[int, list[tuple[int, int]]]:
     """Planned ``[start, stop)`` row ranges of each file, merged and in order."""
     ranges: dict[int, list[tuple[int, int]]] = {}
@@ -193,11 +184,10 @@ def _identity(values: tf.Tensor) -> np.ndarray:
     return tf.cast(values, tf.int64).numpy()
 
 
-def _tokens(feat: MultiCategoricalFeature | SequenceFeature, array: pa.Array, read_dtype: str
-            ) -> tuple[tf.Tensor, np.ndarray]:
-    """The ids a multi_categorical or sequence feature looks up in a batch: ``(tokens, row
-    of each)``, nulls and empty tokens dropped, the first ``max_length`` of each row kept
-    (a sequence's most recent ones)."""
+def _tokens(array: pa.Array, read_dtype: str, separator: str, max_length: int,
+            newest_last: bool, weight_separator: str | None) -> tf.Tensor:
+    """The ids a multi-valued feature looks up in a batch, nulls and empty tokens dropped,
+    the first ``max_length`` of each row kept (the last ones with ``newest_last``)."""
     dtype, is_list = split_read_dtype(read_dtype)
     if is_list:
         lengths = pc.list_value_length(array).fill_null(0).to_numpy(zero_copy_only=False)
@@ -207,97 +197,85 @@ def _tokens(feat: MultiCategoricalFeature | SequenceFeature, array: pa.Array, re
         tokens, _ = _scalar(flat, dtype)
     else:
         text, _ = _scalar(array, "string")
-        split = tf.strings.split(text, feat.separator)
+        split = tf.strings.split(text, separator)
         tokens = split.flat_values
         rowids = split.value_rowids().numpy()
         keep = tf.strings.length(tokens).numpy() > 0
-        if getattr(feat, "weighted", False):
-            tokens = tf.strings.split(tokens, feat.weight_separator, maxsplit=1)
+        if weight_separator is not None:
+            tokens = tf.strings.split(tokens, weight_separator, maxsplit=1)
             tokens = tokens.to_tensor(default_value="", shape=[None, 2])[:, 0]
     kept_rows = rowids[keep]
     # position of each kept id among its row's kept ids (rowids are sorted)
     first = np.searchsorted(kept_rows, kept_rows, side="left")
-    within = np.arange(len(kept_rows)) - first < feat.max_length
-    if getattr(feat, "newest", "first") == "last":  # a history keeps its last ids
+    within = np.arange(len(kept_rows)) - first < max_length
+    if newest_last:  # a history keeps its last ids
         last = np.searchsorted(kept_rows, kept_rows, side="right")
-        within = last - np.arange(len(kept_rows)) <= feat.max_length
-    index = np.flatnonzero(keep)[within]
-    return tf.gather(tokens, index), kept_rows[within]
+        within = last - np.arange(len(kept_rows)) <= max_length
+    return tf.gather(tokens, np.flatnonzero(keep)[within])
+
+
+class _Batch:
+    """One record batch as a feature kind's ``scan_ids`` reads it
+    (:class:`~recsys_dist.config.kinds.IdScan`)."""
+
+    def __init__(self, scanner: _Scanner, batch: pa.RecordBatch):
+        self.config = scanner.config
+        self._scanner, self._batch = scanner, batch
+        self._columns: dict[str, tuple[tf.Tensor, np.ndarray]] = {}
+        self._rows: dict[str, tf.Tensor] | None = None
+
+    def column(self, column: str) -> tuple[tf.Tensor, np.ndarray]:
+        if column not in self._columns:
+            self._columns[column] = _scalar(self._batch.column(column),
+                                            self._scanner.dtypes[column])
+        return self._columns[column]
+
+    def tokens(self, column: str, separator: str, max_length: int, newest_last: bool = False,
+               weight_separator: str | None = None) -> tf.Tensor:
+        return _tokens(self._batch.column(column), self._scanner.dtypes[column], separator,
+                       max_length, newest_last, weight_separator)
+
+    def rows(self, name: str) -> np.ndarray:
+        if self._rows is None:
+            single = self._scanner.single
+            if single is None:
+                raise ValueError(f"feature {name!r} is multi-valued; its rows are its own")
+            raw, present = {}, {}
+            for column in single.columns:
+                raw[column], valid = self.column(column)
+                present[column] = tf.constant(valid)
+            self._rows = single(raw, tf.constant("scan"), tf.constant(0, tf.int64), present)[0]
+        return self._rows[name].numpy()
+
+    def prepared(self, name: str):
+        return self._scanner.prepared.get(name)
+
+    def identity(self, values: tf.Tensor) -> np.ndarray:
+        return _identity(values)
 
 
 class _Scanner:
-    """Maps one batch's raw columns to (identity keys, table rows) per feature."""
+    """Maps one batch's raw columns to (identity keys, table rows) per feature, as each
+    feature's kind counts them (``scan_ids``)."""
 
     def __init__(self, transform: FeatureTransform):
-        self.config = transform.config
+        self.config: FeatureConfig = transform.config
         self.dtypes = transform.column_dtypes
-        self.features = _id_features(transform)
-        single = [n for n in self.features
-                  if not isinstance(self.config.features[n],
-                                    (MultiCategoricalFeature, SequenceFeature))]
+        features = self.config.features
+        self.features = [n for n in transform.feature_names
+                         if features[n].scan_columns(self.config)]
+        # single-valued features read the rows the transform gives them
+        single = [n for n in self.features if not features[n].multi_valued]
         self.single = FeatureTransform(self.config, [], self.dtypes, "skip", single) \
             if single else None
-        # A multi_categorical feature is transformed one id per row: its rows are then
-        # exactly the rows of those ids (weights play no part in which row an id reads).
-        self.multi = {}
-        for name in self.features:
-            feat = self.config.features[name]
-            if isinstance(feat, MultiCategoricalFeature):
-                alone = dataclasses.replace(feat, weighted=False, weights_column=None,
-                                            max_length=1)
-                config = dataclasses.replace(
-                    self.config, features={**self.config.features, name: alone})
-                self.multi[name] = FeatureTransform(config, [], self.dtypes, "skip", [name])
-        columns = []
-        for name in self.features:
-            feat = self.config.features[name]
-            inputs = feat.inputs if isinstance(feat, CrossFeature) else [name]
-            columns += [self.config.column_of(self.config.features[i]) for i in inputs]
-        self.columns = list(dict.fromkeys(columns))
+        self.prepared = {n: p for n in self.features
+                         if (p := features[n].prepare(self.config)) is not None}
+        self.columns = list(dict.fromkeys(
+            c for n in self.features for c in features[n].scan_columns(self.config)))
 
     def __call__(self, batch: pa.RecordBatch) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        source, first = tf.constant("scan"), tf.constant(0, tf.int64)
-        out = {}
-        raw, present = {}, {}
-        for column in self.columns:
-            read_dtype = self.dtypes[column]
-            if not split_read_dtype(read_dtype)[1]:
-                raw[column], present[column] = _scalar(batch.column(column), read_dtype)
-        if self.single is not None:
-            rows = self.single(raw, source, first, {c: tf.constant(p)
-                                                    for c, p in present.items()})[0]
-        for name in self.features:
-            feat = self.config.features[name]
-            if isinstance(feat, SequenceFeature):
-                column = self.config.column_of(feat)
-                tokens, _ = _tokens(feat, batch.column(column), self.dtypes[column])
-                ids, _ = sequences.hash_ids(feat, tokens, self.config.rows_of(feat))
-                out[name] = (_identity(tokens), ids.numpy())
-            elif isinstance(feat, MultiCategoricalFeature):
-                column = self.config.column_of(feat)
-                tokens, _ = _tokens(feat, batch.column(column), self.dtypes[column])
-                one_each = tokens
-                if split_read_dtype(self.dtypes[column])[1]:
-                    one_each = tf.RaggedTensor.from_row_lengths(
-                        tokens, tf.ones(tf.shape(tokens, tf.int64), tf.int64))
-                ids = self.multi[name]({column: one_each}, source, first)[0][name]["ids"]
-                out[name] = (_identity(tokens), ids.numpy()[:, 0])
-            elif isinstance(feat, CrossFeature):
-                hashed, ok = None, np.ones(batch.num_rows, bool)
-                for part in feat.inputs:
-                    column = self.config.column_of(self.config.features[part])
-                    values = raw[column]
-                    h = hashing.hash_string(values) if values.dtype == tf.string \
-                        else hashing.hash_int64(values)
-                    hashed = h if hashed is None else hashing.combine(hashed, h)
-                    ok &= present[column]
-                keys = tf.bitcast(hashed, tf.int64).numpy()
-                out[name] = (keys[ok], rows[name].numpy()[ok])
-            else:
-                column = self.config.column_of(feat)
-                ok = present[column]
-                out[name] = (_identity(raw[column])[ok], rows[name].numpy()[ok])
-        return out
+        view = _Batch(self, batch)
+        return {name: self.config.features[name].scan_ids(view) for name in self.features}
 
 
 def table_ids(pipeline, shards: int, batch_rows: int = 65536) -> list[TableIds]:
@@ -326,7 +304,7 @@ def table_ids(pipeline, shards: int, batch_rows: int = 65536) -> list[TableIds]:
     config = scanner.config
     report = []
     for table, spec in config.tables.items():
-        names = [n for n in scanner.features if config.features[n].table == table]
+        names = [n for n in scanner.features if config.features[n].table_name == table]
         if not names:
             continue
         for name in names:

@@ -4,24 +4,21 @@ The coordinator decides, once, the dtype each column is read as (``int32``, ``in
 ``float32``, ``float64``, ``bool``, ``string``, or ``list<int64>``, ``list<string>``,
 ``list<float32>`` for list columns); every file must agree, and the in-graph
 transforms cast from it. Nulls are allowed anywhere: the null policy of each feature
-(docs/data.md) decides what they become.
+(docs/data.md) decides what they become. Which columns a feature reads, and what each
+must hold (a :data:`Need`), its kind says (``column_reads``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 import pyarrow as pa
 
-from recsys_dist.config.features import (CategoricalFeature, FeatureConfig,
-                                         MultiCategoricalFeature, NumericFeature,
-                                         SequenceFeature)
+from recsys_dist.config.features import FeatureConfig
+from recsys_dist.config.kinds import Need as Need
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.data.parquet_meta import FileMeta
 from recsys_dist.errors import DataError
-
-Need = Literal["integer id", "string", "ids", "weights", "number", "binary label", "key"]
 
 LIST_PREFIX = "list<"
 
@@ -78,18 +75,9 @@ def required_columns(features: FeatureConfig, labels: list[str] | None = None
             needs.append(need)
         users.append(user)
 
-    for name, feat in features.features.items():
-        if isinstance(feat, CategoricalFeature):
-            add(features.column_of(feat), "integer id" if feat.dtype == "int64" else "string",
-                f"feature {name!r}")
-        elif isinstance(feat, MultiCategoricalFeature):
-            add(features.column_of(feat), "ids", f"feature {name!r}")
-            if feat.weights_column is not None:
-                add(feat.weights_column, "weights", f"feature {name!r} (weights_column)")
-        elif isinstance(feat, SequenceFeature):
-            add(features.column_of(feat), "ids", f"sequence feature {name!r}")
-        elif isinstance(feat, NumericFeature):
-            add(features.column_of(feat), "number", f"feature {name!r}")
+    for feat in features.features.values():
+        for read in feat.column_reads(features):  # what the feature's kind reads
+            add(read.column, read.need, read.user)
     for name in labels or list(features.labels):
         add(features.column_of(features.labels[name]), "binary label", f"label {name!r}")
     return {c: ColumnNeed(c, tuple(n), tuple(u)) for c, (n, u) in wanted.items()}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from recsys_dist import hashing
 from recsys_dist.errors import DataError
-from recsys_dist.features import hashing
 from recsys_dist.evaluation.metrics import EvalAccumulator, EvalData, compute_metrics
 from recsys_dist.evaluation.predict import predict_split
 

@@ -77,9 +77,8 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import tensor_callable
 from tensorflow.python.trackable.base import VARIABLE_VALUE_KEY
 
-from recsys_dist import ops
+from recsys_dist import hashing, ops
 from recsys_dist.config.features import TableSpec
-from recsys_dist.features import hashing
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
 
 #: Day numbers count from this date (``last_seen``, eviction).

@@ -1,14 +1,18 @@
 """Embedding lookups for a group of features, with tables ready for parameter servers.
 
-Shape letters: B batch size, L ids per row of a multi_categorical feature (its
-``max_length``), D a table's embedding dim, T number of outputs (labels).
+Shape letters: B batch size, L ids per row of a multi_categorical or sequence feature
+(its ``max_length``), D a table's embedding dim, T number of outputs (labels).
 
 A batch (see :mod:`recsys_dist.features.transforms`) holds, per feature:
 
 - categorical, cross, numeric with ``transform: bucketize``: int64 ``[B]`` table rows.
 - other numeric: float32 ``[B]``.
-- multi_categorical: ``{"ids": int64 [B, L], "weights": float32 [B, L]}``, weight 0
-  marking padding.
+- multi_categorical, sequence: ``{"ids": int64 [B, L], "weights": float32 [B, L]}``,
+  weight 0 marking padding.
+
+Each feature's kind (:mod:`recsys_dist.config.kinds`) says which table it reads
+(``table_name``), how a multi-valued input is pooled (``embedding_combiner``) and which
+dense inputs it gives (``outputs``).
 
 Tables are stacked: a layer keeps **all its tables of one embedding dim in one weight**,
 ``embedding/stack_d<D>``, table after table by rows (:class:`TableStack` records where
@@ -37,9 +41,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from recsys_dist.config.features import (FeatureConfig, MultiCategoricalFeature, NumericFeature,
-                                         SequenceFeature)
-from recsys_dist.features.transforms import missing_indicator_name
+from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
 from recsys_dist.models.dynamic_table import (DynamicTable, ShardGroup, dynamic_table,
@@ -47,21 +49,10 @@ from recsys_dist.models.dynamic_table import (DynamicTable, ShardGroup, dynamic_
 from recsys_dist.models.sharding import dynamic_shards, embedding_tables
 
 
-def _combiner(feature: Any, keep_sequences: bool) -> str | None:
-    """How a multi-valued feature's ids become one input (``keep``: left as a sequence),
-    or None for a single id."""
-    if isinstance(feature, MultiCategoricalFeature):
-        return feature.combiner
-    if isinstance(feature, SequenceFeature):
-        return "keep" if keep_sequences else feature.pooling
-    return None
-
-
 def table_of(feature: Any) -> str | None:
-    """Returns the table an id-valued feature reads, or None for a dense numeric feature."""
-    if isinstance(feature, NumericFeature):
-        return feature.table if feature.transform == "bucketize" else None
-    return feature.table
+    """Returns the table an id-valued feature reads, or None for a dense input (its
+    kind's ``table_name``)."""
+    return feature.table_name
 
 
 def _shards(table: tf.Variable) -> tf.Variable | list[tf.Variable]:
@@ -281,16 +272,13 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
             raise ValueError(f"dim_override must be None or a positive integer. "
                              f"Received: dim_override={dim_override}")
         self._feature_tables = {n: t for n in feature_names
-                                if (t := table_of(features.features[n])) is not None}
-        self._combiners = {n: _combiner(features.features[n], keep_sequences)
-                           for n in self._feature_tables
-                           if _combiner(features.features[n], keep_sequences) is not None}
-        # a numeric feature with missing_indicator adds its "<name>.missing" column
-        self._dense_names = [
-            column for n in feature_names if n not in self._feature_tables
-            for column in ([n, missing_indicator_name(n)]
-                           if getattr(features.features[n], "missing_indicator", False)
-                           else [n])]
+                                if (t := features.features[n].table_name) is not None}
+        self._combiners = {n: c for n in self._feature_tables
+                           if (c := features.features[n].embedding_combiner(keep_sequences))
+                           is not None}
+        # a dense feature's inputs: its own, and e.g. a numeric's "<name>.missing"
+        self._dense_names = [output for n in feature_names if n not in self._feature_tables
+                             for output in features.features[n].outputs()]
         self._dims = {t: dim_override or features.tables[t].dim
                       for t in self._feature_tables.values()}
         layouts: dict[int, dict[str, tuple[int, int]]] = {}
@@ -533,14 +521,5 @@ def example_features(features: FeatureConfig, feature_names: list[str],
     """
     batch: dict[str, Any] = {}
     for name in feature_names:
-        feature = features.features[name]
-        if isinstance(feature, (MultiCategoricalFeature, SequenceFeature)):
-            shape = [batch_size, feature.max_length]
-            batch[name] = {"ids": tf.zeros(shape, tf.int64), "weights": tf.zeros(shape)}
-        elif table_of(feature) is None:
-            batch[name] = tf.zeros([batch_size], tf.float32)
-            if getattr(feature, "missing_indicator", False):
-                batch[missing_indicator_name(name)] = tf.zeros([batch_size], tf.float32)
-        else:
-            batch[name] = tf.zeros([batch_size], tf.int64)
+        batch.update(features.features[name].example_input(batch_size))
     return batch

@@ -1,4 +1,4 @@
-// The splitmix64 finalizer, as recsys_dist.features.hashing.mix64: hashed integer ids
+// The splitmix64 finalizer, as recsys_dist.hashing.mix64: hashed integer ids
 // (feature_transforms.cc) and the shard of a dynamic table's id (dynamic_routing.cc).
 #ifndef RECSYS_DIST_OPS_MIX64_H_
 #define RECSYS_DIST_OPS_MIX64_H_

@@ -7,10 +7,10 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
+from recsys_dist import hashing
 from recsys_dist.config.features import SequenceGroup, load_feature_config
 from recsys_dist.data.schema_check import check_file_schema, required_columns
 from recsys_dist.errors import ConfigError, DataError
-from recsys_dist.features import hashing
 from recsys_dist.features.transforms import FeatureTransform
 from recsys_dist.models.embedding import FeatureEmbeddings
 from tests.support.configs import DELETE, changed, write_yaml

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from recsys_dist import hashing
 from recsys_dist.config.features import load_feature_config
-from recsys_dist.features import hashing
 from recsys_dist.features.transforms import FeatureTransform
 from tests.support.configs import write_yaml
 from tests.support.transform_chunks import DTYPES, FEATURES, N, random_chunk

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recsys_dist import ops
+from recsys_dist import hashing, ops
 from recsys_dist.config.features import TableSpec
-from recsys_dist.features import hashing
 from recsys_dist.models.dynamic_table import (ShardGroup, _lookup_tables_stock, dynamic_table,
                                               lookup_tables, shared_across_layers)
 

@@ -2,12 +2,13 @@
 
 Integer ids go through the splitmix64 finalizer; strings through TensorFlow's
 Fingerprint64 (``tf.strings.to_hash_bucket_fast``). Both are pure TensorFlow ops, so
-an exported SavedModel hashes exactly as training did.
+an exported SavedModel hashes exactly as training did. TensorFlow is imported on first
+use (:mod:`recsys_dist.lazy`): the feature kinds of the config part import this module.
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
+from recsys_dist.lazy import tensorflow as tf
 
 _MASK63 = 2**63 - 1
 
