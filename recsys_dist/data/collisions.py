@@ -4,15 +4,16 @@
 value of a feature, as its kind says (``scan_ids`` in :mod:`recsys_dist.config.kinds`): a
 categorical's column value, each element of a multi_categorical's list (or each token of
 its delimited string, the part before the weight separator of a weighted one), a cross's
-tuple of input values, each of a sequence's ``max_length`` most recent ids. Ids of different features are different
-ids, also when the features share a table. Its row is what
+tuple of input values, each of a sequence's ``max_length`` most recent ids. One value
+read by two features of a table (a history and its candidate) is one id. Its row is what
 :class:`~recsys_dist.features.transforms.FeatureTransform` maps it to, so hashing,
 vocabularies and their OOV buckets count exactly as in training. Nulls (which read the
 feature's missing row) are no ids; bucketized numerics are not counted.
 
 The share counts lookups: a row of a single-valued feature is one lookup, a
-multi_categorical row one per id it keeps (the first ``max_length``). A lookup is shared
-when its id's table row holds more than one distinct id of the scanned data.
+multi-valued row one per id it keeps (a multi_categorical's first ``max_length``, a
+sequence's most recent ones). A lookup is shared when its id's table row holds more than
+one distinct id of the scanned data.
 
 The Parquet files are read with pyarrow on this machine, one record batch at a time,
 and transformed eagerly; memory grows with the distinct ids, not the rows. String

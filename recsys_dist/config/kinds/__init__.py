@@ -20,11 +20,15 @@ from recsys_dist.config.kinds.base import (
     unregister_kind,
 )
 from recsys_dist.config.kinds.context import FeatureSet, IdScan, TransformContext
+
+# The registry order: keep it.
+# isort: off
 from recsys_dist.config.kinds.categorical import CategoricalFeature
 from recsys_dist.config.kinds.numeric import NumericFeature, missing_indicator_name
 from recsys_dist.config.kinds.multi_categorical import MultiCategoricalFeature
 from recsys_dist.config.kinds.cross import CrossFeature
 from recsys_dist.config.kinds.sequence import SequenceFeature
+# isort: on
 
 __all__ = [
     "FEATURE_KINDS", "CategoricalFeature", "ColumnRead", "CrossFeature", "FeatureKind",
