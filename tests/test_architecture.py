@@ -151,8 +151,9 @@ def kind_tests(tree: ast.AST) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
-            named = {n.id for arg in node.args[1:] for n in ast.walk(arg)
-                     if isinstance(n, ast.Name)}
+            named = {n.id if isinstance(n, ast.Name) else n.attr
+                     for arg in node.args[1:] for n in ast.walk(arg)
+                     if isinstance(n, (ast.Name, ast.Attribute))}
             if named & classes:
                 found.append((node.lineno, "isinstance(..., " + ", ".join(sorted(named & classes))
                               + ")"))
@@ -180,5 +181,6 @@ def test_the_kind_test_finds_what_it_looks_for():
     source = ("if isinstance(f, (CategoricalFeature, int)): pass\n"
               "if feature.kind == 'sequence': pass\n"
               "if 'cross' != features[n].kind: pass\n"
-              "if values.dtype.kind == 'u' or self.kind == 'dynamic': pass\n")
-    assert [line for line, _ in kind_tests(ast.parse(source))] == [1, 2, 3]
+              "if values.dtype.kind == 'u' or self.kind == 'dynamic': pass\n"
+              "if isinstance(f, kinds.NumericFeature) or isinstance(f, dict): pass\n")
+    assert [line for line, _ in kind_tests(ast.parse(source))] == [1, 2, 3, 5]
