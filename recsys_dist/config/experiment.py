@@ -30,22 +30,17 @@ from typing import Any, Literal
 import yaml
 
 from recsys_dist.config.features import FeatureConfig, load_feature_config
-from recsys_dist.config.model_params import MODEL_PARAMS
+from recsys_dist.config import model_params  # noqa: F401  registers the built-in models
+from recsys_dist.config.model_registry import (
+    MODEL_INPUT_GROUPS as MODEL_INPUT_GROUPS,  # re-exported: model name -> its input groups
+    MODEL_PARAMS,
+    RegisteredModel,
+    registered_model,
+)
 from recsys_dist.config.schema import did_you_mean, parse_dataclass
 from recsys_dist.config.strategy import check_strategy
 from recsys_dist.config.yaml_loader import LocatedYaml, TextDatesLoader, load_yaml
 from recsys_dist.errors import ConfigError
-
-#: Input groups each model of the zoo reads. ``None`` in ``model.inputs`` means all features.
-MODEL_INPUT_GROUPS: dict[str, tuple[str, ...]] = {
-    "lr": ("wide",),
-    "wide_deep": ("wide", "deep"),
-    "deepfm": ("deep",),
-    "dcn_v2": ("deep",),
-    "dlrm": ("deep",),
-    "mmoe": ("deep",),
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class DateRange:
@@ -154,7 +149,8 @@ class ModelSpec:
     """Which model of the zoo to build and which features and labels feed it.
 
     Attributes:
-      name: One of the zoo's model names.
+      name: A registered model (``@register_model`` in ``config/model_params.py``; see
+        ``config/model_registry.py``).
       labels: Labels the model predicts; defaults to every label of the feature config.
       inputs: Feature names per input group of the model (``wide``, ``deep``);
         omitted, every feature goes to each of the model's groups.
@@ -162,7 +158,7 @@ class ModelSpec:
         for every key left out.
     """
 
-    name: Literal["lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe"]
+    name: str
     labels: list[str] | None = field(default=None, metadata={"min_items": 1})
     inputs: dict[str, list[str]] | None = None
     params: object = None
@@ -494,8 +490,9 @@ def _drop_params_of_the_other_model(doc: LocatedYaml, data: dict, given: dict[st
               file=sys.stderr)
 
 
-def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, features: FeatureConfig) -> dict:
-    groups = MODEL_INPUT_GROUPS[model.name]
+def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, spec: RegisteredModel,
+                    features: FeatureConfig) -> dict:
+    groups = spec.input_groups
     if model.inputs is None:
         if len(groups) > 1:
             raise doc.error("model.inputs", f"model {model.name!r} needs its input groups "
@@ -525,6 +522,18 @@ def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, features: FeatureConfig)
     return {g: list(model.inputs[g]) for g in groups}
 
 
+def _check_sequence_input(doc: LocatedYaml, model: ModelSpec, spec: RegisteredModel,
+                          inputs: dict[str, list[str]], features: FeatureConfig) -> None:
+    """A model registered with ``needs_sequence`` needs a feature of kind ``sequence`` among
+    its inputs."""
+    names = list(dict.fromkeys(n for group in inputs.values() for n in group))
+    if not spec.needs_sequence or any(features.features[n].is_sequence for n in names):
+        return
+    raise doc.error("model.inputs" if model.inputs is not None else "model.name",
+                    f"model {spec.name!r} reads a behaviour sequence; its inputs hold no "
+                    f"feature of kind: sequence (features: {', '.join(names)})")
+
+
 def _check_data(doc: LocatedYaml, data: DataSpec | None) -> None:
     if data is None:
         return
@@ -552,7 +561,8 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     without_params = dict(raw, model={k: v for k, v in model_raw.items() if k != "params"}) \
         if isinstance(model_raw, dict) else raw
     parsed = parse_dataclass(_ConfigFile, without_params, doc, "")
-    params = parse_dataclass(MODEL_PARAMS[parsed.model.name], params_raw, doc, "model.params")
+    spec = registered_model(parsed.model.name, doc, "model.name")
+    params = parse_dataclass(spec.params, params_raw, doc, "model.params")
     parsed = dataclasses.replace(parsed, model=dataclasses.replace(parsed.model, params=params))
     features_file = parsed.features
     if not os.path.exists(features_file):
@@ -565,9 +575,11 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
             raise doc.error(f"model.labels[{i}]", f"unknown label {label!r}; {features.file} "
                             "defines " + ", ".join(features.labels) + "."
                             + did_you_mean(label, features.labels))
-    if parsed.model.name == "mmoe" and len(labels) < 2:
-        raise doc.error("model.labels", "model 'mmoe' is multi-task; it needs at least 2 labels")
-    inputs = _resolve_inputs(doc, parsed.model, features)
+    too_few = spec.too_few_labels(labels)
+    if too_few is not None:
+        raise doc.error("model.labels", too_few)
+    inputs = _resolve_inputs(doc, parsed.model, spec, features)
+    _check_sequence_input(doc, parsed.model, spec, inputs, features)
     _check_optimizers(doc, raw, parsed.train)
     _check_early_stopping(doc, parsed, labels)
     check_strategy(doc, parsed, features)

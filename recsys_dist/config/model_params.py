@@ -1,4 +1,7 @@
-"""Hyper-parameters of each model of the zoo, as frozen dataclasses.
+"""Hyper-parameters of each model of the zoo, as frozen dataclasses, each registered as its
+model with ``@register_model`` (:mod:`recsys_dist.config.model_registry`): its name, its
+input groups and what else a config must give it. The first line of a class's docstring
+is the model's summary in docs/config.md.
 
 The classes parse from YAML with :func:`recsys_dist.config.schema.parse_dataclass`
 (``"min"``, ``"max"`` and ``"min_items"`` metadata are checked there, with file and
@@ -14,6 +17,9 @@ import dataclasses
 import typing
 from dataclasses import field
 from typing import Any, Literal
+
+from recsys_dist.config.model_registry import MODEL_PARAMS as MODEL_PARAMS  # re-exported
+from recsys_dist.config.model_registry import register_model
 
 _UNITS = {"min_items": 1, "item_min": 1}
 _DROPOUT = {"min": 0.0, "max": 0.99}
@@ -60,9 +66,13 @@ class _Params:
         _check_bounds(self)
 
 
+@register_model("lr", input_groups=("wide",))
 @dataclasses.dataclass(frozen=True)
 class LRParams(_Params):
-    """Logistic regression has no hyper-parameters beyond its optimizer."""
+    """Logistic regression: a weight per id and per dense value, for each label.
+
+    It has no hyper-parameters beyond its optimizer.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,19 +90,28 @@ class _DeepTowerParams(_Params):
     batch_norm: bool = False
 
 
+@register_model("wide_deep", input_groups=("wide", "deep"))
 @dataclasses.dataclass(frozen=True)
 class WideDeepParams(_DeepTowerParams):
-    """Wide & Deep (Cheng et al., 2016): the deep tower's settings."""
+    """Wide & Deep (Cheng et al., 2016): a linear wide part plus a deep tower.
+
+    Attributes: those of the deep tower.
+    """
 
 
+@register_model("deepfm")
 @dataclasses.dataclass(frozen=True)
 class DeepFMParams(_DeepTowerParams):
-    """DeepFM (Guo et al., 2017): the deep tower's settings."""
+    """DeepFM (Guo et al., 2017): linear part, factorization machine and deep tower.
+
+    The three share the embeddings. Attributes: those of the deep tower.
+    """
 
 
+@register_model("dcn_v2")
 @dataclasses.dataclass(frozen=True)
 class DCNv2Params(_Params):
-    """DCN-v2 (Wang et al., 2021).
+    """DCN-v2 (Wang et al., 2021): a cross network and an MLP over the embeddings.
 
     Attributes:
       cross_layers: Number of cross layers.
@@ -112,9 +131,10 @@ class DCNv2Params(_Params):
     batch_norm: bool = False
 
 
+@register_model("dlrm")
 @dataclasses.dataclass(frozen=True)
 class DLRMParams(_Params):
-    """DLRM (Naumov et al., 2019).
+    """DLRM (Naumov et al., 2019): bottom MLP, pairwise dot interactions, top MLP.
 
     Attributes:
       bottom_units: Hidden widths of the bottom MLP over the dense features; a last
@@ -133,6 +153,7 @@ class DLRMParams(_Params):
     batch_norm: bool = False
 
 
+@register_model("mmoe", min_labels=2)
 @dataclasses.dataclass(frozen=True)
 class MMoEParams(_Params):
     """MMoE (Ma et al., 2018): shared experts, one gate and one tower per label.
@@ -150,14 +171,3 @@ class MMoEParams(_Params):
     tower_units: list[int] = _units(64)
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
-
-
-#: Model name -> its hyper-parameter class.
-MODEL_PARAMS: dict[str, type] = {
-    "lr": LRParams,
-    "wide_deep": WideDeepParams,
-    "deepfm": DeepFMParams,
-    "dcn_v2": DCNv2Params,
-    "dlrm": DLRMParams,
-    "mmoe": MMoEParams,
-}

@@ -6,5 +6,7 @@
   MMoE.
 - :mod:`recsys_dist.config.model_params`: hyper-parameter dataclasses (no TensorFlow import,
   so config parsing stays light).
-- :mod:`recsys_dist.models.zoo`: :func:`build_model` and the ``MODELS`` registry.
+- :mod:`recsys_dist.models.zoo`: one module per model, each class bound with ``@zoo_model``
+  to the model its params class registers (``recsys_dist/config/model_registry.py``);
+  :func:`build_model` and ``MODELS``.
 """

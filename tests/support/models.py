@@ -16,6 +16,7 @@ import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS, so it must come befo
 import tensorflow as tf
 # isort: on
 
+from recsys_dist.config.experiment import MODEL_INPUT_GROUPS
 from recsys_dist.config.features import FeatureConfig, load_feature_config
 from tests.support.configs import write_yaml
 
@@ -47,8 +48,7 @@ def write_feature_config(directory: pathlib.Path, doc: dict, name: str = "featur
 
 def model_inputs(name: str, features: FeatureConfig) -> dict[str, list[str]]:
     """Every feature in each input group model ``name`` reads."""
-    groups = {"lr": ["wide"], "wide_deep": ["wide", "deep"]}.get(name, ["deep"])
-    return {group: list(features.features) for group in groups}
+    return {group: list(features.features) for group in MODEL_INPUT_GROUPS[name]}
 
 
 def tiny_batch(rows: int = 64, seed: int = 0) -> tuple[dict, dict]:

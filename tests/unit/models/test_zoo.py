@@ -182,7 +182,7 @@ def test_mmoe_needs_two_labels(tiny):
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"name": "dcn"}, ValueError, "unknown model 'dcn'.*Did you mean \"dcn_v2\""),
+    ({"name": "dcnv2"}, ValueError, "unknown model 'dcnv2'.*Did you mean \"dcn_v2\""),
     ({"params": WideDeepParams()}, TypeError, "takes DCNv2Params params, got WideDeepParams"),
     ({"inputs": {"wide": ["ad_id"]}}, ValueError, r"reads input group\(s\) deep; got \['wide'\]"),
     ({"inputs": {"deep": ["ad_idd"]}}, ValueError, "unknown feature 'ad_idd'.*Did you mean"),
@@ -218,8 +218,13 @@ def test_models_honour_the_training_flag(tiny, name, params):
     np.testing.assert_array_equal(after, model(features, training=False)["click"].numpy())
 
 
-def test_every_model_has_params_and_input_groups():
+def test_every_registered_model_has_its_class():
+    """Every model registered in config (``@register_model``) has a class bound to it
+    (``@zoo_model``) in a module the zoo imports, and each class to its own params."""
     from recsys_dist.config.experiment import MODEL_INPUT_GROUPS
     from recsys_dist.config.model_params import MODEL_PARAMS
 
-    assert set(MODELS) == set(MODEL_PARAMS) == set(MODEL_INPUT_GROUPS)
+    assert list(MODELS) == list(MODEL_PARAMS) == list(MODEL_INPUT_GROUPS)
+    assert {"lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe"} <= set(MODELS)
+    for name, cls in MODELS.items():
+        assert cls.model_name == name and cls.params_class is MODEL_PARAMS[name]

@@ -1,0 +1,102 @@
+"""The model zoo: CTR / ranking models chosen by name.
+
+Shape letters: B batch size, F number of id-valued (sparse) features in a group, D
+embedding dim, T number of labels.
+
+Every model maps a batch (see :mod:`recsys_dist.models.embedding`) to ``{label: [B]}``
+logits and predicts every label it is built for. Models without per-task structure
+share one representation across labels and end in a linear head with T outputs (the
+same as one linear head per label); MMoE has a gate, tower and head per label.
+
+A model is one module: its class, a :class:`RankingModel` bound with
+``@zoo_model(ParamsClass)`` to the model its params dataclass registers
+(``@register_model`` in ``recsys_dist/config/model_params.py``, which gives its name,
+input groups and fewest labels). This package imports its built-in model modules
+(``lr``, ``wide_deep``, ``deepfm``, ``dcn_v2``, ``dlrm``, ``mmoe``) so they are bound;
+:data:`MODELS` lists every bound model.
+
+Example:
+  >>> model = build_model("dcn_v2", feature_config, {"deep": ["C1", "C2", "I1"]}, ["click"])
+  >>> model.create_variables()          # under strategy.scope() on a cluster
+  >>> model(batch)["click"].shape
+  TensorShape([512])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.config.features import FeatureConfig
+from recsys_dist.config.model_registry import registered_model
+from recsys_dist.models.dynamic_table import parameter_server_count, shared_across_layers
+from recsys_dist.models.sharding import dynamic_table_shards
+from recsys_dist.models.zoo import (  # noqa: F401  bound
+    dcn_v2, deepfm, dlrm, lr, mmoe, wide_deep)
+from recsys_dist.models.zoo.ranking_model import MODELS, RankingModel, model_class, zoo_model
+
+__all__ = ["MODELS", "RankingModel", "build_from_config", "build_model",
+           "default_dynamic_shards", "zoo_model"]
+
+
+def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]],
+                labels: list[str], params: Any = None, seed: int = 0) -> RankingModel:
+    """Builds model ``name`` of the zoo.
+
+    Args:
+      name: A registered model with a bound class (a key of :data:`MODELS`).
+      features: The feature config.
+      inputs: Input group -> feature names (the groups of its registration).
+      labels: Labels the model predicts.
+      params: An instance of its registered params class; None uses its defaults.
+      seed: Seed of every random initial weight; the same seed builds the same weights.
+
+    Returns:
+      The model. Its embedding tables exist already; call
+      :meth:`RankingModel.create_variables` to build the rest.
+
+    Raises:
+      ValueError: Unknown model name, a registered model without a class, or
+        inputs/labels the model cannot use.
+      TypeError: ``params`` is not the model's params class.
+    """
+    spec = registered_model(name)
+    cls = model_class(spec)
+    if params is None:
+        params = spec.params()
+    if not isinstance(params, spec.params):
+        raise TypeError(f"model {name!r} takes {spec.params.__name__} params, got "
+                        f"{type(params).__name__}")
+    # One shard group for all the model's dynamic tables, and one id index per table for
+    # every layer that reads it: a step resolves each id of every layer (e.g. the wide
+    # part and the tower) once, in one admission per server.
+    with shared_across_layers():
+        return cls(features, inputs, labels, params=params, seed=seed)
+
+
+def build_from_config(config: ExperimentConfig, dynamic_shards: int | None = None
+                      ) -> RankingModel:
+    """Builds the experiment's model with all its variables, seeded by ``train.seed``.
+
+    Under a strategy's ``scope()`` the variables are created where the strategy puts
+    them (the tables sharded over the parameter servers).
+
+    Args:
+      config: The experiment config.
+      dynamic_shards: Shards of each dynamic table. To restore a checkpoint, the count it
+        was saved with (:func:`~recsys_dist.checkpoint.store.saved_dynamic_shards`),
+        whatever the number of parameter servers now; by default
+        :func:`default_dynamic_shards`.
+    """
+    with dynamic_table_shards(dynamic_shards or default_dynamic_shards(config)):
+        model = build_model(config.model.name, config.features, config.inputs, config.labels,
+                            config.model.params, seed=config.train.seed)
+    model.create_variables()
+    return model
+
+
+def default_dynamic_shards(config: ExperimentConfig) -> int:
+    """The shards a new run gives each dynamic table: one per parameter server of the
+    ``ParameterServerStrategy`` in scope (``cluster.ps``, or the ``TF_CONFIG``'s ps
+    tasks), else ``cluster.ps``."""
+    return parameter_server_count() or config.cluster.ps

@@ -1,0 +1,34 @@
+"""Logistic regression: per label t, ``sum_f w_t[id_f] + w_t . dense + b_t``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from recsys_dist.config.features import FeatureConfig
+from recsys_dist.config.model_params import LRParams
+from recsys_dist.models.embedding import FeatureLinear
+from recsys_dist.models.zoo.ranking_model import RankingModel, zoo_model
+
+
+@zoo_model(LRParams)
+class LogisticRegression(RankingModel):
+    """Logistic regression: per label t, ``sum_f w_t[id_f] + w_t . dense + b_t``.
+
+    Input groups: ``wide``. All weights start at zero.
+
+    Args:
+      features, inputs, labels: See :class:`RankingModel`.
+      params: :class:`LRParams` (no fields).
+      seed: Unused; nothing is random.
+    """
+
+    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
+                 labels: list[str], params: LRParams | None = None, seed: int = 0):
+        super().__init__(features, inputs, labels)
+        del params, seed  # no hyper-parameters; every weight starts at zero
+        self.linear = FeatureLinear(features, inputs["wide"], len(labels), name="linear")
+
+    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
+        return self.linear(features, training=training)

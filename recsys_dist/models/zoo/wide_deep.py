@@ -1,0 +1,48 @@
+"""Wide & Deep (Cheng et al., 2016): ``linear(wide) + head(MLP(concat(embeddings, dense)))``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from recsys_dist.config.features import FeatureConfig
+from recsys_dist.config.model_params import WideDeepParams
+from recsys_dist.models.blocks import MLP, derive_seed
+from recsys_dist.models.embedding import FeatureEmbeddings, FeatureLinear
+from recsys_dist.models.zoo.ranking_model import (
+    RankingModel,
+    concat_inputs,
+    logit_head,
+    zoo_model,
+)
+
+
+@zoo_model(WideDeepParams)
+class WideDeep(RankingModel):
+    """Wide & Deep: ``linear(wide) + head(MLP(concat(embeddings, dense)))``.
+
+    Input groups: ``wide`` (linear part) and ``deep`` (tower).
+
+    Args:
+      features, inputs, labels: See :class:`RankingModel`.
+      params: :class:`WideDeepParams`.
+      seed: Seed of every random initial weight.
+    """
+
+    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
+                 labels: list[str], params: WideDeepParams | None = None, seed: int = 0):
+        super().__init__(features, inputs, labels)
+        params = params or WideDeepParams()
+        self.wide = FeatureLinear(features, inputs["wide"], len(labels), name="wide")
+        self.embeddings = FeatureEmbeddings(features, inputs["deep"], name="deep_embeddings",
+                                            seed=derive_seed(seed, "embeddings"))
+        self.deep = MLP(params.hidden_units, dropout=params.dropout,
+                        batch_norm=params.batch_norm, seed=derive_seed(seed, "deep"),
+                        name="deep")
+        self.head = logit_head(len(labels), seed)
+
+    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
+        deep = self.deep(concat_inputs(*self.embeddings(features, training=training)),
+                         training=training)
+        return self.wide(features, training=training) + self.head(deep)
