@@ -171,3 +171,69 @@ class MMoEParams(_Params):
     tower_units: list[int] = _units(64)
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
+
+
+
+@register_model("din", needs_sequence=True)
+@dataclasses.dataclass(frozen=True)
+class DINParams(_Params):
+    """DIN (Zhou et al., 2018): each history item weighed by its relevance to the candidate.
+
+    Every history (a ``sequence`` feature with its sides) is compared with its ``target``
+    by DIN's activation unit, an MLP over ``[q, k, q - k, q * k]`` at each position; the
+    weighted sum of the history, the other embeddings and the dense numerics feed an MLP.
+
+    Attributes:
+      attention_units: Widths of the activation unit's hidden layers.
+      attention_activation: Activation of the activation unit: ``dice`` (the paper's),
+        ``prelu``, ``relu`` or ``sigmoid``.
+      attention_normalization: ``none`` (the paper's: the weights keep the intensity of
+        the user's interest) or ``softmax`` over the real positions.
+      sequence_pooling: ``attention``; or, as baselines of the same network, ``mean``
+        (each history mean-pooled over its real positions) or ``none`` (the histories
+        are not read).
+      hidden_units: Widths of the MLP.
+      activation: Activation of the MLP: ``relu``, ``prelu`` or ``dice``.
+      dropout: Dropout rate in the MLP.
+      batch_norm: Batch norm in the MLP.
+    """
+
+    attention_units: list[int] = _units(80, 40)
+    attention_activation: Literal["dice", "prelu", "relu", "sigmoid"] = "dice"
+    attention_normalization: Literal["none", "softmax"] = "none"
+    sequence_pooling: Literal["attention", "mean", "none"] = "attention"
+    hidden_units: list[int] = _units(256, 128, 64)
+    activation: Literal["relu", "prelu", "dice"] = "relu"
+    dropout: float = field(default=0.0, metadata=_DROPOUT)
+    batch_norm: bool = False
+
+
+@register_model("bst", needs_sequence=True)
+@dataclasses.dataclass(frozen=True)
+class BSTParams(_Params):
+    """BST (Chen et al., 2019): a transformer over the history and the candidate.
+
+    Each history and its candidate form one sequence ``[candidate, newest, ..., oldest]``
+    with learned position embeddings; transformer layers (multi-head self-attention over
+    the real positions, feed-forward, residuals, layer norm, dropout) encode it; the
+    candidate's output and the mean of the history's outputs, the other embeddings and
+    the dense numerics feed an MLP.
+
+    Attributes:
+      num_heads: Attention heads; each history position's dim (its sequences' dims
+        summed) must be divisible by it.
+      transformer_layers: Transformer layers stacked.
+      ffn_units: Width of the feed-forward layer; null for 4 times the position's dim.
+      attention_dropout: Dropout rate inside the transformer layers.
+      hidden_units: Widths of the MLP.
+      dropout: Dropout rate in the MLP.
+      batch_norm: Batch norm in the MLP.
+    """
+
+    num_heads: int = field(default=2, metadata={"min": 1, "max": 64})
+    transformer_layers: int = field(default=1, metadata={"min": 1, "max": 8})
+    ffn_units: int | None = field(default=None, metadata={"min": 1})
+    attention_dropout: float = field(default=0.1, metadata=_DROPOUT)
+    hidden_units: list[int] = _units(256, 128, 64)
+    dropout: float = field(default=0.0, metadata=_DROPOUT)
+    batch_norm: bool = False

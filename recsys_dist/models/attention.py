@@ -317,15 +317,20 @@ class TargetAttention(tf.keras.layers.Layer):
                              f"Received: query.shape={query.shape}, keys.shape={keys.shape}")
         mask = _bool_mask(mask, keys)                                      # [B, L]
         keys = tf.where(mask[..., tf.newaxis], keys, tf.zeros_like(keys))
-        queries = tf.broadcast_to(query[:, tf.newaxis, :], tf.shape(keys))
-        x = tf.concat([queries, keys, queries - keys, queries * keys], axis=-1)
-        # One row per (example, position): Dice and PReLU keep one parameter per unit.
-        x = tf.reshape(x, [-1, x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]])
-        rows = tf.reshape(mask, [-1])
+        # The unit runs on the real positions only, one row per (example, position), so
+        # Dice and PReLU keep one parameter per unit and padding costs nothing.
+        dim = keys.shape[-1] if keys.shape[-1] is not None else tf.shape(keys)[-1]
+        real = tf.where(tf.reshape(mask, [-1]))[:, 0]                     # [R]
+        length = tf.shape(keys, out_type=tf.int64)[1]
+        k = tf.gather(tf.reshape(keys, [-1, dim]), real)                   # [R, D]
+        q = tf.gather(query, real // length)                               # [R, D]
+        x = tf.concat([q, k, q - k, q * k], axis=-1)
         for dense, act in self.hidden:
             x = dense(x)
-            x = act(x, training=training, mask=rows) if isinstance(act, Dice) else act(x)
-        scores = tf.reshape(self.score(x), tf.shape(mask))                # [B, L]
+            x = act(x, training=training) if isinstance(act, Dice) else act(x)
+        cells = tf.size(mask, out_type=tf.int64)
+        scores = tf.reshape(tf.scatter_nd(real[:, tf.newaxis], self.score(x)[:, 0], [cells]),
+                            tf.shape(mask))                                # [B, L]
         if self.normalization == "softmax":
             weights = masked_softmax(scores, mask)
         else:

@@ -69,7 +69,9 @@ class MLP(tf.keras.layers.Layer):
 
     Args:
       units: Width of each layer, e.g. ``[256, 128]``.
-      activation: Activation of every layer but the last.
+      activation: Activation of every layer but the last: a Keras activation name, or a
+        function that returns a new activation layer given its name (e.g. a learned one
+        such as PReLU or Dice).
       dropout: Dropout rate after each non-linear layer, in [0, 1); active only when
         called with ``training=True``.
       batch_norm: Batch-normalise each non-linear layer before its activation (the
@@ -126,8 +128,9 @@ class MLP(tf.keras.layers.Layer):
                 continue
             if normalize:
                 self.stack.append(tf.keras.layers.BatchNormalization(name=f"batch_norm_{i}"))
-            self.stack.append(tf.keras.layers.Activation(
-                final_activation if last else activation, name=f"activation_{i}"))
+            name = final_activation if last else activation
+            self.stack.append(name(f"activation_{i}") if callable(name) else
+                              tf.keras.layers.Activation(name, name=f"activation_{i}"))
             if dropout > 0.0:
                 self.stack.append(tf.keras.layers.Dropout(
                     dropout, seed=derive_seed(seed, "dropout", i), name=f"dropout_{i}"))
@@ -139,7 +142,8 @@ class MLP(tf.keras.layers.Layer):
         return x
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "units": self.units, "activation": self.activation,
+        return {**super().get_config(), "units": self.units,
+                "activation": self.activation if not callable(self.activation) else None,
                 "dropout": self.dropout, "batch_norm": self.batch_norm,
                 "final_activation": self.final_activation,
                 "kernel_initializer": self.kernel_initializer,

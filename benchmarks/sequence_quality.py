@@ -1,0 +1,187 @@
+"""Models of user behaviour against the same network without attention: held-out AUC over
+seeds, speed, and a peer's DIN on the same rows.
+
+Sides, each trained with ``recsys-dist train`` on the same rows and evaluated on the same
+held-out rows, once per seed (``train.seed`` and ``input.seed``), interleaved:
+
+- ``none``: the same network without any history (``din`` with ``sequence_pooling:
+  none``);
+- ``pooled``: ``din`` with ``sequence_pooling: mean`` (each history mean-pooled over its
+  real positions; the same MLP);
+- ``din``: DIN's target attention over the history;
+- ``bst``: a transformer over the candidate and the history.
+
+Data (``--data``):
+
+- ``amazon`` (default): the Amazon Video Games leave-one-out set that
+  ``benchmarks/amazon_sequences.py`` builds (``--amazon DIR``, built into a scratch folder
+  from ``--source`` when DIR has no ``summary.json``), with ``configs/amazon_din.yaml``:
+  train on ``train/``, evaluate on ``test/`` (each user's last item);
+- ``synthetic``: ``recsys-dist data synth --dataset behaviour`` (3 days, train on 2,
+  evaluate on the 3rd) with ``features/behaviour_synth.yaml``; its oracle logit gives the
+  AUC ceiling, and the benchmark prints how much of the gap between ``pooled`` and the
+  oracle each model closes.
+
+Every round prints each side's AUC, logloss and examples/s after warm-up. Then per side the
+mean AUC over seeds with its standard error, the paired gap of every model over
+``pooled`` per seed with its mean and standard error, and the speed against ``pooled``
+(median of the rounds). With ``--peer``, ``benchmarks/peer_din.py`` (DeepCTR's DIN) runs on
+the same Amazon rows and seeds, and the gap of ``din`` to it is printed.
+
+Usage: ``python benchmarks/sequence_quality.py [--data amazon|synthetic] [--seeds 0,1,2]
+[--sides none,pooled,din,bst] [--amazon DIR] [--peer] [--set KEY=VALUE ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from common import ROOT, best_median, cli, interleaved  # this folder
+
+SIDES = ("none", "pooled", "din", "bst")
+AMAZON_CONFIG = ROOT / "configs" / "amazon_din.yaml"
+SYNTHETIC_FEATURES = ROOT / "features" / "behaviour_synth.yaml"
+
+
+def side_settings(side: str) -> list[str]:
+    """``--set`` values that make a side out of the DIN config."""
+    if side in ("none", "pooled"):
+        return ["model.name=din",
+                f"model.params.sequence_pooling={'mean' if side == 'pooled' else 'none'}"]
+    return [f"model.name={side}"]
+
+
+def train_and_evaluate(config: str, data: str, run: pathlib.Path, settings: list[str],
+                       seed: int) -> dict:
+    shutil.rmtree(run, ignore_errors=True)
+    sets = []
+    for item in [*settings, f"train.seed={seed}", f"input.seed={seed}",
+                 "train.log_every_seconds=0"]:
+        sets += ["--set", item]
+    cli("train", "--config", config, "--data", data, "--model-dir", str(run), *sets)
+    result = json.loads((run / "train_result.json").read_text())
+    label = result["eval"]["labels"]["click"]
+    return {"auc": label["auc"], "logloss": label["logloss"],
+            "oracle_auc": (label.get("oracle") or {}).get("auc"),
+            "ex_per_s": result.get("warm_examples_per_second") or result["examples_per_second"]}
+
+
+def mean_se(values: list[float]) -> str:
+    mean = statistics.mean(values)
+    if len(values) < 2:
+        return f"{mean:+.4f}" if mean < 0 else f"{mean:.4f}"
+    return f"{mean:.4f} (se {statistics.stdev(values) / len(values) ** 0.5:.4f})"
+
+
+def gap_line(name: str, gaps: list[float]) -> str:
+    se = statistics.stdev(gaps) / len(gaps) ** 0.5 if len(gaps) > 1 else float("nan")
+    return (f"{name} - pooled per seed: " + ", ".join(f"{g:+.4f}" for g in gaps)
+            + f"; mean {statistics.mean(gaps):+.4f} (se {se:.4f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", choices=("amazon", "synthetic"), default="amazon")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--amazon", help="the converted Amazon set (benchmarks/"
+                                         "amazon_sequences.py --out DIR)")
+    parser.add_argument("--source", help="Video.txt for the converter when --amazon is "
+                                         "not built")
+    parser.add_argument("--rows-per-day", type=int, default=200_000,
+                        help="synthetic rows per day (default 200000)")
+    parser.add_argument("--peer", action="store_true",
+                        help="also run DeepCTR's DIN (benchmarks/peer_din.py) on the Amazon "
+                             "rows")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for every side")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    sides = [s for s in args.sides.split(",") if s]
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        raise SystemExit(f"--sides: {unknown} unknown; choose from {', '.join(SIDES)}")
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="sequence_quality_"))
+    try:
+        if args.data == "amazon":
+            data = args.amazon or str(scratch / "amazon")
+            if not (pathlib.Path(data) / "summary.json").exists():
+                command = [sys.executable, str(ROOT / "benchmarks" / "amazon_sequences.py"),
+                           "--out", data] + (["--source", args.source] if args.source else [])
+                subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            config = str(AMAZON_CONFIG)
+            extra = []
+        else:
+            data = str(scratch / "behaviour")
+            cli("data", "synth", "--dataset", "behaviour", "--out", data, "--days", "3",
+                "--rows-per-day", str(args.rows_per_day), "--seed", "7", "--quiet")
+            config = str(AMAZON_CONFIG)
+            extra = [f"features={SYNTHETIC_FEATURES}", "data.train={dates: 2026-01-01..2026-01-02}",
+                     "data.eval={dates: 2026-01-03}", "data.validation=null"]
+        print(f"data {args.data} ({data}); config {config}; seeds {seeds}; sides {sides}")
+        results: dict[str, list[dict]] = {side: [] for side in sides}
+        for seed in seeds:
+            def show(round_: int, done: dict, seed: int = seed) -> None:
+                side, r = list(done.items())[-1]
+                print(f"seed {seed} {side:7s} AUC {r['auc']:.4f} logloss {r['logloss']:.4f} "
+                      f"{r['ex_per_s']:,.0f} ex/s", flush=True)
+
+            one = interleaved(
+                {side: (lambda side=side, seed=seed: train_and_evaluate(
+                    config, data, scratch / side,
+                    [*extra, *side_settings(side), *args.set], seed))
+                 for side in sides}, 1, show=show)
+            for side in sides:
+                results[side] += one[side]
+        print()
+        for side in sides:
+            aucs = [r["auc"] for r in results[side]]
+            speed_best, speed_median = best_median(r["ex_per_s"] for r in results[side])
+            print(f"{side:7s} AUC mean {mean_se(aucs)} over {len(aucs)} seeds; ex/s best "
+                  f"{speed_best:,.0f} median {speed_median:,.0f}")
+        if "pooled" in sides:
+            base = [r["auc"] for r in results["pooled"]]
+            base_speed = statistics.median(r["ex_per_s"] for r in results["pooled"])
+            for side in sides:
+                if side == "pooled":
+                    continue
+                gaps = [r["auc"] - b for r, b in zip(results[side], base)]
+                speed = statistics.median(r["ex_per_s"] for r in results[side]) / base_speed
+                print(gap_line(side, gaps) + f"; speed {speed:.2f}x pooled (medians)")
+            oracle = [r["oracle_auc"] for r in results["pooled"] if r["oracle_auc"]]
+            if oracle:
+                ceiling = statistics.mean(oracle)
+                print(f"oracle AUC {ceiling:.4f}")
+                for side in sides:
+                    if side in ("pooled", "none"):
+                        continue
+                    closed = [(r["auc"] - b) / (ceiling - b)
+                              for r, b in zip(results[side], base)]
+                    print(f"{side} closes {statistics.mean(closed):.0%} of the gap between "
+                          f"pooled and the oracle (per seed: "
+                          + ", ".join(f"{c:.0%}" for c in closed) + ")")
+        if args.peer and args.data == "amazon":
+            peer = subprocess.run(
+                [sys.executable, str(ROOT / "benchmarks" / "peer_din.py"), "--data", data,
+                 "--seeds", ",".join(map(str, seeds)), "--out-json", str(scratch / "peer.json")],
+                check=True, capture_output=True, text=True)
+            print(peer.stdout.strip())
+            peer_aucs = [r["test_auc"] for r in json.loads(
+                (scratch / "peer.json").read_text())["runs"]]
+            if "din" in sides:
+                gaps = [r["auc"] - p for r, p in zip(results["din"], peer_aucs)]
+                print("din - peer DIN per seed: " + ", ".join(f"{g:+.4f}" for g in gaps)
+                      + f"; mean {statistics.mean(gaps):+.4f}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

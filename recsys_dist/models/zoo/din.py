@@ -1,0 +1,82 @@
+"""DIN (Zhou et al., 2018, "Deep Interest Network for Click-Through Rate Prediction"): the
+candidate weighs each item of the user's history by how relevant it is."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import tensorflow as tf
+
+from recsys_dist.config.features import FeatureConfig
+from recsys_dist.config.model_params import DINParams
+from recsys_dist.models.attention import TargetAttention, activation_layer
+from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
+from recsys_dist.models.blocks import MLP, derive_seed
+from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head, zoo_model
+
+
+@zoo_model(DINParams)
+class DIN(RankingModel):
+    """DIN: ``head(MLP(concat(others, pooled histories, dense)))``.
+
+    Shape letters: B batch size, L history length, G the dim of one history position.
+
+    Each history ``keys [B, L, G]`` (a sequence and its sides) is pooled against its
+    candidate ``query [B, G]`` by :class:`TargetAttention`: ``sum_l a(q, k_l) k_l`` over
+    the real positions, ``a`` an MLP over ``[q, k_l, q - k_l, q * k_l]`` (weights not
+    normalised unless ``attention_normalization: softmax``). With ``sequence_pooling:
+    mean`` the same network takes the histories' masked means instead, with ``none`` no
+    history at all (baselines).
+
+    Input groups: ``deep``, with at least one ``sequence`` feature whose ``target`` is
+    among them.
+
+    Args:
+      features, inputs, labels: See :class:`RankingModel`.
+      params: :class:`DINParams`.
+      seed: Seed of every random initial weight.
+
+    Raises:
+      ValueError: No sequence among the inputs, or a sequence without its target there.
+    """
+
+    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
+                 labels: list[str], params: DINParams | None = None, seed: int = 0):
+        super().__init__(features, inputs, labels)
+        params = params or DINParams()
+        self.sequence_pooling = params.sequence_pooling
+        self.inputs_layer = BehaviourInputs(features, inputs["deep"],
+                                            seed=derive_seed(seed, "embeddings"),
+                                            model=self.model_name, name="behaviour_inputs")
+        self.attention = [
+            TargetAttention(params.attention_units, params.attention_activation,
+                            params.attention_normalization, seed=derive_seed(seed, "att", i),
+                            name=f"attention_{i}")
+            for i in range(len(self.inputs_layer.groups))
+        ] if params.sequence_pooling == "attention" else []
+        activation: Any = params.activation
+        if params.activation in ("prelu", "dice"):
+            activation = functools.partial(_activation, params.activation)
+        self.deep = MLP(params.hidden_units, activation=activation, dropout=params.dropout,
+                        batch_norm=params.batch_norm, final_activation=activation,
+                        seed=derive_seed(seed, "deep"), name="deep")
+        self.head = logit_head(len(labels), seed)
+
+    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
+        others, dense, histories = self.inputs_layer(features, training=training)
+        pooled = []
+        for i, history in enumerate(histories):
+            if self.sequence_pooling == "none":
+                continue
+            if self.attention:
+                pooled.append(self.attention[i](history.query, history.keys, history.mask,
+                                                training=training))
+            else:
+                pooled.append(masked_mean(history.keys, history.mask))
+        parts = [*others.values(), *pooled, *([] if dense is None else [dense])]
+        return self.head(self.deep(tf.concat(parts, axis=1), training=training))
+
+
+def _activation(kind: str, name: str) -> tf.keras.layers.Layer:
+    return activation_layer(kind, name=name)
