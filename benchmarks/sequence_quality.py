@@ -100,6 +100,8 @@ def main() -> None:
     parser.add_argument("--peer", action="store_true",
                         help="also run DeepCTR's DIN (benchmarks/peer_din.py) on the Amazon "
                              "rows")
+    parser.add_argument("--peer-epochs", type=int, default=2,
+                        help="passes of the peer (default 2, as configs/amazon_din.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every side")
     args = parser.parse_args()
@@ -170,11 +172,12 @@ def main() -> None:
         if args.peer and args.data == "amazon":
             peer = subprocess.run(
                 [sys.executable, str(ROOT / "benchmarks" / "peer_din.py"), "--data", data,
-                 "--seeds", ",".join(map(str, seeds)), "--out-json", str(scratch / "peer.json")],
+                 "--seeds", ",".join(map(str, seeds)), "--epochs", str(args.peer_epochs),
+                 "--out-json", str(scratch / "peer.json")],
                 check=True, capture_output=True, text=True)
             print(peer.stdout.strip())
             peer_aucs = [r["test_auc"] for r in json.loads(
-                (scratch / "peer.json").read_text())["runs"]]
+                (scratch / "peer.json").read_text())["seeds"]]
             if "din" in sides:
                 gaps = [r["auc"] - p for r, p in zip(results["din"], peer_aucs)]
                 print("din - peer DIN per seed: " + ", ".join(f"{g:+.4f}" for g in gaps)

@@ -274,20 +274,11 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
     clicks = conversions = 0
     for day in range(days):
         dt = (start_date + datetime.timedelta(days=day)).isoformat()
-        day_dir = os.path.join(os.fspath(out_dir), f"dt={dt}")
-        os.makedirs(day_dir, exist_ok=True)
-        _remove_stale_parts(day_dir, keep=len(file_rows))
-        for index, n in enumerate(file_rows):
-            table = generator.table(day, index, n)
-            name = f"part-{index:05d}.parquet"
-            path = os.path.join(day_dir, name)
-            _write_atomically(table, path, max(1, math.ceil(n / row_groups_per_file)))
-            clicks += int(np.sum(table["click"].to_numpy()))
-            if "conversion" in table.column_names:
-                conversions += int(np.sum(table["conversion"].to_numpy()))
-            files.append(path)
-            if progress is not None:
-                progress(f"dt={dt} {name} {n} rows")
+        tables = _write_day(generator, day, os.path.join(os.fspath(out_dir), f"dt={dt}"),
+                            file_rows, row_groups_per_file, files, progress)
+        clicks += sum(int(np.sum(t["click"].to_numpy())) for t in tables)
+        conversions += sum(int(np.sum(t["conversion"].to_numpy())) for t in tables
+                           if "conversion" in t.column_names)
         dts.append(dt)
     rows = days * rows_per_day
     return SynthReport(out_dir=os.fspath(out_dir), days=dts, files=files, rows=rows,
@@ -295,6 +286,26 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
                        conversion_rate=(conversions / rows
                                         if generator_class in (None, RowGenerator) else None),
                        seconds=time.perf_counter() - started)
+
+
+def _write_day(generator, day: int, day_dir: str, file_rows: list[int],
+               row_groups_per_file: int, files: list[str],
+               progress: Callable[[str], None] | None) -> list[pa.Table]:
+    """Writes one day's files (appending their paths to ``files``); returns their tables."""
+    os.makedirs(day_dir, exist_ok=True)
+    _remove_stale_parts(day_dir, keep=len(file_rows))
+    tables = []
+    for index, n in enumerate(file_rows):
+        table = generator.table(day, index, n)
+        name = f"part-{index:05d}.parquet"
+        path = os.path.join(day_dir, name)
+        _write_atomically(table, path, max(1, math.ceil(n / row_groups_per_file)))
+        tables.append(table.select([c for c in ("click", "conversion")
+                                    if c in table.column_names]))
+        files.append(path)
+        if progress is not None:
+            progress(f"{os.path.basename(day_dir)} {name} {n} rows")
+    return tables
 
 
 def rows_per_file_of_day(rows_per_day: int, rows_per_file: int = 100_000) -> list[int]:

@@ -22,7 +22,7 @@ What a row looks like: 50,000 items in 200 categories (item ``i`` is in category
 fixed by hashing the user id; a history holds 0-80 items (uniform; 2% of rows store a
 null list, an empty history), 80% of them from the user's interests and 20% from
 anywhere; the candidate comes from one of the user's interests in 40% of rows, from
-anywhere otherwise. ``b`` makes the click rate about 30%. Day ``d`` depends only on
+anywhere otherwise. The click rate is about 22%. Day ``d`` depends only on
 ``(seed, d)``.
 """
 

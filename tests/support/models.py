@@ -33,6 +33,7 @@ TINY_FEATURES = {
         "tags": {"kind": "multi_categorical", "table": "tag", "max_length": 3,
                  "combiner": "mean"},
         "ad_x_user": {"kind": "cross", "inputs": ["ad_id", "user_id"], "table": "cross"},
+        "hist_ad": {"kind": "sequence", "table": "ad", "max_length": 4, "target": "ad_id"},
     },
     "labels": {"click": {}, "conversion": {}},
 }
@@ -64,6 +65,9 @@ def tiny_batch(rows: int = 64, seed: int = 0) -> tuple[dict, dict]:
         "tags": {"ids": tf.constant(rng.integers(0, 30, (rows, 3)), tf.int64),
                  "weights": tf.constant(rng.random((rows, 3)) < 0.6, tf.float32)},
         "ad_x_user": tf.constant((ad * 7 + user) % 60, tf.int64),
+        "hist_ad": {"ids": tf.constant(rng.integers(0, 50, (rows, 4)), tf.int64),
+                    "weights": tf.constant(np.arange(4) < rng.integers(0, 5, (rows, 1)),
+                                           tf.float32)},
     }
     labels = {"click": tf.constant(ad % 2 == 0, tf.float32),
               "conversion": tf.constant(user < 20, tf.float32)}

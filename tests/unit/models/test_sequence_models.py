@@ -1,0 +1,89 @@
+"""DIN and BST: what each reads of a history, padding, empty histories and rejections.
+
+Every model of the zoo (din and bst included) is also trained a few steps in
+test_zoo.py; the cluster tests train them on parameter servers and export them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+# isort: off
+import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS, so it must come before TensorFlow
+import tensorflow as tf
+# isort: on
+
+from recsys_dist.config.model_params import BSTParams, DINParams
+from recsys_dist.models.zoo import build_model
+from tests.support.configs import DELETE, changed
+from tests.support.models import TINY_FEATURES, model_inputs, tiny_batch, write_feature_config
+
+HISTORY = {"ids": tf.constant([[3, 9, 4, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+           "weights": tf.constant([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], tf.float32)}
+
+
+def _batch(history: dict) -> dict:
+    batch, _ = tiny_batch(rows=3)
+    return {**batch, "hist_ad": history}
+
+
+def _model(tmp_path, name: str, params=None, features=TINY_FEATURES):
+    config = write_feature_config(tmp_path, features)
+    model = build_model(name, config, model_inputs(name, config), ["click"], params=params,
+                        seed=4)
+    model.create_variables()
+    return model
+
+
+def _logits(model, history: dict) -> np.ndarray:
+    return model(_batch(history), training=False)["click"].numpy()
+
+
+@pytest.mark.parametrize("name, params", [
+    ("din", None), ("din", DINParams(attention_normalization="softmax", activation="dice")),
+    ("din", DINParams(sequence_pooling="mean")), ("bst", None)])
+def test_padding_never_changes_a_prediction_and_empty_histories_are_finite(tmp_path, name,
+                                                                           params):
+    model = _model(tmp_path, name, params)
+    base = _logits(model, HISTORY)
+    other_padding = {"ids": tf.where(HISTORY["weights"] > 0, HISTORY["ids"], 17),
+                     "weights": HISTORY["weights"]}
+    np.testing.assert_allclose(_logits(model, other_padding), base, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(base).all()
+
+
+def test_din_weighs_items_by_the_candidate_and_ignores_their_order(tmp_path):
+    model = _model(tmp_path, "din")
+    base = _logits(model, HISTORY)
+    reordered = {"ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+                 "weights": HISTORY["weights"]}
+    np.testing.assert_allclose(_logits(model, reordered), base, rtol=1e-5, atol=1e-6)
+    changed_item = {"ids": tf.constant([[3, 9, 5, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+                    "weights": HISTORY["weights"]}
+    moved = _logits(model, changed_item)
+    assert moved[0] != pytest.approx(base[0], abs=1e-6) and moved[1:] == pytest.approx(base[1:])
+
+
+def test_bst_reads_the_order_of_the_history(tmp_path):
+    model = _model(tmp_path, "bst", BSTParams(attention_dropout=0.0))
+    base = _logits(model, HISTORY)
+    reordered = {"ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+                 "weights": HISTORY["weights"]}
+    assert _logits(model, reordered)[0] != pytest.approx(base[0], abs=1e-6)
+
+
+def test_sequence_pooling_none_reads_no_history(tmp_path):
+    model = _model(tmp_path, "din", DINParams(sequence_pooling="none"))
+    empty = {"ids": tf.zeros([3, 4], tf.int64), "weights": tf.zeros([3, 4])}
+    np.testing.assert_allclose(_logits(model, HISTORY), _logits(model, empty), rtol=1e-6)
+
+
+def test_a_history_without_target_or_a_bad_head_count_is_refused(tmp_path):
+    no_target = changed(TINY_FEATURES, {"features.hist_ad.target": DELETE})
+    with pytest.raises(ValueError, match=r"model 'din' compares sequence 'hist_ad' with its "
+                                         r"candidate: set features\.hist_ad\.target"):
+        _model(tmp_path, "din", features=no_target)
+    with pytest.raises(ValueError, match=r"a position of history 'hist_ad' has dim 4 .* "
+                                         r"model\.params\.num_heads=3 does not divide"):
+        _model(tmp_path, "bst", BSTParams(num_heads=3))
