@@ -124,6 +124,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print("data     not checked (no --data and no data section in the config)")
         return 0
     from recsys_dist.data.collisions import table_ids
+    from recsys_dist.data.history_lengths import history_lengths
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.data.read_pass import read_pass_local
 
@@ -140,6 +141,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             for table in table_ids(pipeline, config.cluster.ps):
                 for line in table.lines():
                     print(line)
+            for history in history_lengths(pipeline):
+                print(history.line())
     return 0
 
 

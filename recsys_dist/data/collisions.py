@@ -151,7 +151,7 @@ def _row_ranges(plan) -> dict[int, list[tuple[int, int]]]:
     return ranges
 
 
-def _planned_batches(plan, columns: list[str], batch_rows: int):
+def planned_batches(plan, columns: list[str], batch_rows: int):
     """Record batches (only planned rows) of ``columns`` over the plan's files."""
     for file_index, spans in _row_ranges(plan).items():
         path = plan.files[file_index]
@@ -296,7 +296,7 @@ def table_ids(pipeline, shards: int, batch_rows: int = 65536) -> list[TableIds]:
     seen = {name: _Distinct() for name in scanner.features}
     rows = 0
     if scanner.features:
-        for batch in _planned_batches(pipeline.plan, scanner.columns, batch_rows):
+        for batch in planned_batches(pipeline.plan, scanner.columns, batch_rows):
             rows += batch.num_rows
             for name, (keys, ids) in scanner(batch).items():
                 seen[name].add(keys, ids)
