@@ -49,12 +49,6 @@ from recsys_dist.models.dynamic_table import (DynamicTable, ShardGroup, dynamic_
 from recsys_dist.models.sharding import dynamic_shards, embedding_tables
 
 
-def table_of(feature: Any) -> str | None:
-    """Returns the table an id-valued feature reads, or None for a dense input (its
-    kind's ``table_name``)."""
-    return feature.table_name
-
-
 def _shards(table: tf.Variable) -> tf.Variable | list[tf.Variable]:
     """A ShardedVariable's shards (so lookups never concatenate the table), else the table.
 

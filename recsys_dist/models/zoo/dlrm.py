@@ -10,7 +10,7 @@ import tensorflow as tf
 from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_params import DLRMParams
 from recsys_dist.models.blocks import MLP, DotInteraction, derive_seed
-from recsys_dist.models.embedding import FeatureEmbeddings, table_of
+from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     common_dim,
@@ -45,7 +45,7 @@ class DLRM(RankingModel):
         super().__init__(features, inputs, labels)
         params = params or DLRMParams()
         dim = common_dim(features, inputs["deep"], self.model_name)
-        if all(table_of(features.features[n]) is not None for n in inputs["deep"]):
+        if all(features.features[n].table_name is not None for n in inputs["deep"]):
             raise ValueError(f"model 'dlrm' needs at least one dense numeric feature (numeric "
                              f"without transform 'bucketize') for its bottom MLP; got only "
                              f"id-valued features {inputs['deep']}")

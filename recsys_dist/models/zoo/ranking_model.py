@@ -39,7 +39,6 @@ from recsys_dist.models.embedding import (
     check_feature_names,
     dynamic_tables_resolved_together,
     example_features,
-    table_of,
 )
 
 
@@ -250,7 +249,7 @@ MODELS: Mapping[str, type[RankingModel]] = _Models()
 def common_dim(features: FeatureConfig, names: list[str], model: str) -> int:
     """The one embedding dim D shared by the tables of ``names``; raises ValueError."""
     dims = {t: features.tables[t].dim
-            for t in (table_of(features.features[n]) for n in names) if t is not None}
+            for t in (features.features[n].table_name for n in names) if t is not None}
     if not dims:
         raise ValueError(f"model {model!r} needs at least one id-valued feature (categorical, "
                          f"cross, multi_categorical or bucketized numeric); got only {names}")
