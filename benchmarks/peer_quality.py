@@ -99,6 +99,7 @@ from typing import Any
 import numpy as np
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
+from recsys_dist.config.model_registry import MODEL_REGISTRY
 from recsys_dist.console import reporting_errors
 from recsys_dist.errors import RecsysError
 
@@ -110,7 +111,8 @@ SYNTH_EVAL, SYNTH_DAYS, SYNTH_SEED = "2026-01-07", 7, 11
 #: ``configs/criteo.yaml`` does on the Criteo sample.
 SYNTH_EARLY_STOPPING = ["train.epochs=10", "train.early_stopping={patience: 1}"]
 DEFAULT_MODELS = "lr,wide_deep,dcn_v2,deepfm"
-ZOO = ("lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe")
+#: The registered models that read rows without behaviour histories (the peers' data).
+ZOO = tuple(name for name, spec in MODEL_REGISTRY.items() if not spec.needs_sequence)
 C_GRID = (0.01, 0.1, 1.0)
 #: LightGBM's setting; everything not named keeps LightGBM's default.
 LIGHTGBM_PARAMS = {"objective": "binary", "num_leaves": 31, "learning_rate": 0.05,
