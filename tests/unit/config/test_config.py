@@ -166,6 +166,9 @@ MODEL_REJECTIONS = [
      r"model\.inputs: model 'wide_deep' needs its input groups wide, deep"),
     ({"model.name": "mmoe", "model.labels": ["click"]},
      r"model\.labels: model 'mmoe' is multi-task"),
+    ({"model.name": "din"}, r"model\.yaml:\d+: model\.name: model 'din' reads a behaviour "
+                            r"sequence; its inputs hold no feature of kind: sequence"),
+    ({"model.name": "bst"}, r"model 'bst' reads a behaviour sequence"),
     ({"features": "nope.yaml"}, r"features: feature config '.*nope\.yaml' does not exist"),
     ({"data.train.dates": "2026-01-03..2026-01-01"},
      r"data\.train\.dates: got '2026-01-03\.\.2026-01-01'; the range ends before it starts"),
