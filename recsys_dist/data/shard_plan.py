@@ -69,9 +69,6 @@ class ShardPlan:
             rows[worker] += unit.rows
         return rows
 
-    def units_of(self, worker: int) -> list[Unit]:
-        return [u for u, w in zip(self.units, self.workers) if w == worker]
-
 
 def _null_label(meta: FileMeta, group: int, label_columns: list[str]) -> str | None:
     for column in label_columns:

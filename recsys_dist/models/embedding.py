@@ -316,11 +316,6 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         return {n: self._dims[t] for n, t in self._feature_tables.items()}
 
     @property
-    def feature_tables(self) -> dict[str, str]:
-        """Table each id-valued feature reads."""
-        return dict(self._feature_tables)
-
-    @property
     def stacks(self) -> list[TableStack]:
         """The stacked weights, one per embedding dim."""
         return list(self._stacks.values())
