@@ -9,6 +9,8 @@ every console entry point must:
   SIG...`` and exit code 128 + signum;
 - ``SystemExit`` (argparse's usage errors and ``--help``) becomes its exit code;
 - the process ends through ``os._exit`` after flushing;
+- it gets a run-scoped temporary directory (``TMPDIR``; ``recsys_dist/scratch.py``),
+  removed on every way out: the normal end, ``SystemExit``, the signals above;
 - a crash in native code (SIGSEGV, SIGABRT, ...) prints every Python thread's stack on
   stderr before the process dies (``faulthandler``), so a bug report has a place.
 
@@ -26,6 +28,7 @@ import signal
 import sys
 from typing import Callable, NoReturn
 
+from recsys_dist import scratch
 from recsys_dist.errors import RecsysError
 
 
@@ -59,7 +62,9 @@ def reporting_errors(action: Callable[[], int]) -> int:
 
 
 def exit_now(code: int) -> NoReturn:
-    """Flushes and exits through ``os._exit`` (see :func:`run_command`)."""
+    """Removes the run-scoped temporary directory, flushes and exits through ``os._exit``
+    (see :func:`run_command`)."""
+    scratch.remove()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -98,6 +103,7 @@ def run_command(main: Callable[[], int],
     from recsys_dist.cluster.local import terminate_on_signals, termination_signal
     from recsys_dist.tf_log_filter import filter_stderr_for_life
 
+    scratch.start()  # TMPDIR: autograph's files and staging dirs go there, removed at exit
     filter_stderr_for_life()  # TF_CPP_MIN_LOG_LEVEL for TensorFlow's Abseil lines too
     faulthandler.enable()  # a native crash leaves the Python stacks on stderr
     try:
@@ -116,6 +122,7 @@ def run_command(main: Callable[[], int],
         # The signal's SystemExit surfaced from TensorFlow's C code as another error;
         # the signal is what happened, and the cleanup on the way out has run.
         code = _stopped_by(signum)
+    scratch.remove()  # before_exit may replace the process (os.execv), skipping exit_now
     if before_exit is not None:
         before_exit(code)
     exit_now(code)

@@ -19,7 +19,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "recsys_dist"
 #: layers below it, never one above.
 LAYERS: list[set[str]] = [
     {"errors", "progress", "tf_log_filter", "filesystems", "storage_io", "ops", "lazy",
-     "hashing"},
+     "hashing", "scratch"},
     {"config"},
     {"features"},
     {"models"},

@@ -46,6 +46,7 @@ import threading
 import time
 from typing import Any
 
+from recsys_dist import scratch
 from recsys_dist.cluster.local import (
     _die_with_parent,
     _tail,
@@ -192,6 +193,7 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
             if process.poll() is None:
                 process.kill()
                 process.wait()
+        scratch.remove_left_by(process.pid for process in processes)  # what they left
     if failed is None:
         with open(outcome_path, encoding="utf-8") as handle:
             return json.load(handle)

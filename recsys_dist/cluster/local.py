@@ -32,6 +32,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 import recsys_dist
+from recsys_dist import scratch
 from recsys_dist.cluster.server import SERVER_JOBS, ClusterError
 
 if TYPE_CHECKING:
@@ -172,6 +173,7 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        scratch.remove_left_by(process.pid for process in self._processes.values())
 
     @property
     def cluster_spec(self) -> dict[str, list[str]]:
@@ -226,6 +228,7 @@ class LocalCluster:
             raise ClusterError(
                 f"{job}:{index} is still running (pid {process.pid}); kill it first"
             )
+        scratch.remove_left_by([process.pid])  # what the dead task left in TMPDIR
         self._spawn((job, index))
         try:
             self._wait_ready([(job, index)])
@@ -406,10 +409,12 @@ def _exit_now(signum: int) -> None:
     instead was tried: a signal that lands while TensorFlow's C code calls back into
     Python can have its ``SystemExit`` turned into a printed ``SystemError`` and
     swallowed, and the run trained on (seen here in 1 of 4 tries while a cluster
-    started). What an immediate exit skips is the removal of temporary staging
-    directories under ``TMPDIR`` (``recsys_dist_stage_*``, for remote model dirs).
+    started). What an immediate exit skips, the removal of the run-scoped temporary
+    directory (``TMPDIR``: autograph's files, staging directories such as
+    ``recsys_dist_stage_*``), is done first (``recsys_dist/scratch.py``).
     """
     try:
+        scratch.remove()
         sys.stdout.flush()
         sys.stderr.write(f"error: stopped by {signal.Signals(signum).name}\n")
         sys.stderr.flush()

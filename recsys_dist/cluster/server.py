@@ -26,13 +26,13 @@ import faulthandler
 import json
 import os
 import resource
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow is imported
+from recsys_dist import scratch
 from recsys_dist.errors import RecsysError
 
 SERVER_JOBS = ("worker", "ps")
@@ -296,9 +296,10 @@ def run_task(args: argparse.Namespace) -> int:
     ``TF_CONFIG``) describe; blocks until killed. Returns the exit status of a user
     error, after printing ``error: <message>`` on stderr."""
     faulthandler.enable()  # a native crash leaves the Python stacks in the task's log
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        # No handler of a command: Ctrl-C ends the task at once, without a traceback.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    scratch.start()  # a run-scoped TMPDIR, removed at exit (recsys_dist/scratch.py)
+    # No handler of a command: SIGTERM, SIGINT (Ctrl-C) and SIGHUP end the task at once,
+    # without a traceback, after removing that directory.
+    scratch.exit_on_signals()
     try:
         job, index, cluster_spec = _resolve_task(args)
         serve(job, index, cluster_spec, args.inter_op_threads, args.intra_op_threads)
