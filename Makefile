@@ -6,7 +6,7 @@ CLI    := $(VENV)/bin/recsys-dist
 STAMP  := $(VENV)/.installed
 DEMO_DATA := data/demo
 
-.PHONY: install demo test test-fast bench clean-demo
+.PHONY: install demo lint test test-fast bench clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,10 +31,14 @@ demo: $(STAMP)
 	$(CLI) export --config configs/demo.yaml --model-dir runs/demo --out runs/demo/export
 	@echo "demo done: report runs/demo/eval/report.html, SavedModel runs/demo/export"
 
-test: $(STAMP)
+# ruff with the rules in pyproject.toml ([tool.ruff.lint]); `make test` runs it first.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check recsys_dist tests benchmarks pipelines
+
+test: lint
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: lint
 	$(PY) -m pytest -q -m "not cluster"
 
 # Every benchmark that has a target, with the arguments of the figures the README and docs

@@ -35,14 +35,14 @@ import subprocess
 import tempfile
 import time
 
-import recsys_dist  # noqa: F401  (tf-keras, quiet logs)
 import tensorflow as tf
 
+import recsys_dist  # noqa: F401  (tf-keras, quiet logs)
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.store import CheckpointManager, create_slots, restore
 from recsys_dist.cluster.runtime import connect
 from recsys_dist.config.experiment import ClusterSpec
 from recsys_dist.models.sharding import embedding_tables
-from recsys_dist.checkpoint.store import CheckpointManager, create_slots, restore
 
 
 def dd(args: list[str]) -> float:

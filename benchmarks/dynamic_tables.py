@@ -41,7 +41,6 @@ import statistics
 import tempfile
 
 import yaml
-
 from common import DEMO_CONFIG, best_median, cli, interleaved, ratios  # this folder
 
 SIDES = ("hashed", "dynamic")

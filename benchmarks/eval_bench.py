@@ -17,7 +17,8 @@ import json
 import pathlib
 import tempfile
 
-from common import DEMO_CONFIG, cli as run  # this folder
+from common import DEMO_CONFIG  # this folder
+from common import cli as run
 
 
 def main() -> None:

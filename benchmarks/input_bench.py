@@ -27,18 +27,16 @@ import tempfile
 import time
 from collections.abc import Callable
 
-import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
-
 import pyarrow.parquet as pq  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from common import DEMO_CONFIG, best_median, interleaved, ratios  # noqa: E402  this folder
 
+import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 from recsys_dist import ops  # noqa: E402
 from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.schema_check import split_read_dtype  # noqa: E402
 from recsys_dist.data.synth import synthesize  # noqa: E402
-
-from common import DEMO_CONFIG, best_median, interleaved, ratios  # noqa: E402  this folder
 
 
 def measured(sides: dict[str, Callable[[], None]], rows: int, rounds: int
@@ -129,9 +127,9 @@ def pipeline_reader(pipeline) -> Callable[[], None]:
 
 
 def start_moto():
-    from moto.server import ThreadedMotoServer
-
     import socket
+
+    from moto.server import ThreadedMotoServer
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

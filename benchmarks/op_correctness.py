@@ -23,14 +23,13 @@ import sys
 import tempfile
 import time
 
-import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
-
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 from recsys_dist.ops import read_rows  # noqa: E402
 
 # type name -> (tf dtype the op reads it as, list column?)

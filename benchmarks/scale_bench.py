@@ -20,9 +20,9 @@ import tempfile
 import threading
 import time
 
-from recsys_dist.cluster.local import child_pids
-
 from common import CLI, cli  # this folder
+
+from recsys_dist.cluster.local import child_pids
 
 FEATURES = """\
 tables:

@@ -1,4 +1,5 @@
-"""The quality benchmark's DCN-v2 (or any zoo model), trained in one process with no parameter servers.
+"""The quality benchmark's DCN-v2 (or any zoo model), trained in one process, no parameter
+servers.
 
 Answers one question: does training on the cluster (asynchronous steps, tables on
 parameter servers) cost held-out quality? It builds the demo config's model and both of

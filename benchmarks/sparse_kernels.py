@@ -25,7 +25,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import tensorflow as tf  # noqa: E402
-
 from common import best_median, interleaved, ratios  # noqa: E402  this folder
 
 ROWS, DIM, TOUCHED, CALLS = 200_000, 16, 13_000, 200

@@ -40,10 +40,11 @@ import sys
 import tempfile
 import time
 
+from common import DEMO_CONFIG as CONFIG  # this folder
+from common import interleaved
+
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 from recsys_dist.errors import RecsysError
-
-from common import DEMO_CONFIG as CONFIG, interleaved  # this folder
 
 WARMUP_STEPS = 60
 # cluster.mode=local: one process per server, as (a) is described and was measured (the demo

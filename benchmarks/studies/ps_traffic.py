@@ -29,11 +29,10 @@ import dataclasses
 import pathlib
 import tempfile
 
-import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
-
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.synth import synthesize  # noqa: E402

@@ -39,8 +39,8 @@ import sys
 
 import numpy as np
 import pyarrow.parquet as pq
-
 from one_pass_bound import numeric_bucket  # this directory; the same buckets
+
 from recsys_dist.data import synth
 from recsys_dist.data.input_fn import row_id
 

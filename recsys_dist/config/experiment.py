@@ -23,16 +23,18 @@ import dataclasses
 import datetime
 import os
 import sys
-from dataclasses import field
 from collections.abc import Mapping
+from dataclasses import field
 from typing import Any, Literal
 
 import yaml
 
-from recsys_dist.config.features import FeatureConfig, load_feature_config
 from recsys_dist.config import model_params  # noqa: F401  registers the built-in models
+from recsys_dist.config.features import FeatureConfig, load_feature_config
 from recsys_dist.config.model_registry import (
     MODEL_INPUT_GROUPS as MODEL_INPUT_GROUPS,  # re-exported: model name -> its input groups
+)
+from recsys_dist.config.model_registry import (
     MODEL_PARAMS,
     RegisteredModel,
     registered_model,
@@ -41,6 +43,7 @@ from recsys_dist.config.schema import did_you_mean, parse_dataclass
 from recsys_dist.config.strategy import check_strategy
 from recsys_dist.config.yaml_loader import LocatedYaml, TextDatesLoader, load_yaml
 from recsys_dist.errors import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class DateRange:

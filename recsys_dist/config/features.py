@@ -27,11 +27,23 @@ import os
 
 from recsys_dist.config.kinds import (
     FEATURE_KINDS as FEATURE_KINDS,
+)
+from recsys_dist.config.kinds import (
     CategoricalFeature as CategoricalFeature,
+)
+from recsys_dist.config.kinds import (
     CrossFeature as CrossFeature,
+)
+from recsys_dist.config.kinds import (
     FeatureKind,
+)
+from recsys_dist.config.kinds import (
     MultiCategoricalFeature as MultiCategoricalFeature,
+)
+from recsys_dist.config.kinds import (
     NumericFeature as NumericFeature,
+)
+from recsys_dist.config.kinds import (
     SequenceFeature as SequenceFeature,
 )
 from recsys_dist.config.schema import did_you_mean, parse_dataclass, parse_value

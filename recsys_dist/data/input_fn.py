@@ -32,8 +32,12 @@ from recsys_dist import ops
 from recsys_dist.config.experiment import DataSplit, ExperimentConfig, InputSpec
 from recsys_dist.data import discovery
 from recsys_dist.data.parquet_meta import read_footers
-from recsys_dist.data.schema_check import (ColumnNeed, check_schemas, required_columns,
-                                           split_read_dtype)
+from recsys_dist.data.schema_check import (
+    ColumnNeed,
+    check_schemas,
+    required_columns,
+    split_read_dtype,
+)
 from recsys_dist.data.shard_plan import ShardPlan, Unit, plan_shards, split_rows
 from recsys_dist.errors import ConfigError, DataError
 from recsys_dist.features.transforms import FeatureTransform

@@ -93,7 +93,8 @@ def _load_evaluation(metrics_path: str, labels: list[str]
     if not storage_io.exists(predictions):
         return metrics, {}, None
     columns = _load_predictions(predictions)
-    logits = {l: columns[f"logit_{l}"] for l in labels if f"logit_{l}" in columns}
+    logits = {label: columns[f"logit_{label}"] for label in labels
+              if f"logit_{label}" in columns}
     return metrics, logits, columns["row_id"]
 
 

@@ -52,6 +52,8 @@ from recsys_dist.config.kinds import (
     FEATURE_KINDS,
     FeatureKind,
     TransformContext,
+)
+from recsys_dist.config.kinds import (
     missing_indicator_name as missing_indicator_name,
 )
 from recsys_dist.config.kinds.context import IntHashes

@@ -44,8 +44,13 @@ import tensorflow as tf
 from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
-from recsys_dist.models.dynamic_table import (DynamicTable, ShardGroup, dynamic_table,
-                                              lookup_tables, shard_devices)
+from recsys_dist.models.dynamic_table import (
+    DynamicTable,
+    ShardGroup,
+    dynamic_table,
+    lookup_tables,
+    shard_devices,
+)
 from recsys_dist.models.sharding import dynamic_shards, embedding_tables
 
 
@@ -132,7 +137,7 @@ class StackedTable:
         if value.shape != self.shape:
             raise ValueError(f"table of shape {self.shape} cannot take a value of shape "
                              f"{value.shape}")
-        for shard, a, b, i, j in self._pieces():
+        for shard, a, _, i, j in self._pieces():
             assign_shard_rows(shard, a, value[i:j])
 
 
@@ -241,8 +246,9 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
 
     Returns:
       ``(sparse, dense)``: ``sparse`` maps each id-valued feature (in
-      ``feature_names`` order) to ``[B, D]`` (``[B, L, D]`` for a kept sequence); ``dense`` is ``[B, n_dense]`` stacking the
-      non-bucketized numeric features in order, or None when there are none.
+      ``feature_names`` order) to ``[B, D]`` (``[B, L, D]`` for a kept sequence);
+      ``dense`` is ``[B, n_dense]`` stacking the non-bucketized numeric features in
+      order, or None when there are none.
 
     Raises:
       ValueError: An unknown, repeated or missing feature name, or a bad ``dim_override``.

@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import tempfile
 
-
 import recsys_dist
 from recsys_dist import storage_io
 from recsys_dist.config import load_config
@@ -306,8 +305,8 @@ def _publish(plan: _DayPlan, new_metrics: dict | None, comparison: dict | None,
             datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": config.model.name, "labels": config.labels,
         "train_dates": plan.train_range, "eval_dates": plan.eval_range,
-        "metrics": {l: {k: v for k, v in m.items() if k not in ("slices", "calibration")}
-                    for l, m in (new_metrics or {}).get("labels", {}).items()},
+        "metrics": {label: {k: v for k, v in m.items() if k not in ("slices", "calibration")}
+                    for label, m in (new_metrics or {}).get("labels", {}).items()},
         "gate": gate_message, "comparison": comparison,
         "parent": plan.parent.isoformat() if plan.parent else None,
         "warm_started_from": warm["from"] if warm else None,

@@ -229,8 +229,8 @@ def _launch_workers(config: ExperimentConfig, model_dir: str, evaluate: bool,
 
     from recsys_dist.cluster.collective import CollectiveRun, launch
     from recsys_dist.cluster.runtime import log_dir_for
-    from recsys_dist.config.experiment import CONFIG_FILE, resolved_files
     from recsys_dist.cluster.server import ClusterError
+    from recsys_dist.config.experiment import CONFIG_FILE, resolved_files
 
     cluster = config.cluster
     if cluster.mode != "local":

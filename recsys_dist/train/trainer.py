@@ -931,7 +931,7 @@ def _scalar(name: str, value) -> None:
 
 
 def _mean_loss(recent) -> float:
-    loss = sum(l for l, _ in recent)
+    loss = sum(value for value, _ in recent)
     weight = sum(w for _, w in recent)
     return loss / weight if weight else float("nan")
 

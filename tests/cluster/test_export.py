@@ -130,10 +130,10 @@ def reference_predictions(config_path: str, model_dir: str, table, nulls: bool =
     (with ``nulls``, C3 and I1 of the first NULL_ROWS rows read as nulls)."""
     import tensorflow as tf
 
+    from recsys_dist.checkpoint.store import CheckpointManager, local_prefix
     from recsys_dist.config import load_config
     from recsys_dist.features.transforms import FeatureTransform
     from recsys_dist.models.zoo import build_from_config
-    from recsys_dist.checkpoint.store import CheckpointManager, local_prefix
 
     config = load_config(config_path)
     saved = CheckpointManager(model_dir).latest()
@@ -349,9 +349,9 @@ def test_bad_value_in_a_request_raises_the_transform_error(served):
 
 # ---- refusals ---------------------------------------------------------------------------
 def test_export_refuses_a_checkpoint_of_other_table_sizes(trained, tmp_path):
+    from recsys_dist.checkpoint.store import CheckpointError
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
-    from recsys_dist.checkpoint.store import CheckpointError
 
     config = write_config(tmp_path / "other", trained["data"], "dcn_v2",
                           changed(ZOO_FEATURES, {"tables.big.rows": 5000}))
@@ -364,9 +364,9 @@ def test_export_refuses_a_checkpoint_of_other_table_sizes(trained, tmp_path):
 
 
 def test_export_refuses_a_checkpoint_of_other_model_params(trained, tmp_path):
+    from recsys_dist.checkpoint.store import CheckpointError
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
-    from recsys_dist.checkpoint.store import CheckpointError
 
     config, model_dir = trained["runs"]["dcn_v2"]
     with pytest.raises(CheckpointError) as info:
@@ -378,9 +378,9 @@ def test_export_refuses_a_checkpoint_of_other_model_params(trained, tmp_path):
 
 
 def test_export_refuses_a_model_dir_without_a_checkpoint(trained, tmp_path):
+    from recsys_dist.checkpoint.store import CheckpointError
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
-    from recsys_dist.checkpoint.store import CheckpointError
 
     empty = tmp_path / "never_trained"
     empty.mkdir()
@@ -391,9 +391,9 @@ def test_export_refuses_a_model_dir_without_a_checkpoint(trained, tmp_path):
 
 
 def test_export_refuses_an_incomplete_checkpoint(trained, tmp_path):
+    from recsys_dist.checkpoint.store import CheckpointError, CheckpointManager
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
-    from recsys_dist.checkpoint.store import CheckpointError, CheckpointManager
 
     config, model_dir = trained["runs"]["dcn_v2"]
     saved = CheckpointManager(model_dir).latest()
@@ -410,8 +410,8 @@ def test_export_refuses_an_incomplete_checkpoint(trained, tmp_path):
 
 
 def test_explicit_checkpoint_directory_or_prefix_is_found(trained):
-    from recsys_dist.export.saved_model import find_checkpoint
     from recsys_dist.checkpoint.store import CheckpointManager
+    from recsys_dist.export.saved_model import find_checkpoint
 
     model_dir = trained["runs"]["dcn_v2"][1]
     latest = CheckpointManager(model_dir).latest()

@@ -246,7 +246,7 @@ def test_sigterm_during_a_checkpoint_write_exits_143_and_tears_nothing(setup, tm
     config, baseline = setup
     model_dir = tmp_path / "run"
     run = TrainRun(config, model_dir)
-    torn = wait_for_a_save_in_progress(run, model_dir)
+    wait_for_a_save_in_progress(run, model_dir)
     servers = run.servers("worker") + run.servers("ps")
     run.process.send_signal(signal.SIGTERM)
     assert run.finish() == 128 + signal.SIGTERM, run.output[-3000:]

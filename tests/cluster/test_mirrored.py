@@ -26,7 +26,8 @@ from recsys_dist.data.synth import synthesize
 from tests.support.paths import CLI
 from tests.support.run_configs import COLLECTIVE, small_run_config
 from tests.support.state import assert_same_state, checkpoint
-from tests.support.train_run import TrainRun, train_without_eval as train
+from tests.support.train_run import TrainRun
+from tests.support.train_run import train_without_eval as train
 
 pytestmark = pytest.mark.cluster
 

@@ -30,7 +30,6 @@ import tempfile
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 import pytest
 
 from recsys_dist.cluster.local import free_ports
@@ -38,7 +37,8 @@ from recsys_dist.data.synth import synthesize
 from tests.support.paths import CLI
 from tests.support.run_configs import COLLECTIVE, small_run_config
 from tests.support.state import assert_same_state, checkpoint
-from tests.support.train_run import TrainRun, train_without_eval as train
+from tests.support.train_run import TrainRun
+from tests.support.train_run import train_without_eval as train
 
 pytestmark = pytest.mark.cluster
 

@@ -187,8 +187,8 @@ def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
     import tensorflow as tf
 
     from recsys_dist import storage_io
-    from recsys_dist.models.sharding import embedding_tables
     from recsys_dist.checkpoint.store import CheckpointManager, restore
+    from recsys_dist.models.sharding import embedding_tables
 
     values = np.arange(4000 * 8, dtype=np.float32).reshape(4000, 8)
     with runtime.strategy.scope(), embedding_tables():

@@ -31,8 +31,7 @@ from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_registry import registered_model
 from recsys_dist.models.dynamic_table import parameter_server_count, shared_across_layers
 from recsys_dist.models.sharding import dynamic_table_shards
-from recsys_dist.models.zoo import (  # noqa: F401  bound
-    bst, dcn_v2, deepfm, din, dlrm, lr, mmoe, wide_deep)
+from recsys_dist.models.zoo import bst, dcn_v2, deepfm, din, dlrm, lr, mmoe, wide_deep  # noqa: F401  bound
 from recsys_dist.models.zoo.ranking_model import MODELS, RankingModel, model_class, zoo_model
 
 __all__ = ["MODELS", "RankingModel", "build_from_config", "build_model",

@@ -12,9 +12,9 @@ from tests.support.tf216 import FIXTURE, fixed_features
 
 
 def test_a_tf216_checkpoint_restores_and_predicts_as_when_written():
+    from recsys_dist.checkpoint.store import find_checkpoint
     from recsys_dist.config import load_config
     from recsys_dist.export.saved_model import load_model
-    from recsys_dist.checkpoint.store import find_checkpoint
 
     expected = json.loads((FIXTURE / "expected.json").read_text())
     assert expected["tensorflow_version"].startswith("2.16.")

@@ -15,11 +15,18 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.store import (
+    COMPLETE,
+    DAMAGED,
+    CheckpointError,
+    CheckpointManager,
+    DamagedCheckpoint,
+    SavedCheckpoint,
+    check_signature,
+    find_checkpoint,
+    restore,
+)
 from recsys_dist.storage_io import StorageError
-from recsys_dist.checkpoint.store import (COMPLETE, DAMAGED, CheckpointError,
-                                           CheckpointManager, DamagedCheckpoint,
-                                           SavedCheckpoint, check_signature, find_checkpoint,
-                                           restore)
 from tests.support.configs import SMALL_FEATURES
 
 
@@ -145,8 +152,8 @@ def test_a_checkpoint_without_a_manifest_is_read_without_the_check(tmp_path):
 
 
 def test_signature_mismatch_names_the_table(small_config):
-    from recsys_dist.config import load_config
     from recsys_dist.checkpoint.store import model_signature
+    from recsys_dist.config import load_config
 
     config = load_config(small_config())
     signature = model_signature(config)

@@ -38,7 +38,7 @@ def test_bad_arguments_are_rejected(tmp_path, kwargs, match):
 
 def test_unstarted_cluster_has_no_spec(tmp_path):
     with pytest.raises(RuntimeError, match="not started"):
-        LocalCluster(1, 1, tmp_path).cluster_spec
+        _ = LocalCluster(1, 1, tmp_path).cluster_spec
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,8 @@ def test_server_rejects_a_negative_intra_op_thread_count():
         "error: intra_op_threads must be >= 0 (0: TensorFlow's default), got -2")
 
 
-@pytest.mark.parametrize(("cores", "tasks", "threads"), [(2, 4, 1), (16, 4, 4), (6, 4, 1), (1, 2, 1)])
+@pytest.mark.parametrize(("cores", "tasks", "threads"),
+                         [(2, 4, 1), (16, 4, 4), (6, 4, 1), (1, 2, 1)])
 def test_shared_intra_op_threads_split_the_cores(monkeypatch, cores, tasks, threads):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     assert shared_intra_op_threads(tasks) == threads

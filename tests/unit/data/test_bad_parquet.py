@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from recsys_dist.cli import main

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import pathlib
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np

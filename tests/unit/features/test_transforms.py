@@ -180,7 +180,8 @@ def test_list_columns_nulls_and_weights_column(list_transform):
     ids = features["ids"]
     # Integer list ids hash as integer categorical ids; a null id is dropped, then the
     # first max_length are kept; an empty list pools nothing.
-    assert ids["ids"].numpy().tolist() == [bucket([1, 2]), [0, 0], bucket([4, 5]), bucket([7]) + [0]]
+    assert ids["ids"].numpy().tolist() == [bucket([1, 2]), [0, 0], bucket([4, 5]),
+                                           bucket([7]) + [0]]
     assert ids["weights"].numpy().tolist() == [[1, 1], [0, 0], [1, 1], [1, 0]]
     names = features["names"]
     # "y" has a null weight: dropped. Rows 1 and 3: the two lists differ in length.

@@ -15,13 +15,12 @@ import tensorflow as tf
 import yaml
 
 from recsys_dist.config.features import TableSpec, load_feature_config
-from recsys_dist.errors import ConfigError
 from recsys_dist.config.model_params import WideDeepParams
+from recsys_dist.errors import ConfigError
 from recsys_dist.models.dynamic_table import DynamicTable
 from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.sharding import dynamic_table_shards
 from recsys_dist.models.zoo import MODELS, build_model
-
 
 
 def dynamic_spec(capacity: int = 8, admit_after: int = 1) -> TableSpec:
@@ -558,8 +557,12 @@ def test_a_warm_start_keeps_every_layers_row_of_a_shared_index(tmp_path, after):
 
 def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(small_config,
                                                                           tmp_path):
-    from recsys_dist.checkpoint.store import (CheckpointError, SavedCheckpoint,
-                                              check_signature, model_signature)
+    from recsys_dist.checkpoint.store import (
+        CheckpointError,
+        SavedCheckpoint,
+        check_signature,
+        model_signature,
+    )
     from recsys_dist.config import load_config
 
     hashed = load_config(small_config())

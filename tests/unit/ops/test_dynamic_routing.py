@@ -12,8 +12,13 @@ import tensorflow as tf
 
 from recsys_dist import hashing, ops
 from recsys_dist.config.features import TableSpec
-from recsys_dist.models.dynamic_table import (ShardGroup, _lookup_tables_stock, dynamic_table,
-                                              lookup_tables, shared_across_layers)
+from recsys_dist.models.dynamic_table import (
+    ShardGroup,
+    _lookup_tables_stock,
+    dynamic_table,
+    lookup_tables,
+    shared_across_layers,
+)
 
 
 def stock_routing(keys: list[np.ndarray], index_of: list[int], servers: int):

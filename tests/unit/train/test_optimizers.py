@@ -69,7 +69,8 @@ def test_rows_of_dynamic_tables_skip_the_deduplication_with_the_same_update(name
 
         @tf.function
         def step():
-            optimizer.apply_gradients([(grad, table)])
+            # (called in this iteration, so the loop's current values are the ones meant)
+            optimizer.apply_gradients([(grad, table)])  # noqa: B023
 
         step()
         graph_ops = {op.type for op in step.get_concrete_function().graph.get_operations()}
@@ -89,8 +90,14 @@ def test_the_linear_optimizer_updates_the_linear_tables_and_nothing_else(tmp_pat
     each optimizer moves only its own (an embedding rate of 0 holds the deep tables)."""
     from recsys_dist.models.zoo import build_model
     from recsys_dist.train.optimizers import ModelOptimizers
-    from tests.support.models import (LABELS, TINY_FEATURES, model_inputs, tiny_batch,
-                                      total_loss, write_feature_config)
+    from tests.support.models import (
+        LABELS,
+        TINY_FEATURES,
+        model_inputs,
+        tiny_batch,
+        total_loss,
+        write_feature_config,
+    )
 
     features = write_feature_config(tmp_path, TINY_FEATURES)
     model = build_model("deepfm", features, model_inputs("deepfm", features), LABELS)
