@@ -4,12 +4,23 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
+from recsys_dist import scratch
 from tests.support import configs
 from tests.support.data import free_port
+
+
+def pytest_configure(config):
+    """The suite traces hundreds of functions, and TensorFlow's autograph writes a file for
+    each to the temporary directory: this process gets a run-scoped one
+    (``recsys_dist/scratch.py``), removed at exit, and so do the commands it starts.
+    pytest's ``tmp_path`` directories stay where they were (it keeps the last three)."""
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    scratch.start()
 
 
 def pytest_unconfigure(config):

@@ -189,11 +189,7 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
         failed = _wait_all(processes)
         echo.join(timeout=5)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        scratch.remove_left_by(process.pid for process in processes)  # what they left
+        _stop(processes)
     if failed is None:
         with open(outcome_path, encoding="utf-8") as handle:
             return json.load(handle)
@@ -210,6 +206,15 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
                              f"{_tail(logs[index], _LOG_TAIL_LINES)}"))
     error.exit_code = code
     raise error
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    """Kills the workers still running and removes what they left in ``TMPDIR``."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    scratch.remove_left_by(process.pid for process in processes)
 
 
 class WorkerFailed(RecsysError):
