@@ -31,11 +31,11 @@ def main() -> None:
 
 
 def _run_worker() -> int:
+    import tensorflow as tf
+
     from recsys_dist.checkpoint.store import find_checkpoint
     from recsys_dist.config import load_config
     from recsys_dist.train.run import train_run
-
-    import tensorflow as tf
 
     # Before TensorFlow starts: the workers share this machine's cores (as a local
     # parameter-server cluster's servers do; docs/training.md#threads-of-a-local-cluster).

@@ -62,6 +62,16 @@ def start() -> str:
     return path
 
 
+def lasting_directory(prefix: str) -> str:
+    """A new directory for files a command tells the user about and that must outlive it
+    (the server logs of a job whose model dir is remote): in the system's temporary
+    directory, outside every run-scoped one, so it is never removed with them."""
+    base = tempfile.gettempdir()
+    while _NAME.fullmatch(os.path.basename(base)):
+        base = os.path.dirname(base)
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
+
+
 def directory() -> str | None:
     """This process's run-scoped directory, None before :func:`start`."""
     return _dir if _owner == os.getpid() else None

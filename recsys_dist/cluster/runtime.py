@@ -20,13 +20,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist import storage_io
+from recsys_dist import scratch, storage_io
 from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.config.experiment import ClusterSpec
@@ -86,9 +85,11 @@ class Runtime:
 
 def log_dir_for(output_dir: str) -> str:
     """Where a local cluster's servers log for a job writing to ``output_dir``:
-    ``output_dir/logs``, or a new temporary directory when ``output_dir`` is remote."""
+    ``output_dir/logs``, or when ``output_dir`` is remote a new directory in the system's
+    temporary directory that outlives the run (the logs of a server that failed are what
+    the user reads next)."""
     if storage_io.is_remote(output_dir):
-        return tempfile.mkdtemp(prefix="recsys_dist_logs_")
+        return scratch.lasting_directory("recsys_dist_logs_")
     return os.path.join(output_dir, "logs")
 
 

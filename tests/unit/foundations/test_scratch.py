@@ -124,3 +124,19 @@ def test_a_parent_removes_what_a_killed_child_left(tmp_path):
         env=subprocess_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
     assert os.listdir(tmp_path) == []
+
+
+
+def test_a_lasting_directory_sits_outside_every_run_scoped_one(tmp_path):
+    code = """
+import os, tempfile
+from recsys_dist import scratch
+run = scratch.start()
+tempfile.tempdir = tempfile.mkdtemp(prefix=scratch.PREFIX + "99999-", dir=run)  # a child's
+print(run, scratch.lasting_directory("recsys_dist_logs_"))
+"""
+    result = run(code, tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir, logs = result.stdout.split()
+    assert os.path.dirname(logs) == str(tmp_path)
+    assert os.path.isdir(logs) and not os.path.exists(run_dir)  # the logs outlive the run
