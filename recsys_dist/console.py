@@ -122,6 +122,8 @@ def run_command(main: Callable[[], int],
         # The signal's SystemExit surfaced from TensorFlow's C code as another error;
         # the signal is what happened, and the cleanup on the way out has run.
         code = _stopped_by(signum)
+    if code == 0:
+        scratch.release_lasting()  # logs kept for a failed command only
     scratch.remove()  # before_exit may replace the process (os.execv), skipping exit_now
     if before_exit is not None:
         before_exit(code)

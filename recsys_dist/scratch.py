@@ -41,6 +41,7 @@ _dir: str | None = None
 _owner: int | None = None  # the pid that created _dir (a forked child must not remove it)
 _lock: int | None = None
 _previous: tuple[str | None, str | None] = (None, None)  # TMPDIR, tempfile.tempdir
+_lasting: list[str] = []  # lasting_directory()'s, removed when the command succeeds
 
 
 def start() -> str:
@@ -63,13 +64,23 @@ def start() -> str:
 
 
 def lasting_directory(prefix: str) -> str:
-    """A new directory for files a command tells the user about and that must outlive it
-    (the server logs of a job whose model dir is remote): in the system's temporary
-    directory, outside every run-scoped one, so it is never removed with them."""
+    """A new directory for files a command tells the user about, which must outlive it
+    when the command fails (the server logs of a job whose model dir is remote): in the
+    system's temporary directory, outside every run-scoped one. A command that succeeds
+    removes it (:func:`release_lasting`); one that fails, or is killed, leaves it."""
     base = tempfile.gettempdir()
     while _NAME.fullmatch(os.path.basename(base)):
         base = os.path.dirname(base)
-    return tempfile.mkdtemp(prefix=prefix, dir=base)
+    path = tempfile.mkdtemp(prefix=prefix, dir=base)
+    _lasting.append(path)
+    return path
+
+
+def release_lasting() -> None:
+    """Removes this process's :func:`lasting_directory` directories (its work succeeded,
+    nobody needs their files)."""
+    while _lasting:
+        shutil.rmtree(_lasting.pop(), ignore_errors=True)
 
 
 def directory() -> str | None:

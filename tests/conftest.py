@@ -27,7 +27,12 @@ def pytest_unconfigure(config):
     """After the summary, stderr goes to /dev/null. Tests that connect this process to a
     local cluster leave TensorFlow's eager context holding functions on servers that are
     gone by then; at exit it tries to remove them and logs about 60 lines of gRPC errors
-    ("Failed to remove function remotely") after the summary. The exit status is kept."""
+    ("Failed to remove function remotely") after the summary. The exit status is kept.
+
+    Server logs the tests' runs kept outside the run-scoped directory (remote model
+    dirs, ``scratch.lasting_directory``) are removed: a failed test's output says what
+    failed."""
+    scratch.release_lasting()
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     os.close(null)

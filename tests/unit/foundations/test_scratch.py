@@ -140,3 +140,21 @@ print(run, scratch.lasting_directory("recsys_dist_logs_"))
     run_dir, logs = result.stdout.split()
     assert os.path.dirname(logs) == str(tmp_path)
     assert os.path.isdir(logs) and not os.path.exists(run_dir)  # the logs outlive the run
+
+
+def test_a_command_keeps_its_lasting_directory_only_when_it_fails(tmp_path):
+    code = """
+import sys
+from recsys_dist import scratch
+from recsys_dist.console import run_command
+def main():
+    print(scratch.lasting_directory("recsys_dist_logs_"), flush=True)
+    return int(sys.argv[1])
+run_command(main)
+"""
+    for exit_code, kept in ((0, False), (3, True)):
+        result = subprocess.run([sys.executable, "-c", code, str(exit_code)],
+                                env=subprocess_env(TMPDIR=str(tmp_path)), capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == exit_code, result.stderr
+        assert os.path.isdir(result.stdout.split()[-1]) == kept
