@@ -24,8 +24,8 @@ the history length's min/median/mean/p90/max and share of empty histories (per s
 distinct users and items, and for hashed item tables of 2x, 10x and 100x the distinct item
 count the share of candidate lookups whose table row holds another item id of the data
 too. Rows are computed as the project does for a hashed integer categorical: splitmix64 of
-the int64 id (the project's ``hashing.hash_int64``) modulo ``rows - 1`` (the last row is the
-missing row), here in numpy. The ids that can share a row are every distinct item of the
+the int64 id (``recsys_dist.hashing``, called here) modulo ``rows - 1`` (the last row is the
+missing row). The ids that can share a row are every distinct item of the
 data (candidates and histories read the same table).
 
 Usage::
@@ -51,6 +51,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from recsys_dist import hashing
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = "../shared/data/amazon_video_games/Video.txt"
 TRAIN_FILE_ROWS = 100_000
@@ -66,21 +68,11 @@ SCHEMA = pa.schema([
 ])
 
 
-def splitmix64(ids: np.ndarray) -> np.ndarray:
-    """The splitmix64 finalizer of ``recsys_dist.features.hashing.hash_int64`` in numpy."""
-    x = np.asarray(ids, np.int64).view(np.uint64).copy()
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
-        x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
-        x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
-    return x
-
-
 def hashed_rows(ids: np.ndarray, table_rows: int) -> np.ndarray:
-    """The project's row of each integer id in a hashed table of ``table_rows`` rows."""
-    return (splitmix64(ids) % np.uint64(max(table_rows - 1, 1))).astype(np.int64)
+    """The row of each integer id in a hashed table of ``table_rows`` rows, computed by the
+    project's own hashing (what training looks up)."""
+    return hashing.to_bucket(hashing.hash_int64(np.asarray(ids, np.int64)),
+                             max(table_rows - 1, 1)).numpy()
 
 
 def read_source(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:

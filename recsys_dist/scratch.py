@@ -113,30 +113,29 @@ def remove() -> None:
 
 def remove_stale(base: str) -> None:
     """Deletes the ``recsys_dist-<pid>-*`` directories in ``base`` whose process is gone."""
-    try:
-        entries = list(os.scandir(base))
-    except OSError:
-        return
-    for entry in entries:
-        match = _NAME.fullmatch(entry.name)
-        if match and entry.is_dir(follow_symlinks=False) and _stale(entry.path,
-                                                                    int(match.group(1))):
-            shutil.rmtree(entry.path, ignore_errors=True)
+    _remove_gone(base, None)
 
 
 def remove_left_by(pids: Iterable[int], base: str | None = None) -> None:
     """Deletes the directories that the processes ``pids`` (children this process started,
     with its ``TMPDIR``) left in ``base`` (default: this process's temporary directory)
     when they are gone; those of live ones are kept."""
-    base = base or tempfile.gettempdir()
-    wanted = {str(pid) for pid in pids}
+    _remove_gone(base or tempfile.gettempdir(), {int(pid) for pid in pids})
+
+
+def _remove_gone(base: str, pids: set[int] | None) -> None:
+    """Deletes the ``recsys_dist-<pid>-*`` directories in ``base`` of a gone process (one
+    of ``pids``, or any when None)."""
     try:
         entries = list(os.scandir(base))
     except OSError:
         return
     for entry in entries:
         match = _NAME.fullmatch(entry.name)
-        if match and match.group(1) in wanted and _stale(entry.path, int(match.group(1))):
+        if not match or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(match.group(1))
+        if (pids is None or pid in pids) and _stale(entry.path, pid):
             shutil.rmtree(entry.path, ignore_errors=True)
 
 

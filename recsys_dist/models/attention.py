@@ -55,6 +55,13 @@ def _is_positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def _check_choice(where: str, name: str, value: object, allowed: tuple[str, ...]) -> None:
+    """Raises ValueError naming ``where``'s argument ``name`` unless ``value`` is allowed."""
+    if value not in allowed:
+        raise ValueError(f"{where}{name} must be one of {', '.join(map(repr, allowed))}. "
+                         f"Received: {name}={value!r}")
+
+
 def _bool_mask(mask: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:
     """``mask`` as bool, or all-true of ``like``'s shape minus its last axis when None."""
     if mask is None:
@@ -213,14 +220,12 @@ def activation_layer(activation: str, name: str | None = None) -> tf.keras.layer
       >>> activation_layer("prelu")(tf.constant([[-1.0, 2.0]])).numpy()
       array([[0., 2.]], dtype=float32)
     """
+    _check_choice("", "activation", activation, ACTIVATIONS)
     if activation == "dice":
         return Dice(name=name)
     if activation == "prelu":
         return tf.keras.layers.PReLU(alpha_initializer="zeros", name=name)
-    if activation in ("relu", "sigmoid"):
-        return tf.keras.layers.Activation(activation, name=name)
-    raise ValueError(f"activation must be one of {', '.join(map(repr, ACTIVATIONS))}. "
-                     f"Received: activation={activation!r}")
+    return tf.keras.layers.Activation(activation, name=name)  # relu, sigmoid
 
 
 class TargetAttention(tf.keras.layers.Layer):
@@ -274,14 +279,8 @@ class TargetAttention(tf.keras.layers.Layer):
         if not units or not all(_is_positive_int(u) for u in units):
             raise ValueError(f"TargetAttention hidden_units must be a non-empty list of "
                              f"positive integers. Received: hidden_units={hidden_units!r}")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"TargetAttention activation must be one of "
-                             f"{', '.join(map(repr, ACTIVATIONS))}. "
-                             f"Received: activation={activation!r}")
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(f"TargetAttention normalization must be one of "
-                             f"{', '.join(map(repr, NORMALIZATIONS))}. "
-                             f"Received: normalization={normalization!r}")
+        _check_choice("TargetAttention ", "activation", activation, ACTIVATIONS)
+        _check_choice("TargetAttention ", "normalization", normalization, NORMALIZATIONS)
         self.hidden_units = units
         self.activation = activation
         self.normalization = normalization
@@ -406,10 +405,8 @@ class TransformerEncoderLayer(tf.keras.layers.Layer):
         if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"TransformerEncoderLayer dropout must be in [0, 1). "
                              f"Received: dropout={dropout!r}")
-        if ffn_activation not in FFN_ACTIVATIONS:
-            raise ValueError(f"TransformerEncoderLayer ffn_activation must be one of "
-                             f"{', '.join(map(repr, FFN_ACTIVATIONS))}. "
-                             f"Received: ffn_activation={ffn_activation!r}")
+        _check_choice("TransformerEncoderLayer ", "ffn_activation", ffn_activation,
+                      FFN_ACTIVATIONS)
         self.num_heads = num_heads
         self.ffn_units = ffn_units
         self.dropout = dropout

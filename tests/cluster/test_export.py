@@ -12,7 +12,6 @@ and unusable checkpoints are refused with clear messages.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -27,6 +26,7 @@ from recsys_dist.data.synth import synthesize
 from tests.support.configs import changed
 from tests.support.paths import BIN
 from tests.support.run_configs import ZOO_FEATURES, zoo_config
+from tests.support.serving import ONLY_TENSORFLOW, serving_env
 
 pytestmark = pytest.mark.cluster
 
@@ -43,14 +43,6 @@ def write_config(directory: pathlib.Path, data: pathlib.Path, model: str,
                  features: dict = ZOO_FEATURES) -> str:
     """The zoo's config of ``model``: one epoch on an in-process cluster."""
     return zoo_config(directory, data, model, epochs=1, mode="in_process", features=features)
-
-
-def serving_env() -> dict[str, str]:
-    """The environment of a plain TensorFlow process: no repo on the path, no tf-keras."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "TF_USE_LEGACY_KERAS")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    return env
 
 
 #: The model trained into, and exported to, S3.
@@ -157,21 +149,8 @@ def reference_predictions(config_path: str, model_dir: str, table, nulls: bool =
     return {label: tf.sigmoid(logits[label]).numpy() for label in config.labels}
 
 
-SERVE_SCRIPT = r"""
-import json, sys
-
-
-class OnlyTensorFlow:
-    # Makes this process one with only TensorFlow installed: importing the framework or
-    # its other dependencies fails.
-
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("recsys_dist", "tf_keras", "pyarrow", "fsspec", "yaml"):
-            raise ImportError(f"{name} is not installed in a plain TensorFlow process")
-        return None
-
-
-sys.meta_path.insert(0, OnlyTensorFlow())
+SERVE_SCRIPT = ONLY_TENSORFLOW + r"""
+import json
 import numpy as np
 import tensorflow as tf
 

@@ -1,7 +1,4 @@
-"""Serving an export in a fresh Python process that has only TensorFlow.
-
-(tests/cluster/test_export.py holds the same two pieces inline; they are the model here.)
-"""
+"""Serving an export in a fresh Python process that has only TensorFlow."""
 
 from __future__ import annotations
 
