@@ -76,7 +76,7 @@ def train_and_evaluate(config: str, data: str, run: pathlib.Path, settings: list
 def mean_se(values: list[float]) -> str:
     mean = statistics.mean(values)
     if len(values) < 2:
-        return f"{mean:+.4f}" if mean < 0 else f"{mean:.4f}"
+        return f"{mean:.4f}"
     return f"{mean:.4f} (se {statistics.stdev(values) / len(values) ** 0.5:.4f})"
 
 

@@ -49,6 +49,12 @@ def check_histories(features: FeatureConfig, names: list[str], model: str
                     ) -> list[SequenceGroup]:
     """The histories among ``names``, each with a target for every sequence, all among
     ``names``; raises ValueError naming the feature and the fix otherwise."""
+    sides = [n for n in names if getattr(features.features[n], "side_of", None)
+             and features.features[n].side_of not in names]
+    if sides:
+        raise ValueError(f"model {model!r}: sequence {sides[0]!r} is side_of "
+                         f"{features.features[sides[0]].side_of!r}, which is not among the "
+                         "model's inputs")
     groups = features.sequence_groups(names)
     if not groups:
         raise ValueError(f"model {model!r} compares a behaviour sequence with the candidate; "
@@ -62,12 +68,6 @@ def check_histories(features: FeatureConfig, names: list[str], model: str
             if target not in names:
                 raise ValueError(f"model {model!r}: the target {target!r} of sequence "
                                  f"{sequence!r} is not among the model's inputs {names}")
-    sides = [n for n in names if getattr(features.features[n], "side_of", None)
-             and features.features[n].side_of not in names]
-    if sides:
-        raise ValueError(f"model {model!r}: sequence {sides[0]!r} is side_of "
-                         f"{features.features[sides[0]].side_of!r}, which is not among the "
-                         "model's inputs")
     return groups
 
 

@@ -138,11 +138,16 @@ def test_empty_and_null_histories_in_every_row(tmp_path):
      r"features\.hist_cate\.max_length: got 5 but the sequence it is side_of, 'hist', has 3"),
     ({"features.hist_cate.side_of": "item"},
      r"features\.hist_cate\.side_of: feature 'item' is not a main sequence"),
+    ({"features.hist.hash_buckets": 50},
+     r"features\.hist\.hash_buckets: got 50 but its target 'item' has hash_buckets None"),
+    ({"features.item.vocabulary": "items.txt"},
+     r"features\.hist\.target: feature 'item' maps its ids with a vocabulary"),
     ({"features.hist.pooling": "max"}, r"features\.hist\.pooling: got 'max'; expected one of "
                                        r"'mean', 'sum'"),
     ({"features.hist.newest": "latest"}, r"features\.hist\.newest: got 'latest'"),
 ])
 def test_sequence_config_rejections_name_file_line_and_key(tmp_path, changes, pattern):
+    (tmp_path / "items.txt").write_text("1\n2\n")
     with pytest.raises(ConfigError, match=pattern) as info:
         _config(tmp_path, changed(FEATURES, changes))
     assert "f.yaml:" in str(info.value)

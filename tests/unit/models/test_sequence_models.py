@@ -87,3 +87,18 @@ def test_a_history_without_target_or_a_bad_head_count_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"a position of history 'hist_ad' has dim 4 .* "
                                          r"model\.params\.num_heads=3 does not divide"):
         _model(tmp_path, "bst", BSTParams(num_heads=3))
+
+
+def test_a_history_whose_target_or_main_sequence_is_not_an_input_is_refused(tmp_path):
+    config = write_feature_config(tmp_path, TINY_FEATURES)
+    without_target = [n for n in config.features if n != "ad_id"]
+    with pytest.raises(ValueError, match=r"model 'din': the target 'ad_id' of sequence "
+                                         r"'hist_ad' is not among the model's inputs"):
+        build_model("din", config, {"deep": without_target}, ["click"])
+    side = changed(TINY_FEATURES, {"features.hist_user": {
+        "kind": "sequence", "table": "user", "max_length": 4, "dtype": "string",
+        "target": "user_id", "side_of": "hist_ad"}})
+    config = write_feature_config(tmp_path, side)
+    with pytest.raises(ValueError, match=r"model 'din': sequence 'hist_user' is side_of "
+                                         r"'hist_ad', which is not among the model's inputs"):
+        build_model("din", config, {"deep": ["ad_id", "user_id", "hist_user"]}, ["click"])
