@@ -36,7 +36,7 @@ from recsys_dist import ops  # noqa: E402
 from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.schema_check import split_read_dtype  # noqa: E402
-from recsys_dist.data.synth import synthesize  # noqa: E402
+from recsys_dist.data.synth_files import synthesize  # noqa: E402
 
 
 def measured(sides: dict[str, Callable[[], None]], rows: int, rounds: int

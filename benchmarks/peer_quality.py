@@ -559,7 +559,7 @@ def single_process_reference(config, score_train: bool = False,
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.models.zoo import build_from_config
     from recsys_dist.train.optimizers import ModelOptimizers
-    from recsys_dist.train.trainer import replica_loss
+    from recsys_dist.train.step import replica_loss
 
     model = build_from_config(config)
     steps_per_epoch = None  # what a learning-rate decay per pass needs, as in the trainer

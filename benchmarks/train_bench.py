@@ -69,7 +69,7 @@ def way_a(data: str) -> float:
     pipeline = prepare_input(config.with_data_path(data), "train", config.cluster.workers)
     with tempfile.TemporaryDirectory() as tmp, \
             connect(config.cluster, tmp, config.train.embedding_shard_bytes) as runtime:
-        result = Trainer(config, runtime, pipeline, tmp).fit(show_progress=False)
+        result = Trainer(config, runtime, pipeline, tmp).fit()
     return result.warm_examples_per_second
 
 
@@ -111,6 +111,7 @@ def way_c(data: str) -> float:
     import tensorflow as tf
 
     from recsys_dist.cluster.local import LocalCluster
+    from recsys_dist.cluster.placement import building_under
     from recsys_dist.cluster.runtime import make_strategy
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.models.zoo import build_from_config
@@ -129,7 +130,7 @@ def way_c(data: str) -> float:
                          intra_op_threads=0) as cluster:
         strategy = make_strategy(cluster.cluster_resolver(), config.cluster.ps,
                                  config.train.embedding_shard_bytes)
-        with strategy.scope():
+        with building_under(strategy):
             model = build_from_config(config)
             _compiled(model, tf.keras.optimizers.legacy.Adagrad(0.05), steps_per_execution=10)
         data_creator = tf.keras.utils.experimental.DatasetCreator(creator)
@@ -174,7 +175,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="train_bench_") as tmp:
         data = args.data or tmp
         if args.data is None:
-            from recsys_dist.data.synth import synthesize
+            from recsys_dist.data.synth_files import synthesize
 
             synthesize(tmp, days=1, rows_per_day=args.rows, seed=2)
         sets = [part for item in args.set for part in ("--set", item)]

@@ -33,8 +33,8 @@ from typing import Sequence
 
 import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
 from recsys_dist.console import (
-    add_verbose_argument,
-    quiet_tensorflow,
+    add_output_arguments,
+    configure_output,
     reporting_errors,
     run_command,
 )
@@ -59,8 +59,9 @@ def _positive(text: str) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from recsys_dist.data.synth import RowGenerator, synthesize
+    from recsys_dist.data.synth import RowGenerator
     from recsys_dist.data.synth_behaviour import BehaviourGenerator
+    from recsys_dist.data.synth_files import synthesize
 
     generator = {"criteo": RowGenerator, "behaviour": BehaviourGenerator}[args.dataset]
     try:
@@ -414,7 +415,6 @@ def _add_synth(data_commands) -> None:
                             "(default 200000 for criteo, 100000 for behaviour; e.g. 5000000 "
                             "for a long tail of ids that collide in the demo's hashed user "
                             "table)")
-    synth.add_argument("--quiet", action="store_true", help="no per-file progress lines")
     synth.set_defaults(func=_cmd_synth)
 
 
@@ -490,7 +490,6 @@ def _add_evaluate(commands) -> None:
     evaluate.add_argument("--out", required=True, help="output directory (local)")
     evaluate.add_argument("--baseline", help="compare against: another run's model dir, or a "
                                              "metrics.json written by evaluate")
-    evaluate.add_argument("--quiet", action="store_true", help="no progress lines")
     evaluate.set_defaults(func=_cmd_evaluate)
 
 
@@ -588,10 +587,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recsys-dist",
         description="Train sparse CTR / ranking models on TensorFlow parameter servers.")
-    add_verbose_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in _COMMANDS:
         add_command(commands)
+    add_output_arguments(parser)  # -q/-v before or after any command's name
     return parser
 
 
@@ -605,10 +604,11 @@ def main(argv: Sequence[str] | None = None,
     Args:
       argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
       parser: Parses ``argv`` instead of :func:`build_parser`'s (e.g. the parser of
-        ``pipelines/offline_eval.py``); it must set ``func`` and ``verbose``.
+        ``pipelines/offline_eval.py``); it must set ``func``, ``quiet`` and ``verbose``
+        (:func:`~recsys_dist.console.add_output_arguments`).
     """
     args = (parser or build_parser()).parse_args(argv)
-    quiet_tensorflow(args.verbose)
+    configure_output(quiet=args.quiet, verbose=args.verbose)
     return reporting_errors(lambda: args.func(args))
 
 

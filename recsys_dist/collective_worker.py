@@ -24,9 +24,9 @@ from recsys_dist.cluster.collective import (
 def main() -> None:
     """Trains the run the launcher wrote, as a command: signals and errors as ``recsys-dist``
     handles them."""
-    from recsys_dist.console import quiet_tensorflow, reporting_errors, run_command
+    from recsys_dist.console import configure_output, reporting_errors, run_command
 
-    quiet_tensorflow(False)
+    configure_output()
     run_command(lambda: reporting_errors(_run_worker))
 
 

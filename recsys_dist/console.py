@@ -31,13 +31,83 @@ from typing import Callable, NoReturn
 from recsys_dist import scratch
 from recsys_dist.errors import RecsysError
 
+#: The logger every module of the package logs under (``logging.getLogger(__name__)``).
+PACKAGE_LOGGER = "recsys_dist"
 
-def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
-    """Adds ``-v/--verbose``: keep TensorFlow's own Python log messages (see
-    :func:`quiet_tensorflow`)."""
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="keep TensorFlow's own Python log messages (hidden by default: "
-                             "errors are reported as one clear line)")
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``-q/--quiet`` and ``-v/--verbose`` to ``parser`` and to every command under
+    it, so they may come before or after the command's name. A command that declares its
+    own ``--quiet`` keeps it (same meaning)."""
+    _add_output_options(parser, default=False)
+
+
+def _add_output_options(parser: argparse.ArgumentParser, default) -> None:
+    known = parser._option_string_actions  # noqa: SLF001  argparse has no public view
+    if "--quiet" not in known:
+        parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                            help="print warnings and results only, no progress lines")
+    if "--verbose" not in known:
+        parser.add_argument("-v", "--verbose", action="store_true", default=default,
+                            help="print debug lines and TensorFlow's own Python log messages "
+                                 "(hidden by default: errors are reported as one clear line)")
+    for action in parser._actions:  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for command in action.choices.values():
+                # SUPPRESS: a command's parser leaves the value given before its name
+                _add_output_options(command, default=argparse.SUPPRESS)
+
+
+class LineFormatter(logging.Formatter):
+    """The command line's format: a message's first word, when a tab follows it, is
+    aligned to nine columns (``resume   from ...``); a warning starts with
+    ``warning  ``, an error with ``error: ``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        word, tab, rest = message.partition("\t")
+        if tab:
+            message = f"{word:<8} {rest}"
+        if record.levelno >= logging.ERROR:
+            message = f"error: {message}"
+        elif record.levelno >= logging.WARNING:
+            message = f"warning  {message}"
+        if record.exc_info and record.levelno <= logging.DEBUG:
+            message += "\n" + self.formatException(record.exc_info)
+        return message
+
+
+class _StandardOutput(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stdout`` is when a line is logged (a test may
+    have replaced it)."""
+
+    def __init__(self):
+        super().__init__(sys.stdout)
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value):  # StreamHandler sets it; the property reads sys.stdout
+        pass
+
+
+def configure_output(quiet: bool = False, verbose: bool = False) -> None:
+    """Installs the one handler that prints the package's log lines on standard output in
+    :class:`LineFormatter`'s format: info and above (``verbose``: debug too; ``quiet``:
+    warnings and errors only). TensorFlow's Python log messages are hidden unless
+    ``verbose``. A program embedding recsys_dist does not call this: the package's
+    loggers then follow the program's own ``logging`` configuration."""
+    logger = logging.getLogger(PACKAGE_LOGGER)
+    for handler in [h for h in logger.handlers if isinstance(h, _StandardOutput)]:
+        logger.removeHandler(handler)
+    handler = _StandardOutput()
+    handler.setFormatter(LineFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+    quiet_tensorflow(verbose)
 
 
 def quiet_tensorflow(verbose: bool) -> None:

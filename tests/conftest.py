@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 
@@ -36,6 +37,19 @@ def pytest_unconfigure(config):
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     os.close(null)
+
+
+@pytest.fixture(autouse=True)
+def package_logging_as_found():
+    """A test that runs a command in this process (``cli.main``) installs the console's
+    handler on the ``recsys_dist`` logger; the next test finds the logger as it was, so
+    pytest's ``caplog`` sees the package's records again."""
+    logger = logging.getLogger("recsys_dist")
+    saved = list(logger.handlers), logger.level, logger.propagate
+    yield
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
 
 
 @pytest.fixture

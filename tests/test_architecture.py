@@ -184,3 +184,29 @@ def test_the_kind_test_finds_what_it_looks_for():
               "if values.dtype.kind == 'u' or self.kind == 'dynamic': pass\n"
               "if isinstance(f, kinds.NumericFeature) or isinstance(f, dict): pass\n")
     assert [line for line, _ in kind_tests(ast.parse(source))] == [1, 2, 3, 5]
+
+
+#: What only the cluster layer may ask: which strategy runs, where the servers are.
+DISTRIBUTION_QUESTIONS = ("get_strategy", "has_strategy", "in_cross_replica_context",
+                          "list_logical_devices", "/job:ps", ".cluster.")
+
+
+def test_the_models_know_nothing_of_distribution():
+    """Where variables live is decided in ``cluster/placement.py`` and reaches the models
+    as a ``Placement`` (``models/sharding.py``); a model module asks no strategy, names
+    no server and reads no ``config.cluster``."""
+    offenders = []
+    for path in sorted((PACKAGE / "models").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # docstrings may say how a strategy treats the variables
+            text = ast.unparse(node) if isinstance(node, (ast.Call, ast.Attribute,
+                                                          ast.Constant)) else ""
+            found = [q for q in DISTRIBUTION_QUESTIONS if q in text]
+            if found:
+                offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {found}")
+    imports = [f"{module} -> {target}" for module, targets in edges().items()
+               if part_of(module) == "models" for target in targets
+               if part_of(target) == "cluster"]
+    assert not offenders and not imports, "\n".join(sorted(set(offenders)) + imports)

@@ -14,7 +14,7 @@ import pytest
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 from recsys_dist import cli
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO = str(ROOT / "configs" / "demo.yaml")

@@ -153,7 +153,7 @@ def cpu_by_process(command: list[str] | None = None, rows: int = 300_000,
     before two samples."""
     with tempfile.TemporaryDirectory(prefix="cpu_by_process_") as tmp:
         if not command:
-            from recsys_dist.data.synth import synthesize
+            from recsys_dist.data.synth_files import synthesize
 
             synthesize(tmp, days=1, rows_per_day=rows, seed=2)
             command = [sys.executable, str(ROOT / "benchmarks" / "train_bench.py"),

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from recsys_dist.data import synth
+from recsys_dist.data import synth, synth_files, synth_random
 from recsys_dist.evaluation.metrics import auc
 
 LOGIT_VARIANCE = 0.25 * 0.75  # p (1 - p) at the 25% click rate
@@ -67,7 +67,7 @@ def learnable_ceiling(days: int = 7, rows_per_day: int = 500_000, seed: int = 11
     if days < 2:
         raise ValueError(f"days must be at least 2 (train on 1..days-1), got {days}")
     generator = synth.RowGenerator(seed)
-    file_rows = synth.rows_per_file_of_day(rows_per_day)  # as `data synth` writes them
+    file_rows = synth_files.rows_per_file_of_day(rows_per_day)  # as `data synth` writes them
 
     counts: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
     for day in range(days - 1):
@@ -93,7 +93,8 @@ def learnable_ceiling(days: int = 7, rows_per_day: int = 500_000, seed: int = 11
                 learned *= information / (1.0 + information)
             # The posterior mean of an effect e with prior sd s, measured with noise:
             # k e + sqrt(k (1 - k)) s z, z one standard normal per id (or id pair).
-            noise = synth.hashed_normal(synth.stream_key(seed, "ceiling", name), *term.ids)
+            key = synth_random.stream_key(seed, "ceiling", name)
+            noise = synth_random.hashed_normal(key, *term.ids)
             estimate += (learned - 1.0) * term.effect + (
                 np.sqrt(learned * (1.0 - learned)) * term.scale * noise)
             shrunk -= term.effect * (1.0 - learned)

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
-from recsys_dist.data import synth
+from recsys_dist.data import synth, synth_files
 from recsys_dist.evaluation.metrics import auc, logloss
 
 BATCH = 512
@@ -74,7 +74,7 @@ def generate(days: int, rows_per_day: int, seed: int,
     generator = synth.RowGenerator(seed)
     parts: dict[str, list[np.ndarray]] = {}
     for day in range(days):
-        for index, n in enumerate(synth.rows_per_file_of_day(rows_per_day)):
+        for index, n in enumerate(synth_files.rows_per_file_of_day(rows_per_day)):
             batch, logit, click, _ = generator.clicks(day, index, n)
             columns = {f: batch.categorical[f] for f in synth.CATEGORICAL_FIELDS}
             columns |= {f: numeric_bucket(batch.numeric[f]) for f in synth.NUMERIC_FIELDS}

@@ -35,7 +35,7 @@ import tensorflow as tf  # noqa: E402
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
-from recsys_dist.data.synth import synthesize  # noqa: E402
+from recsys_dist.data.synth_files import synthesize  # noqa: E402
 from recsys_dist.models.embedding import FeatureEmbeddings  # noqa: E402
 from recsys_dist.models.sharding import TablePartitioner, embedding_tables  # noqa: E402
 from recsys_dist.models.zoo import build_from_config  # noqa: E402

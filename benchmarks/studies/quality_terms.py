@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from one_pass_bound import numeric_bucket  # this directory; the same buckets
 
-from recsys_dist.data import synth
+from recsys_dist.data import synth, synth_files
 from recsys_dist.data.input_fn import row_id
 
 
@@ -86,7 +86,7 @@ def quality_terms(predictions: str, seed: int = 11, day: int = 7,
     terms: dict[str, list[np.ndarray]] = {}
     keys: dict[str, list[np.ndarray]] = {}
     ids = []
-    for index, n in enumerate(synth.rows_per_file_of_day(rows_per_day)):
+    for index, n in enumerate(synth_files.rows_per_file_of_day(rows_per_day)):
         batch, _, _, _ = generator.clicks(day - 1, index, n)
         for name, effect in generator.click_terms(batch).items():
             terms.setdefault(name, []).append(effect)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +31,8 @@ from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.config.experiment import ClusterSpec
 from recsys_dist.models.sharding import TablePartitioner
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -148,7 +151,7 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
     if cluster.mode == "local":
         with terminate_on_signals(), LocalCluster(cluster.workers, cluster.ps, log_dir,
                                                   env=env) as local:
-            local.supervise_workers(report=lambda message: print(message, flush=True))
+            local.supervise_workers(report=log.info)
             strategy = make_strategy(local.cluster_resolver(), cluster.ps, min_shard_bytes)
             coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
             yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, cluster.mode,

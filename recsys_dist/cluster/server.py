@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
+import logging
 import os
 import resource
 import sys
@@ -37,6 +38,8 @@ from recsys_dist.errors import RecsysError
 
 SERVER_JOBS = ("worker", "ps")
 """Jobs that run a server. The chief (coordinator) and evaluator run none."""
+
+log = logging.getLogger(__name__)
 
 
 class ClusterError(RecsysError):
@@ -157,12 +160,8 @@ def _raise_open_file_limit() -> None:
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ValueError, OSError) as e:
-        print(
-            f"recsys_dist server: warning: could not raise the open-file limit from {soft} "
-            f"to {hard}: {e}",
-            file=sys.stderr,
-            flush=True,
-        )
+        log.warning("recsys_dist server: could not raise the open-file limit from %d to %d: %s",
+                    soft, hard, e)
 
 
 def _checked_threads(job: str, spec: dict[str, list[str]], inter_op_threads: int | None,
@@ -176,12 +175,8 @@ def _checked_threads(job: str, spec: dict[str, list[str]], inter_op_threads: int
         raise ClusterError(f"intra_op_threads must be >= 0 (0: TensorFlow's default), "
                            f"got {intra_op_threads}")
     if job == "worker" and threads <= len(spec["worker"]):
-        print(
-            f"recsys_dist server: warning: inter_op_threads={threads} < num_workers + 1 = "
-            f"{len(spec['worker']) + 1}; ClusterCoordinator.join() may hang",
-            file=sys.stderr,
-            flush=True,
-        )
+        log.warning("recsys_dist server: inter_op_threads=%d < num_workers + 1 = %d; "
+                    "ClusterCoordinator.join() may hang", threads, len(spec["worker"]) + 1)
     return threads
 
 
@@ -229,13 +224,9 @@ def serve(
                                         intra_op_parallelism_threads=intra_op_threads),
         start=True,
     )
-    print(
-        f"recsys_dist server {job}:{index} serving on {spec[job][index]} "
-        f"(pid {os.getpid()}, inter-op threads {threads}, intra-op threads "
-        f"{intra_op_threads or 'TensorFlow default'})",
-        file=sys.stderr,
-        flush=True,
-    )
+    log.info("recsys_dist server %s:%d serving on %s (pid %d, inter-op threads %d, intra-op "
+             "threads %s)", job, index, spec[job][index], os.getpid(), threads,
+             intra_op_threads or "TensorFlow default")
     # Wait here rather than in the server's C++ join(): Python runs a signal handler (the
     # one `recsys-dist server` installs for SIGTERM, SIGINT and SIGHUP) only between
     # bytecodes, so inside join() a SIGTERM was ignored. Short sleeps: the kernel may
@@ -315,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Args:
       argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
     """
+    # A task started as a module (cluster/local.py) logs its lines on stderr, unadorned.
+    logging.basicConfig(stream=sys.stderr, format="%(message)s", level=logging.INFO)
     return run_task(_parse_args(argv))
 
 

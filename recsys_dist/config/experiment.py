@@ -21,8 +21,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import logging
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Literal
@@ -43,6 +43,8 @@ from recsys_dist.config.schema import did_you_mean, parse_dataclass
 from recsys_dist.config.strategy import check_strategy
 from recsys_dist.config.yaml_loader import LocatedYaml, TextDatesLoader, load_yaml
 from recsys_dist.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -488,9 +490,8 @@ def _drop_params_of_the_other_model(doc: LocatedYaml, data: dict, given: dict[st
                and given_here.override(f"model.params.{key}") is None]
     if dropped:
         model["params"] = {k: v for k, v in params.items() if k not in dropped}
-        print(f"note: {given['model.name']}: dropped model.params "
-              f"{', '.join(dropped)} of {doc.file}, which {name} does not take",
-              file=sys.stderr)
+        log.info("note: %s: dropped model.params %s of %s, which %s does not take",
+                 given["model.name"], ", ".join(dropped), doc.file, name)
 
 
 def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, spec: RegisteredModel,

@@ -98,18 +98,19 @@ weights in hundredths summing to about 1.
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import hashlib
 import math
-import numbers
-import os
-import time
 from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+
+from recsys_dist.data.synth_random import (
+    hash64,
+    hashed_normal,
+    stream_key,
+    unit_interval,
+)
 
 NUMERIC_FIELDS = [f"I{i}" for i in range(1, 14)]
 CATEGORICAL_FIELDS = [f"C{i}" for i in range(1, 27)]
@@ -191,195 +192,9 @@ _NEW_ID_RATE_PER_DAY, _NEW_ID_LIFETIME = 0.02, 10  # days; at most 20% new-id sl
 _NEW_ID_MIN_SLOT = 20  # the most popular slots never retire
 _SWAP_HEAD, _SWAP_RATE, _SWAP_MAX_DISTANCE = 10_000, 0.01, 10
 
-_MASK64 = (1 << 64) - 1
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _MISSING_HEX = 1 << 32  # stands for "" when hashing a string id field
 _WEIGHT_STRINGS = pa.array([f"{c / 100:.2f}" for c in range(101)])
-
-
-@dataclasses.dataclass(frozen=True)
-class SynthReport:
-    """What :func:`synthesize` wrote.
-
-    Attributes:
-      out_dir: The output directory.
-      days: The ``dt`` partition values written, e.g. ``"2026-01-01"``.
-      files: Paths of all Parquet files written, in order.
-      rows: Total number of rows.
-      click_rate: Fraction of rows with ``click == 1``.
-      conversion_rate: Fraction of rows with ``conversion == 1`` (None for data without
-        a ``conversion`` column).
-      seconds: Wall-clock time taken.
-    """
-
-    out_dir: str
-    days: list[str]
-    files: list[str]
-    rows: int
-    click_rate: float
-    conversion_rate: float | None
-    seconds: float
-
-
-def _check_counts(**counts: int) -> None:
-    """Each count is an integer >= 1 (``seed`` >= 0), else a ValueError naming it."""
-    for name, value in counts.items():
-        low = 0 if name == "seed" else 1
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
-def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: int = 0,
-               start_date: datetime.date = datetime.date(2026, 1, 1),
-               rows_per_file: int = 100_000, row_groups_per_file: int = 4,
-               progress: Callable[[str], None] | None = None,
-               users: int = USERS, generator_class: type | None = None) -> SynthReport:
-    """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
-
-    Each day gets ``max(2, ceil(rows_per_day / rows_per_file))`` (never more than
-    ``rows_per_day``, so no file is empty) snappy-compressed Parquet files with rows split
-    as evenly as possible, each with up to ``row_groups_per_file`` row groups. Files are
-    written to a temporary name and renamed into place; ``part-*.parquet`` files left in a
-    day's directory by an earlier run with more files per day are removed, so a day is
-    always exactly what this call wrote. The same arguments always produce the same column
-    data, and day ``d`` (counting from ``start_date``) depends only on ``seed`` and ``d``.
-
-    Args:
-      out_dir: Root directory; created if missing.
-      days: Number of consecutive days, at least 1.
-      rows_per_day: Rows per day, at least 1.
-      seed: Non-negative integer seed.
-      start_date: Date of the first partition.
-      rows_per_file: Target maximum rows per file, at least 1.
-      row_groups_per_file: Row groups per file, at least 1.
-      progress: Called with a one-line message after each file is written.
-      users: Size of the user pool ``user_id`` is drawn from (Zipf-Mandelbrot).
-      generator_class: What a row looks like: :class:`RowGenerator` (the default,
-        Criteo-like) or another class built as ``cls(seed, users=users)`` whose
-        ``table(day, file_index, n)`` returns the file's Arrow table, e.g.
-        :class:`recsys_dist.data.synth_behaviour.BehaviourGenerator`.
-
-    Returns:
-      A :class:`SynthReport` describing the written files.
-
-    Raises:
-      ValueError: An argument is out of range; the message names it.
-    """
-    _check_counts(days=days, rows_per_day=rows_per_day, rows_per_file=rows_per_file,
-                  row_groups_per_file=row_groups_per_file, seed=seed, users=users)
-    started = time.perf_counter()
-    generator = (generator_class or RowGenerator)(int(seed), users=int(users))
-    file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)
-    dts, files = [], []
-    clicks = conversions = 0
-    for day in range(days):
-        dt = (start_date + datetime.timedelta(days=day)).isoformat()
-        tables = _write_day(generator, day, os.path.join(os.fspath(out_dir), f"dt={dt}"),
-                            file_rows, row_groups_per_file, files, progress)
-        clicks += sum(int(np.sum(t["click"].to_numpy())) for t in tables)
-        conversions += sum(int(np.sum(t["conversion"].to_numpy())) for t in tables
-                           if "conversion" in t.column_names)
-        dts.append(dt)
-    rows = days * rows_per_day
-    return SynthReport(out_dir=os.fspath(out_dir), days=dts, files=files, rows=rows,
-                       click_rate=clicks / rows,
-                       conversion_rate=(conversions / rows
-                                        if generator_class in (None, RowGenerator) else None),
-                       seconds=time.perf_counter() - started)
-
-
-def _write_day(generator, day: int, day_dir: str, file_rows: list[int],
-               row_groups_per_file: int, files: list[str],
-               progress: Callable[[str], None] | None) -> list[pa.Table]:
-    """Writes one day's files (appending their paths to ``files``); returns their tables."""
-    os.makedirs(day_dir, exist_ok=True)
-    _remove_stale_parts(day_dir, keep=len(file_rows))
-    tables = []
-    for index, n in enumerate(file_rows):
-        table = generator.table(day, index, n)
-        name = f"part-{index:05d}.parquet"
-        path = os.path.join(day_dir, name)
-        _write_atomically(table, path, max(1, math.ceil(n / row_groups_per_file)))
-        tables.append(table.select([c for c in ("click", "conversion")
-                                    if c in table.column_names]))
-        files.append(path)
-        if progress is not None:
-            progress(f"{os.path.basename(day_dir)} {name} {n} rows")
-    return tables
-
-
-def rows_per_file_of_day(rows_per_day: int, rows_per_file: int = 100_000) -> list[int]:
-    """The row count of each file :func:`synthesize` writes for one day, in file order."""
-    n_files = min(rows_per_day, max(2, math.ceil(rows_per_day / rows_per_file)))
-    base, extra = divmod(rows_per_day, n_files)
-    return [base + (index < extra) for index in range(n_files)]
-
-
-def _remove_stale_parts(day_dir: str, keep: int) -> None:
-    """Removes ``part-NNNNN.parquet`` files numbered ``keep`` or higher."""
-    for name in os.listdir(day_dir):
-        stem = name.removeprefix("part-").removesuffix(".parquet")
-        if name.startswith("part-") and name.endswith(".parquet") and stem.isdigit() \
-                and int(stem) >= keep:
-            os.remove(os.path.join(day_dir, name))
-
-
-def _write_atomically(table: pa.Table, path: str, row_group_size: int) -> None:
-    """Writes ``table`` to a hidden temporary file next to ``path`` and renames it."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-    try:
-        pq.write_table(table, tmp, row_group_size=row_group_size, compression="snappy")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-# ----------------------------------------------------------------------------- hashing
-
-
-def stream_key(seed: int, *names: object) -> int:
-    """A 64-bit key for a named hash stream, stable across processes and platforms."""
-    text = "/".join([str(seed), *map(str, names)])
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser on a uint64 array (a bijection with full avalanche)."""
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
-
-
-def _hash(key: int, *values: np.ndarray) -> np.ndarray:
-    """Hashes equal-length integer arrays elementwise under ``key`` to uint64."""
-    h = _mix64(np.asarray(values[0]).astype(np.uint64) ^ np.uint64(key & _MASK64))
-    for value in values[1:]:
-        h = _mix64(h ^ np.asarray(value).astype(np.uint64))
-    return h
-
-
-def _uniform(h: np.ndarray) -> np.ndarray:
-    """Maps uint64 hashes to floats in the open interval (0, 1)."""
-    return ((h >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
-
-
-def hashed_uniform(key: int, *values: np.ndarray) -> np.ndarray:
-    """A uniform in (0, 1) per element, a pure function of ``key`` and ``values``."""
-    return _uniform(_hash(key, *values))
-
-
-def hashed_normal(key: int, *values: np.ndarray) -> np.ndarray:
-    """A standard normal per element, a pure function of ``key`` and ``values``."""
-    h = _hash(key, *values)
-    radius = np.sqrt(-2.0 * np.log(_uniform(h)))
-    return radius * np.cos(2.0 * np.pi * _uniform(_mix64(h)))
 
 
 # ------------------------------------------------------------------------------ batches
@@ -523,7 +338,7 @@ class RowGenerator:
         slot = np.where(rank < head.size, head[np.minimum(rank, head.size - 1)], rank)
         ids = self._scramble(field, slot, cardinality) + 1
         if day > 0:
-            birth = np.floor(_uniform(_hash(stream_key(self._seed, "new", field), slot))
+            birth = np.floor(unit_interval(hash64(stream_key(self._seed, "new", field), slot))
                              / _NEW_ID_RATE_PER_DAY).astype(np.int64) + 1
             new = (birth <= min(day, _NEW_ID_LIFETIME)) & (slot >= _NEW_ID_MIN_SLOT)
             latest_birth = birth + (day - birth) // _NEW_ID_LIFETIME * _NEW_ID_LIFETIME
@@ -531,7 +346,7 @@ class RowGenerator:
         missing = rng.random(n) < CATEGORICAL_MISSING_RATES[field]
         slot = np.where(missing, 0, slot)
         if field in STRING_ID_FIELDS:
-            value = (_hash(stream_key(0, "hex", field), ids) >> np.uint64(32)).astype(np.int64)
+            value = (hash64(stream_key(0, "hex", field), ids) >> np.uint64(32)).astype(np.int64)
             return np.where(missing, _MISSING_HEX, value), slot
         return np.where(missing, 0, ids), slot
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from recsys_dist.data.synth import hashed_normal, hashed_uniform, stream_key
+from recsys_dist.data.synth_random import hashed_normal, hashed_uniform, stream_key
 
 ITEMS, CATEGORIES = 50_000, 200
 ITEMS_PER_CATEGORY = ITEMS // CATEGORIES

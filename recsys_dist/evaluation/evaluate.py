@@ -25,11 +25,12 @@ def evaluate_on_one_device(config, saved, pipeline, labels: list[str],
     take no part; ``cluster/collective.py``)."""
     from recsys_dist.checkpoint.store import restore_model, saved_dynamic_shards
     from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
+    from recsys_dist.cluster.placement import building_under
     from recsys_dist.cluster.runtime import Runtime
     from recsys_dist.models.zoo import build_from_config
 
     alone = Runtime(mirrored_strategy(1), SynchronousCoordinator(), 1, 0, "mirrored")
-    with alone.strategy.scope():
+    with building_under(alone.strategy):
         model = build_from_config(config, saved_dynamic_shards(saved))
     restore_model(model, saved, config.file)
     return evaluate_split(alone, model, pipeline, labels, oracle_columns)[0]

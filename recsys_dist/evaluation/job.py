@@ -57,9 +57,10 @@ class EvaluationResult:
 
 
 def _restored_model(config: ExperimentConfig, runtime, saved: SavedCheckpoint):
+    from recsys_dist.cluster.placement import building_under
     from recsys_dist.models.zoo import build_from_config
 
-    with runtime.strategy.scope():
+    with building_under(runtime.strategy):
         model = build_from_config(config, saved_dynamic_shards(saved))
     restore_model(model, saved, config.file)
     return model

@@ -63,7 +63,8 @@ from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.errors import RecsysError
 from recsys_dist.features.transforms import FeatureTransform
-from recsys_dist.models.dynamic_table import keep_live_rows_only, rows_in_use, stock_row_ops
+from recsys_dist.models.dynamic_lookup import stock_row_ops
+from recsys_dist.models.dynamic_table import keep_live_rows_only, rows_in_use
 from recsys_dist.models.zoo import RankingModel, build_from_config
 
 #: The signature a serving request names (TF Serving's default).

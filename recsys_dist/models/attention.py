@@ -1,12 +1,11 @@
 """Masked attention layers for user-behaviour sequences (DIN and BST).
 
-- :class:`Dice` and :func:`activation_layer`: DIN's data-adaptive activation and the
-  activations its attention unit accepts.
 - :class:`TargetAttention`: DIN's local activation unit, the candidate item attending
   over the user's history.
 - :class:`TransformerEncoderLayer`: BST's self-attention block over a behaviour sequence.
 - :class:`PositionEmbedding`: a learned position table added to a sequence.
-- :func:`masked_softmax`: the softmax over real positions that the two attentions share.
+- The masks and :func:`~recsys_dist.models.masking.masked_softmax` they share:
+  ``models/masking.py``; Dice and the other activations of DIN: ``models/activations.py``.
 
 Shape letters used in the docstrings:
 
@@ -34,198 +33,21 @@ from typing import Any
 
 import tensorflow as tf
 
+from recsys_dist.models.activations import ACTIVATIONS, Dice, activation_layer
 from recsys_dist.models.blocks import (
     InitializerLike,
     _serialize,
     derive_seed,
     seeded_initializer,
 )
+from recsys_dist.models.masking import bool_mask, check_choice, is_positive_int, masked_softmax
 
-#: Activation names accepted by :func:`activation_layer` (and TargetAttention).
-ACTIVATIONS = ("dice", "prelu", "relu", "sigmoid")
 #: Score normalizations of :class:`TargetAttention`.
 NORMALIZATIONS = ("none", "softmax")
 #: Feed-forward activations of :class:`TransformerEncoderLayer`.
 FFN_ACTIVATIONS = ("leaky_relu", "gelu", "relu")
 #: Negative slope of the ``"leaky_relu"`` feed-forward activation (``tf.nn.leaky_relu``'s).
 LEAKY_RELU_ALPHA = 0.2
-
-
-def _is_positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _check_choice(where: str, name: str, value: object, allowed: tuple[str, ...]) -> None:
-    """Raises ValueError naming ``where``'s argument ``name`` unless ``value`` is allowed."""
-    if value not in allowed:
-        raise ValueError(f"{where}{name} must be one of {', '.join(map(repr, allowed))}. "
-                         f"Received: {name}={value!r}")
-
-
-def _bool_mask(mask: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:
-    """``mask`` as bool, or all-true of ``like``'s shape minus its last axis when None."""
-    if mask is None:
-        return tf.ones(tf.shape(like)[:-1], tf.bool)
-    mask = tf.convert_to_tensor(mask)
-    if mask.dtype == tf.bool:
-        return mask
-    return tf.not_equal(mask, tf.zeros([], mask.dtype))
-
-
-def masked_softmax(logits: tf.Tensor, mask: tf.Tensor, axis: int = -1) -> tf.Tensor:
-    """Softmax of ``logits`` over the positions where ``mask`` is true, 0 elsewhere.
-
-    ``w_l = exp(s_l - m) / sum_{j real} exp(s_j - m)`` for real l, with m the maximum over
-    real positions; a slice without any real position is all zeros. Padding logits may be
-    anything finite: they never reach an ``exp``, so the gradient is finite too.
-
-    Args:
-      logits: Scores, any shape.
-      mask: Bool mask broadcastable to ``logits``.
-      axis: Axis to normalise over.
-
-    Returns:
-      Weights of ``logits``' shape and dtype, summing to 1 along ``axis`` (or 0 when the
-      slice has no real position).
-
-    Example:
-      >>> masked_softmax(tf.constant([[0.0, 0.0, 9.0]]), tf.constant([[True, True, False]]))
-      <tf.Tensor: shape=(1, 3), dtype=float32, numpy=array([[0.5, 0.5, 0. ]], dtype=float32)>
-    """
-    mask = tf.broadcast_to(mask, tf.shape(logits))
-    lowest = tf.fill(tf.shape(logits), logits.dtype.min)
-    largest = tf.reduce_max(tf.where(mask, logits, lowest), axis=axis, keepdims=True)
-    any_real = tf.reduce_any(mask, axis=axis, keepdims=True)
-    largest = tf.stop_gradient(tf.where(any_real, largest, tf.zeros_like(largest)))
-    # exp(0) = 1 at padding positions, then multiplied by 0: no overflow, no NaN gradient.
-    shifted = tf.where(mask, logits - largest, tf.zeros_like(logits))
-    exps = tf.exp(shifted) * tf.cast(mask, logits.dtype)
-    total = tf.reduce_sum(exps, axis=axis, keepdims=True)
-    return exps / tf.where(total > 0, total, tf.ones_like(total))
-
-
-class Dice(tf.keras.layers.Layer):
-    """DIN's data-adaptive activation (Zhou et al., 2018, "Deep Interest Network").
-
-    ``p = sigmoid((x - E[x]) / sqrt(Var[x] + epsilon))`` and
-    ``f(x) = p * x + (1 - p) * alpha * x``, per unit (last axis), with a learned
-    ``alpha`` initialised to 0 (as in DeepCTR and the authors' code).
-
-    ``E[x]`` and ``Var[x]`` are the (biased) mean and variance over every axis but the
-    last, taken over real positions only, when ``training=True``; each training call also
-    moves ``moving_mean`` / ``moving_variance`` towards them by ``1 - momentum`` (not when
-    the batch has no real position). Otherwise the moving statistics are used. This is
-    BatchNormalization without scale and shift (``center=False, scale=False``), as in
-    DeepCTR's ``Dice``, plus a mask.
-
-    Args:
-      epsilon: Added to the variance (> 0); the paper's 1e-8.
-      momentum: Momentum of the moving statistics, in [0, 1); Keras
-        BatchNormalization's 0.99.
-
-    Call args:
-      inputs: ``[..., N]`` float tensor, e.g. ``[B, N]`` or ``[B, L, N]``.
-      training: Batch statistics (True) or moving statistics (False / None).
-      mask: Optional ``inputs.shape[:-1]`` mask; padding rows do not enter the batch
-        statistics. Taken from a Keras mask on ``inputs`` when not given.
-
-    Returns:
-      ``f(inputs)``, same shape.
-
-    Example:
-      >>> dice = Dice()
-      >>> dice(tf.constant([[0.0], [2.0]]), training=True).numpy()  # p = sigmoid(-1), sigmoid(1)
-      array([[0.       ],
-             [1.4621172]], dtype=float32)
-    """
-
-    def __init__(self, epsilon: float = 1e-8, momentum: float = 0.99, **kwargs: Any):
-        super().__init__(**kwargs)
-        if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or epsilon <= 0:
-            raise ValueError(f"Dice epsilon must be a positive number. "
-                             f"Received: epsilon={epsilon!r}")
-        if not isinstance(momentum, (int, float)) or not 0.0 <= momentum < 1.0:
-            raise ValueError(f"Dice momentum must be in [0, 1). Received: momentum={momentum!r}")
-        self.epsilon = float(epsilon)
-        self.momentum = float(momentum)
-        self.supports_masking = True
-
-    def build(self, input_shape: tf.TensorShape) -> None:
-        units = tf.TensorShape(input_shape)[-1]
-        if units is None:
-            raise ValueError(f"Dice needs a known last dimension. "
-                             f"Received: input_shape={input_shape}")
-        units = int(units)
-        self.alpha = self.add_weight(name="alpha", shape=[units], initializer="zeros")
-        # The variables Keras BatchNormalization makes for its moving statistics.
-        stat_kwargs = dict(shape=[units], trainable=False, experimental_autocast=False,
-                           synchronization=tf.VariableSynchronization.ON_READ,
-                           aggregation=tf.VariableAggregation.MEAN)
-        self.moving_mean = self.add_weight(name="moving_mean", initializer="zeros",
-                                           **stat_kwargs)
-        self.moving_variance = self.add_weight(name="moving_variance", initializer="ones",
-                                               **stat_kwargs)
-        super().build(input_shape)
-
-    def _batch_moments(self, inputs: tf.Tensor, mask: tf.Tensor | None
-                       ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        axes = list(range(inputs.shape.rank - 1))
-        weight = tf.cast(_bool_mask(mask, inputs), inputs.dtype)[..., tf.newaxis]
-        count = tf.reduce_sum(weight * tf.ones_like(inputs), axis=axes)
-        real = tf.where(weight > 0, inputs, tf.zeros_like(inputs))
-        mean = tf.math.divide_no_nan(tf.reduce_sum(real, axis=axes), count)
-        variance = tf.math.divide_no_nan(
-            tf.reduce_sum(weight * tf.square(real - mean), axis=axes), count)
-        return mean, variance, count
-
-    def call(self, inputs: tf.Tensor, training: bool | None = None,
-             mask: tf.Tensor | None = None) -> tf.Tensor:
-        def batch_statistics() -> tuple[tf.Tensor, tf.Tensor]:
-            mean, variance, count = self._batch_moments(inputs, mask)
-            decay = (1.0 - self.momentum) * tf.cast(count > 0, inputs.dtype)
-            self.moving_mean.assign_sub((self.moving_mean - mean) * decay)
-            self.moving_variance.assign_sub((self.moving_variance - variance) * decay)
-            return mean, variance
-
-        def moving_statistics() -> tuple[tf.Tensor, tf.Tensor]:
-            return (tf.convert_to_tensor(self.moving_mean),
-                    tf.convert_to_tensor(self.moving_variance))
-
-        mean, variance = tf.__internal__.smart_cond.smart_cond(
-            False if training is None else training, batch_statistics, moving_statistics)
-        p = tf.sigmoid((inputs - mean) * tf.math.rsqrt(variance + self.epsilon))
-        return p * inputs + (1.0 - p) * self.alpha * inputs
-
-    def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
-        return tf.TensorShape(input_shape)
-
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "epsilon": self.epsilon, "momentum": self.momentum}
-
-
-def activation_layer(activation: str, name: str | None = None) -> tf.keras.layers.Layer:
-    """Returns a new layer for the activation called ``activation``.
-
-    - ``"dice"``: :class:`Dice`.
-    - ``"prelu"``: ``tf.keras.layers.PReLU`` with ``alpha`` initialised to 0 (Keras's
-      default and the DIN authors' code; so it starts as a ReLU). One ``alpha`` per unit
-      of a ``[B, N]`` input.
-    - ``"relu"``, ``"sigmoid"``: ``tf.keras.layers.Activation``.
-
-    Args:
-      activation: One of :data:`ACTIVATIONS`.
-      name: Name of the layer.
-
-    Example:
-      >>> activation_layer("prelu")(tf.constant([[-1.0, 2.0]])).numpy()
-      array([[0., 2.]], dtype=float32)
-    """
-    _check_choice("", "activation", activation, ACTIVATIONS)
-    if activation == "dice":
-        return Dice(name=name)
-    if activation == "prelu":
-        return tf.keras.layers.PReLU(alpha_initializer="zeros", name=name)
-    return tf.keras.layers.Activation(activation, name=name)  # relu, sigmoid
 
 
 class TargetAttention(tf.keras.layers.Layer):
@@ -276,11 +98,11 @@ class TargetAttention(tf.keras.layers.Layer):
                  **kwargs: Any):
         super().__init__(**kwargs)
         units = list(hidden_units) if isinstance(hidden_units, (list, tuple)) else None
-        if not units or not all(_is_positive_int(u) for u in units):
+        if not units or not all(is_positive_int(u) for u in units):
             raise ValueError(f"TargetAttention hidden_units must be a non-empty list of "
                              f"positive integers. Received: hidden_units={hidden_units!r}")
-        _check_choice("TargetAttention ", "activation", activation, ACTIVATIONS)
-        _check_choice("TargetAttention ", "normalization", normalization, NORMALIZATIONS)
+        check_choice("TargetAttention ", "activation", activation, ACTIVATIONS)
+        check_choice("TargetAttention ", "normalization", normalization, NORMALIZATIONS)
         self.hidden_units = units
         self.activation = activation
         self.normalization = normalization
@@ -314,7 +136,7 @@ class TargetAttention(tf.keras.layers.Layer):
                 and query.shape[-1] != keys.shape[-1]):
             raise ValueError(f"TargetAttention query and keys must have the same dim D. "
                              f"Received: query.shape={query.shape}, keys.shape={keys.shape}")
-        mask = _bool_mask(mask, keys)                                      # [B, L]
+        mask = bool_mask(mask, keys)                                      # [B, L]
         keys = tf.where(mask[..., tf.newaxis], keys, tf.zeros_like(keys))
         # The unit runs on the real positions only, one row per (example, position), so
         # Dice and PReLU keep one parameter per unit and padding costs nothing.
@@ -396,16 +218,16 @@ class TransformerEncoderLayer(tf.keras.layers.Layer):
                  bias_initializer: InitializerLike = "zeros", seed: int | None = None,
                  **kwargs: Any):
         super().__init__(**kwargs)
-        if not _is_positive_int(num_heads):
+        if not is_positive_int(num_heads):
             raise ValueError(f"TransformerEncoderLayer num_heads must be a positive integer. "
                              f"Received: num_heads={num_heads!r}")
-        if ffn_units is not None and not _is_positive_int(ffn_units):
+        if ffn_units is not None and not is_positive_int(ffn_units):
             raise ValueError(f"TransformerEncoderLayer ffn_units must be None or a positive "
                              f"integer. Received: ffn_units={ffn_units!r}")
         if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"TransformerEncoderLayer dropout must be in [0, 1). "
                              f"Received: dropout={dropout!r}")
-        _check_choice("TransformerEncoderLayer ", "ffn_activation", ffn_activation,
+        check_choice("TransformerEncoderLayer ", "ffn_activation", ffn_activation,
                       FFN_ACTIVATIONS)
         self.num_heads = num_heads
         self.ffn_units = ffn_units
@@ -465,7 +287,7 @@ class TransformerEncoderLayer(tf.keras.layers.Layer):
 
     def call(self, inputs: tf.Tensor, mask: tf.Tensor | None = None,
              training: bool | None = None) -> tf.Tensor:
-        mask = _bool_mask(mask, inputs)                                    # [B, L]
+        mask = bool_mask(mask, inputs)                                    # [B, L]
         real = mask[..., tf.newaxis]
         x = tf.where(real, inputs, tf.zeros_like(inputs))
         query = self._split_heads(self.query_dense(x))
@@ -524,7 +346,7 @@ class PositionEmbedding(tf.keras.layers.Layer):
                  seed: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         for key, value in (("max_length", max_length), ("dim", dim)):
-            if not _is_positive_int(value):
+            if not is_positive_int(value):
                 raise ValueError(f"PositionEmbedding {key} must be a positive integer. "
                                  f"Received: {key}={value!r}")
         self.max_length = max_length
@@ -555,7 +377,7 @@ class PositionEmbedding(tf.keras.layers.Layer):
             outputs = inputs + self.table[tf.newaxis, :length]
         if mask is None:
             return outputs
-        real = _bool_mask(mask, inputs)[..., tf.newaxis]
+        real = bool_mask(mask, inputs)[..., tf.newaxis]
         return tf.where(real, outputs, tf.zeros_like(outputs))
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:

@@ -44,14 +44,9 @@ import tensorflow as tf
 from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.schema import did_you_mean
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
-from recsys_dist.models.dynamic_table import (
-    DynamicTable,
-    ShardGroup,
-    dynamic_table,
-    lookup_tables,
-    shard_devices,
-)
-from recsys_dist.models.sharding import dynamic_shards, embedding_tables
+from recsys_dist.models.dynamic_lookup import lookup_tables
+from recsys_dist.models.dynamic_table import DynamicTable, ShardGroup, dynamic_table, shard_devices
+from recsys_dist.models.sharding import current_placement, dynamic_shards, embedding_tables
 
 
 def _shards(table: tf.Variable) -> tf.Variable | list[tf.Variable]:
@@ -169,23 +164,7 @@ class _StackInitializer(tf.keras.initializers.Initializer):
 def _lookup(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
     """Rows ``[N, D]`` of ``table`` for 1-D ``ids`` ``[N]``; each distinct id is read once."""
     unique_ids, index = tf.unique(ids)
-    return tf.gather(tf.nn.embedding_lookup(_shards(_replica_copy(table)), unique_ids), index)
-
-
-def _replica_copy(table: tf.Variable) -> tf.Variable:
-    """Under ``MirroredStrategy`` (one process or several), this replica's own copy of a
-    mirrored table, else the table.
-
-    A gather through the ``MirroredVariable`` itself reads the whole table, and the step's
-    sparse update of a table that is still referenced copies all of it first: a 6M x 16
-    table's step took 36 ms against 2.8 ms through the replica's copy (gradients and
-    updates are the same; ``cluster/mirrored.py``).
-    """
-    if (isinstance(tf.distribute.get_strategy(), (tf.distribute.MirroredStrategy,
-                                                  tf.distribute.MultiWorkerMirroredStrategy))
-            and hasattr(table, "_get_on_device_or_primary")):
-        return table._get_on_device_or_primary()  # pylint: disable=protected-access
-    return table
+    return tf.gather(tf.nn.embedding_lookup(_shards(table), unique_ids), index)
 
 
 def _present(ids: tf.Tensor, weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -266,6 +245,7 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                  seed: int | None = None, keep_sequences: bool = False,
                  name: str = "feature_embeddings", **kwargs: Any):
         super().__init__(name=name, **kwargs)
+        self._placement = current_placement()  # how a replica reads the tables
         feature_names = list(feature_names)
         check_feature_names(features, feature_names)
         if dim_override is not None and (not isinstance(dim_override, int) or dim_override < 1):
@@ -352,7 +332,8 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
             names = [n for n, t in self._feature_tables.items() if t in stack.layout]
             offsets = [stack.layout[self._feature_tables[n]][0] for n in names]
             sparse.update(self._gather(features, names, offsets,
-                                       lambda ids, stack=stack: _lookup(stack.variable, ids)))
+                                       lambda ids, stack=stack: _lookup(
+                                           self._placement.local_copy(stack.variable), ids)))
         if self._dynamic_tables:
             sparse.update(self._dynamic_lookup(features, bool(training)))
         sparse = {name: sparse[name] for name in self._feature_tables}

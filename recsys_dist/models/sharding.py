@@ -1,4 +1,9 @@
-"""Which variables the parameter-server strategy may shard: embedding tables only.
+"""Where a model's variables go: which the parameter-server strategy may shard (embedding
+tables only), how many shards a dynamic table has, and the :class:`Placement` the cluster
+layer gives a model it builds. The models themselves know no strategy: they ask this
+module, which the cluster fills in (``cluster/placement.py``).
+
+Tables only are sharded.
 
 ``ParameterServerStrategy`` asks its ``variable_partitioner`` about every variable
 created under its scope, dense kernels included. Sharding a dense kernel buys nothing
@@ -64,3 +69,48 @@ def dynamic_table_shards(count: int) -> Iterator[None]:
 def dynamic_shards() -> int:
     """The shard count :func:`dynamic_table_shards` set (default 1)."""
     return getattr(_scope, "dynamic_shards", 1)
+
+
+class Placement:
+    """Where a model's variables live and how a replica reads them. This one, the
+    default, keeps everything in this process; the cluster layer gives a model built
+    under a distribution strategy its own (``cluster/placement.py``), through
+    :func:`placed`. Layers take the placement in force when they are built.
+    """
+
+    def server_count(self) -> int | None:
+        """Parameter servers the variables are spread over (None: no servers)."""
+        return None
+
+    def shard_devices(self, count: int) -> list[str | None]:
+        """The device of each of ``count`` shards of a dynamic table (None: this
+        process's device)."""
+        return [None] * count
+
+    def variables_on(self, device: str | None, name: str):
+        """A scope whose variables are created on ``device``."""
+        return tf.device(device) if device is not None else contextlib.nullcontext()
+
+    def local_copy(self, table: tf.Variable) -> tf.Variable:
+        """The variable a replica reads a table through (a replica's own copy of a
+        mirrored table; else the table)."""
+        return table
+
+
+_DEFAULT_PLACEMENT = Placement()
+
+
+@contextlib.contextmanager
+def placed(placement: Placement) -> Iterator[None]:
+    """Models built inside place their variables by ``placement``."""
+    previous = current_placement()
+    _scope.placement = placement
+    try:
+        yield
+    finally:
+        _scope.placement = previous
+
+
+def current_placement() -> Placement:
+    """The placement :func:`placed` set (default: everything in this process)."""
+    return getattr(_scope, "placement", _DEFAULT_PLACEMENT)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import glob
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -41,6 +42,8 @@ COMPILER_ADVICE = (
     "and needs a C++20 compiler for that: g++ 10 or newer (Debian/Ubuntu: "
     "`apt-get install g++`; RHEL/Fedora: `dnf install gcc-c++`), or set CXX to another "
     "C++20 compiler such as clang++ 12 or newer")
+
+log = logging.getLogger(__name__)
 
 
 class OpBuildError(RecsysError):
@@ -146,9 +149,8 @@ def library_path(quiet: bool = True) -> str:
         temporary = f"{target}.{os.getpid()}.tmp"
         command = compile_command(cxx, SOURCES, temporary)
         if not quiet:
-            print(f"recsys_dist: building the Parquet op library ({os.path.basename(target)}) "
-                  "for the installed TensorFlow and pyarrow, about a minute ...",
-                  file=sys.stderr, flush=True)
+            log.info("recsys_dist: building the Parquet op library (%s) for the installed "
+                     "TensorFlow and pyarrow, about a minute ...", os.path.basename(target))
         began = time.monotonic()
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
@@ -166,12 +168,12 @@ def library_path(quiet: bool = True) -> str:
                 except OSError:
                     pass
         if not quiet:
-            print(f"recsys_dist: built in {time.monotonic() - began:.0f} s", file=sys.stderr,
-                  flush=True)
+            log.info("recsys_dist: built in %.0f s", time.monotonic() - began)
     return target
 
 
 def main() -> int:
+    logging.basicConfig(stream=sys.stderr, format="%(message)s", level=logging.INFO)
     try:
         path = library_path(quiet=False)
     except OpBuildError as exc:

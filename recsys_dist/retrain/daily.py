@@ -26,6 +26,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -43,6 +44,8 @@ from recsys_dist.retrain.templates import render
 GATED_EXIT = 5
 DECISION = "decision.json"
 WARM_START = "warm_start.json"  # what a fresh day's run started from
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +166,7 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
     if finish_held and _held(pubs, previous):
         # The default schedule holds out the next day, which exists only a day later: a
         # day is trained on its date and gated and published on the next run.
-        print(f"finish   {previous} was held for its held-out partition; finishing it first")
+        log.info(f"finish\t{previous} was held for its held-out partition; finishing it first")
         retrain_day(config_path, overrides, previous, data_path, finish_held=False)
     day = {"data.train": {"dates": train_range}, "data.eval": {"dates": eval_range}}
     if data_path is not None:
@@ -175,7 +178,7 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
         message = (f"{date} trained (step {step:,}) but not published: the held-out "
                    f"partition {eval_range} is not there yet; rerun the same command once it "
                    "lands")
-        print(f"held     {message}")
+        log.info(f"held\t{message}")
         return DayOutcome(date, "held", message)
     new_metrics, comparison, gate_message = None, None, "ungated"
     if plan.eval_present:
@@ -209,14 +212,14 @@ def _already_done(pubs: Publications, date: datetime.date) -> DayOutcome | None:
     """The outcome of a day that was published or decided before (reruns are no-ops)."""
     if pubs.is_published(date):
         message = f"{date} is already published in {pubs.directory(date)}; nothing to do"
-        print(f"done     {message}")
+        log.info(f"done\t{message}")
         return DayOutcome(date, "already_published", message)
     decision_path = f"{pubs.run_dir(date)}/{DECISION}"
     if not storage_io.exists(decision_path):
         return None
     decision = _read_json(decision_path)
     message = f"{date} was already decided: {decision['message']}; nothing to do"
-    print(f"done     {message}")
+    log.info(f"done\t{message}")
     return DayOutcome(date, "already_" + decision["status"], message,
                       decision.get("exit_code", 0))
 
@@ -226,7 +229,7 @@ def _plan(config: ExperimentConfig, pubs: Publications, date: datetime.date,
     parent = pubs.latest_before(date)
     plan = _DayPlan(date, config, pubs, train_range, eval_range, _eval_present(config),
                     parent, pubs.manifest(parent) if parent else None)
-    print(f"retrain  {date}: train on {train_range}, hold out {eval_range}"
+    log.info(f"retrain\t{date}: train on {train_range}, hold out {eval_range}"
           + ("" if plan.eval_present else " (not there yet)")
           + f"; previous published model: {parent or 'none'}")
     return plan
@@ -285,7 +288,7 @@ def _gated(plan: _DayPlan, gate_message: str, comparison: dict | None) -> DayOut
     _write_json(f"{plan.run_dir}/{DECISION}", {"status": "gated", "message": message,
                                                "exit_code": GATED_EXIT,
                                                "comparison": comparison})
-    print(f"gated    {message}")
+    log.info(f"gated\t{message}")
     return DayOutcome(plan.date, "gated", message, GATED_EXIT)
 
 
@@ -316,7 +319,7 @@ def _publish(plan: _DayPlan, new_metrics: dict | None, comparison: dict | None,
     }
     plan.pubs.finish(date, manifest, texts)
     message = f"{date} published to {directory} ({gate_message})"
-    print(f"publish  {message}")
+    log.info(f"publish\t{message}")
     return DayOutcome(date, "published", message)
 
 

@@ -8,11 +8,14 @@ restart (the CLI starts itself again, which resumes from the last checkpoint).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Literal
 
 from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import SavedCheckpoint
 from recsys_dist.config.experiment import ExperimentConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,14 +37,14 @@ class RunOutcome:
     metrics: dict | None = None
 
 
-def print_eval(labels: list[str], metrics: dict) -> None:
+def log_eval(labels: list[str], metrics: dict) -> None:
     for label in labels:
         m = metrics["labels"][label]
-        line = f"eval     {label}: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}"
+        line = f"eval\t{label}: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}"
         if "oracle" in m:
             line += (f" | oracle AUC {m['oracle']['auc']:.4f}, logloss "
                      f"{m['oracle']['logloss']:.4f}")
-        print(line + f" ({metrics['rows']:,} rows)")
+        log.info("%s (%s rows)", line, f"{metrics['rows']:,}")
 
 
 def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
@@ -51,7 +54,7 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
 
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers)
-    print(f"train    {len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
+    log.info(f"train\t{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
           f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
           f"{', '.join(config.labels)}, model_dir {model_dir}")
     eval_input, oracle = None, {}
@@ -59,7 +62,7 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
         eval_input = prepare_input(config, "eval", workers,
                                    optional_extra_columns=oracle_candidates(config.labels))
         oracle = oracle_columns(config.labels, eval_input.extra_columns)
-        print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
+        log.info(f"eval\t{len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
               + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
     return train_input, eval_input, oracle
 
@@ -72,7 +75,7 @@ def _plan_validation(config: ExperimentConfig):
         return None
     validation = prepare_input(config, "validation", config.cluster.workers)
     spec = config.train.early_stopping
-    print(f"validate {len(validation.plan.files)} files, {validation.plan.total_rows:,} rows "
+    log.info(f"validate\t{len(validation.plan.files)} files, {validation.plan.total_rows:,} rows "
           f"after every epoch; stop after {spec.patience} epoch(s) without a gain in "
           f"{spec.metric}")
     return validation
@@ -96,6 +99,16 @@ def result_lines(result) -> list[str]:
                      + ("; stopped early" if stopping["stopped"] else ""))
     lines.extend(dynamic_table_lines(result.dynamic_tables))
     return lines
+
+
+def log_lines(lines: list[str]) -> None:
+    """Logs :func:`result_lines`: a line that starts with ``warning`` as a warning."""
+    for line in lines:
+        word, _, rest = line.partition(" ")
+        if word == "warning":
+            log.warning("%s", rest.lstrip())
+        else:
+            log.info("%s\t%s", word, rest.lstrip())
 
 
 #: A dynamic table whose fullest shard uses this share of its capacity gets a warning.
@@ -152,7 +165,7 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
     done = completed_run(config, train_input, model_dir)
     if done is not None:
         saved, position = done
-        print(f"done     {model_dir} already holds a complete run (checkpoint step "
+        log.info(f"done\t{model_dir} already holds a complete run (checkpoint step "
               f"{saved.step:,}, {position.finished_rows:,} of {position.total_rows:,} rows); "
               "nothing to do. Train into a new --model-dir, or raise train.epochs or "
               "train.max_steps to go on")
@@ -163,30 +176,29 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
     with cluster_failures_as_cluster_lost(synchronous), connect(
             config.cluster, log_dir_for(model_dir), config.train.embedding_shard_bytes
     ) as runtime:
-        print(f"cluster  {runtime.describe()}")
+        log.info(f"cluster\t{runtime.describe()}")
         trainer = Trainer(config, runtime, train_input, model_dir, validation)
         resumed = trainer.resume()
         warm = None
         if resumed is not None:
             position = trainer.position
-            print(f"resume   from {resumed.directory}: step {resumed.step:,}, "
+            log.info(f"resume\tfrom {resumed.directory}: step {resumed.step:,}, "
                   f"{position.finished_rows:,} of {position.total_rows:,} rows done")
             if warm_start_from is not None:
-                print(f"warm     start from {warm_start_from.directory} skipped: this model "
+                log.info(f"warm\tstart from {warm_start_from.directory} skipped: this model "
                       "dir's own checkpoint goes on")
         elif warm_start_from is not None:
             report = trainer.warm_start(warm_start_from, on_table_resize)
             warm = warm_start_from.directory
-            print(f"warm     start from {warm}: step {trainer.step:,}, "
+            log.info(f"warm\tstart from {warm}: step {trainer.step:,}, "
                   f"{len(report.restored)} variables restored")
             for line in report.warnings():
-                print(f"warning  {line}")
+                log.warning("%s", line)
             for name, done in trainer.evict_unseen().items():
-                print(f"evict    table {name}: {done['evicted']:,} ids last seen before "
+                log.info(f"evict\ttable {name}: {done['evicted']:,} ids last seen before "
                       f"{done['oldest_day']} dropped, {done['kept']:,} kept")
         result = trainer.fit()
-        for line in result_lines(result):
-            print(line)
+        log_lines(result_lines(result))
         metrics = _finish(config, runtime, trainer, result, eval_input, oracle)
         return RunOutcome(False, trainer.step, resumed.directory if resumed else None, warm,
                           metrics)
@@ -198,7 +210,7 @@ def _finish(config: ExperimentConfig, runtime, trainer, result, eval_input, orac
     metrics = None
     if eval_input is not None and runtime.is_chief:
         metrics = _evaluate(config, runtime, trainer, eval_input, oracle)
-        print_eval(config.labels, metrics)
+        log_eval(config.labels, metrics)
     if runtime.is_chief:
         trainer.write_run_files(result, metrics)
     if runtime.lockstep:  # the other workers wait for the chief's evaluation
@@ -245,8 +257,8 @@ def _launch_workers(config: ExperimentConfig, model_dir: str, evaluate: bool,
     for name, text in resolved_files(config).items():
         with open(os.path.join(config_dir, name), "w", encoding="utf-8") as handle:
             handle.write(text)
-    print(f"cluster  {cluster.workers} worker processes (multi_worker_mirrored, synchronous); "
-          f"worker 0's output follows, the others log in {log_dir}", flush=True)
+    log.info(f"cluster\t{cluster.workers} worker processes (multi_worker_mirrored, synchronous); "
+          f"worker 0's output follows, the others log in {log_dir}")
     data = config.data
     run = CollectiveRun(os.path.join(config_dir, CONFIG_FILE),
                         data.path if data is not None and data.path_from_command_line else None,

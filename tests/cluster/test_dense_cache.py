@@ -22,7 +22,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from recsys_dist.data.synth import synthesize
+    from recsys_dist.data.synth_files import synthesize
 
     out = tmp_path_factory.mktemp("dense_cache_data")
     synthesize(out, days=3, rows_per_day=4_000, seed=9, rows_per_file=2_000,
@@ -49,7 +49,7 @@ def _train(tmp_path, data, runtime, refresh_steps):
     config = load_config(write_config(tmp_path, data, "dcn_v2"), overrides)
     pipeline = prepare_input(config, "train", 1)
     trainer = Trainer(config, runtime, pipeline, str(tmp_path / f"model_{refresh_steps}"))
-    result = trainer.fit(show_progress=False)
+    result = trainer.fit()
     assert result.steps == 24
     return trainer
 

@@ -26,7 +26,7 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     """Real servers: 2 workers admit the same new users concurrently, 2 shards."""
     import pyarrow.parquet as pq
 
-    from recsys_dist.data.synth import synthesize
+    from recsys_dist.data.synth_files import synthesize
     from recsys_dist.models.dynamic_table import DynamicTable
 
     data = tmp_path / "data"
@@ -195,7 +195,7 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
     day 2, and then admits day 3's; every id sits on its shard in a row of its own."""
     import pyarrow.parquet as pq
 
-    from recsys_dist.data.synth import synthesize
+    from recsys_dist.data.synth_files import synthesize
     from recsys_dist.models.dynamic_table import DynamicTable
 
     data = tmp_path / "data"
@@ -251,7 +251,7 @@ def test_train_warm_start_moves_a_dynamic_table_to_more_servers(tmp_path):
     its own day's ids, and its checkpoints record 3 shards."""
     import pyarrow.parquet as pq
 
-    from recsys_dist.data.synth import synthesize
+    from recsys_dist.data.synth_files import synthesize
     from recsys_dist.models.dynamic_table import DynamicTable
 
     data = tmp_path / "data"
@@ -311,7 +311,7 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
     admitted, though later passes read that row again."""
     import pyarrow.parquet as pq
 
-    from recsys_dist.data.synth import synthesize
+    from recsys_dist.data.synth_files import synthesize
 
     data = tmp_path / "data"
     synthesize(data, days=1, rows_per_day=6_000, seed=8, rows_per_file=3_000, users=20_000)
@@ -348,8 +348,10 @@ import tempfile
 import numpy as np, tensorflow as tf
 from recsys_dist.checkpoint.store import create_slots
 from recsys_dist.cluster.in_process import InProcessCluster
+from recsys_dist.cluster.placement import building_under
 from recsys_dist.config.features import TableSpec
-from recsys_dist.models.dynamic_table import (ShardGroup, dynamic_table, lookup_tables,
+from recsys_dist.models.dynamic_lookup import lookup_tables
+from recsys_dist.models.dynamic_table import (ShardGroup, dynamic_table,
                                               save_slots_of_rows_in_use, shard_devices,
                                               shared_across_layers)
 
@@ -358,7 +360,7 @@ batches = [tf.constant(b, tf.int64) for b in ([1, 2, 3, 4, 5, 1, 9], [2, 7, 8, 1
 
 def tables(strategy, seeds):
     # a table's vectors and its linear weights sharing one id index, and their optimizer
-    with strategy.scope():
+    with building_under(strategy):
         with shared_across_layers():
             group = ShardGroup.for_layer(shard_devices(2))
             deep = dynamic_table(spec, 4, 2, "random_uniform", seeds[0], "deep", group)
@@ -444,7 +446,7 @@ def test_a_tf_config_cluster_gives_a_dynamic_table_a_shard_per_server(tmp_path):
     ``TF_CONFIG`` (the config's ``cluster.ps`` is 1 there, and unused), its checkpoints
     record 2 shards, and the export (no servers) restores them."""
     from recsys_dist.cluster.local import free_ports
-    from recsys_dist.data.synth import synthesize
+    from recsys_dist.data.synth_files import synthesize
     from tests.support.processes import subprocess_env
 
     data = tmp_path / "data"

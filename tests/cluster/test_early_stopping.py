@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import yaml
 
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.paths import CLI
 from tests.support.run_configs import zoo_config
 from tests.support.train_run import TrainRun

@@ -17,7 +17,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.configs import changed
 from tests.support.paths import CLI
 from tests.support.run_configs import SMALL_FEATURES as FEATURES

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.configs import changed
 from tests.support.paths import BIN
 from tests.support.run_configs import ZOO_FEATURES, zoo_config

@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.paths import CLI
 from tests.support.run_configs import EPOCHS, EVERY
 from tests.support.run_configs import small_run_config as write_config

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys_dist.cluster.local import free_ports
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.paths import CLI
 from tests.support.run_configs import COLLECTIVE, small_run_config
 from tests.support.state import assert_same_state, checkpoint

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.run_configs import SMALL_FEATURES, small_run_config
 from tests.support.train_run import TrainRun
 

@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.configs import changed
 from tests.support.data import upload_dir
 from tests.support.paths import CLI

@@ -12,7 +12,7 @@ import pytest
 from recsys_dist.config import load_config
 from recsys_dist.data.input_fn import prepare_input
 from recsys_dist.data.read_pass import check_exactly_once, read_pass_on_cluster
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.data import upload_dir
 from tests.support.paths import DEMO_CONFIG
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.configs import DELETE, changed
 from tests.support.paths import CLI, REPO
 from tests.support.run_configs import SMALL_FEATURES as FEATURES

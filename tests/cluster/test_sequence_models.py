@@ -315,8 +315,8 @@ def test_export_serves_padded_histories_as_evaluate_scores_them(setup, evaluated
 
 def test_daily_retraining_warm_starts_din_from_the_published_run(setup):
     """The din run published by hand as FIRST_DAY's model (as test_offline_eval.py does);
-    ``recsys-dist retrain --date NEXT_DAY`` trains NEXT_DAY from it, on a cluster inside the
-    command's process, and scores both models on the day after."""
+    ``recsys-dist retrain --date NEXT_DAY`` trains NEXT_DAY from it, on a local cluster of
+    server processes, and scores both models on the day after."""
     tmp, data, config, _ = setup
     root = tmp / "root"
     first = root / "runs" / FIRST_DAY
@@ -330,7 +330,7 @@ def test_daily_retraining_warm_starts_din_from_the_published_run(setup):
 
     done = cli("retrain", "--config", config, "--date", NEXT_DAY,
                "--set", f"retrain.root={root}", "--set", "retrain.gate.max_drop=1.0",
-               "--set", "cluster.mode=in_process")
+               "--set", "cluster.mode=local")
     warm = re.search(r"^warm +start from (\S+): step ([\d,]+)", done.stdout, re.M)
     assert warm and warm.group(1) == str(checkpoint), done.stdout[-3000:]
     assert int(warm.group(2).replace(",", "")) == step

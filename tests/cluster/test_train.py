@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist.cluster.local import child_pids
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from recsys_dist.models.embedding import FeatureEmbeddings
 from tests.support.data import upload_dir
 from tests.support.paths import CLI
@@ -67,7 +67,7 @@ def test_every_model_trains_and_held_out_logloss_goes_down(tmp_path, data, runti
     trainer, evaluation = _trainer(tmp_path, data, runtime, model)
     oracle = {"click": "oracle_logit"}
     before = held_out(trainer, evaluation, oracle)
-    result = trainer.fit(show_progress=False)
+    result = trainer.fit()
     after = held_out(trainer, evaluation, oracle)
     assert result.examples == 2 * 12_000 and result.steps >= 2 * 12_000 // 256
     for label in trainer.config.labels:
@@ -121,7 +121,7 @@ def test_nulls_and_list_columns_train_from_local_disk_and_s3(tmp_path, data, run
         trainer, evaluation = _trainer(run, root, runtime, "dcn_v2", epochs=1)
         assert trainer.pipeline.transform.column_dtypes["tags"] == "list<int64>"
         before = held_out(trainer, evaluation, {"click": "oracle_logit"})
-        result = trainer.fit(show_progress=False)
+        result = trainer.fit()
         after = held_out(trainer, evaluation, {"click": "oracle_logit"})
         assert result.examples == 12_000, where  # every row: nulls are values, not bad rows
         click_before, click_after = before["labels"]["click"], after["labels"]["click"]
@@ -148,7 +148,7 @@ def test_a_linear_optimizer_updates_only_the_linear_parts_tables(tmp_path, data,
     linear = {v.ref() for v in model.linear_variables}
     assert linear and linear < {v.ref() for v in model.embedding_variables}
     before = {v.ref(): v.numpy() for v in model.embedding_variables}
-    trainer.fit(show_progress=False)
+    trainer.fit()
     moved = {v.ref() for v in model.embedding_variables if (v.numpy() != before[v.ref()]).any()}
     assert moved == linear
     for variable in model.linear_variables:
@@ -169,7 +169,7 @@ def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data
     assert ({v.ref() for v in trainer.model.embedding_variables}
             == {shard.ref() for s in stacks for shard in s.variable.variables})
     # Optimizer slots live with their shard.
-    trainer.fit(show_progress=False)
+    trainer.fit()
     for variable in trainer.model.embedding_variables:
         slot = trainer.optimizers.embedding.get_slot(variable, "accumulator")
         assert slot.device == variable.device
@@ -228,11 +228,12 @@ def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, r
     import tensorflow as tf
 
     from recsys_dist.checkpoint.store import CheckpointManager, local_prefix, restore
+    from recsys_dist.cluster.placement import building_under
     from recsys_dist.config.features import TableSpec
     from recsys_dist.models.dynamic_table import DynamicTable
 
     spec = TableSpec("user", 8, "dynamic", capacity_per_shard=5000)
-    with runtime.strategy.scope():
+    with building_under(runtime.strategy):
         table = DynamicTable(spec, 8, shards=2, seed=1)
     assert sorted(s.emb.device.split("/device")[0] for s in table.shards) == [
         "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]

@@ -29,13 +29,12 @@ from typing import Any
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_registry import registered_model
-from recsys_dist.models.dynamic_table import parameter_server_count, shared_across_layers
-from recsys_dist.models.sharding import dynamic_table_shards
+from recsys_dist.models.dynamic_table import shared_across_layers
+from recsys_dist.models.sharding import current_placement, dynamic_table_shards
 from recsys_dist.models.zoo import bst, dcn_v2, deepfm, din, dlrm, lr, mmoe, wide_deep  # noqa: F401  bound
 from recsys_dist.models.zoo.ranking_model import MODELS, RankingModel, model_class, zoo_model
 
-__all__ = ["MODELS", "RankingModel", "build_from_config", "build_model",
-           "default_dynamic_shards", "zoo_model"]
+__all__ = ["MODELS", "RankingModel", "build_from_config", "build_model", "zoo_model"]
 
 
 def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]],
@@ -77,25 +76,20 @@ def build_from_config(config: ExperimentConfig, dynamic_shards: int | None = Non
                       ) -> RankingModel:
     """Builds the experiment's model with all its variables, seeded by ``train.seed``.
 
-    Under a strategy's ``scope()`` the variables are created where the strategy puts
-    them (the tables sharded over the parameter servers).
+    The variables go where the placement in force puts them (``models/sharding.py``;
+    build under ``cluster.placement.building_under(strategy)`` on a cluster).
 
     Args:
-      config: The experiment config.
+      config: The experiment config (its features, inputs, labels, model and seed).
       dynamic_shards: Shards of each dynamic table. To restore a checkpoint, the count it
         was saved with (:func:`~recsys_dist.checkpoint.store.saved_dynamic_shards`),
-        whatever the number of parameter servers now; by default
-        :func:`default_dynamic_shards`.
+        whatever the number of parameter servers now; by default one per parameter
+        server of the placement, else 1.
     """
-    with dynamic_table_shards(dynamic_shards or default_dynamic_shards(config)):
+    shards = dynamic_shards or current_placement().server_count() or 1
+    with dynamic_table_shards(shards):
         model = build_model(config.model.name, config.features, config.inputs, config.labels,
                             config.model.params, seed=config.train.seed)
     model.create_variables()
     return model
 
-
-def default_dynamic_shards(config: ExperimentConfig) -> int:
-    """The shards a new run gives each dynamic table: one per parameter server of the
-    ``ParameterServerStrategy`` in scope (``cluster.ps``, or the ``TF_CONFIG``'s ps
-    tasks), else ``cluster.ps``."""
-    return parameter_server_count() or config.cluster.ps

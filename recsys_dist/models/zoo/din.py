@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_params import DINParams
-from recsys_dist.models.attention import TargetAttention, activation_layer
+from recsys_dist.models.activations import activation_layer
+from recsys_dist.models.attention import TargetAttention
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
 from recsys_dist.models.blocks import MLP, derive_seed
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head, zoo_model

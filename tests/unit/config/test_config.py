@@ -244,14 +244,15 @@ def test_an_invalid_date_is_a_config_error_in_the_file_in_a_set_and_from_code(tm
     assert (config.data.train.dates, config.data.eval.dates) == ("2026-01-02", "2026-01-05")
 
 
-def test_set_model_name_drops_the_params_of_the_files_model_with_a_note(tmp_path, capsys):
+def test_set_model_name_drops_the_params_of_the_files_model_with_a_note(tmp_path, caplog):
     path = model_with(tmp_path, {"model.params": {"cross_layers": 3, "deep_units": [32],
                                                   "dropout": 0.1}})
-    config = load_config(path, ["model.name=deepfm"])
+    with caplog.at_level("INFO", logger="recsys_dist"):
+        config = load_config(path, ["model.name=deepfm"])
     assert config.model.name == "deepfm" and config.model.params.dropout == 0.1
-    assert capsys.readouterr().err == (f"note: --set model.name=deepfm: dropped model.params "
-                                       f"cross_layers, deep_units of {path}, which deepfm does "
-                                       "not take\n")
+    assert caplog.messages == [f"note: --set model.name=deepfm: dropped model.params "
+                               f"cross_layers, deep_units of {path}, which deepfm does "
+                               "not take"]
     config = load_config(path, ["model.name=deepfm", "model.params.dropout=0.2"])
     assert config.model.params.dropout == 0.2
     with pytest.raises(ConfigError, match=r"^--set model.params.cross_layers=2: "

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recsys_dist.data import synth
+from recsys_dist.data import synth, synth_files
 
 NUMERIC = [f"I{i}" for i in range(1, 14)]
 INT_IDS = [f"C{i}" for i in range(1, 21)]
@@ -28,7 +28,7 @@ def dataset(tmp_path_factory):
     """Two days of 50k rows in 3 files per day with 4 row groups each."""
     out = tmp_path_factory.mktemp("synth")
     messages: list[str] = []
-    report = synth.synthesize(out, days=2, rows_per_day=ROWS_PER_DAY, seed=7,
+    report = synth_files.synthesize(out, days=2, rows_per_day=ROWS_PER_DAY, seed=7,
                               rows_per_file=20_000, row_groups_per_file=4,
                               progress=messages.append)
     return report, messages
@@ -46,7 +46,7 @@ def day1(dataset):
     return _read_day(report, report.days[1])
 
 
-def _read_day(report: synth.SynthReport, dt: str) -> pa.Table:
+def _read_day(report: synth_files.SynthReport, dt: str) -> pa.Table:
     files = [f for f in report.files if f"dt={dt}" in f]
     return pa.concat_tables([pq.read_table(f) for f in files])
 
@@ -106,21 +106,21 @@ def test_schema_is_exact_and_non_nullable(dataset, day0):
 
 
 def test_tiny_days_never_write_empty_files(tmp_path):
-    report = synth.synthesize(tmp_path, days=1, rows_per_day=1)
+    report = synth_files.synthesize(tmp_path, days=1, rows_per_day=1)
     assert [pq.ParquetFile(f).metadata.num_rows for f in report.files] == [1]
     assert pq.read_table(report.files[0]).schema.equals(synth.SCHEMA)
 
 
 def test_rerun_with_fewer_files_removes_stale_parts(tmp_path):
-    synth.synthesize(tmp_path, days=1, rows_per_day=3_000, rows_per_file=1_000)
-    report = synth.synthesize(tmp_path, days=1, rows_per_day=3_000, rows_per_file=2_000)
+    synth_files.synthesize(tmp_path, days=1, rows_per_day=3_000, rows_per_file=1_000)
+    report = synth_files.synthesize(tmp_path, days=1, rows_per_day=3_000, rows_per_file=2_000)
     on_disk = sorted(p.name for p in (tmp_path / f"dt={report.days[0]}").iterdir())
     assert on_disk == ["part-00000.parquet", "part-00001.parquet"]
 
 
 def test_same_seed_reproduces_and_other_seed_differs(tmp_path):
     def generate(name: str, seed: int, days: int) -> list[pa.Table]:
-        report = synth.synthesize(tmp_path / name, days=days, rows_per_day=3_000, seed=seed,
+        report = synth_files.synthesize(tmp_path / name, days=days, rows_per_day=3_000, seed=seed,
                                   rows_per_file=1_000)
         return [_comparable(_read_day(report, dt)) for dt in report.days]
 
@@ -255,7 +255,7 @@ def _top(values: np.ndarray, k: int) -> list:
 
 
 def test_start_date_names_partitions(tmp_path):
-    report = synth.synthesize(tmp_path, days=2, rows_per_day=10,
+    report = synth_files.synthesize(tmp_path, days=2, rows_per_day=10,
                               start_date=datetime.date(2025, 12, 31))
     assert report.days == ["2025-12-31", "2026-01-01"]
     assert len(report.files) == 4 and all(os.path.exists(f) for f in report.files)
@@ -269,16 +269,16 @@ def test_bad_arguments_are_rejected(tmp_path, name, value):
     kwargs = {"days": 1, "rows_per_day": 10, name: value}
     with pytest.raises(ValueError, match=rf"^{name} must be an integer >= \d, got "
                                          rf"{re.escape(repr(value))}$"):
-        synth.synthesize(tmp_path, **kwargs)
+        synth_files.synthesize(tmp_path, **kwargs)
     assert not list(tmp_path.iterdir())
 
 
 def test_the_user_pool_is_a_parameter(tmp_path):
-    few = synth.synthesize(tmp_path / "few", days=1, rows_per_day=4000, seed=3, users=50)
-    many = synth.synthesize(tmp_path / "many", days=1, rows_per_day=4000, seed=3,
+    few = synth_files.synthesize(tmp_path / "few", days=1, rows_per_day=4000, seed=3, users=50)
+    many = synth_files.synthesize(tmp_path / "many", days=1, rows_per_day=4000, seed=3,
                             users=5_000_000)
     distinct = [len(set(pq.read_table(r.files).column("user_id").to_pylist()))
                 for r in (few, many)]
     assert distinct[0] <= 50 < 2000 < distinct[1]
     with pytest.raises(ValueError, match="users must be an integer >= 1"):
-        synth.synthesize(tmp_path / "none", days=1, rows_per_day=10, users=0)
+        synth_files.synthesize(tmp_path / "none", days=1, rows_per_day=10, users=0)

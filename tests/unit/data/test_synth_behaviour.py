@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.parquet as pq
 
-from recsys_dist.data.synth import synthesize
 from recsys_dist.data.synth_behaviour import (
     HISTORY_SEEN,
     BehaviourGenerator,
     category_of,
     recent_matches,
 )
+from recsys_dist.data.synth_files import synthesize
 
 
 def test_rows_hold_aligned_histories_and_the_oracle_follows_the_matches(tmp_path):

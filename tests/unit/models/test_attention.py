@@ -14,15 +14,14 @@ import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS, so it must come befo
 import tensorflow as tf
 # isort: on
 
+from recsys_dist.models.activations import Dice, activation_layer
 from recsys_dist.models.attention import (
     LEAKY_RELU_ALPHA,
-    Dice,
     PositionEmbedding,
     TargetAttention,
     TransformerEncoderLayer,
-    activation_layer,
-    masked_softmax,
 )
+from recsys_dist.models.masking import masked_softmax
 
 EPS = 1e-8  # Dice's default epsilon
 

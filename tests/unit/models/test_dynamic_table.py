@@ -128,7 +128,8 @@ def test_only_rows_with_an_id_get_a_gradient():
 STEP_SCRIPT = """
 import tensorflow as tf
 from recsys_dist.config.features import TableSpec
-from recsys_dist.models.dynamic_table import DynamicTable, ShardGroup, lookup_tables
+from recsys_dist.models.dynamic_lookup import lookup_tables
+from recsys_dist.models.dynamic_table import DynamicTable, ShardGroup
 
 spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
 layers = []
@@ -255,7 +256,7 @@ def _sharing_tables(capacity: int = 16, admit_after: int = 1, shards: int = 2):
 def test_layers_that_read_one_table_share_its_id_index():
     """Both layers' keys are resolved once together: an id counts once per batch toward
     admission, gets one row in every layer, and each layer gathers its own vector."""
-    from recsys_dist.models.dynamic_table import lookup_tables
+    from recsys_dist.models.dynamic_lookup import lookup_tables
 
     deep, wide = _sharing_tables(admit_after=2)
     assert wide.index_owner is deep and deep.index_owner is deep
@@ -286,7 +287,7 @@ def test_layers_that_read_one_table_share_its_id_index():
 def test_the_packed_lookup_gives_each_row_the_gradient_of_its_reads(in_function):
     """Vectors go to the worker packed per server and gradients come back packed: each
     layer's row of an id still gets the sum of the upstream gradients of every read."""
-    from recsys_dist.models.dynamic_table import lookup_tables
+    from recsys_dist.models.dynamic_lookup import lookup_tables
 
     deep, wide = _sharing_tables(capacity=4)  # 2 shards of 4 rows: 8 fit, 9 and 10 refused
     batch = [keys(1, 2, 3, 1, 9, 5, 6), keys(3, 4, 7, 8, 3, 10)]
@@ -526,7 +527,7 @@ def test_a_warm_start_keeps_every_layers_row_of_a_shared_index(tmp_path, after):
     """Both layers' vectors of every id survive a warm start (re-sharded or not), still
     at one row per id; a checkpoint that kept an index per layer is refused by name."""
     from recsys_dist.checkpoint.warm_start import WarmStartError, warm_start
-    from recsys_dist.models.dynamic_table import lookup_tables
+    from recsys_dist.models.dynamic_lookup import lookup_tables
 
     deep, wide = _sharing_tables(capacity=40)
     ids = keys(*range(30))

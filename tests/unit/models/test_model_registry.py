@@ -133,13 +133,14 @@ def test_a_registered_model_is_in_the_zoo_and_its_config_validates(tmp_path, toy
         load_config(_write_config(tmp_path, {"model.inputs": {"wide": ["ad"]}}))
 
 
-def test_a_registered_model_trains_from_its_config(tmp_path, toy_mlp, capsys):
+def test_a_registered_model_trains_from_its_config(tmp_path, toy_mlp, caplog):
     from recsys_dist.train.run import train_run
 
     _write_data(tmp_path / "data")
     config = load_config(_write_config(tmp_path))
-    outcome = train_run(config, str(tmp_path / "model"))
-    output = capsys.readouterr().out
+    with caplog.at_level("INFO", logger="recsys_dist"):
+        outcome = train_run(config, str(tmp_path / "model"))
+    output = "\n".join(caplog.messages)
     assert "model toy_mlp" in output
     assert outcome.step == 4 * 1536 // 64, output
     auc = outcome.metrics["labels"]["click"]["auc"]

@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from recsys_dist import ops
 from recsys_dist.config.features import TableSpec
-from recsys_dist.models.dynamic_table import DynamicShard, _admit_ids
+from recsys_dist.models.dynamic_lookup import admit_ids
+from recsys_dist.models.dynamic_table import DynamicShard
 
 
 def shard(name: str, capacity: int, admit_after: int) -> DynamicShard:
@@ -22,7 +23,7 @@ def shard(name: str, capacity: int, admit_after: int) -> DynamicShard:
 def admit(shards, *key_lists):
     keys = tf.constant([k for ks in key_lists for k in ks], tf.int64)
     sizes = tf.constant([len(ks) for ks in key_lists], tf.int32)
-    return _admit_ids(shards, keys, sizes).numpy().tolist()
+    return admit_ids(shards, keys, sizes).numpy().tolist()
 
 
 def index_of(s: DynamicShard) -> dict[int, int]:
@@ -66,7 +67,7 @@ def test_passes_after_the_first_neither_count_nor_admit():
 
 def test_it_runs_in_a_function_and_gives_found_keys_their_rows():
     table = shard("t", capacity=100, admit_after=1)
-    step = tf.function(lambda keys: _admit_ids([table], keys, tf.size(keys)[None]))
+    step = tf.function(lambda keys: admit_ids([table], keys, tf.size(keys)[None]))
     first = step(tf.constant(np.arange(50), tf.int64)).numpy()
     again = step(tf.constant(np.arange(50)[::-1], tf.int64)).numpy()
     assert first.tolist() == list(range(50)) and again.tolist() == first[::-1].tolist()
@@ -81,7 +82,7 @@ def test_it_runs_in_a_function_and_gives_found_keys_their_rows():
 def test_bad_keys_or_sizes_are_refused_by_name(keys, sizes, message):
     table = shard("t", capacity=4, admit_after=1)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-        _admit_ids([table], tf.constant(keys, tf.int64), tf.constant(sizes, tf.int32))
+        admit_ids([table], tf.constant(keys, tf.int64), tf.constant(sizes, tf.int32))
 
 
 def test_a_wrong_resource_is_refused_naming_the_input():

@@ -12,13 +12,8 @@ import tensorflow as tf
 
 from recsys_dist import hashing, ops
 from recsys_dist.config.features import TableSpec
-from recsys_dist.models.dynamic_table import (
-    ShardGroup,
-    _lookup_tables_stock,
-    dynamic_table,
-    lookup_tables,
-    shared_across_layers,
-)
+from recsys_dist.models.dynamic_lookup import lookup_tables, lookup_tables_stock
+from recsys_dist.models.dynamic_table import ShardGroup, dynamic_table, shared_across_layers
 
 
 def stock_routing(keys: list[np.ndarray], index_of: list[int], servers: int):
@@ -88,7 +83,7 @@ def test_lookups_and_gradients_equal_the_stock_ops(shards):
         return [v.numpy() for v in vectors], [tf.convert_to_tensor(g).numpy() for g in grads]
 
     fused, fused_grads = vectors_and_grads(lambda t, k: lookup_tables(t, k, training=False))
-    stock, stock_grads = vectors_and_grads(_lookup_tables_stock)
+    stock, stock_grads = vectors_and_grads(lookup_tables_stock)
     for a, b in zip(fused, stock):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(fused_grads, stock_grads):
@@ -155,7 +150,7 @@ def test_a_bad_input_is_refused_with_its_message(name, kwargs, message):
 
 def test_stock_lookups_refuse_training():
     """The stock ops an export traces only look up; admission needs the kernels."""
-    from recsys_dist.models.dynamic_table import stock_row_ops
+    from recsys_dist.models.dynamic_lookup import stock_row_ops
 
     tables = _tables(1)
     with stock_row_ops(), pytest.raises(ValueError, match=r"stock_row_ops\(\) traces "

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import ops
-from recsys_dist.models.dynamic_table import _packed_rows, _packed_rows_stock
+from recsys_dist.models.dynamic_lookup import packed_rows, packed_rows_stock
 
 
 def random_rows(rng, sizes, capacity):
@@ -61,7 +61,7 @@ def test_packed_rows_match_numpy_and_the_stock_ops_with_their_gradients(sizes):
 
     def packed_and_grads(stock: bool):
         with tf.GradientTape() as tape:
-            pack = _packed_rows_stock if stock else _packed_rows
+            pack = packed_rows_stock if stock else packed_rows
             packed = pack(groups, rows, size_t, None)
             loss = tf.reduce_sum(packed * upstream)
         grads = tape.gradient(loss, variables)
@@ -83,7 +83,7 @@ def test_the_gradient_runs_in_a_function_and_reaches_only_live_rows():
     @tf.function
     def grad(rows):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(_packed_rows(groups, rows, tf.size(rows)[None], None))
+            loss = tf.reduce_sum(packed_rows(groups, rows, tf.size(rows)[None], None))
         return tf.convert_to_tensor(tape.gradient(loss, emb))
 
     out = grad(tf.constant([4, -1, 1], tf.int64)).numpy()

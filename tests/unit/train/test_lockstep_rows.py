@@ -1,4 +1,4 @@
-"""How ``multi_worker_mirrored`` workers share an item's rows (``trainer.worker_rows``):
+"""How ``multi_worker_mirrored`` workers share an item's rows (``lockstep_runner.worker_rows``):
 every row exactly once, each worker one contiguous range, and every worker's range needs
 the item's number of steps except when the item's last global batch is shorter than the
 number of workers."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from recsys_dist.train.trainer import worker_rows
+from recsys_dist.train.lockstep_runner import worker_rows
 
 
 @pytest.mark.parametrize("start, stop, workers", [

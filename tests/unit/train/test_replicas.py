@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent("""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from recsys_dist.train.trainer import replica_loss
+    from recsys_dist.train.step import replica_loss
     from recsys_dist.cluster.replicas import replica_slice
 
     rng = np.random.default_rng(0)

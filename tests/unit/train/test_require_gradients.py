@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from recsys_dist.train.trainer import require_gradients
+from recsys_dist.train.step import require_gradients
 
 
 def test_a_table_without_a_gradient_is_named():

@@ -1,0 +1,186 @@
+"""The training loop: hands out the data position's work items, collects them in order,
+ends passes, and logs, writes summaries and checkpoints when the cadence says.
+
+Dynamic sharding: the coordinator hands out work items (row ranges of at most
+``steps_per_call * batch_size`` rows) one per closure, to whichever worker is free. An
+item is finished when its closure returns, which makes the data position exact (see
+``train/data_position.py``): a checkpoint records the finished items, a killed worker's
+closure is re-run elsewhere by ``ClusterCoordinator`` (its item is read again from the
+start: at least once, at most one item per kill), and a resumed run schedules only
+what is left. Training stops when every item has run ``epochs`` times, or after
+``max_steps`` steps; there is no end-of-data ``OutOfRangeError`` to handle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from recsys_dist.cluster.collective import agree
+from recsys_dist.cluster.dispatch import InFlight, check_item_rows
+from recsys_dist.train.attempt import Attempt
+from recsys_dist.train.cadence import Cadence
+from recsys_dist.train.reporting import log_pass, progress_line, write_summaries
+from recsys_dist.train.result import TrainResult
+
+log = logging.getLogger(__name__)
+
+
+class TrainingLoop:
+    """One attempt of a run, driven from the coordinator.
+
+    Args:
+      trainer: The trainer: its runtime, data position, runner (``train_item``), metrics,
+        hooks and checkpoints.
+      writer: The summary writer.
+      sync_summaries: Uploads the summaries written so far (a remote model dir).
+    """
+
+    def __init__(self, trainer, writer, sync_summaries):
+        self.trainer, self.writer, self.sync_summaries = trainer, writer, sync_summaries
+        runtime = trainer.runtime
+        self.cadence = Cadence(trainer.config.train, trainer.step)
+        self.attempt = Attempt(trainer.step, max(8, 4 * runtime.num_workers), self.cadence)
+        self.in_flight = InFlight(runtime.coordinator, trainer.train_item,
+                                  2 * runtime.num_workers)
+
+    def run(self) -> TrainResult:
+        trainer, attempt, in_flight = self.trainer, self.attempt, self.in_flight
+        for hook in trainer.hooks:
+            hook.begin(attempt)
+        # The rate's first point is the loop's start, so the first finished item has a
+        # progress line (its rate counts the start-up) and items that finish together
+        # early never read as a burst of millions of examples per second.
+        attempt.window.append((time.perf_counter(), 0))
+        for epoch, index, budget in self._work():
+            if epoch != attempt.epoch:
+                if attempt.epoch is not None and self._end_pass():
+                    break
+                attempt.epoch = epoch
+                # (nothing in flight: the pass before is drained)
+                trainer.model.count_sightings(epoch == 0)
+            item = trainer.items[index]
+            in_flight.put((index, budget), item.file, item.start, item.stop, budget)
+            if not in_flight.has_room():
+                self._collect_one()
+        while len(in_flight):
+            self._collect_one()
+        trainer.runtime.coordinator.join()
+        return self._finish()
+
+    def _work(self) -> Iterator[tuple[int, int, int]]:
+        """``(epoch, item index, step budget)`` of what is left to train, in order; the
+        budget is the item's batches, cut to what ``train.max_steps`` leaves."""
+        trainer = self.trainer
+        max_steps, batch = trainer.config.train.max_steps, trainer.pipeline.spec.batch_size
+        scheduled = trainer.step
+        for epoch, index in trainer.position.schedule():
+            budget = -(-trainer.items[index].rows // batch)
+            if max_steps is not None:
+                budget = min(budget, max_steps - scheduled)
+            if budget <= 0:
+                return
+            scheduled += budget
+            yield epoch, index, budget
+
+    def _end_pass(self) -> bool:
+        """A pass ends (its AUC covers its rows only); True when a hook stops training."""
+        attempt = self.attempt
+        self._drain()
+        attempt.epochs.append(self._pass_figures(reset=True))
+        attempt.pass_start = attempt.counters.rows
+        return self._after_pass(attempt.epoch + 1)
+
+    def _after_pass(self, epoch: int) -> bool:
+        stop = False
+        for hook in self.trainer.hooks:
+            stop = hook.after_pass(self.attempt, epoch) or stop
+        return stop
+
+    def _pass_figures(self, reset: bool) -> dict:
+        """The training AUC of the pass that has just ended; the AUC metrics then start
+        over for the next pass (unless it was the last)."""
+        trainer, epoch = self.trainer, self.attempt.epoch
+        aucs = {n: float(m.result()) for n, m in trainer.auc.items()}
+        log_pass(epoch, trainer.position.epochs, aucs)
+        if reset:
+            for metric in trainer.auc.values():
+                metric.reset_state()
+        return {"epoch": epoch + 1, "auc": aucs}
+
+    def _collect(self, tag: tuple[int, int], result) -> None:
+        """Counts one finished item; marks it done when it was trained whole."""
+        trainer, attempt = self.trainer, self.attempt
+        (index, budget), item = tag, trainer.items[tag[0]]
+        loss_sum, weight, n_rows, n_steps, first_step_at = (float(v) for v in result)
+        if n_steps and (attempt.first_step_at is None or first_step_at < attempt.first_step_at):
+            attempt.first_step_at = first_step_at
+        if budget >= -(-item.rows // trainer.pipeline.spec.batch_size):
+            check_item_rows(trainer.pipeline.plan.files, item, int(n_rows), "read")
+            trainer.position.complete(index)
+        attempt.count(loss_sum, weight, int(n_rows), int(n_steps))
+
+    def _drain(self) -> None:
+        while len(self.in_flight):
+            self._collect(*self.in_flight.pop())
+
+    def _collect_one(self) -> None:
+        """Collects the oldest item, then logs, summarizes and checkpoints when due."""
+        trainer, attempt, cadence = self.trainer, self.attempt, self.cadence
+        self._collect(*self.in_flight.pop())
+        now = time.perf_counter()
+        if attempt.first is None:
+            attempt.first = (now, attempt.counters.rows)
+        attempt.window.append((now, attempt.counters.rows))
+        due = (cadence.log_due(now), cadence.summary_due(now),
+               cadence.checkpoint_due(now, attempt.step))
+        if trainer.runtime.lockstep:  # every worker does what the chief decided
+            due = agree(trainer.runtime.strategy, due, trainer.runtime.is_chief)
+        log_now, summary, save = due
+        if log_now:
+            line = progress_line(attempt, trainer.position, trainer.auc, trainer.rows_in_flight)
+            if line is not None:
+                log.info("%s", line)
+        if summary:
+            self._summaries(attempt.counters.rows / (now - cadence.start))
+        if save:
+            self._drain()  # the checkpoint must match the finished items exactly
+            trainer.checkpoint(attempt)
+            self.writer.flush()
+            self.sync_summaries()
+            attempt.saved(attempt.step)
+
+    def _summaries(self, rate: float) -> None:
+        trainer = self.trainer
+        write_summaries(self.writer, self.attempt.step, rate, self.attempt.mean_loss(),
+                        trainer.auc, trainer.bookkeeping.stats())
+
+    def _finish(self) -> TrainResult:
+        """Ends the last pass, writes the final summaries and checkpoint; the figures."""
+        trainer, attempt = self.trainer, self.attempt
+        counters = attempt.counters
+        if attempt.epoch is not None and not attempt.stopped:
+            attempt.epochs.append(self._pass_figures(reset=False))
+            self._after_pass(attempt.epoch + 1)
+        changed = any([hook.end(attempt) for hook in trainer.hooks])
+        seconds = time.perf_counter() - self.cadence.start
+        self._summaries(counters.rows / seconds if seconds else 0.0)
+        self.writer.flush()
+        end = time.perf_counter()  # the rates leave out the final checkpoint
+        # Never rewrite the restored checkpoint, nor one this attempt just wrote.
+        if changed or ((counters.steps or trainer.restored is None)
+                       and attempt.saved_at != attempt.step):
+            trainer.checkpoint(attempt)
+        self.sync_summaries()
+        warm = ((counters.rows - attempt.first[1]) / (end - attempt.first[0])
+                if attempt.first and end > attempt.first[0] else float("nan"))
+        # The last pass's AUC (a stop between passes has already reset the metrics).
+        auc = (attempt.epochs[-1]["auc"] if attempt.epochs
+               else {n: float(m.result()) for n, m in trainer.auc.items()})
+        stopping = trainer.early_stopping
+        return TrainResult(counters.steps, counters.rows, counters.skipped, seconds,
+                           attempt.mean_loss(), auc, warm, attempt.epochs,
+                           trainer.bookkeeping.stats(),
+                           stopping.record.to_json() if stopping else None,
+                           attempt.first_step_at)

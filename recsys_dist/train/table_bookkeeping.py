@@ -1,0 +1,82 @@
+"""Dynamic-table bookkeeping of a run: the day trained rows count as seen, eviction of
+daily retraining, and the ids each run admitted."""
+
+from __future__ import annotations
+
+import datetime
+
+from recsys_dist.config.experiment import DataSpec
+from recsys_dist.models.dynamic_table import evict_tables
+from recsys_dist.train.attempt import Attempt
+from recsys_dist.train.hooks import Hook
+
+
+def training_window(data: DataSpec | None) -> tuple[datetime.date, datetime.date]:
+    """The first and last dates of the training window, or today twice when it is not a
+    date range. Dynamic tables' trained rows count as last seen on the last date; eviction
+    counts back from the first."""
+    split = data.train if data is not None else None
+    dates = split.date_range() if split is not None else None
+    today = datetime.date.today()
+    return (dates.first, dates.last) if dates is not None else (today, today)
+
+
+class TableBookkeeping(Hook):
+    """The dynamic tables' figures of a run.
+
+    Args:
+      model: The ranking model (its ``dynamic_tables`` per layer).
+      data: The ``data`` section (the training window).
+      optimizers: Every optimizer of the model (eviction clears their slot rows).
+    """
+
+    state_key = "dynamic_live_at_start"
+
+    def __init__(self, model, data: DataSpec | None, optimizers: list):
+        self.tables = [table for tables in model.dynamic_tables.values() for table in tables]
+        self._layers = list(model.dynamic_tables.values())
+        self.window = training_window(data)
+        self.optimizers = optimizers
+        self.evicted: dict[str, dict] = {}  # per dynamic table, what evict_unseen did
+        # per dynamic table, its live ids when this run began training (after a warm
+        # start and eviction; kept in checkpoints, so a resumed run counts from there)
+        self.live_at_start: dict[str, int] | None = None
+
+    def evict_unseen(self) -> dict[str, dict]:
+        """Eviction of daily retraining (after the warm start, before any step): every
+        dynamic table with ``evict_after_days`` drops the ids last seen more than that many
+        days before the training window's first day. Returns, per table of each layer,
+        ``{"kept", "evicted", "oldest_day"}`` (also in :meth:`stats`)."""
+        for tables in self._layers:
+            days = tables[0].spec.evict_after_days
+            if days is not None:
+                oldest = self.window[0] - datetime.timedelta(days=days)
+                for name, result in evict_tables(tables, oldest, self.optimizers).items():
+                    self.evicted[name] = dict(result, oldest_day=str(oldest))
+        return self.evicted
+
+    def begin(self, attempt: Attempt) -> None:
+        for table in self.tables:  # rows trained by this run were last seen on its last day
+            table.set_day(self.window[1])
+        if self.live_at_start is None:  # not resumed: this run's training begins now
+            self.live_at_start = {name: stats["live_ids"] for name, stats in self.stats().items()}
+
+    def stats(self) -> dict[str, dict]:
+        """:meth:`DynamicTable.stats` of every dynamic table, by ``<layer>_<table>``, with
+        ``admitted_this_run`` once training began and ``evicted_at_start`` where
+        :meth:`evict_unseen` dropped ids."""
+        found = {}
+        for table in self.tables:
+            stats = found[table.name] = table.stats()
+            if self.live_at_start is not None and table.name in self.live_at_start:
+                stats["admitted_this_run"] = max(0, stats["live_ids"]
+                                                 - self.live_at_start[table.name])
+            if table.name in self.evicted:
+                stats["evicted_at_start"] = self.evicted[table.name]["evicted"]
+        return found
+
+    def state(self) -> dict | None:
+        return self.live_at_start or None  # a model with dynamic tables
+
+    def restore(self, state) -> None:
+        self.live_at_start = state
