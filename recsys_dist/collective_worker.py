@@ -12,6 +12,9 @@ import dataclasses
 import json
 import os
 
+import tensorflow as tf
+
+from recsys_dist.checkpoint.store import find_checkpoint
 from recsys_dist.cluster.collective import (
     INTRA_OP_THREADS_ENV,
     OUTCOME_FILE,
@@ -19,26 +22,23 @@ from recsys_dist.cluster.collective import (
     CollectiveRun,
     collective_task,
 )
+from recsys_dist.config import load_config
+from recsys_dist.console import configure_output, reporting_errors, run_command
+from recsys_dist.train.run import train_run
 
 
 def main() -> None:
     """Trains the run the launcher wrote, as a command: signals and errors as ``recsys-dist``
     handles them."""
-    from recsys_dist.console import configure_output, reporting_errors, run_command
-
     configure_output()
     run_command(lambda: reporting_errors(_run_worker))
 
 
 def _run_worker() -> int:
-    import tensorflow as tf
 
-    from recsys_dist.checkpoint.store import find_checkpoint
-    from recsys_dist.config import load_config
-    from recsys_dist.train.run import train_run
 
     # Before TensorFlow starts: the workers share this machine's cores (as a local
-    # parameter-server cluster's servers do; docs/training.md#threads-of-a-local-cluster).
+    # parameter-server cluster's servers do; docs/cluster.md#threads-of-a-local-cluster).
     tf.config.threading.set_intra_op_parallelism_threads(int(os.environ[INTRA_OP_THREADS_ENV]))
     with open(os.environ[RUN_FILE_ENV], encoding="utf-8") as handle:
         run = CollectiveRun(**json.load(handle))

@@ -29,7 +29,9 @@ import sys
 from typing import Callable, NoReturn
 
 from recsys_dist import scratch
+from recsys_dist.cluster.local import terminate_on_signals, termination_signal
 from recsys_dist.errors import RecsysError
+from recsys_dist.tf_log_filter import filter_stderr_for_life
 
 #: The logger every module of the package logs under (``logging.getLogger(__name__)``).
 PACKAGE_LOGGER = "recsys_dist"
@@ -170,9 +172,6 @@ def run_command(main: Callable[[], int],
       before_exit: Called with the exit code just before the process ends (it may
         replace the process, e.g. to restart the command).
     """
-    from recsys_dist.cluster.local import terminate_on_signals, termination_signal
-    from recsys_dist.tf_log_filter import filter_stderr_for_life
-
     scratch.start()  # TMPDIR: autograph's files and staging dirs go there, removed at exit
     filter_stderr_for_life()  # TF_CPP_MIN_LOG_LEVEL for TensorFlow's Abseil lines too
     faulthandler.enable()  # a native crash leaves the Python stacks on stderr

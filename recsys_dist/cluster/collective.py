@@ -13,7 +13,7 @@ training loop (SPMD), so every worker must take the same decisions in the same o
   trains on zero-weight rows for the steps it lacks (``Trainer._make_lockstep_item``).
 - **One step per call.** A step is one ``tf.function`` call: inside an in-graph loop of
   steps the collective all-gather of sparse gradients fails ("Shape mismatch in the
-  collective instance"; docs/training.md#strategies).
+  collective instance"; docs/cluster.md#strategies).
 - **Decisions.** When to log, write summaries or checkpoint is decided by worker 0 (the
   chief) and sent to the others with one small all-reduce per item (:func:`agree`); so is
   the validation score of early stopping, which the chief computes alone

@@ -15,7 +15,7 @@ Gradients are combined with ``ReductionToOneDevice``: the collective all-reduce 
 ``MirroredStrategy`` picks by default fails on the sparse gradients of embedding lookups
 inside the training function's loop of steps ("Shape mismatch in the collective
 instance": the number of rows each replica touches is known only at run time;
-docs/training.md#strategies).
+docs/cluster.md#strategies).
 """
 
 from __future__ import annotations

@@ -275,7 +275,7 @@ class TrainSpec:
         ``1/warmup_steps`` of it to all of it, then keep it. Asynchronous workers start
         from the same fresh weights, and Adagrad's first steps on a row are about its
         whole learning rate whatever the gradient; ramping up keeps those steps from
-        adding up (docs/training.md). ``null``: off.
+        adding up (docs/training.md#learning-rate-warm-up). ``null``: off.
       lr_decay_per_epoch: Lower every optimizer's learning rate smoothly by this factor
         per pass over the training split: ``rate * factor ** (step / steps_per_pass)``
         (after the warm-up's ramp, which multiplies it). ``null``: off.

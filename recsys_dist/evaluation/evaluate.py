@@ -12,9 +12,14 @@ import numpy as np
 import tensorflow as tf
 
 from recsys_dist import hashing
+from recsys_dist.checkpoint.store import restore_model, saved_dynamic_shards
+from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
+from recsys_dist.cluster.placement import building_under
+from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.errors import DataError
 from recsys_dist.evaluation.metrics import EvalAccumulator, EvalData, compute_metrics
 from recsys_dist.evaluation.predict import predict_split
+from recsys_dist.models.zoo import build_from_config
 
 
 def evaluate_on_one_device(config, saved, pipeline, labels: list[str],
@@ -23,12 +28,6 @@ def evaluate_on_one_device(config, saved, pipeline, labels: list[str],
     one device: the model is built under a one-replica strategy of its own and restored
     from the checkpoint. How a ``multi_worker_mirrored`` chief scores (the other workers
     take no part; ``cluster/collective.py``)."""
-    from recsys_dist.checkpoint.store import restore_model, saved_dynamic_shards
-    from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
-    from recsys_dist.cluster.placement import building_under
-    from recsys_dist.cluster.runtime import Runtime
-    from recsys_dist.models.zoo import build_from_config
-
     alone = Runtime(mirrored_strategy(1), SynchronousCoordinator(), 1, 0, "mirrored")
     with building_under(alone.strategy):
         model = build_from_config(config, saved_dynamic_shards(saved))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -35,12 +36,17 @@ from recsys_dist.checkpoint.store import (
     restore_model,
     saved_dynamic_shards,
 )
+from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
+from recsys_dist.cluster.placement import building_under
+from recsys_dist.cluster.runtime import connect, log_dir_for
 from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.data.input_fn import prepare_input
 from recsys_dist.data.oracle import oracle_candidates, oracle_columns
 from recsys_dist.errors import RecsysError
 from recsys_dist.evaluation import metrics as M
 from recsys_dist.evaluation.evaluate import evaluate_split
 from recsys_dist.evaluation.report import write_report
+from recsys_dist.models.zoo import build_from_config
 
 PREDICTIONS = "predictions.parquet"
 METRICS = "metrics.json"
@@ -57,9 +63,6 @@ class EvaluationResult:
 
 
 def _restored_model(config: ExperimentConfig, runtime, saved: SavedCheckpoint):
-    from recsys_dist.cluster.placement import building_under
-    from recsys_dist.models.zoo import build_from_config
-
     with building_under(runtime.strategy):
         model = build_from_config(config, saved_dynamic_shards(saved))
     restore_model(model, saved, config.file)
@@ -153,11 +156,7 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
       CheckpointError: no usable checkpoint, or one of another model or feature config.
       DataError: the split is empty or bad, or a slice/group column is missing.
     """
-    import time
 
-    from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
-    from recsys_dist.cluster.runtime import connect, log_dir_for
-    from recsys_dist.data.input_fn import prepare_input
 
     saved = find_checkpoint(model_dir, checkpoint)
     check_signature(saved, config, what=config.file)

@@ -36,7 +36,7 @@ count the lookups without a row. So concurrent workers never give one id two row
 ids one row (TensorFlow has no find-or-insert op, and ``next_row.assign_add`` is not safe
 under concurrency). The same work in stock ops took about 40 small ops per index and
 server under a ``tf.CriticalSection``; the kernel trained 19% more examples per second
-(docs/training.md). The vectors are then gathered; their gradient is an
+(docs/dynamic-tables.md). The vectors are then gathered; their gradient is an
 ``IndexedSlices`` over the gathered rows, so the existing optimizers update only those.
 An id without a row reads zeros and gets no gradient. Evaluation and serving only look
 up.

@@ -34,11 +34,16 @@ import tempfile
 
 import recsys_dist
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.store import CheckpointManager, find_checkpoint
 from recsys_dist.config import load_config
 from recsys_dist.config.experiment import ExperimentConfig, resolved_files
+from recsys_dist.data import discovery
 from recsys_dist.errors import ConfigError, DataError, RecsysError
+from recsys_dist.evaluation.job import run_evaluation
+from recsys_dist.export import export_model
 from recsys_dist.retrain.publish import Publications, local_config
 from recsys_dist.retrain.templates import render
+from recsys_dist.train.run import train_run
 
 #: Exit code of a day whose model the gate rejected (the previous one stays current).
 GATED_EXIT = 5
@@ -83,8 +88,6 @@ def _code_version() -> str:
 
 
 def _eval_present(config: ExperimentConfig) -> bool:
-    from recsys_dist.data import discovery
-
     try:
         discovery.discover_split(config.data.path, config.data.eval, config.data.partition_key)
     except DataError:
@@ -238,9 +241,6 @@ def _plan(config: ExperimentConfig, pubs: Publications, date: datetime.date,
 def _train(plan: _DayPlan) -> tuple[int, dict | None]:
     """Trains the day (resuming its own run, else warm-starting from the parent); returns
     the final step and what a fresh run started from (``warm_start.json``)."""
-    from recsys_dist.checkpoint.store import CheckpointManager, find_checkpoint
-    from recsys_dist.train.run import train_run
-
     spec, run_dir = plan.config.retrain, plan.run_dir
     parent_checkpoint = None
     if plan.parent_manifest is not None and spec.warm_start:
@@ -259,8 +259,6 @@ def _train(plan: _DayPlan) -> tuple[int, dict | None]:
 
 def _evaluate_and_gate(plan: _DayPlan) -> tuple[dict, bool, str]:
     """Scores the new model and the parent on the same held-out rows; the gate's verdict."""
-    from recsys_dist.evaluation.job import run_evaluation
-
     run_dir, old_metrics, baseline = plan.run_dir, None, None
     if plan.parent_manifest is not None:  # scored with its own config (features may drift)
         scratch = tempfile.mkdtemp(prefix="recsys_dist_parent_config_")
@@ -295,9 +293,6 @@ def _gated(plan: _DayPlan, gate_message: str, comparison: dict | None) -> DayOut
 def _publish(plan: _DayPlan, new_metrics: dict | None, comparison: dict | None,
              gate_message: str, warm: dict | None) -> DayOutcome:
     """Exports the day's model and publishes it (``_SUCCESS`` last, then ``CURRENT``)."""
-    from recsys_dist.checkpoint.store import find_checkpoint
-    from recsys_dist.export import export_model
-
     config, date = plan.config, plan.date
     saved = find_checkpoint(plan.run_dir)
     directory = plan.pubs.begin(date)

@@ -36,9 +36,11 @@ import tempfile
 from typing import Any, Callable, Sequence
 
 from recsys_dist import storage_io
+from recsys_dist.config import load_config
 from recsys_dist.config.experiment import DateRange
 from recsys_dist.errors import RecsysError
 from recsys_dist.evaluation.comparison_report import COMPARISON_HTML, write_comparison
+from recsys_dist.evaluation.job import METRICS, run_evaluation
 from recsys_dist.retrain.publish import SUCCESS, Publications, PublishError, local_config
 
 
@@ -138,8 +140,6 @@ def _plan(pubs: Publications, date: str, scratch: str, values: dict,
           evaluated: DateRange) -> tuple:
     """``(date, manifest, checkpoint, config)`` of one publication, its config loaded with
     the evaluation ``values``."""
-    from recsys_dist.config import load_config
-
     manifest, checkpoint, config_path = _publication(pubs, date, scratch)
     config = load_config(config_path, values=values, source=f"offline-eval of {evaluated}")
     return date, manifest, checkpoint, config
@@ -149,8 +149,6 @@ def _evaluate_plans(plans: list[tuple], out_dir: str, current: str | None,
                     evaluated: DateRange, log: Callable[[str], None] | None) -> list[dict]:
     """Scores each planned publication into ``out_dir/<date>/``; the first is the
     reference the others are compared with."""
-    from recsys_dist.evaluation.job import METRICS, run_evaluation
-
     reference = plans[0][0]
     reference_metrics = _join(out_dir, reference, METRICS)
     entries = []

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Literal
 
 from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import SavedCheckpoint
-from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.cluster.collective import CollectiveRun, agree, collective_task, launch
+from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
+from recsys_dist.cluster.runtime import connect, log_dir_for
+from recsys_dist.cluster.server import ClusterError
+from recsys_dist.config.experiment import CONFIG_FILE, ExperimentConfig, resolved_files
+from recsys_dist.data.input_fn import prepare_input
+from recsys_dist.data.oracle import oracle_candidates, oracle_columns
+from recsys_dist.evaluation.evaluate import evaluate_on_one_device, evaluate_split
+from recsys_dist.train.trainer import Trainer, completed_run
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +38,6 @@ class RunOutcome:
       warm_started_from: Checkpoint directory it was seeded from, if any.
       metrics: Held-out metrics, when evaluated.
     """
-
     already_complete: bool
     step: int
     resumed_from: str | None = None
@@ -49,9 +57,6 @@ def log_eval(labels: list[str], metrics: dict) -> None:
 
 def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     """``(train input, eval input or None, oracle columns)``, planned and printed."""
-    from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.data.oracle import oracle_candidates, oracle_columns
-
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers)
     log.info(f"train\t{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
@@ -69,8 +74,6 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
 
 def _plan_validation(config: ExperimentConfig):
     """The ``data.validation`` input early stopping scores after each pass, or None."""
-    from recsys_dist.data.input_fn import prepare_input
-
     if config.train.early_stopping is None:
         return None
     validation = prepare_input(config, "validation", config.cluster.workers)
@@ -153,11 +156,6 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
       ClusterLost: a parameter server was lost (restart to resume).
       DataError, ConfigError, CheckpointError, WarmStartError: bad input.
     """
-    from recsys_dist.cluster.collective import collective_task
-    from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
-    from recsys_dist.cluster.runtime import connect, log_dir_for
-    from recsys_dist.train.trainer import Trainer, completed_run
-
     if config.cluster.strategy == "multi_worker_mirrored" and collective_task() is None:
         return _launch_workers(config, model_dir, evaluate, warm_start_from, on_table_resize)
     train_input, eval_input, oracle = _plan_inputs(config, model_dir, evaluate)
@@ -214,8 +212,6 @@ def _finish(config: ExperimentConfig, runtime, trainer, result, eval_input, orac
     if runtime.is_chief:
         trainer.write_run_files(result, metrics)
     if runtime.lockstep:  # the other workers wait for the chief's evaluation
-        from recsys_dist.cluster.collective import agree
-
         agree(runtime.strategy, (True,), runtime.is_chief)
         trainer.remove_scratch()
     return metrics
@@ -224,8 +220,6 @@ def _finish(config: ExperimentConfig, runtime, trainer, result, eval_input, orac
 def _evaluate(config: ExperimentConfig, runtime, trainer, eval_input, oracle) -> dict:
     """The held-out metrics of the trained model. A ``multi_worker_mirrored`` chief scores
     its final checkpoint alone, on one device of its own."""
-    from recsys_dist.evaluation.evaluate import evaluate_on_one_device, evaluate_split
-
     if runtime.lockstep:
         return evaluate_on_one_device(config, trainer.checkpoints.latest(), eval_input,
                                       config.labels, oracle)
@@ -237,12 +231,7 @@ def _launch_workers(config: ExperimentConfig, model_dir: str, evaluate: bool,
                     ) -> RunOutcome:
     """A local ``multi_worker_mirrored`` run: starts ``cluster.workers`` worker processes
     that each run :func:`train_run` (``cluster/collective.py``) and waits for them."""
-    import os
 
-    from recsys_dist.cluster.collective import CollectiveRun, launch
-    from recsys_dist.cluster.runtime import log_dir_for
-    from recsys_dist.cluster.server import ClusterError
-    from recsys_dist.config.experiment import CONFIG_FILE, resolved_files
 
     cluster = config.cluster
     if cluster.mode != "local":
