@@ -3,7 +3,8 @@ embedding): exact numbers by hand or from a NumPy re-implementation with the lay
 weights, padding invariance, all-padding rows, config and SavedModel round trips.
 
 Covers ``models/attention.py``, the Dice activation and activation names of
-``models/activations.py``, and the masked softmax of ``models/masking.py``."""
+``models/activations.py``, and ``models/masking.py`` (the masked softmax, the masks and the
+argument checks behind the layers' rejections)."""
 
 from __future__ import annotations
 
