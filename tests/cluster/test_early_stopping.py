@@ -5,6 +5,9 @@ rerun: the record goes on where it stopped (every pass scored once, in order), t
 stops once a pass brings no gain, the best pass's checkpoint outlives
 ``keep_checkpoints: 1``, and the final model is the best pass's: scoring the validation
 day with ``recsys-dist evaluate`` gives exactly the best pass's value.
+
+Covers the validation hook of the training loop (``train/validation.py``); the rule
+itself is in tests/unit/train/test_early_stopping.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ report, baselines and the rejections.
 The weak model lives on S3 (moto's server): it is trained into an ``s3://`` model dir,
 resumed from its S3 checkpoint, evaluated with ``--out s3://`` and used as a baseline
 from S3, both as a model dir and as a ``metrics.json``. The group keys of GAUC, which
-need no cluster, are in tests/unit/evaluation/test_evaluate.py."""
+need no cluster, are in tests/unit/evaluation/test_evaluate.py.
+
+Covers the ``evaluate`` job (``evaluation/job.py``) and the scoring of every row once on
+the cluster (``evaluation/predict.py``)."""
 
 from __future__ import annotations
 

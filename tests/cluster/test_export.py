@@ -6,7 +6,8 @@ dir and a two-label MMoE into an ``s3://`` one (moto's server). Each is exported
 from its S3 checkpoint to ``s3://`` too; a fresh Python process that imports TensorFlow
 but never ``recsys_dist`` loads the export (the S3 one downloaded first), serves raw
 Parquet columns and must give the trained model's predictions. Bad requests, bad values
-and unusable checkpoints are refused with clear messages.
+and unusable checkpoints are refused with clear messages. Covers
+``export/saved_model.py``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ claims:
   ``recsys-dist train`` per worker, as on several machines) once the lost worker is
   started again, as an orchestrator would.
 
-Daily retraining across the switch is in ``test_mirrored.py``'s chain of days.
+Each worker is a ``python -m recsys_dist.collective_worker`` process
+(``collective_worker.py``). Daily retraining across the switch is in ``test_mirrored.py``'s
+chain of days.
 """
 
 from __future__ import annotations

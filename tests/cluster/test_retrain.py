@@ -4,7 +4,8 @@ Day 1 publishes the first model; day 2 warm-starts from it and publishes; day 3 
 on inverted labels and the gate keeps day 2 current. Reruns change nothing, a missing
 partition fails without publishing, and feature-config drift is handled as
 documented (new table fresh, removed table ignored with a warning, resized table
-refused by default).
+refused by default). Covers one day of retraining (``retrain/daily.py``); its date
+templates are in tests/unit/retrain/test_templates.py.
 """
 
 from __future__ import annotations

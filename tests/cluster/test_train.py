@@ -3,6 +3,11 @@
 Every model of the zoo trains on a tiny config and its held-out logloss goes down;
 embedding tables are really sharded over both parameter servers; a SIGTERM to
 ``recsys-dist train`` leaves no server process behind.
+
+Covers one run end to end (``train/run.py``), the ``Trainer`` (``train/trainer.py``), the
+loop (``train/loop.py``) with the coordinator's runner (``train/async_runner.py``), the
+run's result (``train/result.py``) and the in-process cluster
+(``cluster/in_process.py``).
 """
 
 from __future__ import annotations

@@ -29,20 +29,3 @@ def test_other_errors_pass_unchanged():
             cluster_failures_as_cluster_lost():
         raise tf.errors.AbortedError(None, None, "gone")
 
-
-def test_a_work_item_without_a_result_is_a_lost_task():
-    from recsys_dist.cluster.dispatch import InFlight
-    from recsys_dist.errors import ClusterLost
-
-    class Empty:  # what the coordinator handed back once under load
-        def fetch(self):
-            return None
-
-    class Coordinator:
-        def schedule(self, function, args):
-            return Empty()
-
-    in_flight = InFlight(Coordinator(), lambda *a: None, limit=2)
-    in_flight.put("item", 0, 1)
-    with pytest.raises(ClusterLost, match="came back from a worker without its result"):
-        in_flight.pop()

@@ -1,5 +1,6 @@
 """The local cluster launcher and the server task entry point without a cluster: argument
-checks, TF_CONFIG rejections, thread counts, signals, a task that cannot start.
+checks, TF_CONFIG rejections, thread counts, signals, a task that cannot start. Covers
+``cluster/local.py`` and the server task (``cluster/server.py``).
 
 The launcher on real clusters is in tests/cluster/test_local_cluster.py.
 """

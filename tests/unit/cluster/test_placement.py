@@ -1,6 +1,7 @@
 """Where a model's variables live (``cluster/placement.py``): the placement each strategy
-gives the models, without servers. On servers: tests/cluster/test_train.py (a dynamic
-table's shards on the two parameter servers) and test_dynamic_tables.py."""
+gives the models (the ``Placement`` of ``models/sharding.py``), without servers. On
+servers: tests/cluster/test_train.py (a dynamic table's shards on the two parameter
+servers) and test_dynamic_tables.py."""
 
 from __future__ import annotations
 

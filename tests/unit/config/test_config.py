@@ -2,6 +2,10 @@
 
 The configs are built as data (``FEATURES``, ``MODEL`` and the changes of each case);
 only what YAML text alone can hold (invalid YAML, a key given twice) is written as text.
+
+Covers the model and training config (``config/experiment.py``) and the feature config
+(``config/features.py``); the typed parsing under both is in test_schema.py, the YAML
+reading in test_yaml_loader.py.
 """
 
 from __future__ import annotations

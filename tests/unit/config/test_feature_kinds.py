@@ -1,7 +1,11 @@
 """The registry of feature kinds: a kind is one class, registered once, and the config
 loader, schema check, transform and models ask it. A kind of this test's own
 (``scaled_numeric``) goes through all of them; the config part imports without
-TensorFlow."""
+TensorFlow.
+
+Covers the base class and registry of kinds (``config/kinds/base.py``) and what a kind is
+given (``config/kinds/context.py``). What each built-in kind does is in
+tests/unit/features/test_transforms.py and test_sequences.py."""
 
 from __future__ import annotations
 

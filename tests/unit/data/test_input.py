@@ -1,4 +1,9 @@
-"""Worker input path in one process: planning, in-graph reading, every bad-data case."""
+"""Worker input path in one process: planning, in-graph reading, every bad-data case.
+
+Covers the workers' input function (``data/input_fn.py``) end to end over the planning
+modules, whose own tests are test_discovery.py, test_parquet_meta.py, test_schema_check.py
+and test_shard_plan.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Tests for the synthetic Criteo-like data generator."""
+"""The synthetic Criteo-like data: the rows of the generator (``data/synth.py``) and the
+partitioned data set written from them (``data/synth_files.py``: layout, files per day,
+stale parts removed, reruns, start date, argument checks)."""
 
 from __future__ import annotations
 

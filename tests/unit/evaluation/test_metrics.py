@@ -1,4 +1,11 @@
-"""Offline evaluation metrics and report: hand-computed values, brute force and rejections."""
+"""Offline evaluation metrics and report: hand-computed values, brute force and rejections.
+
+Covers every module of ``evaluation/metrics/`` through the package's public names:
+``ranking.py`` (AUC, GAUC, ROC), ``loss.py`` (logloss, normalized entropy, calibration),
+``slices.py``, ``bootstrap.py``, ``collect.py`` (the accumulator), ``split.py``
+(``compute_metrics``), ``compare.py``, ``numerics.py`` and ``checks.py`` (the rejections);
+and the report of one evaluation (``evaluation/report.py``).
+"""
 
 from __future__ import annotations
 

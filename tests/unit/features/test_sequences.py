@@ -1,4 +1,5 @@
-"""The ``sequence`` feature kind: config checks, in-graph transform, embeddings."""
+"""The ``sequence`` feature kind (``config/kinds/sequence.py``): config checks, in-graph
+transform, embeddings."""
 
 from __future__ import annotations
 

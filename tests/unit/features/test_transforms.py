@@ -1,4 +1,10 @@
-"""In-graph feature transforms: exact outputs for every feature kind."""
+"""In-graph feature transforms: exact outputs for every feature kind.
+
+Covers what each built-in kind does to its columns: ``config/kinds/categorical.py``,
+``numeric.py``, ``multi_categorical.py`` (with the padding of ``padding.py``),
+``cross.py`` and the vocabulary lookup of ``vocabulary.py``; the ``sequence`` kind is in
+test_sequences.py. The kinds' config rejections are in tests/unit/config/test_config.py.
+"""
 
 from __future__ import annotations
 

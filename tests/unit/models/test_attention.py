@@ -1,6 +1,10 @@
 """The attention layers (Dice, DIN's target attention, BST's Transformer layer, position
 embedding): exact numbers by hand or from a NumPy re-implementation with the layer's own
-weights, padding invariance, all-padding rows, config and SavedModel round trips."""
+weights, padding invariance, all-padding rows, config and SavedModel round trips.
+
+Covers ``models/attention.py``, the Dice activation and activation names of
+``models/activations.py``, and ``models/masking.py`` (the masked softmax, the masks and the
+argument checks behind the layers' rejections)."""
 
 from __future__ import annotations
 

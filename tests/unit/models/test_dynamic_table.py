@@ -1,6 +1,7 @@
 """Dynamic tables (``kind: dynamic``) in one process: config, admission, capacity,
-gradients, checkpoints, warm start. ``tests/cluster/test_dynamic_tables.py`` trains them
-on real servers."""
+gradients, checkpoints, warm start. Covers ``models/dynamic_table.py`` and the lookup of
+ids to rows before the gradient tape (``models/dynamic_lookup.py``).
+``tests/cluster/test_dynamic_tables.py`` trains them on real servers."""
 
 from __future__ import annotations
 

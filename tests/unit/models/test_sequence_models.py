@@ -1,5 +1,8 @@
 """DIN and BST: what each reads of a history, padding, empty histories and rejections.
 
+Covers the models (``models/zoo/din.py``, ``models/zoo/bst.py``) and the behaviour
+inputs they read, with the checks of their histories (``models/behaviour.py``).
+
 Every model of the zoo (din and bst included) is also trained a few steps in
 test_zoo.py; the cluster tests train them on parameter servers and export them.
 """

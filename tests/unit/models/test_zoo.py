@@ -2,6 +2,11 @@
 steps with separate optimizers for embedding and dense variables; checkpoints, seeds,
 the training flag and the rejections.
 
+Covers the base class of the models (``models/zoo/ranking_model.py``) and each model's
+module: ``lr.py``, ``wide_deep.py``, ``deepfm.py``, ``dcn_v2.py``, ``dlrm.py``, ``mmoe.py``,
+``din.py`` and ``bst.py`` of ``models/zoo/`` (what DIN and BST read of a history is in
+test_sequence_models.py).
+
 Training every model under a real ParameterServerStrategy with partitioned tables is in
 tests/cluster/test_models_on_ps.py.
 """

@@ -4,6 +4,10 @@ Every file is written by the test itself. ``expected`` turns a pyarrow column sl
 what the op promises: scalar columns as values (nulls as 0 / "" / false) plus a validity
 mask; list columns as flat elements (null elements kept, flagged), per-element validity
 and row splits (a null list is empty).
+
+The last tests cover the build of the op (``ops/build.py``): a missing compiler, and the
+build key that rebuilds the library when the compiler, the sources or TensorFlow and
+pyarrow change.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ combines replica gradients in ``apply_gradients`` the same way (one sum). The up
 must equal a single-replica step on the whole batch: no double averaging that would
 shrink updates or optimizer moments, and no per-replica mean where the halves hold
 different numbers of valid rows.
+
+Covers the loss of one replica's step (``train/step.py``; its refusal of a table without
+gradients is in test_require_gradients.py) and the replica slicing of
+``cluster/replicas.py``.
 """
 
 from __future__ import annotations

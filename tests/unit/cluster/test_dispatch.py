@@ -1,0 +1,77 @@
+"""Handing work items to the workers (``recsys_dist/cluster/dispatch.py``): the window of
+closures in flight, results taken back oldest first, a closure that came back empty, and the
+row check of a returned item. The coordinator here is a small object with the
+``ClusterCoordinator`` interface InFlight uses (``schedule`` returning something with
+``fetch``) that runs each function at once, in the order a real one may finish them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import tensorflow as tf
+
+from recsys_dist.cluster.dispatch import InFlight, check_item_rows
+from recsys_dist.data.shard_plan import Unit
+from recsys_dist.errors import ClusterLost, DataError
+
+
+class Remote:
+    def __init__(self, value):
+        self.value = value
+
+    def fetch(self):
+        return self.value
+
+
+class Coordinator:
+    """Runs each scheduled function at once and records its arguments."""
+
+    def __init__(self):
+        self.scheduled = []
+
+    def schedule(self, function, args):
+        self.scheduled.append(args)
+        return Remote(function(*args))
+
+
+@tf.function
+def rows_of(file_index, start, stop):
+    return {"file": file_index, "rows": stop - start}
+
+
+def test_closures_are_returned_oldest_first_with_their_tags():
+    coordinator = Coordinator()
+    in_flight = InFlight(coordinator, rows_of, limit=3)
+    items = [Unit(0, 0, 10), Unit(1, 5, 25), Unit(0, 10, 13)]
+    for item in items:
+        assert in_flight.has_room()
+        in_flight.put(item, item.file, item.start, item.stop)
+    assert len(in_flight) == 3 and not in_flight.has_room()
+    assert all(a.dtype == tf.int64 and a.shape == () for args in coordinator.scheduled
+               for a in args)
+    returned = []
+    while len(in_flight):
+        tag, result = in_flight.pop()
+        returned.append((tag, int(result["file"]), int(result["rows"])))
+        assert in_flight.has_room()
+    assert returned == [(items[0], 0, 10), (items[1], 1, 20), (items[2], 0, 3)]
+    with pytest.raises(IndexError):
+        in_flight.pop()
+
+
+def test_a_closure_that_came_back_without_its_result_is_a_lost_task():
+    in_flight = InFlight(Coordinator(), lambda *args: None, limit=2)
+    in_flight.put("item", 0, 1)
+    with pytest.raises(ClusterLost, match="came back from a worker without its result"):
+        in_flight.pop()
+    assert len(in_flight) == 0
+
+
+def test_an_item_must_come_back_with_the_rows_its_footer_holds():
+    files = ["a.parquet", "s3://bucket/b.parquet"]
+    check_item_rows(files, Unit(1, 100, 2100), 2000, "read")
+    with pytest.raises(DataError, match=re.escape(
+            "s3://bucket/b.parquet rows 100..2100: a worker scored 1,999 rows, the footer "
+            "says 2,000")):
+        check_item_rows(files, Unit(1, 100, 2100), 1999, "scored")
