@@ -27,7 +27,8 @@ Every round's figures are printed; the summary gives each rate's median, the fig
 go into ``MEASURED_RATES``. Needs root for ``ip netns`` (without it the bytes are not
 measured). Answered: docs/scaling.md.
 
-Usage: ``python benchmarks/studies/capacity_rates.py [--rows 300000] [--rounds 2]``
+Usage: ``python benchmarks/studies/capacity_rates.py [--rows 400000] [--rounds 2]
+[--cases 2w+1ps,dispatch]``
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ DISPATCH = "dispatch"
 #: busiest.
 CASES = [("1w+1ps", 1, 1, (150, 650), []), ("2w+1ps", 2, 1, (150, 650), []),
          ("2w+2ps", 2, 2, (150, 650), []),
+         ("2w+1ps refresh 50", 2, 1, (150, 650), ["train.dense_refresh_steps=50"]),
          (DISPATCH, 4, 1, (300, 2300), ["model.name=lr", "input.batch_size=16",
                                         "train.steps_per_call=1"])]
 
@@ -142,17 +144,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=400_000, help="rows of synthetic data")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
+    parser.add_argument("--cases", help="comma-separated names of the cases to run "
+                                        "(default all: " + ", ".join(c[0] for c in CASES) + ")")
     args = parser.parse_args()
+    cases = [c for c in CASES if args.cases is None or c[0] in args.cases.split(",")]
     print(f"machine load before: {os.getloadavg()}", flush=True)
-    results: dict[str, list[dict]] = {case[0]: [] for case in CASES}
+    results: dict[str, list[dict]] = {case[0]: [] for case in cases}
     with tempfile.TemporaryDirectory(prefix="capacity_rates_") as tmp:
         from recsys_dist.data.synth import synthesize
 
         synthesize(tmp, days=1, rows_per_day=args.rows, seed=2)
         planned = {case[0]: planner_figures(tmp, ["data.train={dates: 2026-01-01}", *case[4]],
-                                            case[2]) for case in CASES}
+                                            case[2]) for case in cases}
         for round_ in range(1, args.rounds + 1):
-            for case in CASES:
+            for case in cases:
                 figures = derive(run_case(case, tmp), planned[case[0]])
                 results[case[0]].append(figures)
                 print(f"round {round_} {case[0]:8s} " + ", ".join(
@@ -165,11 +170,13 @@ def _summary(results: dict[str, list[dict]]) -> None:
     training = [f for case, runs in results.items() if case != DISPATCH for f in runs]
     for key in ("worker_examples_per_core", "server_values_per_core"):
         values = [f[key] for f in training]
-        print(f"{key}: median {statistics.median(values):,.0f} (best {max(values):,.0f}, "
-              f"{len(values)} runs)")
-    chief = [f["chief_closures_per_core"] for f in results[DISPATCH]]
-    print(f"chief_closures_per_core ({DISPATCH} case): median {statistics.median(chief):,.0f} "
-          f"(best {max(chief):,.0f})")
+        if values:
+            print(f"{key}: median {statistics.median(values):,.0f} (best {max(values):,.0f}, "
+                  f"{len(values)} runs)")
+    chief = [f["chief_closures_per_core"] for f in results.get(DISPATCH, [])]
+    if chief:
+        print(f"chief_closures_per_core ({DISPATCH} case): median "
+              f"{statistics.median(chief):,.0f} (best {max(chief):,.0f})")
     for case, runs in results.items():
         measured = [f["measured_bytes_per_step"] for f in runs if "measured_bytes_per_step" in f]
         if measured:

@@ -254,6 +254,8 @@ class Plan:
       configured: The config's own ``cluster.workers`` and ``cluster.ps``.
       loads: Each server's load in the smallest cluster (else the configured one).
       why_none: When ``smallest`` is None, what stops every cluster.
+      best: When ``smallest`` is None, the fastest cluster that fits, with the fewest
+        servers within 1% of its rate (None when none fits the memory).
     """
 
     target: float
@@ -261,6 +263,7 @@ class Plan:
     configured: Ceilings
     loads: list[ServerLoad]
     why_none: str | None = None
+    best: Ceilings | None = None
 
 
 def plan(footprint: ModelFootprint, config: ExperimentConfig, target: float, rates: Rates,
@@ -280,7 +283,7 @@ def plan(footprint: ModelFootprint, config: ExperimentConfig, target: float, rat
     configured = ceilings(own, config, config.cluster.workers, rates, machines)
     if configured.by_resource["chief dispatch"] < target:
         return Plan(target, None, configured, own, why_none="chief dispatch")
-    reasons = []
+    reasons, best = [], None
     for servers in range(1, max_servers + 1):
         loads = (own if servers == config.cluster.ps
                  else server_loads(footprint, config, servers, distinct))
@@ -292,8 +295,10 @@ def plan(footprint: ModelFootprint, config: ExperimentConfig, target: float, rat
         if found.examples_per_second >= target:
             return Plan(target, found, configured, loads)
         reasons.append(found.binding)
+        if best is None or found.examples_per_second > 1.01 * best.examples_per_second:
+            best = found
     why = max(set(reasons), key=reasons.count) if reasons else "nothing"
-    return Plan(target, None, configured, own, why_none=why)
+    return Plan(target, None, configured, own, why_none=why, best=best)
 
 
 def _mib(n: float) -> str:
@@ -352,11 +357,15 @@ def plan_lines(result: Plan, config: ExperimentConfig) -> list[str]:
                      f"{result.why_none} caps every cluster"
                      + (" (raise train.steps_per_call or input.batch_size)"
                         if result.why_none == "chief dispatch" else ""))
+        if result.best is not None:
+            lines.append(ceiling_line("fastest", result.best))
     else:
         lines.append(ceiling_line("smallest", result.smallest))
         others = {k: v for k, v in result.smallest.by_resource.items() if k != "worker CPU"}
         cap = min(others, key=others.get)
         lines.append(f"beyond   with {result.smallest.servers} ps, more workers help up to "
                      f"{others[cap]:,.0f} examples/s, where {cap} binds")
+    which = "the smallest cluster" if result.smallest is not None else "the config's cluster"
+    lines.append(f"servers  below: each server of {which} ({len(result.loads)} ps)")
     lines += traffic_lines(result.loads, config)
     return lines + memory_lines(result.loads)

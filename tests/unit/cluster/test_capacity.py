@@ -142,3 +142,17 @@ def test_the_footprint_is_the_real_models(small_config):
     assert sorted(v.name for v in footprint.dense) == sorted(
         v.name.split(":")[0] for v in model.dense_variables)
     assert stack.name in [v.name for v in footprint.created]
+
+
+def test_a_server_holding_a_whole_dense_weight_caps_every_cluster(config):
+    # whichever server holds the 1,000-value kernel serves at least 2,000 values a step
+    # (read and updated): at most 100,000 / 2,000 x 10 = 500 examples/s; two servers give
+    # 1,000 / 2,104 x 100 = 475.3
+    result = capacity.plan(FOOTPRINT, config(), 1000, Rates(100, 100_000, 1000),
+                           Machines(1e9), DISTINCT)
+    assert result.smallest is None and result.why_none == "server CPU"
+    assert result.best.binding == "server CPU" and result.best.workers == 10
+    assert 100_000 / 2104 * 10 <= result.best.examples_per_second <= 500
+    lines = capacity.plan_lines(result, config())
+    assert "smallest none meets 1,000 examples/s: server CPU caps every cluster" in lines
+    assert any(line.startswith("fastest  10 workers + ") for line in lines)
