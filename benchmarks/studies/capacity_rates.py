@@ -21,7 +21,9 @@ and checks the planner's bytes per step against the bytes the cluster really sen
   workers), where the chief has the most to do;
 - bytes: loopback bytes per step (everything: gRPC framing, the chief's calls) against
   the planner's bytes per step over all servers (sent plus received), with the distinct
-  rows per batch measured on the same data.
+  rows per batch measured on the same data; and per server, the bytes each one sent to
+  and received from the workers (TCP counters of ``ss`` inside the namespace, the chief's
+  connections left out) against the planner's figure for that server.
 
 Every round's figures are printed; the summary gives each rate's median, the figures that
 go into ``MEASURED_RATES``. Needs root for ``ip netns`` (without it the bytes are not
@@ -36,10 +38,12 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from cpu_by_process import Span, measure  # noqa: E402  this folder
@@ -77,6 +81,75 @@ def _in_namespace(command: list[str], name: str) -> tuple[list[str], bool]:
     return ["ip", "netns", "exec", name, *command], True
 
 
+def _job_of(pid: str) -> str:
+    """``ps 0``, ``worker 1`` for a server task's pid, else ``chief``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return "gone"
+    if "--job" in argv and "--index" in argv:
+        return f"{argv[argv.index('--job') + 1]} {argv[argv.index('--index') + 1]}"
+    return "chief"
+
+
+class ServerBytes:
+    """Samples, with ``ss`` inside a namespace, the bytes each parameter server sent to and
+    received from the workers (the chief's connections, e.g. the final checkpoint, left
+    out): per connection the last counters seen, summed per server."""
+
+    _PID = re.compile(r"pid=(\d+)")
+
+    def __init__(self, namespace: str):
+        self.namespace, self.connections = namespace, {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _ss(self, flags: str) -> list[str]:
+        return subprocess.run(["ip", "netns", "exec", self.namespace, "ss", flags],
+                              capture_output=True, text=True).stdout.splitlines()
+
+    def sample(self) -> None:
+        lines = self._ss("-tinpH")
+        owner = {}
+        for head in lines[::2]:
+            fields, pid = head.split(), self._PID.search(head)
+            if pid and len(fields) >= 5:
+                owner[fields[3].rsplit(":", 1)[1]] = _job_of(pid.group(1))
+        for head, info in zip(lines[::2], lines[1::2]):
+            fields = head.split()
+            if len(fields) < 5:
+                continue
+            local, peer = fields[3].rsplit(":", 1)[1], fields[4].rsplit(":", 1)[1]
+            # either side may have opened it (a server also fetches gradients from a worker)
+            if owner.get(local, "").startswith("ps") and owner.get(peer, "").startswith("worker"):
+                sent = re.search(r"bytes_sent:(\d+)", info)
+                received = re.search(r"bytes_received:(\d+)", info)
+                self.connections[(local, peer)] = (owner[local],
+                                                   int(sent.group(1)) if sent else 0,
+                                                   int(received.group(1)) if received else 0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.sample()
+
+    def __enter__(self) -> "ServerBytes":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def per_server(self) -> dict[str, tuple[int, int]]:
+        """Server -> (bytes sent to workers, bytes received from them)."""
+        out: dict[str, tuple[int, int]] = {}
+        for server, sent, received in self.connections.values():
+            a, b = out.get(server, (0, 0))
+            out[server] = (a + sent, b + received)
+        return out
+
+
 def run_once(data: str, sets: list[str]) -> tuple[Span, bool]:
     """One training run: CPU seconds per role and loopback bytes of the whole run (read
     once it has ended, so the final checkpoint is always in), and whether the bytes are
@@ -85,15 +158,23 @@ def run_once(data: str, sets: list[str]) -> tuple[Span, bool]:
                       *[f"--set '{s}'" for s in sets]])
     namespace = f"capacity_rates_{os.getpid()}"
     command, isolated = _in_namespace(["sh", "-c", f"exec {bench} > /dev/null"], namespace)
+    servers = ServerBytes(namespace)
     try:
-        samples, code = measure(command, 0.2)
+        if isolated:
+            with servers:
+                samples, code = measure(command, 0.2)
+        else:
+            samples, code = measure(command, 0.2)
         net = _loopback_bytes(namespace) if isolated else 0.0
     finally:
         if isolated:
             subprocess.run(["ip", "netns", "delete", namespace], check=False)
     if code != 0:
         raise RuntimeError(f"training with {sets} failed with exit code {code}")
-    return Span(samples[-1][0], {**samples[-1][1], "net bytes": net}), isolated
+    per_server = {f"bytes {server} {way}": float(n)
+                  for server, pair in servers.per_server().items()
+                  for way, n in zip(("sends", "receives"), pair)}
+    return Span(samples[-1][0], {**samples[-1][1], "net bytes": net, **per_server}), isolated
 
 
 def run_case(case, data: str) -> dict:
@@ -106,8 +187,11 @@ def run_case(case, data: str) -> dict:
     per_step = {role: (b.by_role().get(role, 0.0) - a.by_role().get(role, 0.0)) / steps
                 for role in ("coordinator", "worker", "ps")}
     net = (b.cpu_seconds["net bytes"] - a.cpu_seconds["net bytes"]) / steps
+    servers = {key[len("bytes "):]: (b.cpu_seconds[key] - a.cpu_seconds.get(key, 0.0)) / steps
+               for key in b.cpu_seconds if key.startswith("bytes ")}
     return {"case": name, "cpu_per_step": per_step, "bytes_per_step": net if isolated else None,
-            "seconds_per_step": (b.wall_seconds - a.wall_seconds) / steps}
+            "seconds_per_step": (b.wall_seconds - a.wall_seconds) / steps,
+            "server_bytes_per_step": servers}
 
 
 def planner_figures(data: str, sets: list[str], ps: int) -> dict:
@@ -124,7 +208,10 @@ def planner_figures(data: str, sets: list[str], ps: int) -> dict:
     loads = server_loads(model_footprint(config), config, ps, distinct)
     return {"batch": config.input.batch_size, "steps_per_call": config.train.steps_per_call,
             "bytes": sum(load.bytes_in + load.bytes_out for load in loads),
-            "values": sum(load.values for load in loads)}
+            "values": sum(load.values for load in loads),
+            "servers": {f"ps {i} {way}": getattr(load, f"bytes_{d}")
+                        for i, load in enumerate(loads)
+                        for way, d in (("sends", "out"), ("receives", "in"))}}
 
 
 def derive(run: dict, planned: dict) -> dict:
@@ -137,6 +224,9 @@ def derive(run: dict, planned: dict) -> dict:
            "predicted_bytes_per_step": planned["bytes"]}
     if run["bytes_per_step"] is not None:
         out["measured_bytes_per_step"] = run["bytes_per_step"]
+    for key, measured in run["server_bytes_per_step"].items():
+        out[f"{key} MB predicted"] = planned["servers"][key] / 1e6
+        out[f"{key} MB measured"] = measured / 1e6
     return out
 
 
@@ -161,7 +251,8 @@ def main() -> None:
                 figures = derive(run_case(case, tmp), planned[case[0]])
                 results[case[0]].append(figures)
                 print(f"round {round_} {case[0]:8s} " + ", ".join(
-                    f"{k} {v:,.0f}" for k, v in figures.items())
+                    f"{k} {v:,.0f}" if abs(v) >= 100 else f"{k} {v:.3f}"
+                    for k, v in figures.items())
                     + f" | load {os.getloadavg()[0]:.2f}", flush=True)
     _summary(results)
 
@@ -184,6 +275,11 @@ def _summary(results: dict[str, list[dict]]) -> None:
             p = runs[0]["predicted_bytes_per_step"]
             print(f"bytes per step {case}: predicted {p / 1e6:.3f} MB, measured {m / 1e6:.3f} "
                   f"MB (median), predicted / measured {p / m:.2f}")
+        for key in sorted(k[:-len(" MB measured")] for k in runs[0] if k.endswith(" MB measured")):
+            m = statistics.median(f[f"{key} MB measured"] for f in runs)
+            p = runs[0][f"{key} MB predicted"]
+            print(f"  {case} {key} (to/from workers): predicted {p:.3f} MB, measured {m:.3f} MB "
+                  f"per step, predicted / measured {p / m:.2f}")
 
 
 if __name__ == "__main__":
