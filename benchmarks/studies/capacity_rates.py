@@ -57,7 +57,9 @@ CASES = [("1w+1ps", 1, 1, (150, 650), []), ("2w+1ps", 2, 1, (150, 650), []),
          ("2w+2ps", 2, 2, (150, 650), []),
          ("2w+1ps refresh 50", 2, 1, (150, 650), ["train.dense_refresh_steps=50"]),
          (DISPATCH, 4, 1, (300, 2300), ["model.name=lr", "input.batch_size=16",
-                                        "train.steps_per_call=1"])]
+                                        "train.steps_per_call=1"]),
+         (f"{DISPATCH} 8w", 8, 1, (300, 2300), ["model.name=lr", "input.batch_size=16",
+                                               "train.steps_per_call=1"])]
 
 
 def _loopback_bytes(namespace: str) -> float:
@@ -258,15 +260,16 @@ def main() -> None:
 
 
 def _summary(results: dict[str, list[dict]]) -> None:
-    training = [f for case, runs in results.items() if case != DISPATCH for f in runs]
+    training = [f for case, runs in results.items() if not case.startswith(DISPATCH)
+                for f in runs]
     for key in ("worker_examples_per_core", "server_values_per_core"):
         values = [f[key] for f in training]
         if values:
             print(f"{key}: median {statistics.median(values):,.0f} (best {max(values):,.0f}, "
                   f"{len(values)} runs)")
-    chief = [f["chief_closures_per_core"] for f in results.get(DISPATCH, [])]
-    if chief:
-        print(f"chief_closures_per_core ({DISPATCH} case): median "
+    for case in (c for c in results if c.startswith(DISPATCH)):
+        chief = [f["chief_closures_per_core"] for f in results[case]]
+        print(f"chief_closures_per_core ({case} case): median "
               f"{statistics.median(chief):,.0f} (best {max(chief):,.0f})")
     for case, runs in results.items():
         measured = [f["measured_bytes_per_step"] for f in runs if "measured_bytes_per_step" in f]

@@ -159,12 +159,16 @@ def model_footprint(config: ExperimentConfig) -> ModelFootprint:
         for table_name, table in layer.dynamic_tables.items():
             dynamic.append(DynamicFootprint(f"{layer.name}/{table_name}", table.dim,
                                             uses[table_name], id(layer) in linear))
-    colocated = {v.ref() for tables in model.dynamic_tables.values() for table in tables
-                 for v in table.variables}
+    shards = [shard for tables in model.dynamic_tables.values() for table in tables
+              for shard in table.shards]
+    colocated = {v.ref() for shard in shards for v in shard.variables}
+    # a shard's admission switch is held outside its tracked variables: known by its name
+    prefixes = tuple(f"{shard.name}_" for shard in shards)
     dense = {v.ref() for v in model.dense_variables}
     placed = []
     for variable in created:
-        if variable.ref() in colocated:
+        if (variable.ref() in colocated
+                or variable.name.split(":")[0].rsplit("/", 1)[-1].startswith(prefixes)):
             continue
         if variable.ref() in stack_of:
             placed.append(PlacedVariable(stack_of[variable.ref()], 0, True))
