@@ -9,7 +9,13 @@ import tensorflow as tf
 from recsys_dist.cluster import capacity
 from recsys_dist.cluster.capacity import Machines, Rates
 from recsys_dist.config import load_config
-from recsys_dist.models.footprint import ModelFootprint, PlacedVariable, StackFootprint, TableUse
+from recsys_dist.models.footprint import (
+    DynamicFootprint,
+    ModelFootprint,
+    PlacedVariable,
+    StackFootprint,
+    TableUse,
+)
 from tests.support.configs import changed, write_yaml
 
 #: One stack of dim 4: table a (100 rows, 1 id per example), then b (300 rows, 2 ids);
@@ -133,3 +139,15 @@ def test_a_server_holding_a_whole_dense_weight_caps_every_cluster(config):
     lines = capacity.plan_lines(result, config())
     assert "smallest none meets 1,000 examples/s: server CPU caps every cluster" in lines
     assert any(line.startswith("fastest  10 workers + ") for line in lines)
+
+
+def test_a_dynamic_table_has_a_shard_on_every_server(config):
+    table = DynamicFootprint("emb/tag", 4, TableUse("tag", 50, 3, None))
+    footprint = ModelFootprint((), (table,), ())
+    loads = capacity.server_loads(footprint, config(), 2, {"tag": 6.0})
+    for load in loads:
+        # 50 rows of 4 values and one Adagrad slot, plus 40 bytes of index and last-seen day
+        assert load.memory == {"tag": 50 * (4 * 4 * 2 + 40)}
+        assert (load.bytes_out, load.bytes_in, load.values) == (3 * 16, 3 * 32, 2 * 3 * 4)
+    # without a measured count every id is taken as its own row: 10 rows x 3 ids
+    assert capacity.server_loads(footprint, config(), 2)[0].bytes_out == 15 * 16
