@@ -10,6 +10,7 @@ Commands:
   backfill      Retrain every date of a range, in order.
   offline-eval  Score published models on the same days and compare them.
   export        Write a SavedModel that TensorFlow Serving serves.
+  plan          The smallest cluster for a training rate; memory and bytes per server.
   server        Run one worker or parameter-server task of a multi-machine cluster.
 
 Each command is a ``_cmd_<name>(args)`` function; its arguments are declared by
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import sys
 import tempfile
@@ -331,6 +333,75 @@ def _cmd_offline_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_flag(args: argparse.Namespace, flag: str, what: str) -> float | None:
+    """The value of ``--flag`` as a positive number (None when not given)."""
+    text = getattr(args, flag.lstrip("-").replace("-", "_"))
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise RecsysError(f"{flag} must be a positive number ({what}), got {text!r}")
+    return value
+
+
+def _plan_rows(args: argparse.Namespace, config) -> tuple[dict[str, float] | None, str]:
+    """Distinct rows per batch measured on the training data (``--data``, else the
+    config's train split), or None and why not."""
+    from recsys_dist.data.batch_rows import distinct_rows_per_batch
+    from recsys_dist.data.input_fn import prepare_input
+
+    if config.data is None:
+        return None, "no data to measure them on (give --data)"
+    split = "train" if args.data is None and config.data.train is not None else None
+    try:
+        pipeline = prepare_input(config, split, 1)
+    except RecsysError as exc:
+        if args.data is not None:
+            raise
+        return None, f"the config's training data is not readable ({exc})"
+    distinct, batches = distinct_rows_per_batch(pipeline, config.features, args.sample_batches)
+    return distinct, f"measured on {batches} batches of {config.data.path}"
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from recsys_dist.cluster import capacity
+    from recsys_dist.config import load_config
+
+    target = _positive_flag(args, "--examples-per-second", "examples per second to train")
+    nic = _positive_flag(args, "--nic-gbit", "a server's network bandwidth in Gbit/s")
+    memory = _positive_flag(args, "--server-memory-gib", "a server's memory in GiB")
+    measured = capacity.MEASURED_RATES
+    rates = capacity.Rates(*(
+        _positive_flag(args, flag, what) or default for flag, what, default in (
+            ("--worker-examples-per-core", "examples/s", measured.worker_examples_per_core),
+            ("--server-values-per-core", "values/s", measured.server_values_per_core),
+            ("--chief-closures-per-second", "closures/s", measured.chief_closures))))
+    machines = capacity.Machines(nic * 1e9 / 8, memory * 2**30 if memory else None,
+                                 args.worker_cores, args.server_cores)
+    config = load_config(args.config, args.set).with_data_path(args.data)
+    from recsys_dist.models.footprint import model_footprint
+
+    footprint = model_footprint(config)
+    distinct, source = _plan_rows(args, config)
+    print(f"model    {config.model.name}, batch {config.input.batch_size:,}, "
+          f"{config.train.steps_per_call} steps per call; {len(footprint.stacks)} stacked "
+          f"table weight(s), {len(footprint.dynamic)} dynamic table(s), "
+          f"{footprint.dense_parameters:,} dense parameters in {len(footprint.dense)} variables")
+    print(f"rows     distinct rows per batch: {source}" if distinct is not None else
+          f"rows     distinct rows per batch: ids spread evenly (an upper bound); {source}")
+    print(f"rates    {rates.worker_examples_per_core:,.0f} examples/s per worker core, "
+          f"{rates.server_values_per_core:,.0f} values/s per server core, "
+          f"{rates.chief_closures:,.0f} closures/s per chief; NIC {nic:g} Gbit/s per server"
+          + (f", {memory:g} GiB per server" if memory else ", server memory not checked"))
+    result = capacity.plan(footprint, config, target, rates, machines, distinct)
+    for line in capacity.plan_lines(result, config):
+        print(line)
+    return 0
+
+
 def _cmd_server(args: argparse.Namespace) -> int:
     from recsys_dist.cluster import server
 
@@ -566,6 +637,35 @@ def _add_export(commands) -> None:
     export.set_defaults(func=_cmd_export)
 
 
+def _add_plan(commands) -> None:
+    plan = commands.add_parser(
+        "plan", help="the smallest cluster for a rate, memory per server, bytes per step",
+        description="Plans a parameter-server cluster for a config: memory per server per "
+                    "table, bytes per step to and from each server, the smallest cluster "
+                    "(workers, servers) that trains --examples-per-second, and which "
+                    "resource binds first (worker CPU, server CPU, server NIC, the chief's "
+                    "dispatch). Rates per core are measured (docs/scaling.md); the flags "
+                    "below override them.")
+    _add_config_args(plan)
+    plan.add_argument("--examples-per-second", required=True, help="target training rate")
+    plan.add_argument("--nic-gbit", default="10", help="a server's network bandwidth, "
+                                                       "Gbit/s each way (default 10)")
+    plan.add_argument("--server-memory-gib", help="a server's memory for the model, GiB "
+                                                  "(default: not checked)")
+    plan.add_argument("--worker-cores", type=_positive, default=1,
+                      help="cores of one worker task (default 1)")
+    plan.add_argument("--server-cores", type=_positive, default=1,
+                      help="cores of one parameter-server task (default 1)")
+    plan.add_argument("--sample-batches", type=_positive, default=20,
+                      help="training batches read to count distinct rows (default 20)")
+    for flag, what in (("--worker-examples-per-core", "examples/s one worker core trains"),
+                       ("--server-values-per-core", "float32 values/s one server core "
+                                                    "serves"),
+                       ("--chief-closures-per-second", "closures/s one chief dispatches")):
+        plan.add_argument(flag, help=f"{what} (default: measured, docs/scaling.md)")
+    plan.set_defaults(func=_cmd_plan)
+
+
 def _add_server(commands) -> None:
     from recsys_dist.cluster.server import add_server_arguments
 
@@ -579,7 +679,7 @@ def _add_server(commands) -> None:
 
 #: The commands of ``recsys-dist``, in the order ``--help`` lists them.
 _COMMANDS = (_add_data_commands, _add_validate, _add_train, _add_evaluate, _add_retrain,
-             _add_backfill, _add_offline_eval, _add_export, _add_server)
+             _add_backfill, _add_offline_eval, _add_export, _add_plan, _add_server)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -78,10 +79,12 @@ def _role(pid: int) -> str | None:
     return "coordinator"
 
 
-def measure(command: list[str], interval: float
+def measure(command: list[str], interval: float,
+            extra: Callable[[int], dict[str, float]] | None = None
             ) -> tuple[list[tuple[float, dict[str, float]]], int]:
     """Samples ``command``'s process tree until it exits: ``(wall seconds, CPU seconds per
-    role so far)`` per sample, and the command's exit code."""
+    role so far)`` per sample, and the command's exit code. ``extra(pid)`` (given the
+    command's pid) adds its own counters to each sample, e.g. bytes sent."""
     start = time.perf_counter()
     root = subprocess.Popen(command)
     last: dict[int, tuple[str, float]] = {}
@@ -98,6 +101,8 @@ def measure(command: list[str], interval: float
         totals: dict[str, float] = collections.defaultdict(float)
         for role, seconds in last.values():
             totals[role] += seconds
+        if extra is not None:
+            totals.update(extra(root.pid))
         samples.append((time.perf_counter() - start, dict(totals)))
         time.sleep(interval)
     return samples, root.returncode
