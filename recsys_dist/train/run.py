@@ -8,10 +8,11 @@ restart (the CLI starts itself again, which resumes from the last checkpoint).
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Literal
 
 from recsys_dist import storage_io
-from recsys_dist.checkpoint.store import SavedCheckpoint
+from recsys_dist.checkpoint.store import CheckpointManager, SavedCheckpoint
 from recsys_dist.config.experiment import ExperimentConfig
 
 
@@ -62,6 +63,24 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
         print(f"eval     {len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
               + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
     return train_input, eval_input, oracle
+
+
+def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str) -> None:
+    """On a model dir's first run (no checkpoint yet), prints a ``warning`` for each table
+    a sample of the training rows shows too small
+    (:func:`~recsys_dist.data.collisions.collision_warnings`), before any server starts."""
+    from recsys_dist.data.collisions import SAMPLE_ROWS, collision_warnings
+    from recsys_dist.data.input_fn import prepare_input
+
+    if CheckpointManager(model_dir).latest() is not None:
+        return
+    started = time.perf_counter()
+    lines = collision_warnings(prepare_input(config, "train", 1), config.cluster.ps)
+    for line in lines:
+        print(line, flush=True)
+    if lines:
+        print(f"tables   checked on the first {SAMPLE_ROWS:,} training rows in "
+              f"{time.perf_counter() - started:.1f}s (only on a model dir's first run)")
 
 
 def _plan_validation(config: ExperimentConfig):
@@ -145,6 +164,8 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
     from recsys_dist.cluster.runtime import connect, log_dir_for
     from recsys_dist.train.trainer import Trainer, completed_run
 
+    if collective_task() is None:
+        _warn_collisions_on_first_run(config, model_dir)
     if config.cluster.strategy == "multi_worker_mirrored" and collective_task() is None:
         return _launch_workers(config, model_dir, evaluate, warm_start_from, on_table_resize)
     train_input, eval_input, oracle = _plan_inputs(config, model_dir, evaluate)
