@@ -408,6 +408,13 @@ class OneHotEncoder:
         return matrix[np.flatnonzero(keep)]
 
 
+def sp_vstack(blocks: list):
+    """CSR blocks of one width stacked (scipy's ``vstack``)."""
+    import scipy.sparse as sp
+
+    return sp.vstack(blocks, format="csr")
+
+
 def read_split(inputs: Inputs, split: str, encoder: OneHotEncoder, columns: list[str],
                log: Callable[[str], None]) -> SplitData:
     """Reads a window's files with pyarrow and encodes them through our transforms.

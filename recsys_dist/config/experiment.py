@@ -594,9 +594,9 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
         raise doc.error("model.labels", too_few)
     inputs = _resolve_inputs(doc, parsed.model, spec, features)
     _check_sequence_input(doc, parsed.model, spec, inputs, features)
+    parsed, raw = _with_model_and_data_defaults(parsed, raw, spec, inputs)
     _check_optimizers(doc, raw, parsed.train)
     _check_early_stopping(doc, parsed, labels)
-    parsed, raw = _with_model_and_data_defaults(parsed, raw, spec, inputs)
     check_strategy(doc, parsed, features)
     return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
                             parsed.cluster, parsed.train, inputs, labels, raw,
@@ -641,7 +641,7 @@ def _with_model_and_data_defaults(parsed: "_ConfigFile", raw: Any, spec: Registe
       ``linear_inputs``) gets Adagrad at ``default_linear_learning_rate(F)``;
     - ``epochs`` and ``early_stopping``: with ``data.validation``, up to
       :data:`EPOCHS_WITH_VALIDATION` passes stopped on it (:class:`EarlyStoppingSpec`'s
-      defaults); without, one pass.
+      defaults; one pass when ``early_stopping`` is ``null``); without, one pass.
 
     Returns the parsed config and ``raw`` with the chosen values written in, so the
     resolved config next to a model says what it ran with.
@@ -653,7 +653,8 @@ def _with_model_and_data_defaults(parsed: "_ConfigFile", raw: Any, spec: Registe
         rate = model_params.default_linear_learning_rate(len(inputs.get(linear, [])))
         chosen["linear_optimizer"] = OptimizerSpec("adagrad", round(rate, 4))
     validation = parsed.data is not None and parsed.data.validation is not None
-    if validation and "epochs" not in given:
+    stopping_off = "early_stopping" in given and given["early_stopping"] is None
+    if validation and "epochs" not in given and not stopping_off:
         chosen["epochs"] = EPOCHS_WITH_VALIDATION
     epochs = chosen.get("epochs", parsed.train.epochs)
     if validation and "early_stopping" not in given and epochs >= 2:
