@@ -269,11 +269,11 @@ class TrainSpec:
         worker. ``null``: read them every step, without the cache.
       epochs: Passes over the training split (ignored when ``max_steps`` ends it first).
         Left out: 1, or :data:`EPOCHS_WITH_VALIDATION` when ``data.validation`` is set
-        (early stopping then ends the run).
+        (early stopping then ends the run) and the config has no ``retrain`` section.
       early_stopping: Stop before ``epochs`` when the ``data.validation`` metric stops
         improving, and keep the best pass's weights. Left out, it is on (default
-        settings) when ``data.validation`` is set and ``epochs`` is at least 2; ``null``:
-        off.
+        settings) when ``data.validation`` is set, ``epochs`` is at least 2 and the config
+        has no ``retrain`` section; ``null``: off.
       max_steps: Stop after this many steps in total (over all workers).
       lr_scaling: Scale learning rates with the per-step batch (``input.batch_size`` times
         the replicas of a worker) relative to ``base_batch_size``: ``linear``, ``sqrt``
@@ -641,7 +641,8 @@ def _with_model_and_data_defaults(parsed: "_ConfigFile", raw: Any, spec: Registe
       ``linear_inputs``) gets Adagrad at ``default_linear_learning_rate(F)``;
     - ``epochs`` and ``early_stopping``: with ``data.validation``, up to
       :data:`EPOCHS_WITH_VALIDATION` passes stopped on it (:class:`EarlyStoppingSpec`'s
-      defaults; one pass when ``early_stopping`` is ``null``); without, one pass.
+      defaults; one pass when ``early_stopping`` is ``null``); without, or with a
+      ``retrain`` section (which never stops early), one pass.
 
     Returns the parsed config and ``raw`` with the chosen values written in, so the
     resolved config next to a model says what it ran with.
@@ -652,7 +653,9 @@ def _with_model_and_data_defaults(parsed: "_ConfigFile", raw: Any, spec: Registe
     if linear is not None and "linear_optimizer" not in given:
         rate = model_params.default_linear_learning_rate(len(inputs.get(linear, [])))
         chosen["linear_optimizer"] = OptimizerSpec("adagrad", round(rate, 4))
-    validation = parsed.data is not None and parsed.data.validation is not None
+    # (a config with a retrain section chooses its passes offline: retrain never stops early)
+    validation = (parsed.data is not None and parsed.data.validation is not None
+                  and parsed.retrain is None)
     stopping_off = "early_stopping" in given and given["early_stopping"] is None
     if validation and "epochs" not in given and not stopping_off:
         chosen["epochs"] = EPOCHS_WITH_VALIDATION

@@ -275,3 +275,29 @@ class BSTParams(_Params):
     hidden_units: list[int] = _units(256, 128, 64)
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
+
+
+def defaults_row(name: str) -> str:
+    """Model ``name``'s row of the defaults table in docs/quality.md: its ``model.params``
+    defaults and the default optimizer of its linear weights (a test keeps the table
+    equal to these rows).
+
+    Example::
+
+        defaults_row("lr")  # "| `lr` | none | Adagrad min(0.2, 1/sqrt(F)), F = `wide` features |"
+    """
+    params = MODEL_PARAMS[name]
+    values = [f"{spec.name}: {_yaml_value(getattr(params(), spec.name))}"
+              for spec in dataclasses.fields(params)]
+    group = params.linear_inputs
+    linear = (f"Adagrad min(0.2, 1/sqrt(F)), F = `{group}` features" if group is not None
+              else "no linear part")
+    return f"| `{name}` | {', '.join(values) or 'none'} | {linear} |"
+
+
+def _yaml_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
