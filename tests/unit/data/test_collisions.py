@@ -228,3 +228,22 @@ def test_the_sample_check_names_each_crowded_table_its_share_and_its_fix(dataset
     assert main(["validate", "--config", config_path, "--data", data]) == 0
     out = capsys.readouterr().out
     assert "warning  hashed table tiny: " in out and "in all 1,200 rows" in out
+
+
+def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(dataset, tmp_path,
+                                                                  monkeypatch, capsys):
+    """``train`` checks the sample before any server starts, only while its model dir has
+    no checkpoint (``train/run.py``)."""
+    from recsys_dist.checkpoint.store import CheckpointManager
+    from recsys_dist.train import run
+
+    config_path, data, _ = dataset
+    config = load_config(config_path).with_data_path(data)
+    model_dir = str(tmp_path / "model")
+    run._warn_collisions_on_first_run(config, model_dir)
+    out = capsys.readouterr().out
+    assert "warning  hashed table tiny: " in out
+    assert "tables   checked on the first 100,000 training rows in " in out
+    monkeypatch.setattr(CheckpointManager, "latest", lambda self: object())
+    run._warn_collisions_on_first_run(config, model_dir)
+    assert capsys.readouterr().out == ""
