@@ -47,11 +47,14 @@ def print_eval(labels: list[str], metrics: dict) -> None:
 
 def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     """``(train input, eval input or None, oracle columns)``, planned and printed."""
+    from recsys_dist.cluster.collective import collective_task
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.data.oracle import oracle_candidates, oracle_columns
 
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers)
+    if (collective_task() or (None, 0))[1] == 0:  # one process of a job warns
+        _warn_collisions_on_first_run(config, model_dir, train_input)
     print(f"train    {len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
           f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
           f"{', '.join(config.labels)}, model_dir {model_dir}")
@@ -65,17 +68,17 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     return train_input, eval_input, oracle
 
 
-def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str) -> None:
+def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str,
+                                  train_input) -> None:
     """On a model dir's first run (no checkpoint yet), prints a ``warning`` for each table
-    a sample of the training rows shows too small
+    a sample of ``train_input``'s rows shows too small
     (:func:`~recsys_dist.data.collisions.collision_warnings`), before any server starts."""
     from recsys_dist.data.collisions import SAMPLE_ROWS, collision_warnings
-    from recsys_dist.data.input_fn import prepare_input
 
     if CheckpointManager(model_dir).latest() is not None:
         return
     started = time.perf_counter()
-    lines = collision_warnings(prepare_input(config, "train", 1), config.cluster.ps)
+    lines = collision_warnings(train_input, config.cluster.ps)
     for line in lines:
         print(line, flush=True)
     if lines:
@@ -164,8 +167,6 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
     from recsys_dist.cluster.runtime import connect, log_dir_for
     from recsys_dist.train.trainer import Trainer, completed_run
 
-    if collective_task() is None:
-        _warn_collisions_on_first_run(config, model_dir)
     if config.cluster.strategy == "multi_worker_mirrored" and collective_task() is None:
         return _launch_workers(config, model_dir, evaluate, warm_start_from, on_table_resize)
     train_input, eval_input, oracle = _plan_inputs(config, model_dir, evaluate)

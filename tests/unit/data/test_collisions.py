@@ -232,18 +232,19 @@ def test_the_sample_check_names_each_crowded_table_its_share_and_its_fix(dataset
 
 def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(dataset, tmp_path,
                                                                   monkeypatch, capsys):
-    """``train`` checks the sample before any server starts, only while its model dir has
-    no checkpoint (``train/run.py``)."""
+    """``train`` checks the sample of its planned training rows before any server starts,
+    only while its model dir has no checkpoint (``train/run.py``)."""
     from recsys_dist.checkpoint.store import CheckpointManager
     from recsys_dist.train import run
 
     config_path, data, _ = dataset
     config = load_config(config_path).with_data_path(data)
     model_dir = str(tmp_path / "model")
-    run._warn_collisions_on_first_run(config, model_dir)
+    train_input = prepare_input(config, None, 2)
+    run._warn_collisions_on_first_run(config, model_dir, train_input)
     out = capsys.readouterr().out
     assert "warning  hashed table tiny: " in out
     assert "tables   checked on the first 100,000 training rows in " in out
     monkeypatch.setattr(CheckpointManager, "latest", lambda self: object())
-    run._warn_collisions_on_first_run(config, model_dir)
+    run._warn_collisions_on_first_run(config, model_dir, train_input)
     assert capsys.readouterr().out == ""
