@@ -118,11 +118,12 @@ C_GRID = (0.01, 0.1, 1.0)
 LIGHTGBM_PARAMS = {"objective": "binary", "num_leaves": 31, "learning_rate": 0.05,
                    "num_threads": 2, "seed": 0, "verbose": -1}
 LIGHTGBM_TREES = 300
-#: ``--defaults``: LightGBM's own defaults (100 trees, 31 leaves, learning rate 0.1) and
+#: ``--defaults``: LightGBM's own defaults (100 trees, 31 leaves, learning rate 0.1; one
+#: thread, which on a loaded machine avoids OpenMP's spinning and changes no tree) and
 #: scikit-learn's default logistic regression: C=1, its L2 objective solved to convergence
 #: by liblinear (the default lbfgs reaches the same optimum, far slower on a million
 #: sparse columns).
-DEFAULT_LIGHTGBM_PARAMS = {"objective": "binary", "num_threads": 2, "seed": 0, "verbose": -1}
+DEFAULT_LIGHTGBM_PARAMS = {"objective": "binary", "num_threads": 1, "seed": 0, "verbose": -1}
 DEFAULT_LIGHTGBM_TREES = 100
 DEFAULT_LOGREG = {"c_grid": (1.0,), "solver": "liblinear"}
 #: ``--defaults``: the zoo in one process (the cluster is not what is measured there):
@@ -739,11 +740,20 @@ def zoo_row(inputs: Inputs, model: str, work: pathlib.Path, tag: str = "",
     sets = [a for item in [*inputs.overrides, *cluster, *model_overrides(inputs.config, model)]
             for a in ("--set", item)]
     base = ["--config", inputs.config_path, "--model-dir", str(model_dir), *sets]
+    label = inputs.config.labels[0]
+    train_auc = math.nan
+    if not score_train:  # the held-out window scored by train itself: one process less
+        seconds = cli("train", *base, log_file=work / f"{model}{tag}-train.log")
+        result = json.loads((model_dir / "train_result.json").read_text())
+        held_out = result["eval"]["labels"][label]
+        best = (result.get("early_stopping") or {}).get("best")
+        return Row(f"{model} (zoo)", "zoo", held_out["auc"], held_out["logloss"], train_auc,
+                   seconds, "recsys-dist train (held-out window scored by train), "
+                   + ", ".join(item.split(".", 1)[1] for item in cluster)
+                   + (f"; best epoch {best['epoch']}" if best else ""))
     seconds = cli("train", *base, "--no-eval", log_file=work / f"{model}{tag}-train.log")
     seconds += cli("evaluate", *base, "--out", str(model_dir / "eval"), "--quiet",
                    log_file=work / f"{model}{tag}-evaluate.log")
-    label = inputs.config.labels[0]
-    train_auc = math.nan
     if score_train:
         train_split = inputs.config.data.train
         window = (["--dates", train_split.dates] if train_split.dates is not None
@@ -939,6 +949,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "config (sequence features left out), data and model, nothing "
                              "else; scikit-learn's default logistic regression and LightGBM's "
                              "defaults; the zoo in one process; targets checked at the end")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="leave out logistic regression and LightGBM (e.g. more seeds of "
+                             "a run whose peers were already measured)")
     parser.add_argument("--check", action="store_true",
                         help="only check the config and data (as recsys-dist validate)")
     args = parser.parse_args(argv)
@@ -1005,6 +1018,57 @@ def synthesize(work: pathlib.Path, rows_per_day: int) -> str:
     return str(data)
 
 
+def run_peers(args: argparse.Namespace, inputs: Inputs, config_file: str, rows: list[Row],
+              log: Callable[[str], None]) -> str:
+    """Logistic regression (one row per C) and LightGBM, appended to ``rows``; returns the
+    oracle's sentence for the table's header ('' without an oracle column)."""
+    from recsys_dist.config import load_config
+
+    lr_config = load_config(config_file, inputs.overrides + model_overrides(inputs.config, "lr"))
+    encoder = OneHotEncoder(lr_config.features, lr_config.inputs["wide"])
+    categorical, numeric = lightgbm_columns(inputs.config)
+    started = time.perf_counter()
+    splits = {s: read_split(inputs, s, encoder, categorical + numeric, log)
+              for s in ("eval", "train")}
+    for split in splits.values():  # the ids of dynamic tables met in either window
+        split.one_hot = encoder.widen(split.one_hot)
+    shared = time.perf_counter() - started
+    oracle = ""
+    if splits["eval"].oracle is not None:
+        oracle = (f" Oracle (the data's true logit): held-out AUC "
+                  f"{_metrics(splits['eval'].labels, splits['eval'].oracle)[0]:.4f}, "
+                  f"train-window AUC "
+                  f"{_metrics(splits['train'].labels, splits['train'].oracle)[0]:.4f}.")
+    log(f"logistic regression, C in {args.c_grid}")
+    logreg = logreg_rows(splits["train"], splits["eval"], args.c_grid, args.logreg_solver,
+                         args.logreg_max_iter, shared, lambda r: print(r.line(), flush=True))
+    rows.extend(logreg)
+    print(f"logreg best C: {max(logreg, key=lambda r: r.auc).method}", flush=True)
+    log("LightGBM")
+    rows.append(lightgbm_row(inputs.config, splits["train"], splits["eval"], shared,
+                             *((DEFAULT_LIGHTGBM_PARAMS, DEFAULT_LIGHTGBM_TREES)
+                               if args.defaults else ())))
+    print(rows[-1].line(), flush=True)
+    return oracle
+
+
+def unfit_models(inputs: Inputs, models: list[str]) -> dict[str, str]:
+    """Model -> why it cannot be built on this data (its own error, e.g. DLRM without a
+    numeric feature), for the models of ``models`` that cannot; builds each once."""
+    from recsys_dist.config import load_config
+    from recsys_dist.models.zoo import build_from_config
+
+    unfit = {}
+    for model in models:
+        try:
+            config = load_config(inputs.config_path, [*inputs.overrides,
+                                                      *model_overrides(inputs.config, model)])
+            build_from_config(config)
+        except (ValueError, RecsysError) as exc:
+            unfit[model] = str(exc).splitlines()[0]
+    return unfit
+
+
 def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     def log(line: str) -> None:
         print(f"  ... {line}", file=sys.stderr, flush=True)
@@ -1037,39 +1101,8 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     if args.check:
         return 0
 
-    from recsys_dist.config import load_config
-
     rows: list[Row] = []
-
-    def report(row: Row) -> None:
-        rows.append(row)
-        print(row.line(), flush=True)
-
-    lr_config = load_config(config_file, inputs.overrides + model_overrides(inputs.config, "lr"))
-    encoder = OneHotEncoder(lr_config.features, lr_config.inputs["wide"])
-    categorical, numeric = lightgbm_columns(inputs.config)
-    started = time.perf_counter()
-    splits = {s: read_split(inputs, s, encoder, categorical + numeric, log)
-              for s in ("eval", "train")}
-    for split in splits.values():  # the ids of dynamic tables met in either window
-        split.one_hot = encoder.widen(split.one_hot)
-    shared = time.perf_counter() - started
-    oracle = ""
-    if splits["eval"].oracle is not None:
-        oracle = (f" Oracle (the data's true logit): held-out AUC "
-                  f"{_metrics(splits['eval'].labels, splits['eval'].oracle)[0]:.4f}, "
-                  f"train-window AUC "
-                  f"{_metrics(splits['train'].labels, splits['train'].oracle)[0]:.4f}.")
-    log(f"logistic regression, C in {args.c_grid}")
-    rows.extend(logreg_rows(splits["train"], splits["eval"], args.c_grid, args.logreg_solver,
-                            args.logreg_max_iter, shared,
-                            lambda r: print(r.line(), flush=True)))
-    print(f"logreg best C: {max((r for r in rows), key=lambda r: r.auc).method}", flush=True)
-    log("LightGBM")
-    report(lightgbm_row(inputs.config, splits["train"], splits["eval"], shared,
-                        *((DEFAULT_LIGHTGBM_PARAMS, DEFAULT_LIGHTGBM_TREES) if args.defaults
-                          else ())))
-    del splits
+    oracle = "" if args.no_peers else run_peers(args, inputs, config_file, rows, log)
     runs: list[Row] = []  # every model's run (one per seed with --seeds)
 
     def ran(row: Row, seed: int | None) -> None:
@@ -1085,6 +1118,9 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
         for model in sorted(set(args.models) - set(models)):
             log(f"{model} left out: it needs {MODEL_REGISTRY[model].min_labels} labels, the "
                 f"data has {labels}")
+        for model, reason in unfit_models(inputs, models).items():
+            log(f"{model} left out: {reason}")
+            models.remove(model)
     for seed in args.seeds or [None]:
         seeded, at = with_seed(inputs, seed), ("" if seed is None else f", seed {seed}")
         for model in models:
