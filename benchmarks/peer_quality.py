@@ -118,6 +118,20 @@ C_GRID = (0.01, 0.1, 1.0)
 LIGHTGBM_PARAMS = {"objective": "binary", "num_leaves": 31, "learning_rate": 0.05,
                    "num_threads": 2, "seed": 0, "verbose": -1}
 LIGHTGBM_TREES = 300
+#: ``--defaults``: LightGBM's own defaults (100 trees, 31 leaves, learning rate 0.1; one
+#: thread, which on a loaded machine avoids OpenMP's spinning and changes no tree) and
+#: scikit-learn's default logistic regression: C=1, its L2 objective solved to convergence
+#: by liblinear (the default lbfgs reaches the same optimum, far slower on a million
+#: sparse columns).
+DEFAULT_LIGHTGBM_PARAMS = {"objective": "binary", "num_threads": 1, "seed": 0, "verbose": -1}
+DEFAULT_LIGHTGBM_TREES = 100
+DEFAULT_LOGREG = {"c_grid": (1.0,), "solver": "liblinear"}
+#: ``--defaults``: the zoo in one process (the cluster is not what is measured there):
+#: mirrored with one replica when every table is hashed, else one worker and one
+#: parameter server in the command's process.
+ONE_PROCESS_MIRRORED = ["cluster.mode=in_process", "cluster.strategy=mirrored",
+                        "cluster.workers=1"]
+ONE_PROCESS_PS = ["cluster.mode=in_process", "cluster.workers=1", "cluster.ps=1"]
 #: The peers' packages (module -> pip name), installed by the ``bench`` extra.
 BENCH_PACKAGES = {"sklearn": "scikit-learn", "lightgbm": "lightgbm", "pandas": "pandas",
                   "scipy": "scipy"}
@@ -303,13 +317,17 @@ class SplitData:
 class OneHotEncoder:
     """The one-hot (plus dense numeric) encoding of a model input group's transform outputs.
 
-    Columns: each table the group's id-valued features read gets ``rows`` columns, one per
-    table row, in the order the tables first appear; then one column per dense input
-    (numeric feature, missing indicator) in :class:`FeatureEmbeddings`' order.
+    Columns: each hashed table the group's id-valued features read gets ``rows`` columns,
+    one per table row, in the order the tables first appear; then one column per dense
+    input (numeric feature, missing indicator) in :class:`FeatureEmbeddings`' order; then
+    one column per (dynamic table, id) as ids are met (a dynamic table gives each id its
+    own row), so :attr:`width` grows while windows are encoded: give every matrix the
+    final width with :meth:`widen`.
     """
 
     def __init__(self, features, names: list[str]):
         self.tables: dict[str, int] = {}
+        self.dynamic = set()
         self.id_features: dict[str, str] = {}
         self.combiners: dict[str, str] = {}
         self.dense: list[str] = []
@@ -323,11 +341,34 @@ class OneHotEncoder:
             combiner = feature.embedding_combiner(keep_sequences=False)
             if combiner is not None:
                 self.combiners[name] = combiner
-            if table not in self.tables:
+            if features.tables[table].dynamic:
+                self.dynamic.add(table)
+            elif table not in self.tables:
                 self.tables[table] = features.tables[table].rows
         offsets = np.cumsum([0, *self.tables.values()])
         self.offsets = dict(zip(self.tables, offsets[:-1].tolist()))
-        self.width = int(offsets[-1]) + len(self.dense)
+        self.fixed_width = int(offsets[-1]) + len(self.dense)
+        self.ids: dict[tuple[str, int], int] = {}  # (dynamic table, id) -> column
+
+    @property
+    def width(self) -> int:
+        return self.fixed_width + len(self.ids)
+
+    def _columns(self, table: str, ids: np.ndarray) -> np.ndarray:
+        """The columns of a table's ids: its row's, or a dynamic table's id's own."""
+        ids = ids.astype(np.int64)
+        if table not in self.dynamic:
+            return self.offsets[table] + ids
+        distinct, inverse = np.unique(ids, return_inverse=True)
+        columns = np.array([self.ids.setdefault((table, key), self.fixed_width + len(self.ids))
+                            for key in distinct.tolist()], np.int64)
+        return columns[inverse.reshape(-1)]
+
+    def widen(self, matrix):
+        """``matrix`` (CSR) with :attr:`width` columns (the ids met since it was encoded
+        have none of its rows)."""
+        matrix.resize((matrix.shape[0], self.width))
+        return matrix
 
     def encode(self, features: dict, keep: np.ndarray):
         """A CSR matrix ``[kept rows, width]`` of one chunk's transform outputs."""
@@ -349,13 +390,13 @@ class OneHotEncoder:
                 row, slot = np.nonzero(weights)
                 scale = np.divide(1.0, divisor, out=np.zeros(n), where=divisor != 0)
                 rows.append(row.astype(np.int64))
-                cols.append(self.offsets[table] + ids[row, slot])
+                cols.append(self._columns(table, ids[row, slot]))
                 vals.append(weights[row, slot] * scale[row])
             else:
                 rows.append(arange)
-                cols.append(self.offsets[table] + value.numpy().astype(np.int64))
+                cols.append(self._columns(table, value.numpy()))
                 vals.append(np.ones(n))
-        first_dense = self.width - len(self.dense)
+        first_dense = self.fixed_width - len(self.dense)
         for k, name in enumerate(self.dense):
             x = features[name].numpy().astype(np.float64)
             nonzero = np.flatnonzero(x)
@@ -366,6 +407,13 @@ class OneHotEncoder:
                                                        np.concatenate(cols))),
                                shape=(n, self.width))  # duplicates (shared tables) add up
         return matrix[np.flatnonzero(keep)]
+
+
+def sp_vstack(blocks: list):
+    """CSR blocks of one width stacked (scipy's ``vstack``)."""
+    import scipy.sparse as sp
+
+    return sp.vstack(blocks, format="csr")
 
 
 def read_split(inputs: Inputs, split: str, encoder: OneHotEncoder, columns: list[str],
@@ -402,7 +450,8 @@ def read_split(inputs: Inputs, split: str, encoder: OneHotEncoder, columns: list
     log(f"read and encoded the {split} window ({sum(t.num_rows for t in tables):,} rows, "
         f"{len(tables)} files) in {time.perf_counter() - started:.0f} s")
     return SplitData(tables, np.concatenate(labels), np.concatenate(oracles) if oracle else None,
-                     sp.vstack(blocks, format="csr"), np.concatenate(valids))
+                     sp.vstack([encoder.widen(b) for b in blocks], format="csr"),
+                     np.concatenate(valids))
 
 
 # ---- the peers ---------------------------------------------------------------------------
@@ -465,8 +514,10 @@ def _lightgbm_matrix(tables: list, categorical: list[str], numeric: list[str],
     return matrix, learned
 
 
-def lightgbm_row(config, train: SplitData, held_out: SplitData, shared_seconds: float) -> Row:
-    """LightGBM on the raw columns, categoricals declared."""
+def lightgbm_row(config, train: SplitData, held_out: SplitData, shared_seconds: float,
+                 params: dict | None = None, trees: int = LIGHTGBM_TREES) -> Row:
+    """LightGBM on the raw columns, categoricals declared (``params``: default
+    :data:`LIGHTGBM_PARAMS`)."""
     import lightgbm as lgb
 
     categorical, numeric = lightgbm_columns(config)
@@ -477,13 +528,14 @@ def lightgbm_row(config, train: SplitData, held_out: SplitData, shared_seconds: 
     names = categorical + numeric
     dataset = lgb.Dataset(x_train, label=train.labels, feature_name=names,
                           categorical_feature=categorical, free_raw_data=True)
-    booster = lgb.train(LIGHTGBM_PARAMS, dataset, num_boost_round=LIGHTGBM_TREES)
+    params = LIGHTGBM_PARAMS if params is None else params
+    booster = lgb.train(params, dataset, num_boost_round=trees)
     auc, loss = _metrics(held_out.labels, booster.predict(x_eval, raw_score=True))
     seconds = shared_seconds + time.perf_counter() - started
     train_auc, _ = _metrics(train.labels, booster.predict(x_train, raw_score=True))
     return Row("lightgbm", "peer", auc, loss, train_auc, seconds,
-               f"LightGBM {LIGHTGBM_TREES} trees, {LIGHTGBM_PARAMS['num_leaves']} leaves, "
-               f"lr {LIGHTGBM_PARAMS['learning_rate']}; {len(categorical)} categorical + "
+               f"LightGBM {trees} trees, {params.get('num_leaves', 31)} leaves, "
+               f"lr {params.get('learning_rate', 0.1)}; {len(categorical)} categorical + "
                f"{len(numeric)} numeric raw columns")
 
 
@@ -676,46 +728,63 @@ def cli(*args: str, log_file: pathlib.Path) -> float:
     return seconds
 
 
-def zoo_row(inputs: Inputs, model: str, work: pathlib.Path, tag: str = "") -> Row:
-    """Trains ``model`` with ``recsys-dist train --no-eval`` on a local cluster and scores
-    it with ``recsys-dist evaluate`` on both windows (logs ``work/MODEL{tag}-*.log``)."""
+def zoo_row(inputs: Inputs, model: str, work: pathlib.Path, tag: str = "",
+            cluster: list[str] = CLUSTER, score_train: bool = True) -> Row:
+    """Trains ``model`` with ``recsys-dist train --no-eval`` on ``cluster`` (default a
+    local cluster of 2 workers and 2 parameter servers) and scores it with ``recsys-dist
+    evaluate`` on the held-out window and, with ``score_train``, the training window
+    (logs ``work/MODEL{tag}-*.log``)."""
     model_dir = work / "zoo" / model
     shutil.rmtree(model_dir, ignore_errors=True)
     model_dir.mkdir(parents=True)
-    sets = [a for item in [*inputs.overrides, *CLUSTER, *model_overrides(inputs.config, model)]
+    sets = [a for item in [*inputs.overrides, *cluster, *model_overrides(inputs.config, model)]
             for a in ("--set", item)]
     base = ["--config", inputs.config_path, "--model-dir", str(model_dir), *sets]
+    label = inputs.config.labels[0]
+    train_auc = math.nan
+    if not score_train:  # the held-out window scored by train itself: one process less
+        seconds = cli("train", *base, log_file=work / f"{model}{tag}-train.log")
+        result = json.loads((model_dir / "train_result.json").read_text())
+        held_out = result["eval"]["labels"][label]
+        best = (result.get("early_stopping") or {}).get("best")
+        return Row(f"{model} (zoo)", "zoo", held_out["auc"], held_out["logloss"], train_auc,
+                   seconds, "recsys-dist train (held-out window scored by train), "
+                   + ", ".join(item.split(".", 1)[1] for item in cluster)
+                   + (f"; best epoch {best['epoch']}" if best else ""))
     seconds = cli("train", *base, "--no-eval", log_file=work / f"{model}{tag}-train.log")
     seconds += cli("evaluate", *base, "--out", str(model_dir / "eval"), "--quiet",
                    log_file=work / f"{model}{tag}-evaluate.log")
-    train_split = inputs.config.data.train
-    window = (["--dates", train_split.dates] if train_split.dates is not None
-              else ["--set", f"data.eval={{glob: '{train_split.glob}'}}"])
-    cli("evaluate", *base, "--out", str(model_dir / "eval_train"), "--quiet", *window,
-        log_file=work / f"{model}{tag}-evaluate-train.log")
-    label = inputs.config.labels[0]
+    if score_train:
+        train_split = inputs.config.data.train
+        window = (["--dates", train_split.dates] if train_split.dates is not None
+                  else ["--set", f"data.eval={{glob: '{train_split.glob}'}}"])
+        cli("evaluate", *base, "--out", str(model_dir / "eval_train"), "--quiet", *window,
+            log_file=work / f"{model}{tag}-evaluate-train.log")
+        on_train = json.loads((model_dir / "eval_train" / "metrics.json").read_text())
+        train_auc = on_train["labels"][label]["auc"]
     held_out = json.loads((model_dir / "eval" / "metrics.json").read_text())["labels"][label]
-    on_train = json.loads((model_dir / "eval_train" / "metrics.json").read_text())
     result = json.loads((model_dir / "train_result.json").read_text())
     rate = result.get("examples_per_second")
     best = (result.get("early_stopping") or {}).get("best")
-    return Row(f"{model} (zoo)", "zoo", held_out["auc"], held_out["logloss"],
-               on_train["labels"][label]["auc"], seconds,
-               "recsys-dist train --no-eval, 2 workers + 2 ps (local), then evaluate"
+    where = ("2 workers + 2 ps (local)" if cluster == CLUSTER
+             else ", ".join(item.split(".", 1)[1] for item in cluster))
+    return Row(f"{model} (zoo)", "zoo", held_out["auc"], held_out["logloss"], train_auc,
+               seconds, f"recsys-dist train --no-eval, {where}, then evaluate"
                + (f"; {rate:,.0f} train ex/s" if rate else "")
                + (f"; best epoch {best['epoch']}" if best else ""))
 
 
-def reference_row(inputs: Inputs, model: str, log: Callable[[str], None]) -> Row:
+def reference_row(inputs: Inputs, model: str, log: Callable[[str], None],
+                  score_train: bool = True) -> Row:
     from recsys_dist.config import load_config
 
     config = load_config(inputs.config_path, [*inputs.overrides,
                                               *model_overrides(inputs.config, model)])
-    result = single_process_reference(config, score_train=True, log=log)
+    result = single_process_reference(config, score_train=score_train, log=log)
     held_out, on_train = result["eval"], result["train"]
     stopping = config.train.early_stopping is not None
     return Row(f"{model} one process", "peer", held_out["auc"], held_out["logloss"],
-               on_train["auc"], result["seconds"],
+               on_train["auc"] if on_train else math.nan, result["seconds"],
                f"tf-keras in this process, no parameter servers, {result['steps']:,} steps"
                + (f", best epoch {result['best_epoch']}" if stopping else ""))
 
@@ -740,7 +809,13 @@ def mean_row(runs: list[Row]) -> Row:
     return Row(f"{runs[0].method} (mean of {len(runs)} seeds)", runs[0].kind,
                float(np.mean([r.auc for r in runs])), float(np.mean([r.logloss for r in runs])),
                float(np.mean([r.train_auc for r in runs])), sum(r.seconds for r in runs),
-               f"{runs[0].setting} (seed {runs[0].seed}); seeds {seeds}: AUC {aucs}")
+               f"{runs[0].setting} (seed {runs[0].seed}); seeds {seeds}: AUC {aucs}, "
+               f"standard error {standard_error([r.auc for r in runs]):.4f}")
+
+
+def standard_error(values: list[float]) -> float:
+    """The standard error of the mean of ``values`` (0 for one value)."""
+    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
 
 
 def seed_differences(runs: list[Row]) -> dict[str, list[float]]:
@@ -768,7 +843,7 @@ def paired_table(runs: list[Row], seeds: list[int]) -> str:
             values = [by[(method, s)] for s in seeds]
             lines.append(f"| {method} | " + " | ".join(f"{v:.4f}" for v in values)
                          + f" | {np.mean(values):.4f} | |")
-        error = float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else 0.0
+        error = standard_error(diffs)
         lines.append(f"| {model}: zoo minus one process | " + " | ".join(f"{d:+.4f}" for d in diffs)
                      + f" | {np.mean(diffs):+.4f} | {error:.4f} |")
     return "\n".join(lines) + "\n"
@@ -791,6 +866,40 @@ def summary(rows: list[Row], runs: list[Row] = ()) -> str:
         line += ", zoo minus one process: " + ", ".join(
             f"{model} {np.mean(diffs):+.4f}" for model, diffs in gaps.items())
     return line
+
+
+#: The targets of ``--defaults`` (held-out AUC, means over the seeds).
+LR_TO_LOGREG, ZOO_TO_REFERENCE = -0.003, -0.002
+
+
+def targets(rows: list[Row], runs: list[Row]) -> list[str]:
+    """``--defaults``: one line per target, ``met`` or ``NOT met`` with the figures: ``lr``
+    against scikit-learn's default logistic regression (at least -0.003), the best zoo
+    model against the best peer (at least 0), each deep model against its one-process
+    reference (mean gap over the seeds at least -0.002, with its standard error)."""
+    def verdict(value: float, bar: float) -> str:
+        return "met" if value >= bar else "NOT met"
+
+    zoo = [r for r in rows if r.kind == "zoo"]
+    peers = [r for r in rows if r.kind == "peer"]
+    lines = []
+    lr = [r for r in zoo if r.method.startswith("lr (zoo)")]
+    logreg = [r for r in peers if r.method.startswith("logreg")]
+    if lr and logreg:
+        gap = lr[0].auc - max(r.auc for r in logreg)
+        lines.append(f"target lr >= logreg {LR_TO_LOGREG:+.3f}: {gap:+.4f} "
+                     f"{verdict(gap, LR_TO_LOGREG)}")
+    if zoo and peers:
+        best_zoo, best_peer = max(zoo, key=lambda r: r.auc), max(peers, key=lambda r: r.auc)
+        gap = best_zoo.auc - best_peer.auc
+        lines.append(f"target best zoo >= best peer: {best_zoo.method} {best_zoo.auc:.4f} vs "
+                     f"{best_peer.method} {best_peer.auc:.4f}: {gap:+.4f} {verdict(gap, 0.0)}")
+    for model, diffs in seed_differences(runs).items():
+        gap = float(np.mean(diffs))
+        lines.append(f"target {model} >= one process {ZOO_TO_REFERENCE:+.3f}: {gap:+.4f} "
+                     f"(standard error {standard_error(diffs):.4f}) "
+                     f"{verdict(gap, ZOO_TO_REFERENCE)}")
+    return lines
 
 
 def table(rows: list[Row], header: str) -> str:
@@ -816,8 +925,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                              "2026-01-06 with the default config and "
                                              "windows, with early stopping; else the "
                                              "config's)")
-    parser.add_argument("--models", default=DEFAULT_MODELS,
-                        help=f"zoo models, comma-separated (default {DEFAULT_MODELS}; any of "
+    parser.add_argument("--models", default=None,
+                        help=f"zoo models, comma-separated (default {DEFAULT_MODELS}, with "
+                             "--defaults every one; any of "
                              + ", ".join(ZOO) + ")")
     parser.add_argument("--c-grid", default=",".join(f"{c:g}" for c in C_GRID),
                         help="C values of the logistic regression (default 0.01,0.1,1)")
@@ -834,10 +944,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                         "0,3,5, and report their means and the zoo's gap "
                                         "to its reference seed by seed (default: one run "
                                         "with the config's seeds)")
+    parser.add_argument("--defaults", action="store_true",
+                        help="every method with its defaults alone: the config's feature "
+                             "config (sequence features left out), data and model, nothing "
+                             "else; scikit-learn's default logistic regression and LightGBM's "
+                             "defaults; the zoo in one process; targets checked at the end")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="leave out logistic regression and LightGBM (e.g. more seeds of "
+                             "a run whose peers were already measured)")
     parser.add_argument("--check", action="store_true",
                         help="only check the config and data (as recsys-dist validate)")
     args = parser.parse_args(argv)
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = args.models or (",".join(ZOO) if args.defaults else DEFAULT_MODELS)
+    args.models = [m.strip() for m in models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in ZOO]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(ZOO)}")
@@ -862,11 +981,92 @@ def parse_seeds(text: str, error: Callable[[str], None]) -> list[int]:
     return list(dict.fromkeys(seeds))
 
 
+def defaults_config(config_path: str, work: pathlib.Path) -> str:
+    """``--defaults``: writes ``work/defaults.yaml``, a config with only the feature config
+    and the data section of ``config_path`` (and model ``lr``, which reads every feature;
+    each method switches to its own), and ``work/features.yaml``, its
+    feature config without sequence features (the peers read no histories; a table only a
+    history read goes too). Returns the config's path."""
+    import yaml
+
+    from recsys_dist.config import load_config
+
+    config = load_config(config_path)
+    features = yaml.safe_load(pathlib.Path(config.features.file).read_text(encoding="utf-8"))
+    base = pathlib.Path(config.features.file).resolve().parent
+    kept = {name: spec for name, spec in features["features"].items()
+            if spec.get("kind") != "sequence"}
+    for spec in kept.values():
+        if isinstance(spec.get("vocabulary"), str):
+            spec["vocabulary"] = str((base / spec["vocabulary"]).resolve())
+    read = {spec.get("table") for spec in kept.values()}
+    features["features"] = kept
+    features["tables"] = {t: v for t, v in (features.get("tables") or {}).items() if t in read}
+    (work / "features.yaml").write_text(yaml.safe_dump(features, sort_keys=False))
+    data = {k: v for k, v in config.raw["data"].items() if k in ("path", "train", "validation",
+                                                                 "eval", "partition_key")}
+    text = yaml.safe_dump({"features": str(work / "features.yaml"), "data": data,
+                           "model": {"name": "lr"}}, sort_keys=False)
+    (work / "defaults.yaml").write_text(text)
+    return str(work / "defaults.yaml")
+
+
 def synthesize(work: pathlib.Path, rows_per_day: int) -> str:
     data = work / "data"
     cli("data", "synth", "--out", str(data), "--days", str(SYNTH_DAYS), "--rows-per-day",
         str(rows_per_day), "--seed", str(SYNTH_SEED), "--quiet", log_file=work / "synth.log")
     return str(data)
+
+
+def run_peers(args: argparse.Namespace, inputs: Inputs, config_file: str, rows: list[Row],
+              log: Callable[[str], None]) -> str:
+    """Logistic regression (one row per C) and LightGBM, appended to ``rows``; returns the
+    oracle's sentence for the table's header ('' without an oracle column)."""
+    from recsys_dist.config import load_config
+
+    lr_config = load_config(config_file, inputs.overrides + model_overrides(inputs.config, "lr"))
+    encoder = OneHotEncoder(lr_config.features, lr_config.inputs["wide"])
+    categorical, numeric = lightgbm_columns(inputs.config)
+    started = time.perf_counter()
+    splits = {s: read_split(inputs, s, encoder, categorical + numeric, log)
+              for s in ("eval", "train")}
+    for split in splits.values():  # the ids of dynamic tables met in either window
+        split.one_hot = encoder.widen(split.one_hot)
+    shared = time.perf_counter() - started
+    oracle = ""
+    if splits["eval"].oracle is not None:
+        oracle = (f" Oracle (the data's true logit): held-out AUC "
+                  f"{_metrics(splits['eval'].labels, splits['eval'].oracle)[0]:.4f}, "
+                  f"train-window AUC "
+                  f"{_metrics(splits['train'].labels, splits['train'].oracle)[0]:.4f}.")
+    log(f"logistic regression, C in {args.c_grid}")
+    logreg = logreg_rows(splits["train"], splits["eval"], args.c_grid, args.logreg_solver,
+                         args.logreg_max_iter, shared, lambda r: print(r.line(), flush=True))
+    rows.extend(logreg)
+    print(f"logreg best C: {max(logreg, key=lambda r: r.auc).method}", flush=True)
+    log("LightGBM")
+    rows.append(lightgbm_row(inputs.config, splits["train"], splits["eval"], shared,
+                             *((DEFAULT_LIGHTGBM_PARAMS, DEFAULT_LIGHTGBM_TREES)
+                               if args.defaults else ())))
+    print(rows[-1].line(), flush=True)
+    return oracle
+
+
+def unfit_models(inputs: Inputs, models: list[str]) -> dict[str, str]:
+    """Model -> why it cannot be built on this data (its own error, e.g. DLRM without a
+    numeric feature), for the models of ``models`` that cannot; builds each once."""
+    from recsys_dist.config import load_config
+    from recsys_dist.models.zoo import build_from_config
+
+    unfit = {}
+    for model in models:
+        try:
+            config = load_config(inputs.config_path, [*inputs.overrides,
+                                                      *model_overrides(inputs.config, model)])
+            build_from_config(config)
+        except (ValueError, RecsysError) as exc:
+            unfit[model] = str(exc).splitlines()[0]
+    return unfit
 
 
 def run(args: argparse.Namespace, work: pathlib.Path) -> int:
@@ -878,7 +1078,7 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     train = args.train or (SYNTH_TRAIN if default_config else None)
     eval_ = args.eval or (SYNTH_EVAL if default_config else None)
     validation = args.validation or (SYNTH_VALIDATION if synthetic_windows else None)
-    stopping = SYNTH_EARLY_STOPPING if synthetic_windows else []
+    stopping = SYNTH_EARLY_STOPPING if synthetic_windows and not args.defaults else []
     if not args.check:
         require_bench_packages()
     data = args.data
@@ -886,7 +1086,11 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
         log(f"writing synthetic data: {SYNTH_DAYS} days x {args.rows_per_day:,} rows, "
             f"seed {SYNTH_SEED}")
         data = synthesize(work, args.rows_per_day)
-    inputs = validate_inputs(os.path.abspath(args.config),
+    config_file = args.config
+    if args.defaults:  # the config's features, data and model, nothing else
+        config_file = defaults_config(args.config, work)
+        args.c_grid, args.logreg_solver = DEFAULT_LOGREG["c_grid"], DEFAULT_LOGREG["solver"]
+    inputs = validate_inputs(os.path.abspath(config_file),
                              window_overrides(data, train, eval_, validation) + stopping
                              + args.set)
     described = (f"{inputs.window('train')} ({inputs.rows('train'):,} rows) for training, "
@@ -897,50 +1101,36 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     if args.check:
         return 0
 
-    from recsys_dist.config import load_config
-
     rows: list[Row] = []
-
-    def report(row: Row) -> None:
-        rows.append(row)
-        print(row.line(), flush=True)
-
-    lr_config = load_config(args.config, inputs.overrides + model_overrides(inputs.config, "lr"))
-    encoder = OneHotEncoder(lr_config.features, lr_config.inputs["wide"])
-    categorical, numeric = lightgbm_columns(inputs.config)
-    started = time.perf_counter()
-    splits = {s: read_split(inputs, s, encoder, categorical + numeric, log)
-              for s in ("eval", "train")}
-    shared = time.perf_counter() - started
-    oracle = ""
-    if splits["eval"].oracle is not None:
-        oracle = (f" Oracle (the data's true logit): held-out AUC "
-                  f"{_metrics(splits['eval'].labels, splits['eval'].oracle)[0]:.4f}, "
-                  f"train-window AUC "
-                  f"{_metrics(splits['train'].labels, splits['train'].oracle)[0]:.4f}.")
-    log(f"logistic regression, C in {args.c_grid}")
-    rows.extend(logreg_rows(splits["train"], splits["eval"], args.c_grid, args.logreg_solver,
-                            args.logreg_max_iter, shared,
-                            lambda r: print(r.line(), flush=True)))
-    print(f"logreg best C: {max((r for r in rows), key=lambda r: r.auc).method}", flush=True)
-    log("LightGBM")
-    report(lightgbm_row(inputs.config, splits["train"], splits["eval"], shared))
-    del splits
+    oracle = "" if args.no_peers else run_peers(args, inputs, config_file, rows, log)
     runs: list[Row] = []  # every model's run (one per seed with --seeds)
 
     def ran(row: Row, seed: int | None) -> None:
         runs.append(dataclasses.replace(row, seed=seed))
         print(runs[-1].line(), flush=True)
 
+    cluster, score_train, models = CLUSTER, True, args.models
+    if args.defaults:
+        dynamic = any(t.dynamic for t in inputs.config.features.tables.values())
+        cluster, score_train = (ONE_PROCESS_PS if dynamic else ONE_PROCESS_MIRRORED), False
+        labels = len(inputs.config.features.labels)
+        models = [m for m in args.models if MODEL_REGISTRY[m].min_labels <= labels]
+        for model in sorted(set(args.models) - set(models)):
+            log(f"{model} left out: it needs {MODEL_REGISTRY[model].min_labels} labels, the "
+                f"data has {labels}")
+        for model, reason in unfit_models(inputs, models).items():
+            log(f"{model} left out: {reason}")
+            models.remove(model)
     for seed in args.seeds or [None]:
         seeded, at = with_seed(inputs, seed), ("" if seed is None else f", seed {seed}")
-        for model in args.models:
+        for model in models:
             if model != "lr":
                 log(f"{model} in one process{at}")
-                ran(reference_row(seeded, model, log), seed)
-        for model in args.models:
+                ran(reference_row(seeded, model, log, score_train), seed)
+        for model in models:
             log(f"{model} through recsys-dist train and evaluate{at}")
-            ran(zoo_row(seeded, model, work, "" if seed is None else f"-seed{seed}"), seed)
+            ran(zoo_row(seeded, model, work, "" if seed is None else f"-seed{seed}", cluster,
+                        score_train), seed)
     if args.seeds:
         rows += [mean_row([r for r in runs if r.method == method])
                  for method in dict.fromkeys(r.method for r in runs)]
@@ -950,13 +1140,16 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     source = (f"synthetic data (`recsys-dist data synth --days {SYNTH_DAYS} --rows-per-day "
               f"{args.rows_per_day} --seed {SYNTH_SEED}`)" if args.data is None
               else f"`{args.data}`")
-    header = (f"Data: {source}; config `{os.path.relpath(args.config, ROOT)}`; label "
+    header = (("Every method with its defaults alone (`--defaults`). " if args.defaults else "")
+              + f"Data: {source}; config `{os.path.relpath(args.config, ROOT)}`; label "
               f"`{inputs.config.labels[0]}`; {described}.{oracle}")
     text = table(rows, header)
     if args.seeds:
         text += ("\nHeld-out AUC per seed (`train.seed` and `input.seed`; logreg and "
                  "LightGBM do not depend on them):\n\n" + paired_table(runs, args.seeds))
     last = summary(rows, runs if args.seeds else ())
+    if args.defaults:
+        last = "\n".join([last, *targets(rows, runs)])
     print()
     print(text)
     if args.out:

@@ -126,7 +126,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     else:
         print("data     not checked (no --data and no data section in the config)")
         return 0
-    from recsys_dist.data.collisions import table_ids
+    from recsys_dist.data.collisions import SAMPLE_ROWS, collision_warnings, table_ids
     from recsys_dist.data.history_lengths import history_lengths
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.data.read_pass import read_pass_local
@@ -146,6 +146,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                     print(line)
             for history in history_lengths(pipeline):
                 print(history.line())
+        elif split in (None, "train"):
+            warnings = collision_warnings(pipeline, config.cluster.ps)
+            for line in warnings:
+                print(line)
+            if not warnings:
+                print(f"tables   no hashed table shares rows often in the first "
+                      f"{SAMPLE_ROWS:,} rows (--scan counts every row)")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The links of the README, the docs and the results log: every relative link names a
-file of the repository, and every ``#anchor`` a heading of its page (GitHub's anchors: lower case, punctuation
-dropped, spaces as hyphens). Also the ``docs/<page>.md#anchor`` references in the
-package's comments and docstrings."""
+file of the repository, and every ``#anchor`` a heading of its page (GitHub's anchors:
+lower case, punctuation dropped, spaces as hyphens). Also the ``docs/<page>.md#anchor``
+references in the package's comments and docstrings."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ peer is missing, and its one-hot encoding is exactly what our `lr` model reads."
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import pathlib
 import sys
@@ -101,16 +102,29 @@ def test_missing_peer_names_the_bench_extra(monkeypatch, tiny_data, capsys):
     assert "lightgbm" in missing and "pip install -e '.[bench]'" in line
 
 
-def test_one_hot_encoding_is_what_lr_reads(tiny_data):
+def _hashed_demo(tmp_path) -> str:
+    """configs/demo.yaml over its feature config with the dynamic ``user`` table hashed."""
+    import yaml
+
+    features = yaml.safe_load((ROOT / "features" / "criteo_synth.yaml").read_text())
+    features["tables"]["user"] = {"rows": 1000, "dim": 16}
+    (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
+    config = yaml.safe_load(pathlib.Path(DEMO).read_text())
+    config["features"] = str(tmp_path / "features.yaml")
+    (tmp_path / "demo.yaml").write_text(yaml.safe_dump(config))
+    return str(tmp_path / "demo.yaml")
+
+
+def test_one_hot_encoding_is_what_lr_reads(tiny_data, tmp_path):
     """The CSR of pyarrow rows through our transforms, times the weights of an `lr` model,
-    equals that model's logits on the same rows read by the Parquet op."""
+    equals that model's logits on the same rows read by the Parquet op (hashed tables)."""
     pytest.importorskip("scipy")
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.models.zoo import build_from_config
 
     overrides = [f"data.path={tiny_data}", "data.train={dates: 2026-01-01}",
                  "data.eval={dates: 2026-01-02}", "model.name=lr"]
-    inputs = peer_quality.validate_inputs(DEMO, overrides)
+    inputs = peer_quality.validate_inputs(_hashed_demo(tmp_path), overrides)
     config = inputs.config
     encoder = peer_quality.OneHotEncoder(config.features, config.inputs["wide"])
     split = peer_quality.read_split(inputs, "eval", encoder, [], lambda line: None)
@@ -139,6 +153,27 @@ def test_one_hot_encoding_is_what_lr_reads(tiny_data):
     assert len(ours) == len(expected) == 400
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
     assert np.any(expected != 0.0)
+
+
+def test_a_dynamic_tables_ids_each_get_a_column_of_their_own(tiny_data):
+    """``user`` is a dynamic table in the demo: each distinct user_id is one column, met
+    in either window; both windows' matrices end with the same width."""
+    pytest.importorskip("scipy")
+    overrides = [f"data.path={tiny_data}", "data.train={dates: 2026-01-01}",
+                 "data.eval={dates: 2026-01-02}", "model.name=lr"]
+    inputs = peer_quality.validate_inputs(DEMO, overrides)
+    config = inputs.config
+    assert config.features.tables["user"].dynamic
+    encoder = peer_quality.OneHotEncoder(config.features, ["user_id"])
+    splits = [peer_quality.read_split(inputs, s, encoder, ["user_id"], lambda line: None)
+              for s in ("eval", "train")]
+    users = [t.column("user_id").to_numpy() for split in splits for t in split.tables]
+    users = np.concatenate(users)
+    matrix = peer_quality.sp_vstack([encoder.widen(s.one_hot) for s in splits])
+    assert matrix.shape == (len(users), encoder.width) == (len(users), len(set(users)))
+    column = matrix.indices  # one id per row
+    assert len(column) == len(users)
+    assert len({(int(u), int(c)) for u, c in zip(users, column)}) == len(set(users))
 
 
 @pytest.mark.parametrize("text,expected", [("0-2", [0, 1, 2]), ("4,1,4", [4, 1]),
@@ -186,11 +221,20 @@ def test_seeds_give_means_and_the_zoo_gap_seed_by_seed():
                                          "dcn_v2 (zoo) (mean of 2 seeds)",
                                          "lr (zoo) (mean of 2 seeds)"]
     assert means[1].auc == pytest.approx(0.755) and means[1].seconds == 20.0
-    assert means[1].setting == "s (seed 0); seeds 0, 1: AUC 0.7400, 0.7700"
+    assert means[1].setting == ("s (seed 0); seeds 0, 1: AUC 0.7400, 0.7700, standard error "
+                                "0.0150")
     logreg = Row("logreg C=0.1", "peer", 0.71, 0.5, 0.8, 1.0, "s")
     assert peer_quality.summary([logreg, *means], runs) == (
         "best zoo minus best peer: +0.0000, lr minus logreg: +0.0000, "
         "zoo minus one process: dcn_v2 +0.0000")
+    assert peer_quality.targets([logreg, *means], runs) == [
+        "target lr >= logreg -0.003: +0.0000 met",
+        "target best zoo >= best peer: dcn_v2 (zoo) (mean of 2 seeds) 0.7550 vs dcn_v2 one "
+        "process (mean of 2 seeds) 0.7550: +0.0000 met",
+        "target dcn_v2 >= one process -0.002: +0.0000 (standard error 0.0100) met"]
+    short = [dataclasses.replace(r, auc=r.auc - 0.01) if r.method.startswith("lr") else r
+             for r in [logreg, *means]]
+    assert peer_quality.targets(short, runs)[0] == "target lr >= logreg -0.003: -0.0100 NOT met"
     table = peer_quality.paired_table(runs, [0, 1])
     assert "| dcn_v2: zoo minus one process | -0.0100 | +0.0100 | +0.0000 | 0.0100 |" in table
     assert "| dcn_v2 one process | 0.7500 | 0.7600 | 0.7550 | |" in table

@@ -203,14 +203,19 @@ class OptimizerSpec:
     Attributes:
       name: ``adagrad``, ``ftrl`` or ``sgd`` (embeddings or dense), ``adam`` (dense).
       learning_rate: Learning rate at ``train.base_batch_size``.
-      initial_accumulator_value: Adagrad and FTRL accumulator start.
+      initial_accumulator_value: Adagrad and FTRL accumulator start. The default, 1e-4,
+        is far below TensorFlow's 0.1: the loss is a batch mean, so a table row's
+        gradient is about 1/batch of an example's, and Adagrad divides it by
+        sqrt(accumulator); from 0.1, a row seen a few times barely moves (rare ids and
+        linear weights never learn), from 1e-4 each row's steps are set by its own
+        gradients, which is what a per-coordinate rate is for.
       l1, l2: FTRL regularisation strengths.
       beta_1, beta_2, epsilon: Adam moments.
     """
 
     name: Literal["adagrad", "ftrl", "sgd", "adam"]
     learning_rate: float = field(metadata={"min": 0.0})
-    initial_accumulator_value: float = field(default=0.1, metadata={"min": 0.0})
+    initial_accumulator_value: float = field(default=1e-4, metadata={"min": 0.0})
     l1: float = field(default=0.0, metadata={"min": 0.0})
     l2: float = field(default=0.0, metadata={"min": 0.0})
     beta_1: float = field(default=0.9, metadata={"min": 0.0, "max": 1.0})
@@ -254,17 +259,23 @@ class TrainSpec:
       embedding_optimizer: Optimizer of the embedding tables (on the parameter servers).
       dense_optimizer: Optimizer of the dense towers.
       linear_optimizer: Optimizer of the per-id weights of linear parts (``lr``, the wide
-        part of ``wide_deep``, the first-order part of ``deepfm``); ``null``: the
-        embedding optimizer updates them too. A linear weight is a scalar per id and
-        tolerates a larger step than an embedding row.
+        part of ``wide_deep``, the first-order part of ``deepfm``). Left out, such a
+        model gets Adagrad at ``min(0.2, 1/sqrt(F))`` for its F linear features
+        (:func:`~recsys_dist.config.model_params.default_linear_learning_rate`), its
+        accumulator from 1e-4; ``null``: the embedding optimizer updates them too. A
+        linear weight is a scalar per id and needs a larger step than an embedding row.
       steps_per_call: Training steps packed into each function the coordinator schedules.
       dense_refresh_steps: Read the dense weights from the parameter servers every this
         many steps instead of every step (``train/dense_cache.py``): a step's dense
         weights may then miss up to ``dense_refresh_steps - 1`` earlier steps of its
         worker. ``null``: read them every step, without the cache.
       epochs: Passes over the training split (ignored when ``max_steps`` ends it first).
+        Left out: 1, or :data:`EPOCHS_WITH_VALIDATION` when ``data.validation`` is set
+        (early stopping then ends the run) and the config has no ``retrain`` section.
       early_stopping: Stop before ``epochs`` when the ``data.validation`` metric stops
-        improving, and keep the best pass's weights (``null``: off).
+        improving, and keep the best pass's weights. Left out, it is on (default
+        settings) when ``data.validation`` is set, ``epochs`` is at least 2 and the config
+        has no ``retrain`` section; ``null``: off.
       max_steps: Stop after this many steps in total (over all workers).
       lr_scaling: Scale learning rates with the per-step batch (``input.batch_size`` times
         the replicas of a worker) relative to ``base_batch_size``: ``linear``, ``sqrt``
@@ -584,6 +595,7 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
         raise doc.error("model.labels", too_few)
     inputs = _resolve_inputs(doc, parsed.model, spec, features)
     _check_sequence_input(doc, parsed.model, spec, inputs, features)
+    parsed, raw = _with_model_and_data_defaults(parsed, raw, spec, inputs)
     _check_optimizers(doc, raw, parsed.train)
     _check_early_stopping(doc, parsed, labels)
     check_strategy(doc, parsed, features)
@@ -614,6 +626,57 @@ def _resolve_paths(doc: LocatedYaml, raw: Any) -> Any:
         base = os.getcwd() if doc.override(key) else os.path.dirname(os.path.abspath(doc.file))
         node[leaf] = os.path.normpath(os.path.join(base, value))
     return raw
+
+
+#: Passes of a config with ``data.validation`` that leaves ``train.epochs`` out: an upper
+#: bound, early stopping ends the run at the first pass that does not improve.
+EPOCHS_WITH_VALIDATION = 10
+
+
+def _with_model_and_data_defaults(parsed: "_ConfigFile", raw: Any, spec: RegisteredModel,
+                                  inputs: dict[str, list[str]]) -> tuple["_ConfigFile", Any]:
+    """The defaults of ``train`` that depend on the model and the data, for the keys the
+    config leaves out (a key given, even ``null``, is kept):
+
+    - ``linear_optimizer``: a model with a linear part (its params class's
+      ``linear_inputs``) gets Adagrad at ``default_linear_learning_rate(F)``;
+    - ``epochs`` and ``early_stopping``: with ``data.validation``, up to
+      :data:`EPOCHS_WITH_VALIDATION` passes stopped on it (:class:`EarlyStoppingSpec`'s
+      defaults; one pass when ``early_stopping`` is ``null``); without, or with a
+      ``retrain`` section (which never stops early), one pass.
+
+    Returns the parsed config and ``raw`` with the chosen values written in, so the
+    resolved config next to a model says what it ran with.
+    """
+    given = dict(raw.get("train") or {}) if isinstance(raw, dict) else {}
+    chosen: dict[str, Any] = {}
+    linear = getattr(spec.params, "linear_inputs", None)
+    if linear is not None and "linear_optimizer" not in given:
+        rate = model_params.default_linear_learning_rate(len(inputs.get(linear, [])))
+        chosen["linear_optimizer"] = OptimizerSpec("adagrad", round(rate, 4))
+    # (a config with a retrain section chooses its passes offline: retrain never stops early)
+    validation = (parsed.data is not None and parsed.data.validation is not None
+                  and parsed.retrain is None)
+    stopping_off = "early_stopping" in given and given["early_stopping"] is None
+    if validation and "epochs" not in given and not stopping_off:
+        chosen["epochs"] = EPOCHS_WITH_VALIDATION
+    epochs = chosen.get("epochs", parsed.train.epochs)
+    if validation and "early_stopping" not in given and epochs >= 2:
+        chosen["early_stopping"] = EarlyStoppingSpec()
+    if not chosen:
+        return parsed, raw
+    train = dataclasses.replace(parsed.train, **chosen)
+    written = {key: _as_yaml(value) for key, value in chosen.items()}
+    return dataclasses.replace(parsed, train=train), dict(raw, train={**given, **written})
+
+
+def _as_yaml(value: Any) -> Any:
+    """A chosen default as the config would write it (an optimizer with only the keys
+    its name reads)."""
+    if isinstance(value, OptimizerSpec):
+        keys = {"name", "learning_rate", *OPTIMIZER_KEYS[value.name]}
+        return {k: v for k, v in dataclasses.asdict(value).items() if k in keys}
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from recsys_dist.config.model_registry import MODEL_PARAMS as MODEL_PARAMS  # re-exported
 from recsys_dist.config.model_registry import register_model
@@ -59,8 +59,40 @@ def _check_bounds(params: Any) -> None:
             raise ValueError(f"{where}: got {value!r}; expected a value <= {meta['max']}")
 
 
+#: The largest default learning rate of linear weights (TensorFlow's canned linear
+#: estimators use the same cap).
+LINEAR_RATE_CAP = 0.2
+
+
+def default_linear_learning_rate(num_features: int) -> float:
+    """The default learning rate of per-id linear weights fed by ``num_features``
+    features: ``min(0.2, 1 / sqrt(num_features))``, the rule of TensorFlow's canned
+    ``LinearClassifier`` and of ``DNNLinearCombinedClassifier``'s linear part.
+
+    Each feature adds one weight to the logit, and a per-coordinate (Adagrad) step moves
+    each weight by about the rate, so the logit moves by about ``rate * sqrt(F)`` for
+    weights moving independently: the rule keeps that step near 1 whatever the number of
+    features, and caps the rate for few features.
+
+    Example::
+
+        default_linear_learning_rate(39)  # 0.160...
+    """
+    return min(LINEAR_RATE_CAP, 1.0 / max(num_features, 1) ** 0.5)
+
+
 class _Params:
-    """Checks the bounds of every field when a params object is built in Python."""
+    """Checks the bounds of every field when a params object is built in Python.
+
+    Class attributes (not keys of ``model.params``):
+      linear_inputs: The input group whose features feed the model's per-id linear
+        weights (``lr``, the wide part of ``wide_deep``, the first-order part of
+        ``deepfm``), or None when it has no linear part. The config gives such a model a
+        ``train.linear_optimizer`` by default (``config/experiment.py``,
+        :func:`default_linear_learning_rate`).
+    """
+
+    linear_inputs: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         _check_bounds(self)
@@ -71,8 +103,10 @@ class _Params:
 class LRParams(_Params):
     """Logistic regression: a weight per id and per dense value, for each label.
 
-    It has no hyper-parameters beyond its optimizer.
+    It has no hyper-parameters beyond its optimizers.
     """
+
+    linear_inputs: ClassVar[str | None] = "wide"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +132,8 @@ class WideDeepParams(_DeepTowerParams):
     Attributes: those of the deep tower.
     """
 
+    linear_inputs: ClassVar[str | None] = "wide"
+
 
 @register_model("deepfm")
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +142,8 @@ class DeepFMParams(_DeepTowerParams):
 
     The three share the embeddings. Attributes: those of the deep tower.
     """
+
+    linear_inputs: ClassVar[str | None] = "deep"
 
 
 @register_model("dcn_v2")
@@ -237,3 +275,29 @@ class BSTParams(_Params):
     hidden_units: list[int] = _units(256, 128, 64)
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
+
+
+def defaults_row(name: str) -> str:
+    """Model ``name``'s row of the defaults table in docs/quality.md: its ``model.params``
+    defaults and the default optimizer of its linear weights (a test keeps the table
+    equal to these rows).
+
+    Example::
+
+        defaults_row("lr")  # "| `lr` | none | Adagrad min(0.2, 1/sqrt(F)), F = `wide` features |"
+    """
+    params = MODEL_PARAMS[name]
+    values = [f"{spec.name}: {_yaml_value(getattr(params(), spec.name))}"
+              for spec in dataclasses.fields(params)]
+    group = params.linear_inputs
+    linear = (f"Adagrad min(0.2, 1/sqrt(F)), F = `{group}` features" if group is not None
+              else "no linear part")
+    return f"| `{name}` | {', '.join(values) or 'none'} | {linear} |"
+
+
+def _yaml_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

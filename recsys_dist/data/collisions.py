@@ -38,6 +38,11 @@ from recsys_dist.features.transforms import FeatureTransform
 
 #: A hashed table whose shared lookups are above this share gets a suggestion.
 SHARED_WARN = 0.01
+#: ``validate`` and a model dir's first ``train`` warn about a hashed table whose lookups
+#: share a row at least this often in a sample (:func:`collision_warnings`).
+SHARED_ALERT = 0.05
+#: Rows the sample of :func:`collision_warnings` reads (the first planned rows).
+SAMPLE_ROWS = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,7 +284,8 @@ class _Scanner:
         return {name: self.config.features[name].scan_ids(view) for name in self.features}
 
 
-def table_ids(pipeline, shards: int, batch_rows: int = 65536) -> list[TableIds]:
+def table_ids(pipeline, shards: int, batch_rows: int = 65536,
+              max_rows: int | None = None) -> list[TableIds]:
     """Counts the ids of every table over the planned rows of ``pipeline``.
 
     Args:
@@ -287,6 +293,7 @@ def table_ids(pipeline, shards: int, batch_rows: int = 65536) -> list[TableIds]:
         features, column types and planned rows are read.
       shards: Parameter servers (a dynamic table's capacity is per shard).
       batch_rows: Rows read and transformed at once.
+      max_rows: Read only the first this many planned rows (in file order); None: all.
 
     Returns:
       One :class:`TableIds` per table with ids (bucketized numerics alone are not ids),
@@ -297,9 +304,13 @@ def table_ids(pipeline, shards: int, batch_rows: int = 65536) -> list[TableIds]:
     rows = 0
     if scanner.features:
         for batch in planned_batches(pipeline.plan, scanner.columns, batch_rows):
+            if max_rows is not None and rows + batch.num_rows > max_rows:
+                batch = batch.slice(0, max_rows - rows)
             rows += batch.num_rows
             for name, (keys, ids) in scanner(batch).items():
                 seen[name].add(keys, ids)
+            if max_rows is not None and rows >= max_rows:
+                break
     else:
         rows = pipeline.plan.total_rows
     config = scanner.config
@@ -330,3 +341,41 @@ def table_ids(pipeline, shards: int, batch_rows: int = 65536) -> list[TableIds]:
                                table_rows=spec.rows,
                                vocabulary=all(n in config.vocabularies for n in names)))
     return report
+
+
+def collision_warnings(pipeline, shards: int, max_rows: int = SAMPLE_ROWS,
+                       alert: float = SHARED_ALERT) -> list[str]:
+    """``warning`` lines for the tables of ``pipeline`` that a sample of its first
+    ``max_rows`` rows shows too small: a hashed table whose lookups share a row with
+    another id at least ``alert`` of the time, and a dynamic table the sample alone
+    would fill.
+
+    A sample sees fewer distinct ids than the whole split, so its shares are lower
+    bounds: a table named here is at least that shared (``validate --scan`` counts every
+    row). Each line names the table, the share and the fix: ``kind: dynamic`` or the
+    ``rows`` that bring the share under 1% (for the sample's ids; more for the whole
+    split), or, for vocabulary features, a larger vocabulary or more OOV buckets.
+
+    Example::
+
+        for line in collision_warnings(prepare_input(config, "train", 1), config.cluster.ps):
+            print(line)
+    """
+    lines = []
+    for table in table_ids(pipeline, shards, max_rows=max_rows):
+        sample = (f"the first {table.rows:,} rows" if table.rows < pipeline.plan.total_rows
+                  else f"all {table.rows:,} rows")
+        if table.dynamic:
+            if table.distinct_ids > table.capacity:
+                lines.extend(table.lines()[1:])
+            continue
+        if table.shared < alert:
+            continue
+        fix = ("extend the vocabulary or raise oov_buckets" if table.vocabulary else
+               f"use kind: dynamic (a row per id), or rows >= "
+               f"{_suggested_rows(table.distinct_ids):,}")
+        lines.append(f"warning  hashed table {table.table}: {table.shared:.1%} of lookups in "
+                     f"{sample} share a row with another id ({table.distinct_ids:,} "
+                     f"distinct ids in {table.table_rows:,} rows), which costs quality; "
+                     f"{fix} (validate --scan counts every row)")
+    return lines

@@ -10,15 +10,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from typing import Literal
 
 from recsys_dist import storage_io
-from recsys_dist.checkpoint.store import SavedCheckpoint
+from recsys_dist.checkpoint.store import CheckpointManager, SavedCheckpoint
 from recsys_dist.cluster.collective import CollectiveRun, agree, collective_task, launch
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.cluster.runtime import connect, log_dir_for
 from recsys_dist.cluster.server import ClusterError
 from recsys_dist.config.experiment import CONFIG_FILE, ExperimentConfig, resolved_files
+from recsys_dist.data.collisions import SAMPLE_ROWS, collision_warnings
 from recsys_dist.data.input_fn import prepare_input
 from recsys_dist.data.oracle import oracle_candidates, oracle_columns
 from recsys_dist.evaluation.evaluate import evaluate_on_one_device, evaluate_split
@@ -59,7 +61,9 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     """``(train input, eval input or None, oracle columns)``, planned and printed."""
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers)
-    log.info(f"train\t{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
+    if (collective_task() or (None, 0))[1] == 0:  # one process of a job warns
+        _warn_collisions_on_first_run(config, model_dir, train_input)
+    log.info(f"train	{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
           f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
           f"{', '.join(config.labels)}, model_dir {model_dir}")
     eval_input, oracle = None, {}
@@ -70,6 +74,21 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
         log.info(f"eval\t{len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
               + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
     return train_input, eval_input, oracle
+
+
+def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str,
+                                  train_input) -> None:
+    """On a model dir's first run (no checkpoint yet), logs a warning for each table
+    a sample of ``train_input``'s rows shows too small
+    (:func:`~recsys_dist.data.collisions.collision_warnings`), before any server starts."""
+    if CheckpointManager(model_dir).latest() is not None:
+        return
+    started = time.perf_counter()
+    lines = collision_warnings(train_input, config.cluster.ps)
+    log_lines(lines)
+    if lines:
+        log.info("tables\tchecked on the first %s training rows in %.1fs (only on a model "
+                 "dir's first run)", f"{SAMPLE_ROWS:,}", time.perf_counter() - started)
 
 
 def _plan_validation(config: ExperimentConfig):

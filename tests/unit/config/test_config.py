@@ -344,7 +344,8 @@ def test_early_stopping_needs_epochs_and_a_label_of_the_model(tmp_path):
     validation = "data.validation={dates: 2026-01-05}"
     with pytest.raises(ConfigError, match=r"train\.early_stopping: needs train\.epochs of at "
                                           r"least 2 \(got 1\): it stops between passes"):
-        load_config(write(tmp_path), [validation, "train.early_stopping={patience: 1}"])
+        load_config(write(tmp_path), [validation, "train.epochs=1",
+                                      "train.early_stopping={patience: 1}"])
     with pytest.raises(ConfigError, match=r"train\.early_stopping\.label: got 'clik'; the model "
                                           r"predicts click, conversion\. Did you mean"):
         load_config(write(tmp_path), [validation, "train.epochs=3",
@@ -377,3 +378,60 @@ def test_the_resolved_config_loads_from_anywhere(tmp_path, monkeypatch):
     again = load_config(run / "config.yaml")
     assert again.input.batch_size == 64 and again.data.path == config.data.path
     assert again.features.vocabularies["ad"] == [10, 20, 30]
+
+
+@pytest.mark.parametrize("model,linear_features", [
+    ("lr", 5), ("deepfm", 5), ("wide_deep", 2), ("dcn_v2", None)])
+def test_a_model_with_a_linear_part_gets_a_linear_optimizer_by_default(tmp_path, model,
+                                                                       linear_features):
+    """Adagrad at min(0.2, 1/sqrt(F)) over the F features of the linear part, accumulator
+    from 1e-4; written into the resolved config, which loads back the same."""
+    import math
+
+    from recsys_dist.config.experiment import resolved_files
+
+    inputs = {"model.inputs": {"wide": ["ad", "site"], "deep": ["ad", "site", "price", "tags",
+                                                                "ad_x_site"]}} \
+        if model == "wide_deep" else {}
+    config = load_config(model_with(tmp_path, {"model.name": model, **inputs}))
+    spec = config.train.linear_optimizer
+    if linear_features is None:
+        assert spec is None and "linear_optimizer" not in config.raw.get("train", {})
+        return
+    assert (spec.name, spec.initial_accumulator_value) == ("adagrad", 1e-4)
+    assert spec.learning_rate == pytest.approx(min(0.2, 1 / math.sqrt(linear_features)),
+                                               abs=1e-4)
+    assert config.train.embedding_optimizer.initial_accumulator_value == 1e-4
+    (tmp_path / "run").mkdir()
+    for name, text in resolved_files(config).items():
+        (tmp_path / "run" / name).write_text(text)
+    assert load_config(tmp_path / "run" / "config.yaml").train == config.train
+
+
+def test_a_linear_optimizer_given_or_null_is_kept(tmp_path):
+    given = load_config(model_with(tmp_path, {"model.name": "lr"}),
+                        ["train.linear_optimizer={name: ftrl, learning_rate: 0.3}"])
+    assert (given.train.linear_optimizer.name, given.train.linear_optimizer.learning_rate) \
+        == ("ftrl", 0.3)
+    off = load_config(model_with(tmp_path, {"model.name": "lr"}), ["train.linear_optimizer=null"])
+    assert off.train.linear_optimizer is None
+
+
+@pytest.mark.parametrize("overrides,epochs,stopping", [
+    ([], 1, False),                                              # no validation: one pass
+    (["data.validation={dates: 2026-01-05}"], 10, True),         # validation: stop on it
+    (["data.validation={dates: 2026-01-05}", "train.epochs=4"], 4, True),
+    (["data.validation={dates: 2026-01-05}", "train.epochs=1"], 1, False),
+    (["data.validation={dates: 2026-01-05}", "train.early_stopping=null"], 1, False),
+    (["data.validation={dates: 2026-01-05}", "train.early_stopping={patience: 2}"], 10, True),
+])
+def test_early_stopping_is_on_by_default_with_a_validation_split(tmp_path, overrides, epochs,
+                                                                 stopping):
+    from recsys_dist.config.experiment import EarlyStoppingSpec
+
+    config = load_config(write(tmp_path), overrides)
+    assert config.train.epochs == epochs
+    assert (config.train.early_stopping is not None) == stopping
+    if stopping and "early_stopping" not in " ".join(overrides):
+        assert config.train.early_stopping == EarlyStoppingSpec()
+        assert config.raw["train"]["early_stopping"]["patience"] == 1

@@ -67,3 +67,23 @@ def test_params_module_imports_without_tensorflow():
             "assert 'tensorflow' not in sys.modules, 'params imported tensorflow'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT_ROOT,
                    env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+
+
+def test_docs_quality_has_the_defaults_row_of_every_model():
+    """docs/quality.md's defaults table is each model's params defaults and linear part,
+    in registration order (:func:`defaults_row`), so the table follows the dataclasses."""
+    from recsys_dist.config.model_params import defaults_row
+
+    text = (PROJECT_ROOT / "docs" / "quality.md").read_text()
+    section = text.split("\n## Defaults\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines()
+            if line.startswith("| `") and line.split("`")[1] in MODEL_PARAMS]
+    assert rows == [defaults_row(name) for name in MODEL_PARAMS]
+
+
+def test_the_linear_rate_follows_the_canned_estimators_rule():
+    from recsys_dist.config.model_params import default_linear_learning_rate
+
+    assert default_linear_learning_rate(1) == 0.2 and default_linear_learning_rate(25) == 0.2
+    assert default_linear_learning_rate(39) == pytest.approx(1 / 39 ** 0.5)
+    assert default_linear_learning_rate(0) == 0.2

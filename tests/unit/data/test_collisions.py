@@ -197,3 +197,54 @@ def test_the_suggestion_follows_the_printed_share():
     # 21,828 / -ln(0.99) = 2,171,8.. rows, rounded up to two significant digits
     assert line(11) == ("ids      table c3: 21,829 distinct ids in 1,000 rows; 1.1% of lookups "
                         "share a row with another id: consider kind: dynamic or rows >= 2,200,000")
+
+
+def test_the_sample_check_names_each_crowded_table_its_share_and_its_fix(dataset, capsys):
+    """``validate`` (without ``--scan``) and a model dir's first ``train`` print
+    ``collision_warnings``: only tables at or above 5% shared lookups, from the first rows,
+    with the share a full scan of those rows gives."""
+    from recsys_dist.data.collisions import collision_warnings
+
+    config_path, data, table = dataset
+    pipeline = prepare_input(load_config(config_path).with_data_path(data), None, 2)
+    full = {t.table: t for t in table_ids(pipeline, shards=2)}
+    sample = {t.table: t for t in table_ids(pipeline, shards=2, max_rows=500)}
+    assert sample["tiny"].rows == 500 and sample["tiny"].distinct_ids <= full["tiny"].distinct_ids
+    lines = collision_warnings(pipeline, shards=2, max_rows=500)
+    crowded = {name for name, t in sample.items() if not t.dynamic and t.shared >= 0.05}
+    assert "tiny" in crowded and "wide" not in crowded
+    named = {line.split(":")[0].split()[-1] for line in lines if "hashed table" in line}
+    assert named == crowded
+    tiny = next(line for line in lines if "hashed table tiny:" in line)
+    assert tiny.startswith(f"warning  hashed table tiny: {sample['tiny'].shared:.1%} of lookups "
+                           "in the first 500 rows share a row with another id ("
+                           f"{sample['tiny'].distinct_ids:,} distinct ids in 8 rows)")
+    assert "use kind: dynamic (a row per id), or rows >= " in tiny
+    assert any("geo:" in line and "extend the vocabulary or raise oov_buckets" in line
+               for line in lines) == ("geo" in crowded)
+    # the dynamic table that the sample alone overfills is named too
+    assert any(line.startswith("warning  dynamic table user would be full") for line in lines) \
+        == (sample["user"].distinct_ids > 200)
+    assert main(["validate", "--config", config_path, "--data", data]) == 0
+    out = capsys.readouterr().out
+    assert "warning  hashed table tiny: " in out and "in all 1,200 rows" in out
+
+
+def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(dataset, tmp_path,
+                                                                  monkeypatch, capsys):
+    """``train`` checks the sample of its planned training rows before any server starts,
+    only while its model dir has no checkpoint (``train/run.py``)."""
+    from recsys_dist.checkpoint.store import CheckpointManager
+    from recsys_dist.train import run
+
+    config_path, data, _ = dataset
+    config = load_config(config_path).with_data_path(data)
+    model_dir = str(tmp_path / "model")
+    train_input = prepare_input(config, None, 2)
+    run._warn_collisions_on_first_run(config, model_dir, train_input)
+    out = capsys.readouterr().out
+    assert "warning  hashed table tiny: " in out
+    assert "tables   checked on the first 100,000 training rows in " in out
+    monkeypatch.setattr(CheckpointManager, "latest", lambda self: object())
+    run._warn_collisions_on_first_run(config, model_dir, train_input)
+    assert capsys.readouterr().out == ""
