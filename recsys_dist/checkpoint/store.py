@@ -69,7 +69,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from recsys_dist import storage_io
-from recsys_dist.errors import RecsysError
+from recsys_dist.errors import RecsysError, op_error_reason
 from recsys_dist.models.dynamic_table import RowsBeyondCapacity, rows_in_use
 
 CHECKPOINTS = "checkpoints"
@@ -129,16 +129,7 @@ def io_options() -> tf.train.CheckpointOptions:
 
 
 def _tf_reason(exc: tf.errors.OpError) -> str:
-    """The line of a TensorFlow error that says what went wrong (a graph error's message
-    starts with the Python stack of the op; the status line comes after it)."""
-    lines = [line.strip() for line in exc.message.splitlines() if line.strip()]
-    for line in lines:
-        status = re.match(r"^(?:\(\d+\) )?[A-Z_]+:\s*(.+)$", line)
-        if status:
-            return status.group(1)[:300]
-    skip = ("Graph execution error", "Detected at node", "File ")
-    return next((line[:300] for line in lines if not line.startswith(skip)),
-                type(exc).__name__)
+    return op_error_reason(exc.message, type(exc).__name__)
 
 
 def _crc32(path: str) -> str:
