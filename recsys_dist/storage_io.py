@@ -23,6 +23,7 @@ write, naming the path. Every filesystem failure is raised as :class:`StorageErr
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import os
 import posixpath
@@ -338,7 +339,7 @@ def download_dir(path: str, local_dir: str, select=None) -> list[str]:
         local = os.path.join(local_dir, *relative.split("/"))
         os.makedirs(os.path.dirname(local), exist_ok=True)
         with errors_named(join(path, relative), "download it"):
-            read_again_when_cut(lambda: fs.get_file(remote, local), path)
+            read_again_when_cut(functools.partial(fs.get_file, remote, local), path)
         copied.append(relative)
     return copied
 
