@@ -50,6 +50,8 @@ class Fault:
       kind: One of :data:`KINDS`.
       method: HTTP method to match (``GET``, ``PUT``, ``HEAD``, ...); None: any.
       key: Regular expression searched in the request's path (``/bucket/key``); None: any.
+      agent: Regular expression searched in the client's User-Agent: ``aws-sdk-cpp`` is
+        Arrow (the Parquet op on the workers), ``botocore`` is s3fs; None: any.
       part: For reads: ``"footer"`` (a range that ends at the object's end, as a Parquet
         footer read does), ``"rows"`` (a range that does not), None: any.
       nth: Only the Nth matching request (1-based).
@@ -62,6 +64,7 @@ class Fault:
     kind: str
     method: str | None = None
     key: str | None = None
+    agent: str | None = None
     part: str | None = None
     nth: int | None = None
     every: int | None = None
@@ -75,10 +78,12 @@ class Fault:
         if self.kind not in KINDS:
             raise ValueError(f"kind {self.kind!r}: expected one of {sorted(KINDS)}")
 
-    def matches(self, method: str, path: str, part: str | None) -> bool:
+    def matches(self, method: str, path: str, part: str | None, agent: str = "") -> bool:
         if self.method is not None and method != self.method:
             return False
         if self.key is not None and not re.search(self.key, path):
+            return False
+        if self.agent is not None and not re.search(self.agent, agent):
             return False
         return self.part is None or self.part == part
 
@@ -103,6 +108,12 @@ class Logged:
     part: str | None
     status: int | None
     fault: str | None
+    agent: str = ""
+
+    @property
+    def arrow(self) -> bool:
+        """Whether Arrow (the Parquet op) sent it, rather than s3fs."""
+        return "aws-sdk-cpp" in self.agent
 
 
 def _part(range_header: str | None, content_range: str | None) -> str | None:
@@ -141,6 +152,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
+    def _record(self, method: str, path: str, part: str | None, status: int | None,
+                fault: str | None) -> None:
+        self.server.proxy.record(self.headers.get("User-Agent", ""), method, path, part,
+                                 status, fault)
+
     def _error(self, kind: str, path: str) -> None:
         status, code, message = _ERRORS[kind]
         body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
@@ -174,10 +190,11 @@ class _Handler(BaseHTTPRequestHandler):
         proxy = self.server.proxy
         # Uploads are chosen before they reach moto; reads after, when the answer says which
         # part of the object they asked for.
-        fault = proxy.choose(method, path, None) if has_body else None
+        agent = self.headers.get("User-Agent", "")
+        fault = proxy.choose(method, path, None, agent) if has_body else None
         if fault is not None and fault.kind == "reset":
             self.rfile.read(min(fault.bytes, int(self.headers.get("Content-Length") or 0)))
-            proxy.record(method, path, None, None, "reset")
+            self._record(method, path, None, None, "reset")
             _reset(self.connection)
             self.close_connection = True
             return
@@ -204,10 +221,10 @@ class _Handler(BaseHTTPRequestHandler):
         part = _part(self.headers.get("Range"),
                      {k.lower(): v for k, v in answer_headers}.get("content-range"))
         if fault is None and not has_body:
-            fault = proxy.choose(method, path, part)
+            fault = proxy.choose(method, path, part, agent)
         if fault is not None and fault.kind != "delay":
             if fault.kind == "reset":
-                proxy.record(method, path, part, status, "reset")
+                self._record(method, path, part, status, "reset")
                 self._answer(status, answer_headers, data, cut=fault.bytes)
                 return
             self._apply_before_answer(fault, method, path, part)
@@ -215,21 +232,20 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None:
             self._apply_before_answer(fault, method, path, part)
         if fault is None:
-            proxy.record(method, path, part, status, None)
+            self._record(method, path, part, status, None)
         self._answer(status, answer_headers, data)
 
     def _apply_before_answer(self, fault: Fault, method: str, path: str,
                              part: str | None) -> None:
-        proxy = self.server.proxy
         if fault.kind in _ERRORS:
-            proxy.record(method, path, part, _ERRORS[fault.kind][0], fault.kind)
+            self._record(method, path, part, _ERRORS[fault.kind][0], fault.kind)
             self._error(fault.kind, path)
         elif fault.kind == "hang":
-            proxy.record(method, path, part, None, "hang")
+            self._record(method, path, part, None, "hang")
             self._hang()
         elif fault.kind == "delay":
             time.sleep(fault.seconds)
-            proxy.record(method, path, part, None, "delay")
+            self._record(method, path, part, None, "delay")
 
     def _answer(self, status: int, headers: list, data: bytes, cut: int | None = None) -> None:
         self.send_response(status)
@@ -296,17 +312,17 @@ class FaultProxy:
                                         kwargs={"poll_interval": 0.1}, daemon=True)
         self._thread.start()
 
-    def choose(self, method: str, path: str, part: str | None) -> Fault | None:
+    def choose(self, method: str, path: str, part: str | None, agent: str = "") -> Fault | None:
         with self._lock:
             for fault in self.faults:
-                if fault.matches(method, path, part) and fault.choose():
+                if fault.matches(method, path, part, agent) and fault.choose():
                     return fault
         return None
 
-    def record(self, method: str, path: str, part: str | None, status: int | None,
-               fault: str | None) -> None:
+    def record(self, agent: str, method: str, path: str, part: str | None,
+               status: int | None, fault: str | None) -> None:
         with self._lock:
-            self.log.append(Logged(method, path, part, status, fault))
+            self.log.append(Logged(method, path, part, status, fault, agent))
 
     def faulted(self) -> list[Logged]:
         """The requests that got a fault."""
