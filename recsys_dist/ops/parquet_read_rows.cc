@@ -192,12 +192,21 @@ absl::Status ResolvePath(const std::string& path, std::shared_ptr<arrow::fs::Fil
     *inner = path.substr(sep + 3);
     size_t query = inner->find('?');
     if (query != std::string::npos) inner->resize(query);
-    auto found = g_filesystems.find("s3");
+    // Keyed by the settings too: a process whose variables change gets a new client.
+    std::string key = "s3";
+    for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION",
+                             "AWS_DEFAULT_REGION", "AWS_MAX_ATTEMPTS",
+                             "RECSYS_DIST_S3_MAX_ATTEMPTS", "RECSYS_DIST_S3_CONNECT_TIMEOUT",
+                             "RECSYS_DIST_S3_REQUEST_TIMEOUT"}) {
+      const char* value = std::getenv(name);
+      key += std::string("\x1e") + (value == nullptr ? "" : value);
+    }
+    auto found = g_filesystems.find(key);
     if (found == g_filesystems.end()) {
       std::shared_ptr<arrow::fs::FileSystem> made;
       absl::Status st = MakeS3(path, &made);
       if (!st.ok()) return st;
-      found = g_filesystems.emplace("s3", made).first;
+      found = g_filesystems.emplace(key, made).first;
     }
     *fs = found->second;
     return absl::OkStatus();
