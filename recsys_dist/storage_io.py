@@ -23,6 +23,7 @@ write, naming the path. Every filesystem failure is raised as :class:`StorageErr
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import http.client
 import os
@@ -42,7 +43,8 @@ T = TypeVar("T")
 
 __all__ = ["StorageError", "StagedDir", "check_writable", "download_dir", "errors_named", "exists",
            "is_remote", "isdir", "join", "listdir", "local_scratch", "makedirs", "open_file",
-           "read_again_when_cut", "read_text", "remove", "rmtree", "upload_dir", "write_text"]
+           "read_again_when_cut", "read_text", "remove", "rmtree", "space_named", "upload_dir",
+           "write_text"]
 
 #: Schemes whose "directories" are only key prefixes.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -342,6 +344,42 @@ def download_dir(path: str, local_dir: str, select=None) -> list[str]:
             read_again_when_cut(functools.partial(fs.get_file, remote, local), path)
         copied.append(relative)
     return copied
+
+
+def _no_space(exc: BaseException) -> bool:
+    return ((isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+            or "No space left on device" in str(exc))
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 2**20:,.1f} MB"
+
+
+@contextlib.contextmanager
+def space_named(directory: str, what: str, needed: Callable[[], int | None] = lambda: None,
+                staged: bool = False) -> Iterator[None]:
+    """Turns a full local disk inside the block (``ENOSPC``, also as TensorFlow's
+    ``ResourceExhaustedError``) into one :class:`StorageError` naming ``directory``, the
+    space ``needed()`` (bytes; None when unknown) and the space free there.
+
+    The caller removes what was written: a :class:`StagedDir` removes itself.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if not _no_space(exc):
+            raise
+        probe = directory
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        free = shutil.disk_usage(probe or "/").free
+        size = needed()
+        need = f"it needs about {_megabytes(size)}, " if size else ""
+        hint = ("; staging is under TMPDIR: point TMPDIR at a larger disk" if staged
+                else "; free some space or choose another directory")
+        raise StorageError(f"{directory}: no space left on the device to {what}: {need}"
+                           f"{_megabytes(free)} free there{hint}", "No space left on device"
+                           ) from None
 
 
 def local_scratch(prefix: str) -> str:
