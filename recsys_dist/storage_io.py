@@ -41,10 +41,10 @@ from recsys_dist.filesystems import backoff_seconds, filesystem, is_remote, join
 
 T = TypeVar("T")
 
-__all__ = ["StorageError", "StagedDir", "check_writable", "download_dir", "errors_named", "exists",
-           "is_remote", "isdir", "join", "listdir", "local_scratch", "makedirs", "open_file",
-           "read_again_when_cut", "read_text", "remove", "rmtree", "space_named", "upload_dir",
-           "write_text"]
+__all__ = ["StorageError", "StagedDir", "check_bucket", "check_writable", "download_dir",
+           "errors_named", "exists", "is_remote", "isdir", "join", "listdir", "local_scratch",
+           "makedirs", "open_file", "read_again_when_cut", "read_text", "remove", "rmtree",
+           "space_named", "upload_dir", "write_text"]
 
 #: Schemes whose "directories" are only key prefixes.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -191,6 +191,28 @@ def listdir(path: str) -> list[str]:
             return []
     return sorted(posixpath.basename(e.rstrip("/")) for e in entries
                   if e.rstrip("/") != stripped.rstrip("/"))
+
+
+def check_bucket(path: str) -> None:
+    """On an object store, fails naming ``path`` when its bucket does not exist (called
+    where nothing was found at ``path``, so that a missing bucket is not reported as a
+    missing file); nothing to do elsewhere.
+
+    Raises:
+      StorageError: ``<path>: the bucket '<name>' does not exist (NoSuchBucket)``.
+    """
+    if not _object_store(path):
+        return
+    from fsspec.asyn import sync
+
+    fs, stripped = _fs(path)
+    bucket = stripped.split("/", 1)[0]
+    with errors_named(path, "check its bucket"):
+        try:
+            sync(fs.loop, fs._call_s3, "head_bucket", Bucket=bucket)
+        except FileNotFoundError:
+            reason = f"the bucket '{bucket}' does not exist (NoSuchBucket)"
+            raise StorageError(f"{path}: {reason}", reason) from None
 
 
 def makedirs(path: str) -> None:

@@ -185,7 +185,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _handle(self) -> None:
-        method, path = self.command, urllib.parse.urlsplit(self.path).path
+        method, path = self.command, urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         has_body = method in ("PUT", "POST")
         proxy = self.server.proxy
         # Uploads are chosen before they reach moto; reads after, when the answer says which
