@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/scale_bench.py --rows 10000000,100000000
 	$(PY) benchmarks/dynamic_tables.py
 	$(PY) benchmarks/strategy_bench.py
+	$(PY) benchmarks/slow_storage_bench.py --settings 2/4,4/8,8/8
 	$(PY) benchmarks/quality.py
 
 clean-demo:

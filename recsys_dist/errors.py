@@ -7,6 +7,8 @@ the class's ``exit_code``; it never prints a traceback for these.
 
 from __future__ import annotations
 
+import re
+
 
 class RecsysError(Exception):
     """Base class for errors caused by user input rather than by a bug."""
@@ -47,3 +49,34 @@ class ClusterLost(RecsysError):
     """
 
     exit_code = 4
+
+
+_STATUS_LINE = re.compile(r"^(?:\(\d+\) )?[A-Z_]+:\s*(.+)$")
+_NOT_THE_REASON = ("Graph execution error", "Detected at node", "File ", "[[", "[Op:",
+                   "Additional GRPC error information", "0 successful operations",
+                   "0 derived errors ignored")
+
+
+def op_error_reason(message: str, fallback: str = "unknown error") -> str:
+    """The line of a TensorFlow op error's message that says what went wrong.
+
+    A graph's error message starts with ``Graph execution error:`` and the Python stack of
+    the op; the op's own status comes after it, sometimes behind a status code
+    (``INVALID_ARGUMENT: ...``), a ``{{function_node ...}}`` tag or followed by
+    ``[[{{node ...}}]]``. Those wrappers are dropped; the first line left is returned
+    (at most 300 characters), or ``fallback`` when nothing is left.
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for line in lines:
+        status = _STATUS_LINE.match(line)
+        if status:
+            return _unwrapped(status.group(1))[:300]
+    for line in lines:
+        if not line.startswith(_NOT_THE_REASON):
+            return _unwrapped(line)[:300] or fallback
+    return fallback
+
+
+def _unwrapped(line: str) -> str:
+    line = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)
+    return re.sub(r"\s*\[Op:[^\]]*\]$", "", line).strip()

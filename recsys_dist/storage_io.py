@@ -23,20 +23,28 @@ write, naming the path. Every filesystem failure is raised as :class:`StorageErr
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
+import http.client
 import os
 import posixpath
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from fsspec.core import split_protocol
 
 from recsys_dist.errors import RecsysError
-from recsys_dist.filesystems import filesystem, is_remote, join
+from recsys_dist.filesystems import backoff_seconds, filesystem, is_remote, join, s3_max_attempts
 
-__all__ = ["StorageError", "StagedDir", "check_writable", "download_dir", "errors_named", "exists",
-           "is_remote", "isdir", "join", "listdir", "local_scratch", "makedirs", "open_file",
-           "read_text", "remove", "rmtree", "upload_dir", "write_text"]
+T = TypeVar("T")
+
+__all__ = ["StorageError", "StagedDir", "check_bucket", "check_writable", "download_dir",
+           "errors_named", "exists", "is_remote", "isdir", "join", "listdir", "local_scratch",
+           "makedirs", "open_file", "read_again_when_cut", "read_text", "remove", "rmtree",
+           "space_named", "upload_dir", "write_text"]
 
 #: Schemes whose "directories" are only key prefixes.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -55,17 +63,74 @@ class StorageError(RecsysError):
 
 
 def _errors_caught() -> tuple[type[BaseException], ...]:
-    try:
+    errors: list[type[BaseException]] = [OSError, http.client.HTTPException]
+    with contextlib.suppress(ImportError):
         from botocore.exceptions import BotoCoreError, ClientError
-    except ImportError:
-        return (OSError,)
-    return (OSError, BotoCoreError, ClientError)
+        errors += [BotoCoreError, ClientError]
+    with contextlib.suppress(ImportError):
+        from aiohttp import ClientError as HttpClientError
+        errors.append(HttpClientError)
+    with contextlib.suppress(ImportError):
+        from fsspec.exceptions import FSTimeoutError
+        errors.append(FSTimeoutError)
+    return tuple(errors)
+
+
+def _cut_reads() -> tuple[type[BaseException], ...]:
+    """Errors of an answer cut in its body (after its headers came), which botocore does
+    not retry: the connection reset or timed out while the body was read."""
+    errors: list[type[BaseException]] = [http.client.IncompleteRead, ConnectionError,
+                                         TimeoutError]
+    with contextlib.suppress(ImportError):
+        from aiohttp import ClientPayloadError, ServerDisconnectedError
+        errors += [ClientPayloadError, ServerDisconnectedError]
+    with contextlib.suppress(ImportError):
+        from fsspec.exceptions import FSTimeoutError
+        errors.append(FSTimeoutError)
+    with contextlib.suppress(ImportError):
+        from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+        errors += [IncompleteReadError, ResponseStreamingError]
+    return tuple(errors)
 
 
 _ERRORS = _errors_caught()
+_CUT_READS = _cut_reads()
+
+
+def read_again_when_cut(read: Callable[[], T], path: str) -> T:
+    """``read()``, called again (after a jittered backoff) while its answer is cut in its
+    body, up to ``AWS_MAX_ATTEMPTS`` calls in all for a remote ``path``; the last error
+    is raised."""
+    attempts = s3_max_attempts() if is_remote(path) else 1
+    for attempt in range(attempts):
+        try:
+            return read()
+        except _CUT_READS:
+            if attempt + 1 >= attempts:
+                raise
+            time.sleep(backoff_seconds(attempt))
+    raise AssertionError("unreachable")
+
+
+def _client_error(exc: BaseException):
+    """The botocore ``ClientError`` behind ``exc`` (s3fs raises its own OSError from it)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if type(exc).__name__ == "ClientError" and hasattr(exc, "response"):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def _reason(exc: BaseException) -> str:
+    answer = _client_error(exc)
+    if answer is not None:
+        error, meta = answer.response.get("Error", {}), answer.response.get("ResponseMetadata", {})
+        status, code = meta.get("HTTPStatusCode"), error.get("Code", "")
+        text = error.get("Message") or str(answer)
+        attempts = meta.get("RetryAttempts") or 0
+        tried = f" (after {attempts + 1} attempts)" if attempts else ""
+        return f"{status} {code}: {text}{tried}".strip()[:300]
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     if isinstance(exc, FileNotFoundError) and "bucket" not in str(exc).lower():
@@ -128,6 +193,28 @@ def listdir(path: str) -> list[str]:
                   if e.rstrip("/") != stripped.rstrip("/"))
 
 
+def check_bucket(path: str) -> None:
+    """On an object store, fails naming ``path`` when its bucket does not exist (called
+    where nothing was found at ``path``, so that a missing bucket is not reported as a
+    missing file); nothing to do elsewhere.
+
+    Raises:
+      StorageError: ``<path>: the bucket '<name>' does not exist (NoSuchBucket)``.
+    """
+    if not _object_store(path):
+        return
+    from fsspec.asyn import sync
+
+    fs, stripped = _fs(path)
+    bucket = stripped.split("/", 1)[0]
+    with errors_named(path, "check its bucket"):
+        try:
+            sync(fs.loop, fs._call_s3, "head_bucket", Bucket=bucket)
+        except FileNotFoundError:
+            reason = f"the bucket '{bucket}' does not exist (NoSuchBucket)"
+            raise StorageError(f"{path}: {reason}", reason) from None
+
+
 def makedirs(path: str) -> None:
     """Creates directory ``path`` and its parents; nothing to do on an object store."""
     if _object_store(path):
@@ -145,7 +232,7 @@ def read_text(path: str) -> str:
     """
     with errors_named(path, "read it"):
         fs, stripped = _fs(path)
-        data = fs.cat_file(stripped)
+        data = read_again_when_cut(lambda: fs.cat_file(stripped), path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -276,9 +363,45 @@ def download_dir(path: str, local_dir: str, select=None) -> list[str]:
         local = os.path.join(local_dir, *relative.split("/"))
         os.makedirs(os.path.dirname(local), exist_ok=True)
         with errors_named(join(path, relative), "download it"):
-            fs.get_file(remote, local)
+            read_again_when_cut(functools.partial(fs.get_file, remote, local), path)
         copied.append(relative)
     return copied
+
+
+def _no_space(exc: BaseException) -> bool:
+    return ((isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
+            or "No space left on device" in str(exc))
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 2**20:,.1f} MB"
+
+
+@contextlib.contextmanager
+def space_named(directory: str, what: str, needed: Callable[[], int | None] = lambda: None,
+                staged: bool = False) -> Iterator[None]:
+    """Turns a full local disk inside the block (``ENOSPC``, also as TensorFlow's
+    ``ResourceExhaustedError``) into one :class:`StorageError` naming ``directory``, the
+    space ``needed()`` (bytes; None when unknown) and the space free there.
+
+    The caller removes what was written: a :class:`StagedDir` removes itself.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if not _no_space(exc):
+            raise
+        probe = directory
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        free = shutil.disk_usage(probe or "/").free
+        size = needed()
+        need = f"it needs about {_megabytes(size)}, " if size else ""
+        hint = ("; staging is under TMPDIR: point TMPDIR at a larger disk" if staged
+                else "; free some space or choose another directory")
+        raise StorageError(f"{directory}: no space left on the device to {what}: {need}"
+                           f"{_megabytes(free)} free there{hint}", "No space left on device"
+                           ) from None
 
 
 def local_scratch(prefix: str) -> str:

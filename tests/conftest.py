@@ -104,3 +104,19 @@ def s3_server():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture
+def fault_proxy(s3_server, monkeypatch):
+    """A :class:`tests.support.s3_faults.FaultProxy` in front of ``s3_server``, with no
+    faults yet: ``AWS_ENDPOINT_URL`` points at it in this process and the commands it
+    starts, and requests time out after 2 s (``RECSYS_DIST_S3_REQUEST_TIMEOUT``)."""
+    from tests.support.s3_faults import FaultProxy
+
+    proxy = FaultProxy(s3_server["env"]["AWS_ENDPOINT_URL"])
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    monkeypatch.setenv("RECSYS_DIST_S3_REQUEST_TIMEOUT", "2")
+    try:
+        yield proxy
+    finally:
+        proxy.stop()

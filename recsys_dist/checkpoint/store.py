@@ -69,7 +69,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from recsys_dist import storage_io
-from recsys_dist.errors import RecsysError
+from recsys_dist.errors import RecsysError, op_error_reason
 from recsys_dist.models.dynamic_table import RowsBeyondCapacity, rows_in_use
 
 CHECKPOINTS = "checkpoints"
@@ -129,16 +129,7 @@ def io_options() -> tf.train.CheckpointOptions:
 
 
 def _tf_reason(exc: tf.errors.OpError) -> str:
-    """The line of a TensorFlow error that says what went wrong (a graph error's message
-    starts with the Python stack of the op; the status line comes after it)."""
-    lines = [line.strip() for line in exc.message.splitlines() if line.strip()]
-    for line in lines:
-        status = re.match(r"^(?:\(\d+\) )?[A-Z_]+:\s*(.+)$", line)
-        if status:
-            return status.group(1)[:300]
-    skip = ("Graph execution error", "Detected at node", "File ")
-    return next((line[:300] for line in lines if not line.startswith(skip)),
-                type(exc).__name__)
+    return op_error_reason(exc.message, type(exc).__name__)
 
 
 def _crc32(path: str) -> str:
@@ -306,9 +297,16 @@ class CheckpointManager:
         start = time.perf_counter()
         with storage_io.StagedDir(directory) as staged:
             try:
-                # A staged save is on this process's disk: it writes every shard itself.
-                checkpoint.write(os.path.join(staged.local, VARIABLES),
-                                 options=io_options() if staged.remote else None)
+                with storage_io.space_named(staged.local, f"write the checkpoint of step {step}",
+                                            lambda: self._bytes_needed(checkpoint),
+                                            staged=staged.remote):
+                    # A staged save is on this process's disk: it writes every shard itself.
+                    checkpoint.write(os.path.join(staged.local, VARIABLES),
+                                     options=io_options() if staged.remote else None)
+            except storage_io.StorageError:
+                if not staged.remote:
+                    _remove(directory)  # the partial files (staged ones go with the stage)
+                raise
             except tf.errors.OpError as exc:
                 raise CheckpointError(f"{directory}: cannot write the checkpoint: "
                                       f"{_tf_reason(exc)}") from None
@@ -324,6 +322,17 @@ class CheckpointManager:
         self._prune()
         return SavedCheckpoint(directory, step, state)
 
+    def _bytes_needed(self, checkpoint: tf.train.Checkpoint) -> int | None:
+        """About what a checkpoint takes: the variables' sizes (slots included), or the
+        newest complete checkpoint's files if larger (tables that are not variables)."""
+        estimate = variable_bytes(checkpoint)
+        with contextlib.suppress(CheckpointError, storage_io.StorageError):
+            latest = self.latest()
+            if latest is not None:
+                estimate = max(estimate, sum(f["bytes"] for f in
+                                             (latest.state.get("files") or {}).values()))
+        return estimate or None
+
     def _prune(self) -> None:
         entries = self._entries()
         complete = [e for e in entries if e[2]]
@@ -335,6 +344,16 @@ class CheckpointManager:
                 continue
             if is_complete or step < newest:
                 _remove(directory)
+
+
+def variable_bytes(root: tf.Module | tf.train.Checkpoint) -> int:
+    """Bytes of every variable ``root`` tracks (slots included): about what a checkpoint
+    or a SavedModel of it needs on disk."""
+    total = 0
+    for item in tf.train.TrackableView(root).descendants():
+        if isinstance(item, tf.Variable) and item.shape.is_fully_defined():
+            total += item.shape.num_elements() * item.dtype.size
+    return total
 
 
 def create_slots(optimizer, variables: list) -> None:

@@ -14,7 +14,7 @@ import posixpath
 from recsys_dist import filesystems
 from recsys_dist.config.experiment import DataSplit, DateRange
 from recsys_dist.errors import DataError
-from recsys_dist.storage_io import errors_named
+from recsys_dist.storage_io import check_bucket, errors_named
 
 _GLOB_CHARS = set("*?[")
 
@@ -51,6 +51,7 @@ def _discover_dates(root: str, dates: DateRange, partition_key: str) -> list[str
             missing.append(day.isoformat())
         files.extend(filesystems.full_path(root, p) for p in found)
     if missing:
+        check_bucket(root)
         available = _available_partitions(fs, stripped_root, partition_key)
         hint = (f"; partitions present under {root}: {_summarise(available)}" if available
                 else f"; {root} holds no {partition_key}=YYYY-MM-DD partitions")
@@ -121,8 +122,10 @@ def _discover_path(path: str) -> list[str]:
     elif fs.exists(stripped):
         found = [stripped]
     else:
+        check_bucket(path)
         raise DataError(f"{path}: no such file or directory")
     if not found:
+        check_bucket(path)
         raise DataError(f"no Parquet files matched {path} (data files end in .parquet; "
                         "names starting with '_' or '.' are ignored)")
     return [filesystems.full_path(path, p) for p in found]

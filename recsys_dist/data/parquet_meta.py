@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from recsys_dist import filesystems
 from recsys_dist.errors import DataError
-from recsys_dist.storage_io import errors_named
+from recsys_dist.storage_io import errors_named, read_again_when_cut
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,14 +81,7 @@ def _read_file_meta(path: str) -> FileMeta:
         raise BadFileError(f"{path}: file vanished while planning") from None
     if size == 0:
         raise BadFileError(f"{path}: empty file (0 bytes)")
-    try:
-        with fs.open(stripped, "rb") as handle:
-            meta = pq.ParquetFile(handle).metadata
-            schema = meta.schema.to_arrow_schema()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise BadFileError(f"{path}: not a readable Parquet file, it may be corrupt or "
-                           f"truncated ({reason})") from None
+    meta, schema = read_again_when_cut(lambda: _read_footer(fs, stripped, path), path)
     if meta.num_rows == 0:
         raise BadFileError(f"{path}: empty file (0 rows)")
     leaf_index: dict[str, int] = {}
@@ -106,6 +99,40 @@ def _read_file_meta(path: str) -> FileMeta:
                           else None)
         null_counts[name] = tuple(counts)
     return FileMeta(path, meta.num_rows, row_groups, schema, null_counts, size)
+
+
+class _ReadsRecorded:
+    """A file object that keeps the first error its reads raised, so a storage failure
+    (a cut answer, a timeout) is told apart from a file that is not Parquet after pyarrow
+    has wrapped it."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.failure: BaseException | None = None
+
+    def read(self, *args):
+        try:
+            return self._handle.read(*args)
+        except BaseException as exc:
+            self.failure = self.failure or exc
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+
+def _read_footer(fs, stripped: str, path: str) -> tuple[pq.FileMetaData, pa.Schema]:
+    with fs.open(stripped, "rb") as handle:
+        recorded = _ReadsRecorded(handle)
+        try:
+            meta = pq.ParquetFile(recorded).metadata
+            return meta, meta.schema.to_arrow_schema()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            if recorded.failure is not None:  # storage failed the read: not the file's fault
+                raise recorded.failure from None
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise BadFileError(f"{path}: not a readable Parquet file, it may be corrupt or "
+                               f"truncated ({reason})") from None
 
 
 def read_footers(paths: list[str], on_bad_file: Literal["fail", "skip"],

@@ -19,8 +19,9 @@ import tensorflow as tf
 
 from recsys_dist.data.input_fn import InputPipeline, row_id
 from recsys_dist.data.shard_plan import ShardPlan
-from recsys_dist.errors import DataError, RecsysError
+from recsys_dist.errors import DataError, RecsysError, op_error_reason
 from recsys_dist.ops import OP_NAME
+from recsys_dist.storage_io import StorageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +149,8 @@ def read_pass_local(pipeline: InputPipeline, *, worker_index: int = 0,
 
 @contextlib.contextmanager
 def worker_errors_as_data_errors():
-    """Re-raises a bad-data failure from a worker closure as a clear :class:`DataError`.
+    """Re-raises a bad-data or storage failure from a worker closure as a clear
+    :class:`DataError` or :class:`StorageError` naming the file.
 
     ClusterCoordinator raises a failed closure's error from ``fetch``, or from the next
     ``schedule`` or ``join``; wrap the whole loop so every path gets the same message.
@@ -159,16 +161,29 @@ def worker_errors_as_data_errors():
         yield
     except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as exc:
         raise bad_data_error(exc) from None
+    except tf.errors.FailedPreconditionError as exc:
+        if STORAGE_FAILURE not in exc.message:
+            raise
+        raise bad_data_error(exc) from None
     except ClosureInputError as exc:  # a per-worker dataset could not be built
         original = exc.original_exception
-        if isinstance(original, (tf.errors.InvalidArgumentError, tf.errors.NotFoundError)):
+        if isinstance(original, (tf.errors.InvalidArgumentError, tf.errors.NotFoundError)) or (
+                isinstance(original, tf.errors.FailedPreconditionError)
+                and STORAGE_FAILURE in original.message):
             raise bad_data_error(original) from None
         raise
 
 
+#: What the Parquet op says when storage failed it (``<uri>: cannot read from storage: ...``).
+STORAGE_FAILURE = ": cannot read from storage: "
+
+
 def bad_data_error(exc: tf.errors.OpError) -> RecsysError:
-    """Turns an in-graph bad-data assertion (or reader failure) into a clear DataError;
-    a worker that never loaded the Parquet op into a clear error saying so."""
+    """Turns an in-graph bad-data assertion or reader failure into a clear error naming the
+    file and the reader's own reason: :class:`DataError` for bad data,
+    :class:`StorageError` when storage failed the read (denied, or a transient error
+    still there after every retry); a worker that never loaded the Parquet op into a
+    clear error saying so."""
     message = exc.message
     if f"Op type not registered '{OP_NAME}'" in message:
         return RecsysError(
@@ -182,7 +197,11 @@ def bad_data_error(exc: tf.errors.OpError) -> RecsysError:
         text = message[marker:].split("\n")[0].replace("\\'", "'")
         # (a graph's assertion ends the line with "]", an eager one with '"')
         return DataError(text.removeprefix("bad data: ").rstrip('"] ').strip())
-    return DataError(f"reading Parquet failed on a worker: {message.splitlines()[0]}")
+    reason = op_error_reason(message, type(exc).__name__)
+    if STORAGE_FAILURE in reason:
+        uri, cause = reason.split(STORAGE_FAILURE, 1)
+        return StorageError(f"{uri}: cannot read it on a worker: {cause}", cause)
+    return DataError(f"reading Parquet failed on a worker: {reason}")
 
 
 def check_exactly_once(plan: ShardPlan, row_ids: np.ndarray) -> None:

@@ -58,6 +58,7 @@ from recsys_dist.checkpoint.store import (
     find_checkpoint,
     restore_model,
     saved_dynamic_shards,
+    variable_bytes,
 )
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.schema_check import split_read_dtype
@@ -277,8 +278,10 @@ def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
         signatures = signature_functions(module)
         if storage_io.is_remote(out_dir):  # TensorFlow writes local files only; no rename there
             with storage_io.StagedDir(out_dir) as staged:
-                tf.saved_model.save(module, staged.local, signatures=signatures)
-                _write_info(staged.local, info)
+                with storage_io.space_named(staged.local, "write the export",
+                                            lambda: variable_bytes(module), staged=True):
+                    tf.saved_model.save(module, staged.local, signatures=signatures)
+                    _write_info(staged.local, info)
                 staged.sync(last=[EXPORT_INFO])
             return
         local = out_dir[len("file://"):] if out_dir.startswith("file://") else out_dir
@@ -287,8 +290,10 @@ def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
-            tf.saved_model.save(module, tmp, signatures=signatures)
-            _write_info(tmp, info)
+            with storage_io.space_named(local, "write the export",
+                                        lambda: variable_bytes(module)):
+                tf.saved_model.save(module, tmp, signatures=signatures)
+                _write_info(tmp, info)
             if os.path.isdir(local):
                 os.rmdir(local)  # empty (checked before); fails if something appeared meanwhile
             os.rename(tmp, local)

@@ -11,8 +11,11 @@
 //                  list column: one flag per element, false for a null element.
 //   row_splits[i]: list column: [rows + 1]; a null list is an empty list.
 //                  scalar column: [0].
-// Errors are InvalidArgument / NotFound and name the file and column. Never
-// Unavailable: a ClusterCoordinator would take that for a lost worker and retry.
+// Errors name the file (its URI) and the column, and keep Arrow's own reason:
+// InvalidArgument for a file that is not readable Parquet or does not fit the columns,
+// NotFound for a missing file, FailedPrecondition for a storage failure (denied, or still
+// failing after the retries of a transient error: "<uri>: cannot read from storage: ...").
+// Never Unavailable: a ClusterCoordinator would take that for a lost worker and retry.
 
 #include <functional>
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -57,16 +61,29 @@ absl::Status Invalid(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(path + ": " + what);
 }
 
+bool Contains(const std::string& text, const char* part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Whether Arrow failed to reach the bytes (S3, HDFS or the OS said no) rather than found
+// them unreadable as Parquet.
+bool IsStorageFailure(const arrow::Status& st) {
+  const std::string& m = st.message();
+  return st.IsIOError() && (Contains(m, "AWS Error") || Contains(m, "errno") ||
+                            Contains(m, "HDFS") || Contains(m, "hdfs"));
+}
+
 absl::Status FromArrow(const std::string& path, const arrow::Status& st,
                        const std::string& doing) {
-  std::string msg = path + ": " + doing + ": " + st.message();
-  if (st.IsIOError() && (st.message().find("Path does not exist") != std::string::npos ||
-                         st.message().find("No such file") != std::string::npos ||
-                         st.message().find("NoSuchKey") != std::string::npos ||
-                         st.message().find("NoSuchBucket") != std::string::npos)) {
-    return absl::NotFoundError(msg);
+  const std::string& m = st.message();
+  if (st.IsIOError() && (Contains(m, "Path does not exist") || Contains(m, "No such file") ||
+                         Contains(m, "NoSuchKey") || Contains(m, "NoSuchBucket"))) {
+    return absl::NotFoundError(path + ": " + doing + ": " + m);
   }
-  return absl::InvalidArgumentError(msg);
+  if (IsStorageFailure(st)) {
+    return absl::FailedPreconditionError(path + ": cannot read from storage: " + m);
+  }
+  return absl::InvalidArgumentError(path + ": " + doing + ": " + m);
 }
 
 #define RD_RETURN_ARROW(path, expr, doing)                          \
@@ -91,9 +108,43 @@ double EnvSeconds(const char* name, double fallback) {
   return (end != value && parsed > 0) ? parsed : fallback;
 }
 
+// Attempts per S3 request: AWS_MAX_ATTEMPTS (RECSYS_DIST_S3_MAX_ATTEMPTS wins when set),
+// default 3, as recsys_dist/filesystems.py reads it for s3fs.
+int64_t MaxAttempts() {
+  double attempts = EnvSeconds("RECSYS_DIST_S3_MAX_ATTEMPTS", -1);
+  if (attempts < 1) attempts = EnvSeconds("AWS_MAX_ATTEMPTS", 3);
+  return std::max<int64_t>(1, static_cast<int64_t>(attempts));
+}
+
+// Retries what the AWS SDK marks retryable (5xx, throttling such as 503 SlowDown, a
+// reset or timed-out connection), never a 403 or 404, up to `max_attempts` attempts in
+// all, after a random wait of up to 1 s, 2 s, 4 s, ... (at most 20 s): exponential
+// backoff with full jitter, as botocore's "standard" mode does for s3fs.
+class JitteredRetryStrategy : public arrow::fs::S3RetryStrategy {
+ public:
+  explicit JitteredRetryStrategy(int64_t max_attempts) : max_attempts_(max_attempts) {}
+  bool ShouldRetry(const AWSErrorDetail& error, int64_t attempted_retries) override {
+    return error.should_retry && attempted_retries + 1 < max_attempts_;
+  }
+  int64_t CalculateDelayBeforeNextRetry(const AWSErrorDetail&,
+                                        int64_t attempted_retries) override {
+    const double cap = std::min(20.0, static_cast<double>(1LL << std::min<int64_t>(
+                                          attempted_retries, 5)));
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(std::uniform_real_distribution<double>(0, cap)(rng_) * 1000);
+  }
+
+ private:
+  const int64_t max_attempts_;
+  std::mutex mu_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
 // S3 settings come from the standard AWS variables, the same ones s3fs/boto3 read:
 // AWS_ENDPOINT_URL (e.g. http://127.0.0.1:9000), AWS_REGION, AWS_ACCESS_KEY_ID,
-// AWS_SECRET_ACCESS_KEY. Timeouts and attempts are bounded so a dead endpoint fails.
+// AWS_SECRET_ACCESS_KEY, AWS_MAX_ATTEMPTS. Connect and request timeouts bound a dead or
+// hanging endpoint (on Linux the request timeout ends a transfer that moved nothing for
+// that long).
 absl::Status MakeS3(const std::string& path, std::shared_ptr<arrow::fs::FileSystem>* out) {
   // Before S3Options::Defaults(): that builds the AWS credential chain, which needs an
   // initialized SDK (without it the first s3:// read crashes in the config loader).
@@ -117,8 +168,7 @@ absl::Status MakeS3(const std::string& path, std::shared_ptr<arrow::fs::FileSyst
   if (region != nullptr && *region != '\0') options.region = region;
   options.connect_timeout = EnvSeconds("RECSYS_DIST_S3_CONNECT_TIMEOUT", 5.0);
   options.request_timeout = EnvSeconds("RECSYS_DIST_S3_REQUEST_TIMEOUT", 30.0);
-  options.retry_strategy = arrow::fs::S3RetryStrategy::GetAwsStandardRetryStrategy(
-      static_cast<int64_t>(EnvSeconds("RECSYS_DIST_S3_MAX_ATTEMPTS", 3)));
+  options.retry_strategy = std::make_shared<JitteredRetryStrategy>(MaxAttempts());
   auto made = arrow::fs::S3FileSystem::Make(options);
   if (!made.ok()) return FromArrow(path, made.status(), "connecting to S3");
   if (!g_s3_finalizer_registered) {
@@ -142,12 +192,21 @@ absl::Status ResolvePath(const std::string& path, std::shared_ptr<arrow::fs::Fil
     *inner = path.substr(sep + 3);
     size_t query = inner->find('?');
     if (query != std::string::npos) inner->resize(query);
-    auto found = g_filesystems.find("s3");
+    // Keyed by the settings too: a process whose variables change gets a new client.
+    std::string key = "s3";
+    for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION",
+                             "AWS_DEFAULT_REGION", "AWS_MAX_ATTEMPTS",
+                             "RECSYS_DIST_S3_MAX_ATTEMPTS", "RECSYS_DIST_S3_CONNECT_TIMEOUT",
+                             "RECSYS_DIST_S3_REQUEST_TIMEOUT"}) {
+      const char* value = std::getenv(name);
+      key += std::string("\x1e") + (value == nullptr ? "" : value);
+    }
+    auto found = g_filesystems.find(key);
     if (found == g_filesystems.end()) {
       std::shared_ptr<arrow::fs::FileSystem> made;
       absl::Status st = MakeS3(path, &made);
       if (!st.ok()) return st;
-      found = g_filesystems.emplace("s3", made).first;
+      found = g_filesystems.emplace(key, made).first;
     }
     *fs = found->second;
     return absl::OkStatus();

@@ -218,17 +218,31 @@ def test_a_held_day_is_gated_and_published_by_the_next_run(days):
     assert "held     2026-01-05 trained" in nxt.stdout  # and 2026-01-05 waits for 01-06
 
 
-def test_a_root_on_s3_publishes_warm_starts_and_reruns(days, s3_server):
-    """The whole daily cycle with ``retrain.root`` on S3 (moto): runs, checkpoints, eval
-    reports, publications and CURRENT are all written there; day 2 warm-starts from day
-    1's S3 checkpoint and is gated against it (its config read back from S3)."""
+def test_a_root_on_s3_publishes_warm_starts_and_reruns(days, s3_server, fault_proxy,
+                                                       monkeypatch):
+    """The whole daily cycle with ``retrain.root`` on S3 (moto, behind the fault proxy):
+    runs, checkpoints, eval reports, publications and CURRENT are all written there; day 2
+    warm-starts from day 1's S3 checkpoint and is gated against it (its config read back
+    from S3). Day 2's publication is first throttled past its retries: the day fails
+    naming the URI, day 1 stays CURRENT, and the rerun publishes day 2."""
     from recsys_dist import storage_io
+    from tests.support.s3_faults import Fault
 
+    monkeypatch.setenv("RECSYS_DIST_S3_REQUEST_TIMEOUT", "60")  # the proxy's big uploads
     _, config, _, _, _ = days
     root = f"s3://{s3_server['bucket']}/retrain-root"
     extra = ("--set", f"retrain.root={root}", "--set", "retrain.gate.max_drop=1.0")
     first = retrain(config, "2026-01-01", *extra)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr
+    fault_proxy.faults = [Fault("503", method="PUT", key="/published/2026-01-02/_SUCCESS$")]
+    throttled = retrain(config, "2026-01-02", *extra)
+    assert throttled.returncode == 2, throttled.stdout[-3000:] + throttled.stderr
+    assert throttled.stderr.strip().splitlines()[-1] == (
+        f"error: {root}/published/2026-01-02/_SUCCESS: cannot write it: 503 SlowDown: Please "
+        "reduce your request rate. (after 3 attempts)"), throttled.stderr[-2000:]
+    fault_proxy.faults = []
+    assert storage_io.read_text(f"{root}/CURRENT") == "2026-01-01\n"
+    assert not storage_io.exists(f"{root}/published/2026-01-02/_SUCCESS")
     second = retrain(config, "2026-01-02", *extra)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr
     manifests = [json.loads(storage_io.read_text(f"{root}/published/{d}/manifest.json"))
@@ -236,7 +250,7 @@ def test_a_root_on_s3_publishes_warm_starts_and_reruns(days, s3_server):
     assert manifests[0]["checkpoint"].startswith(f"{root}/runs/2026-01-01/checkpoints/ckpt-")
     assert manifests[1]["parent"] == "2026-01-01"
     assert manifests[1]["warm_started_from"] == manifests[0]["checkpoint"]
-    assert f"warm     start from {manifests[0]['checkpoint']}: step" in second.stdout
+    assert f"warm     start from {manifests[0]['checkpoint']}: step" in throttled.stdout
     assert manifests[1]["step"] == 2 * manifests[0]["step"]  # it went on from day 1
     boot = manifests[1]["comparison"]["labels"]["click"]["bootstrap"]  # vs day 1, same rows
     assert boot["low"] <= boot["delta"] <= boot["high"]

@@ -44,9 +44,10 @@ def test_validate_scan_reads_s3_data_with_nulls_and_lists(tmp_path, s3_server, s
 def test_missing_bucket_and_key_are_named(tmp_path, s3_server, small_config, capsys):
     config = small_config(train={"dates": "2026-01-01"})
     assert main(["validate", "--config", config, "--data",
-                 "s3://no-such-bucket/data/part.parquet"]) == 3
+                 "s3://no-such-bucket/data/part.parquet"]) == 2  # storage, not data
     assert capsys.readouterr().err.strip() == (
-        "error: s3://no-such-bucket/data/part.parquet: no such file or directory")
+        "error: s3://no-such-bucket/data/part.parquet: the bucket 'no-such-bucket' does not "
+        "exist (NoSuchBucket)")
     assert main(["validate", "--config", config, "--data",
                  f"s3://{s3_server['bucket']}/nothing/here"]) == 3
     assert capsys.readouterr().err.strip().endswith(
