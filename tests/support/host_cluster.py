@@ -8,6 +8,7 @@ host's S3 (moto's server). Hosts share no file system: each has its own ``/tmp``
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from tests.support.data import upload_dir
 from tests.support.hosts import HostNetwork
 from tests.support.paths import BIN
+from tests.support.train_run import TrainRun
 
 PORT = 2222
 S3_PORT = 5000
@@ -101,15 +103,37 @@ class HostCluster:
             self.net.kill_host(host)
             self.servers.pop(host).wait(timeout=30)
 
-    def chief(self, argv: Sequence[str], extra_env: dict[str, str] | None = None
-              ) -> list[str]:
-        """``recsys-dist ARGV`` as run on the chief host (a command line)."""
-        return self.net.command("chief", [str(BIN / "recsys-dist"), *argv])
-
     def chief_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        import os
-
         return {**os.environ, **self.env("chief", 0), "TMPDIR": "/tmp", **(extra or {})}
+
+    def train(self, config: str, model_dir: str, *extra: str) -> TrainRun:
+        """``recsys-dist train`` on the chief host, its output read as it runs."""
+        return TrainRun(config, model_dir, *extra, env=self.chief_env(),
+                        prefix=self.net.command("chief", []))
+
+    def command(self, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """Another ``recsys-dist`` command on the chief host, run to the end."""
+        return subprocess.run(self.net.command("chief", [str(BIN / "recsys-dist"), *argv]),
+                              env=self.chief_env(), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def read_json(self, url: str) -> dict:
+        """A JSON file on the storage host."""
+        bucket, key = url.removeprefix("s3://").split("/", 1)
+        return json.loads(self.s3().get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    def keys(self, url: str) -> list[str]:
+        bucket, prefix = url.removeprefix("s3://").split("/", 1)
+        pages = self.s3().get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                    Prefix=prefix)
+        return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+    def final_state(self, model_dir: str) -> dict:
+        """``state.json`` of the newest complete checkpoint of an ``s3://`` model dir."""
+        complete = sorted(k for k in self.keys(f"{model_dir}/checkpoints/")
+                          if k.endswith("/_COMPLETE"))
+        bucket = model_dir.removeprefix("s3://").split("/", 1)[0]
+        return self.read_json(f"s3://{bucket}/{complete[-1].rsplit('/', 1)[0]}/state.json")
 
 
 def cluster_config(directory: pathlib.Path, data_url: str, changes: dict | None = None) -> str:
