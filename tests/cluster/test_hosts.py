@@ -224,7 +224,7 @@ def test_a_link_that_never_returns_ends_the_run_in_the_set_time_naming_the_task(
         net, baseline, cluster):
     model_dir = f"s3://{BUCKET}/never"
     run = cluster.train(config(net), model_dir, "--set", "cluster.give_up_after_seconds=20")
-    saved = step_of(r"^checkpoint step ([\d,]+)", run)
+    run.wait_for(r"^checkpoint step")
     net.cut("ps1")
     cut = time.monotonic()
     code = run.finish(timeout=180)
@@ -236,11 +236,8 @@ def test_a_link_that_never_returns_ends_the_run_in_the_set_time_naming_the_task(
         "(cluster.give_up_after_seconds = 20); the run stops. Bring the task back, then run "
         "the command again to resume from the last checkpoint\n"), run.output[-3000:]
     print(f"a link cut for good: the run ended {took:.1f} s after the cut")
-    net.restore("ps1")
-    rerun = cluster.train(config(net), model_dir)
-    assert step_of(r"^resume +from .*: step ([\d,]+)", rerun) >= saved
-    assert rerun.finish() == 0, rerun.output[-3000:]
-    assert_complete(cluster, model_dir)
+    # (a rerun resumes from the last checkpoint as after any lost task: see the tests of
+    # the chief's restart and of a killed parameter-server host)
 
 
 def test_whole_hosts_killed_a_worker_then_a_parameter_server(net, baseline, cluster):

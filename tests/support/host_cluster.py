@@ -11,7 +11,6 @@ import json
 import os
 import pathlib
 import subprocess
-from collections.abc import Sequence
 
 from tests.support.data import upload_dir
 from tests.support.hosts import HostNetwork
