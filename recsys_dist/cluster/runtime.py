@@ -27,6 +27,7 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist import scratch, storage_io
+from recsys_dist.cluster.liveness import TaskWatch
 from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.config.experiment import ClusterSpec
@@ -159,7 +160,9 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
         return
     resolver, spec = _tf_config_resolver()
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
-    strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
-    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-    with terminate_on_signals():
+    # Watched from before the strategy connects: a task that never answers ends the run.
+    with terminate_on_signals(), TaskWatch(spec, cluster.lost_after_seconds,
+                                           cluster.give_up_after_seconds):
+        strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
         yield Runtime(strategy, coordinator, len(spec["worker"]), len(spec["ps"]), cluster.mode)

@@ -187,6 +187,12 @@ class ClusterSpec:
         replica; ``config/strategy.py`` checks what it needs) or ``multi_worker_mirrored``
         (synchronous, one process per worker, collective ops between them;
         ``cluster/collective.py``).
+      lost_after_seconds: ``tf_config`` mode: a worker or parameter server unreachable
+        this long is reported lost; a worker's work goes to the others, training waits
+        for a parameter server (``cluster/liveness.py``).
+      give_up_after_seconds: ``tf_config`` mode: a task unreachable this long ends the
+        run with one line naming it (exit code 4); a rerun resumes from the last
+        checkpoint.
     """
 
     mode: Literal["local", "in_process", "tf_config"] = "local"
@@ -194,6 +200,8 @@ class ClusterSpec:
     ps: int = field(default=1, metadata={"min": 1, "max": 64})
     strategy: Literal["parameter_server", "mirrored", "multi_worker_mirrored"] = \
         "parameter_server"
+    lost_after_seconds: float = field(default=5.0, metadata={"min": 1.0})
+    give_up_after_seconds: float = field(default=180.0, metadata={"min": 1.0})
 
 
 @dataclasses.dataclass(frozen=True)

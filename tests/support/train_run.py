@@ -10,6 +10,7 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 
 from recsys_dist.cluster.local import child_pids
 from tests.support.paths import CLI
@@ -18,10 +19,12 @@ from tests.support.paths import CLI
 class TrainRun:
     """``recsys-dist train`` in a subprocess, its output collected line by line."""
 
-    def __init__(self, config: str, model_dir: pathlib.Path, *extra: str,
-                 env: dict[str, str] | None = None):
+    def __init__(self, config: str, model_dir: pathlib.Path | str, *extra: str,
+                 env: dict[str, str] | None = None, prefix: Sequence[str] = ()):
+        """``prefix``: a command that runs the rest (e.g. on a host of
+        :class:`tests.support.hosts.HostNetwork`)."""
         self.process = subprocess.Popen(
-            [CLI, "train", "--config", config, "--model-dir", str(model_dir), *extra],
+            [*prefix, CLI, "train", "--config", config, "--model-dir", str(model_dir), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env=None if env is None else {**os.environ, **env})
         self.lines: list[str] = []

@@ -1,0 +1,66 @@
+"""The coordinator's watch over the tasks of a ``tf_config`` cluster, on real sockets."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from recsys_dist.cluster.liveness import TaskWatch, abort_connections_to
+
+
+def listening() -> socket.socket:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    return server
+
+
+def wait_until(condition, timeout: float = 15) -> None:
+    deadline = time.time() + timeout
+    while not condition() and time.time() < deadline:
+        time.sleep(0.05)
+    assert condition()
+
+
+def test_a_lost_task_is_named_then_back_and_a_lasting_loss_gives_up():
+    worker, ps = listening(), listening()
+    worker_address = f"127.0.0.1:{worker.getsockname()[1]}"
+    ps_address = f"127.0.0.1:{ps.getsockname()[1]}"
+    lines, ended = [], []
+    spec = {"chief": ["127.0.0.1:1"], "worker": [worker_address], "ps": [ps_address]}
+    with TaskWatch(spec, lost_after=1, give_up_after=4, report=lines.append,
+                   give_up=ended.append) as watch:
+        time.sleep(1.5)
+        assert lines == [] and watch.lost() == []
+        port = worker.getsockname()[1]
+        worker.close()  # the worker's machine is gone: nothing listens
+        wait_until(lambda: len(lines) == 1)
+        assert watch.lost() == [("worker", 0)]
+        assert lines[0].startswith(f"lost     worker 0 ({worker_address}): unreachable for ")
+        assert "its work goes to the other workers" in lines[0]
+        worker = socket.socket()
+        worker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        worker.bind(("127.0.0.1", port))
+        worker.listen(8)
+        wait_until(lambda: len(lines) == 2)
+        assert watch.lost() == []
+        assert lines[1].startswith(f"back     worker 0 ({worker_address}) answers again after ")
+        ps.close()
+        wait_until(lambda: ended, timeout=10)
+    assert "training waits for it" in lines[2] and lines[2].startswith("lost     ps 0")
+    assert ended == [f"ps 0 ({ps_address}) has been unreachable for 4 s "
+                     "(cluster.give_up_after_seconds = 4); the run stops. Bring the task "
+                     "back, then run the command again to resume from the last checkpoint"]
+    worker.close()
+
+
+def test_abort_connections_shuts_down_this_process_s_connections_to_an_address():
+    server = listening()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    assert abort_connections_to(address) == 1
+    assert client.recv(1) == b""  # shut down: reads end at once
+    assert client.fileno() >= 0  # the descriptor itself is left to its owner
+    for sock in (client, accepted, server):
+        sock.close()
