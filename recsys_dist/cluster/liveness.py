@@ -21,6 +21,7 @@ coordinator (a TCP connection, once a second) and acts on what it sees:
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -30,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from recsys_dist import scratch
 from recsys_dist.errors import ClusterLost
+
+log = logging.getLogger(__name__)
 
 PROBE_SECONDS = 1.0
 
@@ -118,7 +121,7 @@ class TaskWatch:
       spec: ``{job: [address, ...]}``; the ``worker`` and ``ps`` jobs are watched.
       lost_after: Seconds unreachable before a task is reported lost.
       give_up_after: Seconds unreachable before the run ends.
-      report: Called with each one-line message (default: print).
+      report: Called with each one-line message (default: this module's logger).
       give_up: Called with the final message instead of ending the process (tests).
     """
 
@@ -128,7 +131,7 @@ class TaskWatch:
         self._tasks = [(job, i, a) for job in ("worker", "ps")
                        for i, a in enumerate(spec.get(job, []))]
         self._lost_after, self._give_up_after = lost_after, give_up_after
-        self._report = report or (lambda line: print(line, flush=True))
+        self._report = report or log.info
         self._give_up = give_up or _end_run
         self._stop = threading.Event()
         self._down_since: dict[tuple[str, int], float] = {}
@@ -162,7 +165,7 @@ class TaskWatch:
             since = self._down_since.pop(key, None)
             if key in self._reported:
                 self._reported.discard(key)
-                self._report(f"back     {job} {index} ({address}) answers again after "
+                self._report(f"back\t{job} {index} ({address}) answers again after "
                              f"{now - since:.0f} s unreachable"
                              + ("; it takes work again" if job == "worker" else
                                 "; training goes on"))
@@ -179,11 +182,11 @@ class TaskWatch:
             self._reported.add(key)
             if job == "worker":
                 aborted = abort_connections_to(address)
-                self._report(f"lost     {job} {index} ({address}): unreachable for "
+                self._report(f"lost\t{job} {index} ({address}): unreachable for "
                              f"{away:.0f} s; its work goes to the other workers until it "
                              f"answers again ({aborted} connection(s) to it closed)")
             else:
-                self._report(f"lost     {job} {index} ({address}): unreachable for "
+                self._report(f"lost\t{job} {index} ({address}): unreachable for "
                              f"{away:.0f} s; training waits for it (its variables are "
                              f"there) and stops if it is not back within "
                              f"{self._give_up_after:g} s (cluster.give_up_after_seconds)")

@@ -36,7 +36,7 @@ def test_a_lost_task_is_named_then_back_and_a_lasting_loss_gives_up():
         worker.close()  # the worker's machine is gone: nothing listens
         wait_until(lambda: len(lines) == 1)
         assert watch.lost() == [("worker", 0)]
-        assert lines[0].startswith(f"lost     worker 0 ({worker_address}): unreachable for ")
+        assert lines[0].startswith(f"lost\tworker 0 ({worker_address}): unreachable for ")
         assert "its work goes to the other workers" in lines[0]
         worker = socket.socket()
         worker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -44,10 +44,10 @@ def test_a_lost_task_is_named_then_back_and_a_lasting_loss_gives_up():
         worker.listen(8)
         wait_until(lambda: len(lines) == 2)
         assert watch.lost() == []
-        assert lines[1].startswith(f"back     worker 0 ({worker_address}) answers again after ")
+        assert lines[1].startswith(f"back\tworker 0 ({worker_address}) answers again after ")
         ps.close()
         wait_until(lambda: ended, timeout=10)
-    assert "training waits for it" in lines[2] and lines[2].startswith("lost     ps 0")
+    assert "training waits for it" in lines[2] and lines[2].startswith("lost\tps 0")
     assert ended == [f"ps 0 ({ps_address}) has been unreachable for 4 s "
                      "(cluster.give_up_after_seconds = 4); the run stops. Bring the task "
                      "back, then run the command again to resume from the last checkpoint"]
