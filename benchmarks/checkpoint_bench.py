@@ -41,7 +41,7 @@ import recsys_dist  # noqa: F401  (tf-keras, quiet logs)
 from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import CheckpointManager, create_slots, restore
 from recsys_dist.cluster.runtime import connect
-from recsys_dist.config.experiment import ClusterSpec
+from recsys_dist.config.sections import ClusterSpec
 from recsys_dist.models.sharding import embedding_tables
 
 

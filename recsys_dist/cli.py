@@ -13,9 +13,9 @@ Commands:
   plan          The smallest cluster for a training rate; memory and bytes per server.
   server        Run one worker or parameter-server task of a multi-machine cluster.
 
-Each command is a ``_cmd_<name>(args)`` function; its arguments are declared by
-``_add_<name>(commands)``, with the arguments several commands share declared once in
-the small ``_add_...`` helpers above them.
+Each command is a function of ``commands.py`` taking the parsed arguments; its arguments
+are declared here by ``_add_<name>(subcommands)``, with the arguments several commands
+share declared once in the small ``_add_...`` helpers above them.
 
 Errors caused by input (configs, data, arguments) print ``error: <message>`` and exit
 non-zero (2 for configs and arguments, 3 for data); they never print a traceback (see
@@ -26,21 +26,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
-import os
-import sys
-import tempfile
-import time
 from typing import Sequence
 
 import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS before TensorFlow loads
+from recsys_dist import commands
 from recsys_dist.console import (
     add_output_arguments,
     configure_output,
     reporting_errors,
     run_command,
 )
-from recsys_dist.errors import RecsysError
 
 
 def _date(text: str) -> datetime.date:
@@ -58,361 +53,6 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
-
-
-def _cmd_synth(args: argparse.Namespace) -> int:
-    from recsys_dist.data.synth import RowGenerator
-    from recsys_dist.data.synth_behaviour import BehaviourGenerator
-    from recsys_dist.data.synth_files import synthesize
-
-    generator = {"criteo": RowGenerator, "behaviour": BehaviourGenerator}[args.dataset]
-    try:
-        report = synthesize(args.out, days=args.days, rows_per_day=args.rows_per_day,
-                            seed=args.seed, start_date=args.start_date,
-                            rows_per_file=args.rows_per_file,
-                            row_groups_per_file=args.row_groups_per_file,
-                            users=args.users or (200_000 if args.dataset == "criteo"
-                                                 else 100_000),
-                            generator_class=generator,
-                            progress=(lambda line: print(line, file=sys.stderr))
-                            if not args.quiet else None)
-    except ValueError as exc:
-        raise RecsysError(str(exc)) from None
-    rates = f"click rate {report.click_rate:.3f}"
-    if report.conversion_rate is not None:
-        rates += f", conversion rate {report.conversion_rate:.4f}"
-    print(f"wrote {report.rows:,} rows in {len(report.files)} files to {report.out_dir} "
-          f"({report.days[0]}..{report.days[-1]}) in {report.seconds:.1f}s; {rates}")
-    return 0
-
-
-def _describe_plan(pipeline) -> list[str]:
-    plan = pipeline.plan
-    per_worker = plan.rows_per_worker()
-    balance = min(per_worker) / max(per_worker) if max(per_worker) else 1.0
-    lines = [f"data     {len(plan.files)} files, {plan.total_rows:,} rows, {len(plan.units)} units",
-             f"schema   OK: {len(pipeline.transform.columns)} columns ("
-             + ", ".join(f"{c} {pipeline.transform.column_dtypes[c]}"
-                         for c in pipeline.transform.columns[:6]) + ", ...)",
-             f"plan     {plan.num_workers} workers: "
-             + " / ".join(f"{r:,}" for r in per_worker) + f" rows (balance {balance:.2f})"]
-    for s in plan.skipped:
-        lines.append(f"skipped  {s.path}: {s.reason}" + (f" ({s.rows:,} rows)" if s.rows else ""))
-    return lines
-
-
-def _cmd_validate(args: argparse.Namespace) -> int:
-    from recsys_dist.config import load_config
-
-    config = load_config(args.config, args.set).with_data_path(args.data)
-    feats = config.features
-    print(f"config   {config.file}: OK ({len(feats.features)} features, {len(feats.tables)} "
-          f"tables, labels {', '.join(config.labels)}; model {config.model.name}; "
-          f"feature config {feats.file})")
-    replicas, batch = config.cluster.workers, config.input.batch_size
-    if config.cluster.strategy == "mirrored":
-        print(f"strategy mirrored: {replicas} replicas in one process, each step's "
-              f"{batch:,} rows split {batch // replicas:,} per replica")
-    elif config.cluster.strategy == "multi_worker_mirrored":
-        print(f"strategy multi_worker_mirrored: {replicas} worker processes, each step's "
-              f"{batch:,} rows split {batch // replicas:,} per worker")
-    if args.data is not None:
-        splits = [None if args.split in (None, "all") else args.split]
-    elif args.split not in (None, "all"):
-        splits = [args.split]
-    elif config.data is not None:
-        splits = [s for s in ("train", "eval", "validation")
-                  if getattr(config.data, s) is not None] or [None]
-    else:
-        print("data     not checked (no --data and no data section in the config)")
-        return 0
-    from recsys_dist.data.collisions import SAMPLE_ROWS, collision_warnings, table_ids
-    from recsys_dist.data.history_lengths import history_lengths
-    from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.data.read_pass import read_pass_local
-
-    for split in splits:
-        if split is not None:
-            print(f"split    {split}")
-        pipeline = prepare_input(config, split, config.cluster.workers)
-        for line in _describe_plan(pipeline):
-            print(line)
-        if args.scan:
-            result = read_pass_local(pipeline.single_worker())
-            print(f"scan     read {result.rows:,} rows in-graph in {result.seconds:.1f}s: "
-                  f"{result.skipped_rows:,} bad rows skipped")
-            for table in table_ids(pipeline, config.cluster.ps):
-                for line in table.lines():
-                    print(line)
-            for history in history_lengths(pipeline):
-                print(history.line())
-        elif split in (None, "train"):
-            warnings = collision_warnings(pipeline, config.cluster.ps)
-            for line in warnings:
-                print(line)
-            if not warnings:
-                print(f"tables   no hashed table shares rows often in the first "
-                      f"{SAMPLE_ROWS:,} rows (--scan counts every row)")
-    return 0
-
-
-def _cmd_read(args: argparse.Namespace) -> int:
-    from recsys_dist.cluster.runtime import connect
-    from recsys_dist.config import load_config
-    from recsys_dist.config.experiment import ClusterSpec
-    from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.data.read_pass import read_pass_on_cluster
-    from recsys_dist.progress import Progress
-
-    config = load_config(args.config, args.set).with_data_path(args.data)
-    # A read check runs on this machine: a tf_config job's cluster is read locally.
-    mode = "in_process" if config.cluster.mode == "in_process" else "local"
-    cluster = ClusterSpec(mode, args.workers or config.cluster.workers,
-                          args.ps or config.cluster.ps)
-    pipeline = prepare_input(config, args.split, cluster.workers)
-    for line in _describe_plan(pipeline):
-        print(line)
-    log_dir = args.log_dir or tempfile.mkdtemp(prefix="recsys_dist_cluster_")
-    with connect(cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
-        print(f"cluster  {runtime.describe()}")
-        result = read_pass_on_cluster(pipeline, runtime.strategy, runtime.coordinator,
-                                      collect_rows=args.check, progress=Progress("rows"))
-    print(f"read     {result.rows:,} rows in {result.seconds:.1f}s "
-          f"({result.rows_per_second:,.0f} rows/s); per worker "
-          + " / ".join(f"{r:,}" for r in result.rows_per_worker)
-          + f"; {result.skipped_rows:,} bad rows skipped")
-    if args.check:
-        from recsys_dist.data.read_pass import check_exactly_once
-
-        check_exactly_once(pipeline.plan, result.row_ids)
-        print(f"check    every planned row was read exactly once ({len(result.row_ids):,} rows)")
-    return 0
-
-
-#: Exit code of a ``train`` attempt that asks ``run()`` to start it again (lost ps).
-RESTART_EXIT = 75
-_restart_as: int | None = None  # set by _cmd_train: the restart number to exec as
-
-
-def restart_after(exc, config) -> int:
-    """Handles a lost parameter server: returns RESTART_EXIT so :func:`run` starts this
-    command again (which resumes from the last checkpoint), or re-raises past
-    ``train.max_restarts``."""
-    global _restart_as
-    from recsys_dist.errors import ClusterLost
-
-    restart = int(os.environ.get("RECSYS_DIST_RESTART", "0"))
-    if restart >= config.train.max_restarts:
-        raise ClusterLost(f"{exc} (gave up after train.max_restarts = "
-                          f"{config.train.max_restarts} restarts)") from None
-    print(f"restart  {exc}; starting the cluster again and resuming from the last "
-          f"checkpoint (restart {restart + 1} of at most {config.train.max_restarts})",
-          flush=True)
-    _restart_as = restart + 1
-    time.sleep(min(30, 2 ** restart))  # let an orchestrator bring the servers back
-    return RESTART_EXIT
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    from recsys_dist.config import load_config
-    from recsys_dist.errors import ClusterLost
-    from recsys_dist.train.run import train_run
-
-    config = load_config(args.config, args.set).with_data_path(args.data)
-    model_dir = args.model_dir or os.path.join(
-        "runs", os.path.splitext(os.path.basename(config.file))[0])
-    warm = None
-    if args.warm_start:
-        from recsys_dist.checkpoint.store import checkpoint_at
-
-        warm = checkpoint_at(args.warm_start, "--warm-start")
-    resize = config.retrain.on_table_resize if config.retrain is not None else "fail"
-    try:
-        train_run(config, model_dir, evaluate=not args.no_eval, warm_start_from=warm,
-                  on_table_resize=resize)
-    except ClusterLost as exc:
-        return restart_after(exc, config)
-    return 0
-
-
-def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from recsys_dist.config import load_config
-    from recsys_dist.evaluation.job import run_evaluation
-    from recsys_dist.progress import Progress
-
-    dates = {"data.eval": {"dates": args.dates}} if args.dates is not None else None
-    config = load_config(args.config or run_config(args.model_dir), args.set, dates,
-                         source="--dates").with_data_path(args.data)
-    result = run_evaluation(config, args.model_dir, args.out, checkpoint=args.checkpoint,
-                            baseline=args.baseline,
-                            progress=None if args.quiet else Progress("scored rows"))
-    metrics = result.metrics
-    print(f"evaluated {metrics['rows']:,} rows of checkpoint {metrics['checkpoint']} "
-          f"(step {metrics['step']:,}) at {result.rows_per_second:,.0f} rows/s")
-    def f(value, digits: int = 4) -> str:  # a metric is null when one class is absent
-        return "n/a" if value is None else f"{value:.{digits}f}"
-
-    for label, m in metrics["labels"].items():
-        line = (f"  {label}: AUC {f(m['auc'])}, logloss {f(m['logloss'])}, NE "
-                f"{f(m['normalized_entropy'])}, calibration {f(m['calibration']['ratio'], 3)}")
-        if "gauc" in m:
-            g = m["gauc"]
-            line += (f", GAUC {f(g['gauc'])} ({g['groups']:,} groups; "
-                     f"{g['skipped_groups']:,} single-class groups skipped)")
-        if "oracle" in m:
-            line += f" | oracle AUC {f(m['oracle']['auc'])}, logloss {f(m['oracle']['logloss'])}"
-        print(line)
-        delta = metrics.get("comparison", {}).get("labels", {}).get(label)
-        if delta:
-            boot = delta.get("bootstrap")
-            print(f"  vs baseline: AUC {delta['delta']['auc']:+.4f}"
-                  + (f" (95% CI {boot['low']:+.4f}..{boot['high']:+.4f})" if boot else "")
-                  + f", logloss {delta['delta']['logloss']:+.4f}")
-    print(f"report   {result.report}")
-    return 0
-
-
-def run_config(model_dir: str) -> str:
-    """The local path of ``MODEL_DIR/config.yaml``, the resolved config ``train`` writes
-    there (with its feature config beside it; copied to a temp dir when remote)."""
-    from recsys_dist import storage_io
-    from recsys_dist.config.experiment import CONFIG_FILE, FEATURES_FILE
-    from recsys_dist.errors import ConfigError
-
-    path = storage_io.join(model_dir, CONFIG_FILE)
-    with storage_io.errors_named(model_dir, "read the run's config"):
-        if not storage_io.exists(path):
-            raise ConfigError(path, "", "not found, and no --config was given; it is written "
-                                        "when train starts: pass --config, or check "
-                                        "--model-dir")
-        if not storage_io.is_remote(model_dir):
-            return path
-        local = tempfile.mkdtemp(prefix="recsys_dist_config_")
-        for name in (CONFIG_FILE, FEATURES_FILE):
-            with open(os.path.join(local, name), "w", encoding="utf-8") as handle:
-                handle.write(storage_io.read_text(storage_io.join(model_dir, name)))
-    return os.path.join(local, CONFIG_FILE)
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    from recsys_dist.config import load_config
-    from recsys_dist.export import export_model
-
-    config = load_config(args.config or run_config(args.model_dir), args.set)
-    result = export_model(config, args.model_dir, args.out, checkpoint=args.checkpoint)
-    inputs = ", ".join(f"{c}:{d}" for c, d in result.inputs.items())
-    lists = [c for c, d in result.inputs.items() if d.startswith("list<")]
-    print(f"exported step {result.step:,} of {result.checkpoint} to {result.out_dir}\n"
-          f"  serving_default inputs ({len(result.inputs)} columns): {inputs}\n"
-          + (f"  list columns are padded [N, L] inputs plus <column>_lengths: "
-             f"{', '.join(lists)}\n" if lists else "")
-          + "  serving_nullable: the same plus <column>_valid per scalar column\n"
-          f"  outputs: {', '.join(result.outputs)} (probabilities)")
-    return 0
-
-
-def _cmd_retrain(args: argparse.Namespace) -> int:
-    from recsys_dist.config import load_config
-    from recsys_dist.errors import ClusterLost
-    from recsys_dist.retrain.daily import backfill, retrain_day
-
-    try:
-        if args.command == "retrain":
-            return retrain_day(args.config, args.set, args.date, args.data).exit_code
-        outcomes = backfill(args.config, args.set, args.first, args.last, args.data)
-    except ClusterLost as exc:
-        return restart_after(exc, load_config(args.config, args.set))
-    print("backfill " + ", ".join(f"{o.date} {o.status}" for o in outcomes))
-    return 0
-
-
-def _cmd_offline_eval(args: argparse.Namespace) -> int:
-    from recsys_dist.evaluation.comparison_report import comparison_text
-    from recsys_dist.retrain.offline_eval import evaluate_published
-
-    models = [m for m in args.models.split(",") if m.strip()] if args.models else None
-    comparison = evaluate_published(
-        args.root, args.dates, args.out, models=models, data_path=args.data, last=args.last,
-        log=lambda line: print(line, file=sys.stderr, flush=True))
-    for line in comparison_text(comparison):
-        print(line)
-    print(f"report   {comparison['html']}")
-    return 0
-
-
-def _positive_flag(args: argparse.Namespace, flag: str, what: str) -> float | None:
-    """The value of ``--flag`` as a positive number (None when not given)."""
-    text = getattr(args, flag.lstrip("-").replace("-", "_"))
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0 or math.isinf(value):
-        raise RecsysError(f"{flag} must be a positive number ({what}), got {text!r}")
-    return value
-
-
-def _plan_rows(args: argparse.Namespace, config) -> tuple[dict[str, float] | None, str]:
-    """Distinct rows per batch measured on the training data (``--data``, else the
-    config's train split), or None and why not."""
-    from recsys_dist.data.batch_rows import distinct_rows_per_batch
-    from recsys_dist.data.input_fn import prepare_input
-
-    if config.data is None:
-        return None, "no data to measure them on (give --data)"
-    split = "train" if args.data is None and config.data.train is not None else None
-    try:
-        pipeline = prepare_input(config, split, 1)
-    except RecsysError as exc:
-        if args.data is not None:
-            raise
-        return None, f"the config's training data is not readable ({exc})"
-    distinct, batches = distinct_rows_per_batch(pipeline, config.features, args.sample_batches)
-    return distinct, f"measured on {batches} batches of {config.data.path}"
-
-
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from recsys_dist.cluster import capacity
-    from recsys_dist.config import load_config
-
-    target = _positive_flag(args, "--examples-per-second", "examples per second to train")
-    nic = _positive_flag(args, "--nic-gbit", "a server's network bandwidth in Gbit/s")
-    memory = _positive_flag(args, "--server-memory-gib", "a server's memory in GiB")
-    measured = capacity.MEASURED_RATES
-    rates = capacity.Rates(*(
-        _positive_flag(args, flag, what) or default for flag, what, default in (
-            ("--worker-examples-per-core", "examples/s", measured.worker_examples_per_core),
-            ("--server-values-per-core", "values/s", measured.server_values_per_core),
-            ("--chief-closures-per-second", "closures/s", measured.chief_closures))))
-    machines = capacity.Machines(nic * 1e9 / 8, memory * 2**30 if memory else None,
-                                 args.worker_cores, args.server_cores)
-    config = load_config(args.config, args.set).with_data_path(args.data)
-    from recsys_dist.models.footprint import model_footprint
-
-    footprint = model_footprint(config)
-    distinct, source = _plan_rows(args, config)
-    print(f"model    {config.model.name}, batch {config.input.batch_size:,}, "
-          f"{config.train.steps_per_call} steps per call; {len(footprint.stacks)} stacked "
-          f"table weight(s), {len(footprint.dynamic)} dynamic table(s), "
-          f"{footprint.dense_parameters:,} dense parameters in {len(footprint.dense)} variables")
-    print(f"rows     distinct rows per batch: {source}" if distinct is not None else
-          f"rows     distinct rows per batch: ids spread evenly (an upper bound); {source}")
-    print(f"rates    {rates.worker_examples_per_core:,.0f} examples/s per worker core, "
-          f"{rates.server_values_per_core:,.0f} values/s per server core, "
-          f"{rates.chief_closures:,.0f} closures/s per chief; NIC {nic:g} Gbit/s per server"
-          + (f", {memory:g} GiB per server" if memory else ", server memory not checked"))
-    result = capacity.plan(footprint, config, target, rates, machines, distinct)
-    for line in capacity.plan_lines(result, config):
-        print(line)
-    return 0
-
-
-def _cmd_server(args: argparse.Namespace) -> int:
-    from recsys_dist.cluster import server
-
-    return server.run_task(args)
 
 
 # ---- the parser: arguments shared by several commands ---------------------------------------
@@ -458,8 +98,8 @@ def _add_retrain_data(sub: argparse.ArgumentParser) -> None:
 # ---- the parser: one function per command ---------------------------------------------------
 
 
-def _add_data_commands(commands) -> None:
-    data = commands.add_parser("data", help="make or read data")
+def _add_data_commands(subcommands) -> None:
+    data = subcommands.add_parser("data", help="make or read data")
     data_commands = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     _add_synth(data_commands)
     _add_read(data_commands)
@@ -493,7 +133,7 @@ def _add_synth(data_commands) -> None:
                             "(default 200000 for criteo, 100000 for behaviour; e.g. 5000000 "
                             "for a long tail of ids that collide in the demo's hashed user "
                             "table)")
-    synth.set_defaults(func=_cmd_synth)
+    synth.set_defaults(func=commands.synth)
 
 
 def _add_read(data_commands) -> None:
@@ -507,11 +147,11 @@ def _add_read(data_commands) -> None:
     read.add_argument("--log-dir", help="directory for the server logs (default: a temp dir)")
     read.add_argument("--check", action="store_true",
                       help="collect every row id and check each planned row was read exactly once")
-    read.set_defaults(func=_cmd_read)
+    read.set_defaults(func=commands.read)
 
 
-def _add_validate(commands) -> None:
-    validate = commands.add_parser(
+def _add_validate(subcommands) -> None:
+    validate = subcommands.add_parser(
         "validate", help="check a config, then the data's schema against it",
         description="Checks the config and the feature config it names. With --data (or the "
                     "config's data section and --split), reads every Parquet footer and checks "
@@ -527,11 +167,11 @@ def _add_validate(commands) -> None:
     validate.add_argument("--scan", action="store_true",
                           help="also read every row in-graph and check its values; report "
                                "each table's distinct ids and hash collisions")
-    validate.set_defaults(func=_cmd_validate)
+    validate.set_defaults(func=commands.validate)
 
 
-def _add_train(commands) -> None:
-    train = commands.add_parser(
+def _add_train(subcommands) -> None:
+    train = subcommands.add_parser(
         "train", help="train a model on a parameter-server cluster, then evaluate it",
         description="Trains config.model on the training split with embeddings sharded over "
                     "the parameter servers and asynchronous steps scheduled on the workers, "
@@ -548,11 +188,11 @@ def _add_train(commands) -> None:
                             "daily retraining, dynamic tables are re-sharded to this run's "
                             "parameter servers. "
                             "Ignored when --model-dir already has a checkpoint (it resumes)")
-    train.set_defaults(func=_cmd_train)
+    train.set_defaults(func=commands.train)
 
 
-def _add_evaluate(commands) -> None:
-    evaluate = commands.add_parser(
+def _add_evaluate(subcommands) -> None:
+    evaluate = subcommands.add_parser(
         "evaluate", help="score a checkpoint on a split and write metrics and an HTML report",
         description="Scores every row of the evaluation data once with a checkpoint "
                     "(training=False) on the config's cluster, and writes metrics.json, "
@@ -568,11 +208,11 @@ def _add_evaluate(commands) -> None:
     evaluate.add_argument("--out", required=True, help="output directory (local)")
     evaluate.add_argument("--baseline", help="compare against: another run's model dir, or a "
                                              "metrics.json written by evaluate")
-    evaluate.set_defaults(func=_cmd_evaluate)
+    evaluate.set_defaults(func=commands.evaluate)
 
 
-def _add_retrain(commands) -> None:
-    retrain = commands.add_parser(
+def _add_retrain(subcommands) -> None:
+    retrain = subcommands.add_parser(
         "retrain", help="retrain on a date's partitions, gate against the previous model, "
                         "publish",
         description="One day of scheduled retraining (the config's retrain: section): "
@@ -585,11 +225,11 @@ def _add_retrain(commands) -> None:
     _add_config_and_set(retrain)
     retrain.add_argument("--date", required=True, type=_date, help="run date, YYYY-MM-DD")
     _add_retrain_data(retrain)
-    retrain.set_defaults(func=_cmd_retrain)
+    retrain.set_defaults(func=commands.retrain)
 
 
-def _add_backfill(commands) -> None:
-    backfill = commands.add_parser(
+def _add_backfill(subcommands) -> None:
+    backfill = subcommands.add_parser(
         "backfill", help="run retrain for every date of a range, in order",
         description="Runs recsys-dist retrain for each date from --from to --to, oldest "
                     "first; published or gated days are skipped quickly on a rerun.")
@@ -599,7 +239,7 @@ def _add_backfill(commands) -> None:
     backfill.add_argument("--to", dest="last", required=True, type=_date,
                           help="last date, YYYY-MM-DD")
     _add_retrain_data(backfill)
-    backfill.set_defaults(func=_cmd_retrain)
+    backfill.set_defaults(func=commands.retrain)
 
 
 OFFLINE_EVAL_DESCRIPTION = (
@@ -619,11 +259,11 @@ def add_offline_eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only the N newest of those models (e.g. 7 for the last week's)")
     _add_data(parser, "data root overriding each model's data.path")
     parser.add_argument("--out", required=True, help="output directory (local or s3://)")
-    parser.set_defaults(func=_cmd_offline_eval)
+    parser.set_defaults(func=commands.offline_eval)
 
 
-def _add_offline_eval(commands) -> None:
-    offline_eval = commands.add_parser(
+def _add_offline_eval(subcommands) -> None:
+    offline_eval = subcommands.add_parser(
         "offline-eval", help="score published models on the same days and compare them",
         description=OFFLINE_EVAL_DESCRIPTION + " The oldest model is the reference. Exit "
                     "codes: 0 done, 2 arguments or publication, 3 data, 4 cluster lost. "
@@ -631,8 +271,8 @@ def _add_offline_eval(commands) -> None:
     add_offline_eval_arguments(offline_eval)
 
 
-def _add_export(commands) -> None:
-    export = commands.add_parser(
+def _add_export(subcommands) -> None:
+    export = subcommands.add_parser(
         "export", help="write a SavedModel that stock TensorFlow Serving serves",
         description="Writes a SavedModel whose serving_default signature takes the raw "
                     "Parquet columns (same names and types) and returns a probability per "
@@ -641,11 +281,11 @@ def _add_export(commands) -> None:
     _add_run_args(export, "export")
     export.add_argument("--out", required=True, help="output directory (must not exist or "
                                                      "be empty)")
-    export.set_defaults(func=_cmd_export)
+    export.set_defaults(func=commands.export)
 
 
-def _add_plan(commands) -> None:
-    plan = commands.add_parser(
+def _add_plan(subcommands) -> None:
+    plan = subcommands.add_parser(
         "plan", help="the smallest cluster for a rate, memory per server, bytes per step",
         description="Plans a parameter-server cluster for a config: memory per server per "
                     "table, bytes per step to and from each server, the smallest cluster "
@@ -670,18 +310,18 @@ def _add_plan(commands) -> None:
                                                     "serves"),
                        ("--chief-closures-per-second", "closures/s one chief dispatches")):
         plan.add_argument(flag, help=f"{what} (default: measured, docs/scaling.md)")
-    plan.set_defaults(func=_cmd_plan)
+    plan.set_defaults(func=commands.plan)
 
 
-def _add_server(commands) -> None:
+def _add_server(subcommands) -> None:
     from recsys_dist.cluster.server import add_server_arguments
 
-    server = commands.add_parser(
+    server = subcommands.add_parser(
         "server", help="run one worker or parameter-server task (multi-machine clusters)",
         description="Runs a TensorFlow server task for cluster.mode: tf_config. Without "
                     "--job/--index/--cluster-spec it reads them from TF_CONFIG.")
     add_server_arguments(server)
-    server.set_defaults(func=_cmd_server)
+    server.set_defaults(func=commands.server)
 
 
 #: The commands of ``recsys-dist``, in the order ``--help`` lists them.
@@ -694,9 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="recsys-dist",
         description="Train sparse CTR / ranking models on TensorFlow parameter servers.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in _COMMANDS:
-        add_command(commands)
+        add_command(subcommands)
     add_output_arguments(parser)  # -q/-v before or after any command's name
     return parser
 
@@ -719,21 +359,12 @@ def main(argv: Sequence[str] | None = None,
     return reporting_errors(lambda: args.func(args))
 
 
-def _restart_if_asked(code: int) -> None:
-    """Starts this command again as a fresh process when :func:`restart_after` asked: the
-    lost cluster's coordinator state cannot be reused."""
-    if code == RESTART_EXIT and _restart_as is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.environ["RECSYS_DIST_RESTART"] = str(_restart_as)
-        os.execv(sys.executable, [sys.executable, "-m", "recsys_dist.cli", *sys.argv[1:]])
-
-
 def run() -> None:
     """Console-script entry point: :func:`main` under
     :func:`recsys_dist.console.run_command` (signals, ``error:`` lines, ``os._exit``),
-    restarting the command after a lost parameter server (:func:`restart_after`)."""
-    run_command(main, before_exit=_restart_if_asked)
+    restarting the command after a lost parameter server
+    (:func:`~recsys_dist.commands.restart_after`)."""
+    run_command(main, before_exit=commands.restart_if_asked)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ LAYERS: list[set[str]] = [
     {"train"},
     {"export"},
     {"retrain"},
-    {"console", "cli", "collective_worker"},  # entry points
+    {"console", "cli", "commands", "collective_worker"},  # entry points
 ]
 LAYER_OF = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 

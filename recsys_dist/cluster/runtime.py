@@ -30,7 +30,7 @@ from recsys_dist import scratch, storage_io
 from recsys_dist.cluster.liveness import TaskWatch
 from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
-from recsys_dist.config.experiment import ClusterSpec
+from recsys_dist.config.sections import ClusterSpec
 from recsys_dist.models.sharding import TablePartitioner
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import datetime
 import posixpath
 
 from recsys_dist import filesystems
-from recsys_dist.config.experiment import DataSplit, DateRange
+from recsys_dist.config.sections import DataSplit, DateRange
 from recsys_dist.errors import DataError
 from recsys_dist.storage_io import check_bucket, errors_named
 

@@ -29,7 +29,8 @@ from typing import Callable, Literal
 import tensorflow as tf
 
 from recsys_dist import ops
-from recsys_dist.config.experiment import DataSplit, ExperimentConfig, InputSpec
+from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.config.sections import DataSplit, InputSpec
 from recsys_dist.data import discovery
 from recsys_dist.data.parquet_meta import read_footers
 from recsys_dist.data.schema_check import (

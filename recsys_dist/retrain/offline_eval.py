@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 
 from recsys_dist import storage_io
 from recsys_dist.config import load_config
-from recsys_dist.config.experiment import DateRange
+from recsys_dist.config.sections import DateRange
 from recsys_dist.errors import RecsysError
 from recsys_dist.evaluation.comparison_report import COMPARISON_HTML, write_comparison
 from recsys_dist.evaluation.job import METRICS, run_evaluation

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import re
 
-from recsys_dist.config.experiment import DateRange
+from recsys_dist.config.sections import DateRange
 
 _TERM = re.compile(r"^\{date(?:([+-])(\d+))?\}$")
 

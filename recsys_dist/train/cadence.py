@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from recsys_dist.config.experiment import TrainSpec
+from recsys_dist.config.sections import TrainSpec
 
 
 class Cadence:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from recsys_dist.config.experiment import EarlyStoppingSpec
+from recsys_dist.config.sections import EarlyStoppingSpec
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ import math
 import tensorflow as tf
 
 from recsys_dist.checkpoint.store import create_slots
-from recsys_dist.config.experiment import OptimizerSpec, TrainSpec
+from recsys_dist.config.sections import OptimizerSpec, TrainSpec
 from recsys_dist.models.dynamic_table import has_unique_rows, save_slots_of_rows_in_use
 
 

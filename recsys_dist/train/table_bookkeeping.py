@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 
-from recsys_dist.config.experiment import DataSpec
+from recsys_dist.config.sections import DataSpec
 from recsys_dist.models.dynamic_table import evict_tables
 from recsys_dist.train.attempt import Attempt
 from recsys_dist.train.hooks import Hook

@@ -33,7 +33,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory):
     from recsys_dist.cluster.runtime import connect
-    from recsys_dist.config.experiment import ClusterSpec
+    from recsys_dist.config.sections import ClusterSpec
 
     with connect(ClusterSpec("local", 1, 1), str(tmp_path_factory.mktemp("logs")), 1024) as rt:
         yield rt

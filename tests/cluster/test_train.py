@@ -42,7 +42,7 @@ def data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runtime(s3_server, tmp_path_factory):  # the servers inherit the S3 settings
     from recsys_dist.cluster.runtime import connect
-    from recsys_dist.config.experiment import ClusterSpec
+    from recsys_dist.config.sections import ClusterSpec
 
     with connect(ClusterSpec("local", 2, 2), str(tmp_path_factory.mktemp("logs")), 1024) as rt:
         yield rt

@@ -1,4 +1,5 @@
-"""The recsys-dist command line: each command's output, exit codes and error messages.
+"""The recsys-dist command line: each command's output, exit codes and error messages
+(the parser of ``cli.py``, the commands of ``commands.py``).
 
 ``data read`` on a cluster is in tests/cluster/test_data_read.py."""
 

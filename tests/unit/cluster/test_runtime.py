@@ -9,7 +9,7 @@ import pytest
 
 from recsys_dist.cluster.runtime import connect
 from recsys_dist.cluster.server import ClusterError
-from recsys_dist.config.experiment import ClusterSpec
+from recsys_dist.config.sections import ClusterSpec
 
 CLUSTER = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
 

@@ -3,9 +3,9 @@
 The configs are built as data (``FEATURES``, ``MODEL`` and the changes of each case);
 only what YAML text alone can hold (invalid YAML, a key given twice) is written as text.
 
-Covers the model and training config (``config/experiment.py``) and the feature config
-(``config/features.py``); the typed parsing under both is in test_schema.py, the YAML
-reading in test_yaml_loader.py.
+Covers the model and training config (``config/experiment.py``, its sections in
+``config/sections.py``) and the feature config (``config/features.py``); the typed
+parsing under both is in test_schema.py, the YAML reading in test_yaml_loader.py.
 """
 
 from __future__ import annotations
@@ -427,7 +427,7 @@ def test_a_linear_optimizer_given_or_null_is_kept(tmp_path):
 ])
 def test_early_stopping_is_on_by_default_with_a_validation_split(tmp_path, overrides, epochs,
                                                                  stopping):
-    from recsys_dist.config.experiment import EarlyStoppingSpec
+    from recsys_dist.config.sections import EarlyStoppingSpec
 
     config = load_config(write(tmp_path), overrides)
     assert config.train.epochs == epochs

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recsys_dist.config.experiment import DataSplit, DateRange
+from recsys_dist.config.sections import DataSplit, DateRange
 from recsys_dist.data.discovery import discover_dates, discover_path, discover_split
 from recsys_dist.errors import DataError
 from tests.support.data import small_table, write_parquet

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from recsys_dist.config.experiment import DateRange
+from recsys_dist.config.sections import DateRange
 from recsys_dist.retrain.templates import render
 
 DAY = datetime.date(2026, 3, 1)

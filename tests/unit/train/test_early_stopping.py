@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from recsys_dist.config.experiment import EarlyStoppingSpec
+from recsys_dist.config.sections import EarlyStoppingSpec
 from recsys_dist.train.early_stopping import EarlyStopping
 
 

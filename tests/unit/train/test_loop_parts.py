@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from recsys_dist.config.experiment import TrainSpec
+from recsys_dist.config.sections import TrainSpec
 from recsys_dist.train import cadence as cadence_module
 from recsys_dist.train.attempt import Attempt, mean_loss
 from recsys_dist.train.cadence import Cadence

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recsys_dist.config.experiment import OptimizerSpec, TrainSpec
+from recsys_dist.config.sections import OptimizerSpec, TrainSpec
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
 
 
