@@ -231,7 +231,7 @@ def test_the_sample_check_names_each_crowded_table_its_share_and_its_fix(dataset
 
 
 def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(dataset, tmp_path,
-                                                                  monkeypatch, capsys):
+                                                                  monkeypatch, caplog):
     """``train`` checks the sample of its planned training rows before any server starts,
     only while its model dir has no checkpoint (``train/run.py``)."""
     from recsys_dist.checkpoint.store import CheckpointManager
@@ -241,10 +241,13 @@ def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(dataset, tmp_p
     config = load_config(config_path).with_data_path(data)
     model_dir = str(tmp_path / "model")
     train_input = prepare_input(config, None, 2)
+    caplog.set_level("INFO", logger="recsys_dist")
     run._warn_collisions_on_first_run(config, model_dir, train_input)
-    out = capsys.readouterr().out
-    assert "warning  hashed table tiny: " in out
-    assert "tables   checked on the first 100,000 training rows in " in out
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(m.startswith("hashed table tiny: ") for m in warned), warned
+    assert any(m.startswith("tables\tchecked on the first 100,000 training rows in ")
+               for m in caplog.messages), caplog.messages
+    caplog.clear()
     monkeypatch.setattr(CheckpointManager, "latest", lambda self: object())
     run._warn_collisions_on_first_run(config, model_dir, train_input)
-    assert capsys.readouterr().out == ""
+    assert caplog.messages == []
