@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -210,3 +212,46 @@ def test_the_models_know_nothing_of_distribution():
                if part_of(module) == "models" for target in targets
                if part_of(target) == "cluster"]
     assert not offenders and not imports, "\n".join(sorted(set(offenders)) + imports)
+
+
+#: The modules that may import inside functions, and why. Everywhere else imports sit at
+#: the top of the module, where a reader looks for them.
+IMPORTS_INSIDE_FUNCTIONS = {
+    "recsys_dist/cli.py": "validate and --help start without TensorFlow",
+    "recsys_dist/commands.py": "a command imports what it runs: validate without TensorFlow",
+    "recsys_dist/cluster/local.py": "the console runner imports it; TensorFlow only to connect",
+    "recsys_dist/cluster/server.py": "cluster/local.py imports its constants without TensorFlow",
+    "recsys_dist/models/footprint.py": "the planner (cluster/capacity.py) reads its records "
+                                       "without TensorFlow; building the model needs it",
+    "recsys_dist/ops/__init__.py": "the build step runs only when the library is missing",
+    "recsys_dist/ops/build.py": "TensorFlow and pyarrow are asked for their paths only to build",
+    "recsys_dist/storage_io.py": "botocore is loaded only with s3:// paths",
+}
+#: Of those, the modules that must import without TensorFlow.
+WITHOUT_TENSORFLOW = ("recsys_dist.cli", "recsys_dist.commands", "recsys_dist.cluster.local",
+                      "recsys_dist.cluster.server", "recsys_dist.storage_io",
+                      "recsys_dist.models.footprint", "recsys_dist.cluster.capacity")
+
+
+def test_imports_sit_at_the_top_of_modules_but_where_a_reason_is_named():
+    inside = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(node)):
+                inside.add(str(path.relative_to(PACKAGE.parent)))
+    unexplained = sorted(inside - set(IMPORTS_INSIDE_FUNCTIONS))
+    assert not unexplained, ("move these modules' imports to the top, or name the reason in "
+                             f"IMPORTS_INSIDE_FUNCTIONS: {unexplained}")
+    stale = sorted(set(IMPORTS_INSIDE_FUNCTIONS) - inside)
+    assert not stale, f"no import inside a function any more: {stale}"
+
+
+def test_the_modules_that_defer_tensorflow_import_without_it():
+    program = ("import importlib, sys\n"
+               f"for name in {WITHOUT_TENSORFLOW!r}:\n"
+               "    importlib.import_module(name)\n"
+               "    assert 'tensorflow' not in sys.modules, name\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

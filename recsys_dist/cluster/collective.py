@@ -46,6 +46,8 @@ import threading
 import time
 from typing import Any
 
+import tensorflow as tf
+
 from recsys_dist import scratch
 from recsys_dist.cluster.local import (
     _die_with_parent,
@@ -100,8 +102,6 @@ def collective_strategy():
     Raises:
       ClusterError: the worker has several devices (GPUs): untested, so refused.
     """
-    import tensorflow as tf
-
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING))
@@ -122,8 +122,6 @@ def from_chief(strategy, values: tuple[float, ...], chief: bool) -> tuple[float,
     """The chief's ``values`` on every worker: the others pass anything of the same length
     (one all-reduce of the chief's values and the others' zeros; call on all workers at
     once)."""
-    import tensorflow as tf
-
     fn = getattr(strategy, "_recsys_from_chief", None)
     if fn is None:
         @tf.function

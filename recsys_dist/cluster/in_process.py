@@ -20,13 +20,12 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
+import tensorflow as tf
+
+from recsys_dist import ops
 from recsys_dist.cluster.local import free_ports
 from recsys_dist.cluster.server import SERVER_JOBS, default_inter_op_threads
-
-if TYPE_CHECKING:
-    import tensorflow as tf
 
 _HOST = "127.0.0.1"
 
@@ -47,9 +46,6 @@ class InProcessCluster:
         for name, count in (("workers", workers), ("ps", ps)):
             if not isinstance(count, int) or count < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
-        import tensorflow as tf
-
-        from recsys_dist import ops
 
         os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
         ops.load()  # the Parquet op runs in the workers' dataset graphs, here
@@ -67,7 +63,5 @@ class InProcessCluster:
 
     def cluster_resolver(self) -> tf.distribute.cluster_resolver.SimpleClusterResolver:
         """Returns a gRPC cluster resolver for ``ParameterServerStrategy``."""
-        import tensorflow as tf
-
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec(self.cluster_spec), rpc_layer="grpc")

@@ -27,8 +27,11 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist import scratch, storage_io
+from recsys_dist.cluster.collective import collective_strategy, collective_task
+from recsys_dist.cluster.in_process import InProcessCluster
 from recsys_dist.cluster.liveness import TaskWatch
 from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
+from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.config.sections import ClusterSpec
 from recsys_dist.models.sharding import TablePartitioner
@@ -126,9 +129,6 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
       env: Extra environment for local server processes.
     """
     if cluster.strategy in ("mirrored", "multi_worker_mirrored"):
-        from recsys_dist.cluster.collective import collective_strategy, collective_task
-        from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
-
         task = collective_task() if cluster.strategy == "multi_worker_mirrored" else None
         with terminate_on_signals():
             if task is not None:  # a worker of a multi_worker_mirrored job
@@ -141,8 +141,6 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
                               "mirrored")
         return
     if cluster.mode == "in_process":
-        from recsys_dist.cluster.in_process import InProcessCluster
-
         servers = InProcessCluster(cluster.workers, cluster.ps)
         strategy = make_strategy(servers.cluster_resolver(), cluster.ps, min_shard_bytes)
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
 
 from recsys_dist.data.input_fn import InputPipeline, row_id
 from recsys_dist.data.shard_plan import ShardPlan
@@ -35,7 +36,6 @@ class ReadPassResult:
       seconds: Wall time of the pass (after the first batch was requested).
       row_ids: Every row id read, when collected (see ``input_fn.row_id``).
     """
-
     rows: int
     skipped_rows: int
     rows_per_worker: list[int]
@@ -155,8 +155,6 @@ def worker_errors_as_data_errors():
     ClusterCoordinator raises a failed closure's error from ``fetch``, or from the next
     ``schedule`` or ``join``; wrap the whole loop so every path gets the same message.
     """
-    from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
-
     try:
         yield
     except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as exc:
