@@ -243,7 +243,7 @@ def main() -> None:
     print(f"machine load before: {os.getloadavg()}", flush=True)
     results: dict[str, list[dict]] = {case[0]: [] for case in cases}
     with tempfile.TemporaryDirectory(prefix="capacity_rates_") as tmp:
-        from recsys_dist.data.synth import synthesize
+        from recsys_dist.data.synth_files import synthesize
 
         synthesize(tmp, days=1, rows_per_day=args.rows, seed=2)
         planned = {case[0]: planner_figures(tmp, ["data.train={dates: 2026-01-01}", *case[4]],

@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support import hosts as host_support
 from tests.support.host_cluster import BUCKET, HostCluster, cluster_config, host_names
 from tests.support.hosts import HostNetwork, leftovers

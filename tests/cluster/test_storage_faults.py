@@ -18,7 +18,7 @@ import pytest
 
 from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import CheckpointManager, local_prefix
-from recsys_dist.data.synth import synthesize
+from recsys_dist.data.synth_files import synthesize
 from tests.support.data import upload_dir
 from tests.support.paths import CLI
 from tests.support.run_configs import zoo_config
