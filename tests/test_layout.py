@@ -31,6 +31,7 @@ OTHER_UNIT_FOLDERS = {
 #: docstring. A module whose behaviour needs running servers is covered by a module of
 #: ``tests/cluster/``.
 COVERED_BY: dict[str, str] = {
+    "recsys_dist/checkpoint/signature.py": "tests/unit/checkpoint/test_store.py",
     "recsys_dist/cluster/in_process.py": "tests/cluster/test_train.py",
     "recsys_dist/cluster/server.py": "tests/unit/cluster/test_local.py",
     "recsys_dist/collective_worker.py": "tests/cluster/test_multi_worker.py",

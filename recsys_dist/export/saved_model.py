@@ -51,13 +51,12 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.signature import check_signature, saved_dynamic_shards
 from recsys_dist.checkpoint.store import (
     CheckpointError,
     SavedCheckpoint,
-    check_signature,
     find_checkpoint,
     restore_model,
-    saved_dynamic_shards,
     variable_bytes,
 )
 from recsys_dist.config.experiment import ExperimentConfig

@@ -27,16 +27,18 @@ from typing import Literal
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.signature import (
+    check_signature,
+    model_dir_dynamic_shards,
+    model_signature,
+)
 from recsys_dist.checkpoint.store import (
     DAMAGED,
     CheckpointError,
     CheckpointManager,
     DamagedCheckpoint,
     SavedCheckpoint,
-    check_signature,
     local_prefix,
-    model_dir_dynamic_shards,
-    model_signature,
     restore,
 )
 from recsys_dist.checkpoint.warm_start import WarmStartReport, stack_layouts, warm_start

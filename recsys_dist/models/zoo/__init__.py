@@ -82,7 +82,7 @@ def build_from_config(config: ExperimentConfig, dynamic_shards: int | None = Non
     Args:
       config: The experiment config (its features, inputs, labels, model and seed).
       dynamic_shards: Shards of each dynamic table. To restore a checkpoint, the count it
-        was saved with (:func:`~recsys_dist.checkpoint.store.saved_dynamic_shards`),
+        was saved with (:func:`~recsys_dist.checkpoint.signature.saved_dynamic_shards`),
         whatever the number of parameter servers now; by default one per parameter
         server of the placement, else 1.
     """

@@ -1,4 +1,5 @@
-"""Atomic checkpoints (local and on moto's S3 server): markers, damage, signatures.
+"""Atomic checkpoints (local and on moto's S3 server): markers, damage, signatures
+(``checkpoint/store.py`` and ``checkpoint/signature.py``).
 
 The SIGKILL scenarios are in tests/cluster/test_fault_tolerance.py, the data position a
 checkpoint records in tests/unit/train/test_data_position.py; these check the pieces.
@@ -15,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.signature import check_signature
 from recsys_dist.checkpoint.store import (
     COMPLETE,
     DAMAGED,
@@ -22,7 +24,6 @@ from recsys_dist.checkpoint.store import (
     CheckpointManager,
     DamagedCheckpoint,
     SavedCheckpoint,
-    check_signature,
     find_checkpoint,
     restore,
 )
@@ -152,7 +153,7 @@ def test_a_checkpoint_without_a_manifest_is_read_without_the_check(tmp_path):
 
 
 def test_signature_mismatch_names_the_table(small_config):
-    from recsys_dist.checkpoint.store import model_signature
+    from recsys_dist.checkpoint.signature import model_signature
     from recsys_dist.config import load_config
 
     config = load_config(small_config())
@@ -167,7 +168,7 @@ def test_signature_mismatch_names_the_table(small_config):
 def test_a_model_restoring_dynamic_tables_takes_the_checkpoints_shard_count(small_config):
     """A checkpoint of 3 dynamic shards fits a config of another ``cluster.ps``: the model
     that restores it is built with 3 shards (the servers hold them round-robin)."""
-    from recsys_dist.checkpoint.store import model_signature, saved_dynamic_shards
+    from recsys_dist.checkpoint.signature import model_signature, saved_dynamic_shards
     from recsys_dist.config import load_config
     from recsys_dist.models.zoo import build_from_config
 

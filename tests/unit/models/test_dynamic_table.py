@@ -559,12 +559,8 @@ def test_a_warm_start_keeps_every_layers_row_of_a_shared_index(tmp_path, after):
 
 def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(small_config,
                                                                           tmp_path):
-    from recsys_dist.checkpoint.store import (
-        CheckpointError,
-        SavedCheckpoint,
-        check_signature,
-        model_signature,
-    )
+    from recsys_dist.checkpoint.signature import check_signature, model_signature
+    from recsys_dist.checkpoint.store import CheckpointError, SavedCheckpoint
     from recsys_dist.config import load_config
 
     hashed = load_config(small_config())
