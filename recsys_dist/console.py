@@ -29,7 +29,7 @@ import sys
 from typing import Callable, NoReturn
 
 from recsys_dist import scratch
-from recsys_dist.cluster.local import terminate_on_signals, termination_signal
+from recsys_dist.cluster.signals import terminate_on_signals, termination_signal
 from recsys_dist.errors import RecsysError
 from recsys_dist.tf_log_filter import filter_stderr_for_life
 

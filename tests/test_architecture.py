@@ -228,7 +228,8 @@ IMPORTS_INSIDE_FUNCTIONS = {
     "recsys_dist/storage_io.py": "botocore is loaded only with s3:// paths",
 }
 #: Of those, the modules that must import without TensorFlow.
-WITHOUT_TENSORFLOW = ("recsys_dist.cli", "recsys_dist.commands", "recsys_dist.cluster.local",
+WITHOUT_TENSORFLOW = ("recsys_dist.cli", "recsys_dist.commands", "recsys_dist.console",
+                      "recsys_dist.cluster.local",
                       "recsys_dist.cluster.server", "recsys_dist.storage_io",
                       "recsys_dist.models.footprint", "recsys_dist.cluster.capacity")
 
@@ -255,3 +256,14 @@ def test_the_modules_that_defer_tensorflow_import_without_it():
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+#: The longest a module may be. A longer one holds several jobs: split it by job.
+#: (``data/synth.py`` is the longest: its docstring writes out the generator's model.)
+MAX_MODULE_LINES = 575
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {str(path.relative_to(PACKAGE.parent)): lines for path in modules().values()
+            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules longer than {MAX_MODULE_LINES} lines; split them by job: {long}"

@@ -34,6 +34,7 @@ COVERED_BY: dict[str, str] = {
     "recsys_dist/checkpoint/signature.py": "tests/unit/checkpoint/test_store.py",
     "recsys_dist/cluster/in_process.py": "tests/cluster/test_train.py",
     "recsys_dist/cluster/server.py": "tests/unit/cluster/test_local.py",
+    "recsys_dist/cluster/signals.py": "tests/unit/cluster/test_local.py",
     "recsys_dist/collective_worker.py": "tests/cluster/test_multi_worker.py",
     "recsys_dist/commands.py": "tests/unit/cli/test_cli.py",
     "recsys_dist/config/experiment.py": "tests/unit/config/test_config.py",

@@ -30,9 +30,10 @@ from recsys_dist import scratch, storage_io
 from recsys_dist.cluster.collective import collective_strategy, collective_task
 from recsys_dist.cluster.in_process import InProcessCluster
 from recsys_dist.cluster.liveness import TaskWatch
-from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
+from recsys_dist.cluster.local import LocalCluster
 from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
+from recsys_dist.cluster.signals import terminate_on_signals
 from recsys_dist.config.sections import ClusterSpec
 from recsys_dist.models.sharding import TablePartitioner
 

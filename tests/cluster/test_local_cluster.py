@@ -246,7 +246,8 @@ def test_supervisor_restarts_a_killed_worker_and_reports_it(tmp_path):
 COORDINATOR_SCRIPT = textwrap.dedent(
     """
     import json, sys, time
-    from recsys_dist.cluster.local import LocalCluster, terminate_on_signals
+    from recsys_dist.cluster.local import LocalCluster
+    from recsys_dist.cluster.signals import terminate_on_signals
 
     with terminate_on_signals(), LocalCluster(1, 1, sys.argv[1]) as c:
         print(json.dumps([c.pid("worker", 0), c.pid("ps", 0)]), flush=True)

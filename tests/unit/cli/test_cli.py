@@ -90,7 +90,7 @@ def test_a_binary_config_file_is_named_and_refused(tmp_path, capsys):
 SIGNAL_INSIDE_C_CODE = r"""
 import os, signal
 import recsys_dist.cli as cli
-from recsys_dist.cluster.local import terminate_on_signals
+from recsys_dist.cluster.signals import terminate_on_signals
 
 def main():
     with terminate_on_signals():

@@ -1,6 +1,6 @@
 """The local cluster launcher and the server task entry point without a cluster: argument
 checks, TF_CONFIG rejections, thread counts, signals, a task that cannot start. Covers
-``cluster/local.py`` and the server task (``cluster/server.py``).
+``cluster/local.py``, the server task (``cluster/server.py``) and ``cluster/signals.py``.
 
 The launcher on real clusters is in tests/cluster/test_local_cluster.py.
 """
@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from recsys_dist.cluster.local import LocalCluster, shared_intra_op_threads, terminate_on_signals
+from recsys_dist.cluster.local import LocalCluster, shared_intra_op_threads
 from recsys_dist.cluster.server import ClusterError
+from recsys_dist.cluster.signals import terminate_on_signals
 from tests.support.processes import subprocess_env
 
 
@@ -93,7 +94,7 @@ def test_terminate_on_signals_ends_the_process_with_one_line_and_restores_handle
         assert signal.getsignal(signal.SIGTERM) != before
     assert signal.getsignal(signal.SIGTERM) == before
     script = ("import os, signal, time\n"
-              "from recsys_dist.cluster.local import terminate_on_signals\n"
+              "from recsys_dist.cluster.signals import terminate_on_signals\n"
               "with terminate_on_signals():\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n"
               "    time.sleep(30)\n")
