@@ -82,34 +82,42 @@ def validate(args: argparse.Namespace) -> int:
     else:
         print("data     not checked (no --data and no data section in the config)")
         return 0
-    from recsys_dist.data.collisions import SAMPLE_ROWS, collision_warnings, table_ids
-    from recsys_dist.data.history_lengths import history_lengths
     from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.data.read_pass import read_pass_local
 
     for split in splits:
         if split is not None:
             print(f"split    {split}")
-        pipeline = prepare_input(config, split, config.cluster.workers)
-        for line in _describe_plan(pipeline):
-            print(line)
-        if args.scan:
-            result = read_pass_local(pipeline.single_worker())
-            print(f"scan     read {result.rows:,} rows in-graph in {result.seconds:.1f}s: "
-                  f"{result.skipped_rows:,} bad rows skipped")
-            for table in table_ids(pipeline, config.cluster.ps):
-                for line in table.lines():
-                    print(line)
-            for history in history_lengths(pipeline):
-                print(history.line())
-        elif split in (None, "train"):
-            warnings = collision_warnings(pipeline, config.cluster.ps)
-            for line in warnings:
-                print(line)
-            if not warnings:
-                print(f"tables   no hashed table shares rows often in the first "
-                      f"{SAMPLE_ROWS:,} rows (--scan counts every row)")
+        _check_split(config, prepare_input(config, split, config.cluster.workers), split,
+                     args.scan)
     return 0
+
+
+def _check_split(config, pipeline, split: str | None, scan: bool) -> None:
+    """``validate``'s lines of one split: its plan, then with ``--scan`` every value (the
+    tables' distinct ids, the histories' lengths), else the tables' collisions on a
+    sample of the training rows."""
+    from recsys_dist.data.collisions import SAMPLE_ROWS, collision_warnings, table_ids
+    from recsys_dist.data.history_lengths import history_lengths
+    from recsys_dist.data.read_pass import read_pass_local
+
+    for line in _describe_plan(pipeline):
+        print(line)
+    if scan:
+        result = read_pass_local(pipeline.single_worker())
+        print(f"scan     read {result.rows:,} rows in-graph in {result.seconds:.1f}s: "
+              f"{result.skipped_rows:,} bad rows skipped")
+        for table in table_ids(pipeline, config.cluster.ps):
+            for line in table.lines():
+                print(line)
+        for history in history_lengths(pipeline):
+            print(history.line())
+    elif split in (None, "train"):
+        warnings = collision_warnings(pipeline, config.cluster.ps)
+        for line in warnings:
+            print(line)
+        if not warnings:
+            print(f"tables   no hashed table shares rows often in the first "
+                  f"{SAMPLE_ROWS:,} rows (--scan counts every row)")
 
 
 def read(args: argparse.Namespace) -> int:
