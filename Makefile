@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/scale_bench.py --rows 10000000,100000000
 	$(PY) benchmarks/dynamic_tables.py
 	$(PY) benchmarks/strategy_bench.py
+	$(PY) benchmarks/network_bench.py --rounds 2 --settings --dispatch 8,16
 	$(PY) benchmarks/quality.py
 
 clean-demo:

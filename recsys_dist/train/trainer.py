@@ -628,7 +628,7 @@ class Trainer:
         run = _Attempt(first_step=self.step, keep=max(8, 4 * self.runtime.num_workers))
         cadence = _Cadence(self.config.train, run.first_step)
         in_flight = InFlight(self.runtime.coordinator, self._train_item,
-                             2 * self.runtime.num_workers)
+                             2 * self.runtime.num_workers, stalled=self.runtime.worker_lost)
         self._unscored_pass(run, cadence, show_progress)
         # The rate's first point is the loop's start, so the first finished item has a
         # progress line (its rate counts the start-up) and items that finish together
@@ -698,6 +698,11 @@ class Trainer:
         run.window.append((now, run.progress.rows))
         log, summary, save = (cadence.log_due(now), cadence.summary_due(now),
                               cadence.checkpoint_due(now, steps))
+        if self.runtime.worker_lost():
+            # A checkpoint waits for every closure in flight, one of which may be stuck on
+            # the lost worker; a summary's or the log line's ops on this process waited too
+            # (seen on tf_config clusters): all three resume when the worker is back.
+            log = summary = save = False
         if self.lockstep:  # every worker does what the chief decided (reads are collective)
             log, summary, save = agree(self.runtime.strategy, (log, summary, save),
                                        self.is_chief)
