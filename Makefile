@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/dynamic_tables.py
 	$(PY) benchmarks/strategy_bench.py
 	$(PY) benchmarks/slow_storage_bench.py --settings 2/4,4/8,8/8
+	$(PY) benchmarks/network_bench.py --rounds 2 --settings --dispatch 8,16
 	$(PY) benchmarks/quality.py
 
 clean-demo:

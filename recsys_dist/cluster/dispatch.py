@@ -7,6 +7,10 @@ while it runs one, and they take results back in the order they were scheduled, 
 coordinator knows exactly which items are done (a checkpoint records that).
 ``ClusterCoordinator`` re-runs a lost worker's closure on another worker, so each item
 returns once.
+
+While a worker is reported lost (``stalled``, from ``cluster/liveness.py``), the oldest
+closure may be the one stuck on it until its link returns: then any closure already back
+is taken first, so the other workers keep training.
 """
 
 from __future__ import annotations
@@ -26,10 +30,13 @@ class InFlight:
       coordinator: The ``ClusterCoordinator``.
       function: The ``tf.function`` each closure runs.
       limit: Closures in flight at most (normally twice the workers).
+      stalled: Whether a worker is lost now (results may then come back out of order).
     """
 
-    def __init__(self, coordinator, function: Callable, limit: int):
+    def __init__(self, coordinator, function: Callable, limit: int,
+                 stalled: Callable[[], bool] = lambda: False):
         self._coordinator, self._function, self._limit = coordinator, function, limit
+        self._stalled = stalled
         self._pending: collections.deque = collections.deque()
 
     def has_room(self) -> bool:
@@ -44,8 +51,16 @@ class InFlight:
             self._function, args=tuple(tf.constant(v, tf.int64) for v in args))))
 
     def pop(self) -> tuple[Any, Any]:
-        """``(tag, result)`` of the oldest closure, waiting for it."""
-        tag, remote = self._pending.popleft()
+        """``(tag, result)`` of the oldest closure, waiting for it; while a worker is lost,
+        of the oldest closure that is back."""
+        index = 0
+        while self._stalled() and not _back(self._pending[0][1]):
+            index = next((i for i, (_, r) in enumerate(self._pending) if _back(r)), 0)
+            if index:
+                break
+            _wait(self._pending[0][1], 0.2)
+        tag, remote = self._pending[index]
+        del self._pending[index]
         result = remote.fetch()
         if result is None:
             # Seen once under heavy load, after a worker's RPC failed: the coordinator
@@ -53,6 +68,18 @@ class InFlight:
             # the last checkpoint) rather than fail on the missing figures.
             raise ClusterLost("a work item came back from a worker without its result")
         return tag, result
+
+
+def _back(remote) -> bool:
+    """Whether a closure's result (or error) is back, without waiting for it."""
+    event = getattr(remote, "_status_available_event", None)
+    return event is None or event.is_set()
+
+
+def _wait(remote, seconds: float) -> None:
+    event = getattr(remote, "_status_available_event", None)
+    if event is not None:
+        event.wait(seconds)
 
 
 def check_item_rows(files: list[str], item, rows: int, done: str) -> None:

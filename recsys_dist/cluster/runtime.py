@@ -54,6 +54,7 @@ class Runtime:
       local: The local cluster, in local mode (for fault injection in tests).
       task_index: This worker's index under ``multi_worker_mirrored`` (0 is the chief,
         which writes the model dir), else 0.
+      watch: The probe of the tasks' addresses (``tf_config`` mode), else None.
     """
 
     strategy: tf.distribute.Strategy
@@ -64,6 +65,11 @@ class Runtime:
     log_dir: str | None = None
     local: LocalCluster | None = None
     task_index: int = 0
+    watch: TaskWatch | None = None
+
+    def worker_lost(self) -> bool:
+        """Whether the chief reports a worker lost now (``tf_config`` mode)."""
+        return self.watch is not None and any(job == "worker" for job, _ in self.watch.lost())
 
     @property
     def lockstep(self) -> bool:
@@ -161,7 +167,8 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     # Watched from before the strategy connects: a task that never answers ends the run.
     with terminate_on_signals(), TaskWatch(spec, cluster.lost_after_seconds,
-                                           cluster.give_up_after_seconds):
+                                           cluster.give_up_after_seconds) as watch:
         strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        yield Runtime(strategy, coordinator, len(spec["worker"]), len(spec["ps"]), cluster.mode)
+        yield Runtime(strategy, coordinator, len(spec["worker"]), len(spec["ps"]), cluster.mode,
+                      watch=watch)

@@ -43,7 +43,7 @@ class TrainingLoop:
         self.cadence = Cadence(trainer.config.train, trainer.step)
         self.attempt = Attempt(trainer.step, max(8, 4 * runtime.num_workers), self.cadence)
         self.in_flight = InFlight(runtime.coordinator, trainer.train_item,
-                                  2 * runtime.num_workers)
+                                  2 * runtime.num_workers, stalled=runtime.worker_lost)
 
     def run(self) -> TrainResult:
         trainer, attempt, in_flight = self.trainer, self.attempt, self.in_flight
@@ -135,6 +135,11 @@ class TrainingLoop:
         attempt.window.append((now, attempt.counters.rows))
         due = (cadence.log_due(now), cadence.summary_due(now),
                cadence.checkpoint_due(now, attempt.step))
+        if trainer.runtime.worker_lost():
+            # A checkpoint waits for every closure in flight, one of which may be stuck on
+            # the lost worker; a summary's or the log line's ops on this process waited too
+            # (seen on tf_config clusters): all three resume when the worker is back.
+            due = (False, False, False)
         if trainer.runtime.lockstep:  # every worker does what the chief decided
             due = agree(trainer.runtime.strategy, due, trainer.runtime.is_chief)
         log_now, summary, save = due

@@ -187,24 +187,14 @@ def cut_for(net, host: str, seconds: float) -> float:
     return time.monotonic()
 
 
-def test_a_worker_link_and_then_a_ps_link_cut_for_30_s(net, baseline, cluster):
-    """A worker's link goes down for 30 s: the run names the worker within
-    ``cluster.lost_after_seconds`` and takes it back when the link returns. Then a
-    parameter server's link: the run says it waits, and goes on when it is back. The run
-    completes, every item once, the AUC within the bound."""
+def test_a_ps_link_and_then_a_worker_link_cut_for_30_s(net, baseline, cluster):
+    """A parameter server's link goes down for 30 s: the run says it waits, and goes on
+    when it is back. Then a worker's link: the run names the worker within
+    ``cluster.lost_after_seconds``, trains on with the other one, and takes it back when
+    the link returns. The run completes, every item once, the AUC within the bound."""
     model_dir = f"s3://{BUCKET}/cuts"
     run = cluster.train(config(net), model_dir)
     run.wait_for(r"^checkpoint step")
-    cut = cut_for(net, "worker1", 30)
-    address = cluster.spec["worker"][1]
-    run.wait_for(rf"^lost +worker 1 \({re.escape(address)}\): unreachable for \d+ s; its "
-                 "work goes to the other workers", timeout=60)
-    lost_after = time.monotonic() - cut
-    run.wait_for(r"^back +worker 1 .* answers again after \d+ s unreachable; it takes work",
-                 timeout=90)
-    back_after = time.monotonic() - cut
-    count = sum(bool(re.match(r"checkpoint step", line)) for line in run.lines)
-    run.wait_for(r"^checkpoint step", count=count + 1, timeout=120)
     cut = cut_for(net, "ps0", 30)
     address = cluster.spec["ps"][0]
     run.wait_for(rf"^lost +ps 0 \({re.escape(address)}\): unreachable for \d+ s; training "
@@ -212,9 +202,25 @@ def test_a_worker_link_and_then_a_ps_link_cut_for_30_s(net, baseline, cluster):
     run.wait_for(r"^back +ps 0 .* answers again after \d+ s unreachable; training goes on",
                  timeout=90)
     ps_back_after = time.monotonic() - cut
+    count = sum(bool(re.match(r"checkpoint step", line)) for line in run.lines)
+    run.wait_for(r"^checkpoint step", count=count + 1, timeout=120)
+    cut = cut_for(net, "worker1", 30)
+    address = cluster.spec["worker"][1]
+    run.wait_for(rf"^lost +worker 1 \({re.escape(address)}\): unreachable for \d+ s; its "
+                 "work goes to the other workers", timeout=60)
+    lost_after = time.monotonic() - cut
+    before = run.last_step()  # no progress lines while a worker is lost
+    run.wait_for(r"^back +worker 1 .* answers again after \d+ s unreachable; it takes work",
+                 timeout=90)
+    back_after = time.monotonic() - cut
+    lines = len(run.lines)
+    after = int(run.wait_for(r"^(?:checkpoint )?step ([\d,]+)", count=sum(
+        bool(re.match(r"(?:checkpoint )?step", line)) for line in run.lines[:lines]) + 1
+    ).group(1).replace(",", ""))
+    assert after >= before  # how far the other worker got meanwhile is printed
     assert run.finish() == 0, run.output[-3000:]
-    print(f"worker cut: named after {lost_after:.1f} s, back after {back_after:.1f} s; "
-          f"ps cut: back after {ps_back_after:.1f} s")
+    print(f"worker cut: named after {lost_after:.1f} s, back after {back_after:.1f} s, "
+          f"steps {before} -> {after} meanwhile; ps cut: back after {ps_back_after:.1f} s")
     assert run.output.count("restart  lost a task") <= 1, run.output[-3000:]
     assert_complete(cluster, model_dir)
     assert abs(held_out_auc(cluster, model_dir) - baseline) <= AUC_TOLERANCE
