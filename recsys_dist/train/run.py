@@ -61,7 +61,8 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     """``(train input, eval input or None, oracle columns)``, planned and printed."""
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers)
-    if (collective_task() or (None, 0))[1] == 0:  # one process of a job warns
+    lockstep = config.cluster.strategy == "multi_worker_mirrored"
+    if not lockstep or (collective_task() or (None, 0))[1] == 0:  # one process warns
         _warn_collisions_on_first_run(config, model_dir, train_input)
     log.info(f"train	{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
           f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
