@@ -6,7 +6,7 @@ CLI    := $(VENV)/bin/recsys-dist
 STAMP  := $(VENV)/.installed
 DEMO_DATA := data/demo
 
-.PHONY: install demo lint test test-fast bench clean-demo
+.PHONY: install demo lint format test test-fast bench clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +31,14 @@ demo: $(STAMP)
 	$(CLI) export --config configs/demo.yaml --model-dir runs/demo --out runs/demo/export
 	@echo "demo done: report runs/demo/eval/report.html, SavedModel runs/demo/export"
 
-# ruff with the rules in pyproject.toml ([tool.ruff.lint]); `make test` runs it first.
+# ruff with the rules in pyproject.toml ([tool.ruff.lint]) and its formatter's check
+# ([tool.ruff.format]; `make format` rewrites the files); `make test` runs both first.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check recsys_dist tests benchmarks pipelines
+	$(VENV)/bin/ruff format --check --quiet recsys_dist tests benchmarks pipelines
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format recsys_dist tests benchmarks pipelines
 
 test: lint
 	$(PY) -m pytest -q

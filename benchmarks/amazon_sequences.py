@@ -59,20 +59,23 @@ TRAIN_FILE_ROWS = 100_000
 ROW_GROUP_ROWS = 25_000
 TABLE_FACTORS = (2, 10, 100)
 
-SCHEMA = pa.schema([
-    ("user_id", pa.int64()),
-    ("item_id", pa.int64()),
-    ("hist_item_id", pa.list_(pa.int64())),
-    ("hist_length", pa.int64()),
-    ("click", pa.int64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("user_id", pa.int64()),
+        ("item_id", pa.int64()),
+        ("hist_item_id", pa.list_(pa.int64())),
+        ("hist_length", pa.int64()),
+        ("click", pa.int64()),
+    ]
+)
 
 
 def hashed_rows(ids: np.ndarray, table_rows: int) -> np.ndarray:
     """The row of each integer id in a hashed table of ``table_rows`` rows, computed by the
     project's own hashing (what training looks up)."""
-    return hashing.to_bucket(hashing.hash_int64(np.asarray(ids, np.int64)),
-                             max(table_rows - 1, 1)).numpy()
+    return hashing.to_bucket(
+        hashing.hash_int64(np.asarray(ids, np.int64)), max(table_rows - 1, 1)
+    ).numpy()
 
 
 def read_source(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
@@ -81,14 +84,17 @@ def read_source(path: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
         path,
         read_options=pacsv.ReadOptions(column_names=["user", "item"]),
         parse_options=pacsv.ParseOptions(delimiter=" "),
-        convert_options=pacsv.ConvertOptions(column_types={"user": pa.int64(),
-                                                           "item": pa.int64()}))
-    return (table.column("user").to_numpy().astype(np.int64),
-            table.column("item").to_numpy().astype(np.int64))
+        convert_options=pacsv.ConvertOptions(column_types={"user": pa.int64(), "item": pa.int64()}),
+    )
+    return (
+        table.column("user").to_numpy().astype(np.int64),
+        table.column("item").to_numpy().astype(np.int64),
+    )
 
 
-def build_rows(users: np.ndarray, items: np.ndarray, max_history: int,
-               rng: np.random.Generator) -> dict[str, dict[str, np.ndarray]]:
+def build_rows(
+    users: np.ndarray, items: np.ndarray, max_history: int, rng: np.random.Generator
+) -> dict[str, dict[str, np.ndarray]]:
     """Per split, the row arrays: user, candidate, click, and each row's history as
     ``hist_start`` (index into ``items`` of the users' time-ordered sequence) and
     ``hist_length``. ``items`` must be grouped by user, each user's items in time order."""
@@ -145,19 +151,24 @@ def to_table(rows: dict[str, np.ndarray], items: np.ndarray, lo: int, hi: int) -
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-    hist = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                    pa.array(items[gather], pa.int64()))
-    return pa.Table.from_arrays([
-        pa.array(rows["user_id"][lo:hi], pa.int64()),
-        pa.array(rows["item_id"][lo:hi], pa.int64()),
-        hist,
-        pa.array(lengths, pa.int64()),
-        pa.array(rows["click"][lo:hi], pa.int64()),
-    ], schema=SCHEMA)
+    hist = pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)), pa.array(items[gather], pa.int64())
+    )
+    return pa.Table.from_arrays(
+        [
+            pa.array(rows["user_id"][lo:hi], pa.int64()),
+            pa.array(rows["item_id"][lo:hi], pa.int64()),
+            hist,
+            pa.array(lengths, pa.int64()),
+            pa.array(rows["click"][lo:hi], pa.int64()),
+        ],
+        schema=SCHEMA,
+    )
 
 
-def write_split(name: str, rows: dict[str, np.ndarray], items: np.ndarray,
-                out: pathlib.Path) -> list[str]:
+def write_split(
+    name: str, rows: dict[str, np.ndarray], items: np.ndarray, out: pathlib.Path
+) -> list[str]:
     total = len(rows["click"])
     files = max(1, round(total / TRAIN_FILE_ROWS)) if name == "train" else 1
     bounds = np.linspace(0, total, files + 1).astype(int)
@@ -168,8 +179,9 @@ def write_split(name: str, rows: dict[str, np.ndarray], items: np.ndarray,
     paths = []
     for i in range(files):
         path = directory / f"part-{i:05d}.parquet"
-        pq.write_table(to_table(rows, items, bounds[i], bounds[i + 1]), path,
-                       row_group_size=ROW_GROUP_ROWS)
+        pq.write_table(
+            to_table(rows, items, bounds[i], bounds[i + 1]), path, row_group_size=ROW_GROUP_ROWS
+        )
         paths.append(str(path))
     return paths
 
@@ -185,8 +197,9 @@ def length_stats(lengths: np.ndarray) -> dict[str, float]:
     }
 
 
-def shared_lookups(candidates: np.ndarray, vocabulary: np.ndarray,
-                   table_rows: int) -> dict[str, float]:
+def shared_lookups(
+    candidates: np.ndarray, vocabulary: np.ndarray, table_rows: int
+) -> dict[str, float]:
     """Share of candidate lookups (and of distinct ids) whose row holds another id of
     ``vocabulary`` in a hashed table of ``table_rows`` rows."""
     vocab_rows = hashed_rows(vocabulary, table_rows)
@@ -216,8 +229,12 @@ def convert(source: pathlib.Path, out: pathlib.Path, max_history: int, seed: int
         "users": int(len(np.unique(users))),
         # The source's README says every user has at least 5; not so in the file.
         "users_by_interactions_under_5": {
-            str(k): int(v) for k, v in enumerate(np.bincount(
-                np.bincount(users)[np.unique(users)], minlength=5)[:5]) if k > 0},
+            str(k): int(v)
+            for k, v in enumerate(
+                np.bincount(np.bincount(users)[np.unique(users)], minlength=5)[:5]
+            )
+            if k > 0
+        },
         "distinct_items": int(len(vocabulary)),
         "splits": {},
         "hashed_item_tables": {},
@@ -237,47 +254,66 @@ def convert(source: pathlib.Path, out: pathlib.Path, max_history: int, seed: int
     candidates = np.concatenate(all_candidates)
     summary["all_rows"] = int(len(candidates))
     summary["hist_length_all"] = length_stats(
-        np.concatenate([r["hist_length"] for r in splits.values()]))
+        np.concatenate([r["hist_length"] for r in splits.values()])
+    )
     for factor in TABLE_FACTORS:
         summary["hashed_item_tables"][f"{factor}x"] = shared_lookups(
-            candidates, vocabulary, factor * len(vocabulary))
+            candidates, vocabulary, factor * len(vocabulary)
+        )
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
 def print_summary(s: dict) -> None:
-    print(f"source {s['source']}: {s['interactions']:,} interactions, {s['users']:,} users, "
-          f"{s['distinct_items']:,} distinct items; max history {s['max_history']}, "
-          f"seed {s['seed']}")
-    print("users with 1 / 2 / 3 / 4 interactions: " + " / ".join(
-        f"{v:,}" for v in s["users_by_interactions_under_5"].values())
-          + " (no rows for 1, no validation row for 2)")
-    print(f"{'split':<11} {'rows':>9} {'users':>7} {'files':>5} {'pos share':>9} "
-          f"{'cand items':>10}   history length min / median / mean / p90 / max, empty")
+    print(
+        f"source {s['source']}: {s['interactions']:,} interactions, {s['users']:,} users, "
+        f"{s['distinct_items']:,} distinct items; max history {s['max_history']}, "
+        f"seed {s['seed']}"
+    )
+    print(
+        "users with 1 / 2 / 3 / 4 interactions: "
+        + " / ".join(f"{v:,}" for v in s["users_by_interactions_under_5"].values())
+        + " (no rows for 1, no validation row for 2)"
+    )
+    print(
+        f"{'split':<11} {'rows':>9} {'users':>7} {'files':>5} {'pos share':>9} "
+        f"{'cand items':>10}   history length min / median / mean / p90 / max, empty"
+    )
     for name, x in s["splits"].items():
         h = x["hist_length"]
-        print(f"{name:<11} {x['rows']:>9,} {x['users']:>7,} {x['files']:>5} "
-              f"{x['positive_share']:>9.3f} {x['distinct_candidates']:>10,}   "
-              f"{h['min']} / {h['median']:g} / "
-              f"{h['mean']:.2f} / {h['p90']:g} / {h['max']}, {h['empty_share']:.1%}")
+        print(
+            f"{name:<11} {x['rows']:>9,} {x['users']:>7,} {x['files']:>5} "
+            f"{x['positive_share']:>9.3f} {x['distinct_candidates']:>10,}   "
+            f"{h['min']} / {h['median']:g} / "
+            f"{h['mean']:.2f} / {h['p90']:g} / {h['max']}, {h['empty_share']:.1%}"
+        )
     h = s["hist_length_all"]
-    print(f"{'all':<11} {s['all_rows']:>9,} {'':>7} {'':>5} {'':>9} {'':>10}   {h['min']} / "
-          f"{h['median']:g} / {h['mean']:.2f} / {h['p90']:g} / {h['max']}, "
-          f"{h['empty_share']:.1%}")
-    print("hashed item table (splitmix64 % (rows - 1)): share of candidate lookups whose row "
-          "holds another item id")
+    print(
+        f"{'all':<11} {s['all_rows']:>9,} {'':>7} {'':>5} {'':>9} {'':>10}   {h['min']} / "
+        f"{h['median']:g} / {h['mean']:.2f} / {h['p90']:g} / {h['max']}, "
+        f"{h['empty_share']:.1%}"
+    )
+    print(
+        "hashed item table (splitmix64 % (rows - 1)): share of candidate lookups whose row "
+        "holds another item id"
+    )
     for factor, x in s["hashed_item_tables"].items():
-        print(f"  {factor:>4} = {x['table_rows']:>9,} rows: lookups {x['shared_lookup_share']:.2%}"
-              f", distinct ids {x['shared_id_share']:.2%}")
+        print(
+            f"  {factor:>4} = {x['table_rows']:>9,} rows: lookups {x['shared_lookup_share']:.2%}"
+            f", distinct ids {x['shared_id_share']:.2%}"
+        )
     print(f"done in {s['seconds']} s")
 
 
 def git_ignored(path: pathlib.Path) -> bool:
     """Whether git ignores ``path`` in this checkout (False when git cannot tell)."""
     try:
-        result = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", str(path)],
-                                check=False, capture_output=True)
+        result = subprocess.run(
+            ["git", "-C", str(ROOT), "check-ignore", "-q", str(path)],
+            check=False,
+            capture_output=True,
+        )
     except OSError:
         return False
     return result.returncode == 0
@@ -285,8 +321,11 @@ def git_ignored(path: pathlib.Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--source", default=DEFAULT_SOURCE,
-                        help="Video.txt (relative paths: from the repository root)")
+    parser.add_argument(
+        "--source",
+        default=DEFAULT_SOURCE,
+        help="Video.txt (relative paths: from the repository root)",
+    )
     parser.add_argument("--out", required=True, help="output directory (outside the repo)")
     parser.add_argument("--max-history", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -296,8 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         source = (ROOT / source).resolve()
     out = pathlib.Path(args.out).resolve()
     if (out == ROOT or ROOT in out.parents) and not git_ignored(out):
-        parser.error(f"--out {out} is inside the repository and not ignored by git; "
-                     "write the data elsewhere (or under data/)")
+        parser.error(
+            f"--out {out} is inside the repository and not ignored by git; "
+            "write the data elsewhere (or under data/)"
+        )
     if not source.is_file():
         parser.error(f"--source {source} not found")
     if args.max_history < 1:

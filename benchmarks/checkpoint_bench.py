@@ -55,22 +55,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--dim", type=int, default=16)
-    parser.add_argument("--dir", default=tempfile.gettempdir(),
-                        help="directory on the disk to measure (default: the temp dir)")
-    parser.add_argument("--model-dir", help="where the checkpoint goes (default: under "
-                        "--dir); s3:// or hdfs:// to measure staging and upload")
+    parser.add_argument(
+        "--dir",
+        default=tempfile.gettempdir(),
+        help="directory on the disk to measure (default: the temp dir)",
+    )
+    parser.add_argument(
+        "--model-dir",
+        help="where the checkpoint goes (default: under "
+        "--dir); s3:// or hdfs:// to measure staging and upload",
+    )
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="ckpt_bench_", dir=args.dir)
     with connect(ClusterSpec("local", 1, 2), os.path.join(work, "logs"), 1 << 20) as runtime:
         with runtime.strategy.scope():
             with embedding_tables():
-                table = tf.Variable(tf.random.uniform([args.rows, args.dim], -0.05, 0.05),
-                                    name="table")
+                table = tf.Variable(
+                    tf.random.uniform([args.rows, args.dim], -0.05, 0.05), name="table"
+                )
             optimizer = tf.keras.optimizers.legacy.Adagrad(0.05)
             shards = table.variables
             create_slots(optimizer, list(shards))
-        print(f"table {args.rows:,} x {args.dim} in {len(shards)} shards on "
-              f"{sorted({s.device.split('/device')[0] for s in shards})}", flush=True)
+        print(
+            f"table {args.rows:,} x {args.dim} in {len(shards)} shards on "
+            f"{sorted({s.device.split('/device')[0] for s in shards})}",
+            flush=True,
+        )
         checkpoint = tf.train.Checkpoint(table=table, optimizer=optimizer)
         manager = CheckpointManager(args.model_dir or os.path.join(work, "model"), keep=1)
         start = time.perf_counter()
@@ -82,8 +92,10 @@ def main() -> None:
         if args.model_dir:  # a local copy for dd to read, and the figures of the staging
             local = os.path.join(work, "copy")
             storage_io.download_dir(saved.directory, local)
-            print(f"save: {saved.state['save_seconds']:.2f} s local write + "
-                  f"{saved.state.get('upload_seconds', 0):.2f} s upload, then the markers")
+            print(
+                f"save: {saved.state['save_seconds']:.2f} s local write + "
+                f"{saved.state.get('upload_seconds', 0):.2f} s upload, then the markers"
+            )
             storage_io.rmtree(args.model_dir)
         else:
             local = saved.directory
@@ -97,11 +109,13 @@ def main() -> None:
     mb = nbytes / 1e6
     print(f"checkpoint data: {mb:,.0f} MB (table + Adagrad accumulator)")
     scheme = args.model_dir.split("://")[0] if args.model_dir else ""
-    rows = [(f"save (CheckpointManager.save{' to ' + scheme if scheme else ''})", save_seconds),
-            (f"restore (into the sharded table{' from ' + scheme if scheme else ''})",
-             restore_seconds),
-            ("dd write, buffered", dd_buffered), ("dd write, conv=fsync", dd_fsync),
-            ("dd read of the checkpoint file", dd_read)]
+    rows = [
+        (f"save (CheckpointManager.save{' to ' + scheme if scheme else ''})", save_seconds),
+        (f"restore (into the sharded table{' from ' + scheme if scheme else ''})", restore_seconds),
+        ("dd write, buffered", dd_buffered),
+        ("dd write, conv=fsync", dd_fsync),
+        ("dd read of the checkpoint file", dd_read),
+    ]
     for name, seconds in rows:
         print(f"{name:34s} {seconds:7.2f} s  {mb / seconds:8,.0f} MB/s")
     print(f"ratio save / dd buffered write:   {save_seconds / dd_buffered:.2f}")

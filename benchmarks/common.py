@@ -30,13 +30,17 @@ def cli(*args: str) -> str:
     if it fails."""
     result = subprocess.run([CLI, *args], check=False, capture_output=True, text=True)
     if result.returncode != 0:
-        sys.exit(f"recsys-dist {args[0]} failed:\n{result.stdout[-2000:]}\n"
-                 f"{result.stderr[-2000:]}")
+        sys.exit(f"recsys-dist {args[0]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
     return result.stdout
 
 
-def interleaved(sides: Mapping[K, Callable[[], T]], rounds: int, *, alternate: bool = False,
-                show: Callable[[int, dict[K, T]], None] | None = None) -> dict[K, list[T]]:
+def interleaved(
+    sides: Mapping[K, Callable[[], T]],
+    rounds: int,
+    *,
+    alternate: bool = False,
+    show: Callable[[int, dict[K, T]], None] | None = None,
+) -> dict[K, list[T]]:
     """Calls every side once per round, one after another, for ``rounds`` rounds, and
     returns each side's results in round order.
 
@@ -62,9 +66,12 @@ def best_median(values: Iterable[float], best: Callable = max) -> tuple[float, f
     return best(values), statistics.median(values)
 
 
-def ratios(ours: Iterable[float], base: Iterable[float], best: Callable = max
-           ) -> tuple[float, float]:
+def ratios(
+    ours: Iterable[float], base: Iterable[float], best: Callable = max
+) -> tuple[float, float]:
     """``ours / base`` between the two sides' bests and between their medians."""
     (ours_best, ours_median), (base_best, base_median) = (
-        best_median(ours, best), best_median(base, best))
+        best_median(ours, best),
+        best_median(base, best),
+    )
     return ours_best / base_best, ours_median / base_median

@@ -28,16 +28,51 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data, model = f"{tmp}/data", f"{tmp}/model"
-        run("data", "synth", "--out", data, "--days", str(args.days), "--rows-per-day",
-            str(args.rows_per_day), "--seed", "3", "--quiet")
+        run(
+            "data",
+            "synth",
+            "--out",
+            data,
+            "--days",
+            str(args.days),
+            "--rows-per-day",
+            str(args.rows_per_day),
+            "--seed",
+            "3",
+            "--quiet",
+        )
         dates = f"2026-01-01..2026-01-{args.days:02d}"
         config = DEMO_CONFIG
         local = ("--set", "cluster.mode=local")  # as measured; the demo runs in_process
-        run("train", "--config", config, "--data", data, "--model-dir", model, "--no-eval",
-            "--set", f"data.train={{dates: '{dates}'}}", *local)
+        run(
+            "train",
+            "--config",
+            config,
+            "--data",
+            data,
+            "--model-dir",
+            model,
+            "--no-eval",
+            "--set",
+            f"data.train={{dates: '{dates}'}}",
+            *local,
+        )
         trained = json.loads(pathlib.Path(model, "train_result.json").read_text())
-        run("evaluate", "--config", config, "--model-dir", model, "--set", f"data.path={data}",
-            "--dates", dates, "--out", f"{tmp}/eval", "--quiet", *local)
+        run(
+            "evaluate",
+            "--config",
+            config,
+            "--model-dir",
+            model,
+            "--set",
+            f"data.path={data}",
+            "--dates",
+            dates,
+            "--out",
+            f"{tmp}/eval",
+            "--quiet",
+            *local,
+        )
         evaluated = json.loads(pathlib.Path(tmp, "eval", "metrics.json").read_text())
     rows = evaluated["rows"]
     train_rate = trained["examples_per_second"]

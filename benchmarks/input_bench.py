@@ -39,8 +39,9 @@ from recsys_dist.data.schema_check import split_read_dtype  # noqa: E402
 from recsys_dist.data.synth_files import synthesize  # noqa: E402
 
 
-def measured(sides: dict[str, Callable[[], None]], rows: int, rounds: int
-             ) -> dict[str, dict[str, list[float]]]:
+def measured(
+    sides: dict[str, Callable[[], None]], rows: int, rounds: int
+) -> dict[str, dict[str, list[float]]]:
     """Rows/s of each side per round, sides alternating within a round (one warm-up),
     by wall clock and by this process's CPU time (all its threads): on a shared machine
     the CPU-time figure moves less with what else runs."""
@@ -52,21 +53,31 @@ def measured(sides: dict[str, Callable[[], None]], rows: int, rounds: int
             wall, cpu = time.perf_counter(), time.process_time()
             run()
             return rows / (time.perf_counter() - wall), rows / (time.process_time() - cpu)
+
         return measure
 
     def show(round_: int, done: dict[str, tuple[float, float]]) -> None:
         if len(done) == len(sides):
-            print(f"  round {round_}: " + " | ".join(
-                f"{name} {wall:>11,.0f} (cpu {cpu:>11,.0f})"
-                for name, (wall, cpu) in done.items()) + " rows/s", flush=True)
+            print(
+                f"  round {round_}: "
+                + " | ".join(
+                    f"{name} {wall:>11,.0f} (cpu {cpu:>11,.0f})"
+                    for name, (wall, cpu) in done.items()
+                )
+                + " rows/s",
+                flush=True,
+            )
 
     results = interleaved({name: timed(run) for name, run in sides.items()}, rounds, show=show)
-    return {name: {"wall": [wall for wall, _ in values], "cpu": [cpu for _, cpu in values]}
-            for name, values in results.items()}
+    return {
+        name: {"wall": [wall for wall, _ in values], "cpu": [cpu for _, cpu in values]}
+        for name, values in results.items()
+    }
 
 
-def report(title: str, rates: dict[str, dict[str, list[float]]], baseline: str,
-           bar: float | None) -> float:
+def report(
+    title: str, rates: dict[str, dict[str, list[float]]], baseline: str, bar: float | None
+) -> float:
     """Prints best and median per side and each ratio to the baseline, by wall clock
     and by CPU time; returns the best wall-clock ratio of the first other side."""
     print(f"{title}:")
@@ -87,9 +98,11 @@ def report(title: str, rates: dict[str, dict[str, list[float]]], baseline: str,
     return first
 
 
-def op_reader(files: list[str], dtypes: dict, ragged: frozenset, file_rows: list[int]
-              ) -> Callable[[], None]:
+def op_reader(
+    files: list[str], dtypes: dict, ragged: frozenset, file_rows: list[int]
+) -> Callable[[], None]:
     """Reads every file whole through the op (tensors stay in TensorFlow)."""
+
     @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64)])
     def read(path, rows):
         columns = ops.read_rows(path, 0, rows, dtypes, ragged)
@@ -117,8 +130,9 @@ def pipeline_reader(pipeline) -> Callable[[], None]:
 
     @tf.function
     def consume():
-        return dataset.reduce(tf.constant(0, tf.int64),
-                              lambda count, batch: count + tf.size(batch["row"], tf.int64))
+        return dataset.reduce(
+            tf.constant(0, tf.int64), lambda count, batch: count + tf.size(batch["row"], tf.int64)
+        )
 
     def run():
         consume()
@@ -139,9 +153,14 @@ def start_moto():
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    os.environ.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-                       "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-                       "AWS_REGION": "us-east-1"})
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_REGION": "us-east-1",
+        }
+    )
     return server, port
 
 
@@ -158,14 +177,23 @@ def s3_comparison(files: list[str], dtypes, ragged, file_rows, columns, rows, ro
             key = "input/" + pathlib.Path(path).name
             client.upload_file(path, "bench", key)
             keys.append(key)
-        s3 = pyarrow.fs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
-                                     access_key="bench", secret_key="bench",
-                                     region="us-east-1")
-        rates = measured({
-            "pyarrow S3 read_table": pyarrow_reader([f"bench/{k}" for k in keys], columns, s3),
-            "op S3 read": op_reader([f"s3://bench/{k}" for k in keys], dtypes, ragged,
-                                    file_rows),
-        }, rows, rounds)
+        s3 = pyarrow.fs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            access_key="bench",
+            secret_key="bench",
+            region="us-east-1",
+        )
+        rates = measured(
+            {
+                "pyarrow S3 read_table": pyarrow_reader([f"bench/{k}" for k in keys], columns, s3),
+                "op S3 read": op_reader(
+                    [f"s3://bench/{k}" for k in keys], dtypes, ragged, file_rows
+                ),
+            },
+            rows,
+            rounds,
+        )
         report("3. raw read from moto's S3", rates, "pyarrow S3 read_table", None)
     finally:
         server.stop()
@@ -192,17 +220,30 @@ def main() -> None:
         dtypes = {c: tf.as_dtype(d) for c, (d, _) in read.items()}
         ragged = frozenset(c for c, (_, is_list) in read.items() if is_list)
         files, file_rows = list(plan.files), list(plan.file_rows)
-        print(f"data: {len(files)} files, {rows:,} rows, {len(plan.units)} row groups, "
-              f"{len(columns)} columns read ({len(ragged)} list); input.read_parallelism "
-              f"{pipeline.spec.read_parallelism}, batch {pipeline.spec.batch_size}; "
-              f"{os.cpu_count()} cores", flush=True)
+        print(
+            f"data: {len(files)} files, {rows:,} rows, {len(plan.units)} row groups, "
+            f"{len(columns)} columns read ({len(ragged)} list); input.read_parallelism "
+            f"{pipeline.spec.read_parallelism}, batch {pipeline.spec.batch_size}; "
+            f"{os.cpu_count()} cores",
+            flush=True,
+        )
         baseline = "pyarrow read_table"
-        raw = measured({baseline: pyarrow_reader(files, columns),
-                        "op raw read": op_reader(files, dtypes, ragged, file_rows)},
-                       rows, args.rounds)
-        whole = measured({baseline: pyarrow_reader(files, columns),
-                          "whole input pipeline": pipeline_reader(pipeline)},
-                         rows, args.rounds)
+        raw = measured(
+            {
+                baseline: pyarrow_reader(files, columns),
+                "op raw read": op_reader(files, dtypes, ragged, file_rows),
+            },
+            rows,
+            args.rounds,
+        )
+        whole = measured(
+            {
+                baseline: pyarrow_reader(files, columns),
+                "whole input pipeline": pipeline_reader(pipeline),
+            },
+            rows,
+            args.rounds,
+        )
         if not args.no_s3:
             s3_comparison(files, dtypes, ragged, file_rows, columns, rows, args.rounds)
         report("1. raw read, local disk (pyarrow use_threads=False)", raw, baseline, 0.9)

@@ -60,8 +60,9 @@ def load() -> str:
 
 
 class Bench:
-    def __init__(self, net: HostNetwork, steps: int, base: pathlib.Path, workers: int = 2,
-                 ps: int = 2):
+    def __init__(
+        self, net: HostNetwork, steps: int, base: pathlib.Path, workers: int = 2, ps: int = 2
+    ):
         self.net, self.steps, self.base = net, steps, base
         self.workers, self.ps = workers, ps
         self.storage = HostCluster(net, workers, ps, base / "logs")
@@ -77,25 +78,59 @@ class Bench:
                 port = address.rsplit(":", 1)[1]
                 routes += ["--route", f"{port}={address}"]
                 addresses[f"{job}{index}" if job != "chief" else "chief"] = f"{relay_ip}:{port}"
-        self.net.run("relay", [sys.executable, "-m", "tests.support.delay_relay", "--listen",
-                               relay_ip, "--delay-ms", str(delay_ms), *routes],
-                     log=self.base / "logs" / "relay.log", cwd=str(ROOT),
-                     env={"PYTHONPATH": str(ROOT)})
+        self.net.run(
+            "relay",
+            [
+                sys.executable,
+                "-m",
+                "tests.support.delay_relay",
+                "--listen",
+                relay_ip,
+                "--delay-ms",
+                str(delay_ms),
+                *routes,
+            ],
+            log=self.base / "logs" / "relay.log",
+            cwd=str(ROOT),
+            env={"PYTHONPATH": str(ROOT)},
+        )
         self.net.wait_for_port("relay", int(routes[1].split("=")[0]))
         return addresses
 
-    def case(self, delay_ms: float | None = None, gbit: float | None = None,
-             loopback: bool = False, sets: tuple[str, ...] = ()) -> dict:
+    def case(
+        self,
+        delay_ms: float | None = None,
+        gbit: float | None = None,
+        loopback: bool = False,
+        sets: tuple[str, ...] = (),
+    ) -> dict:
         self.runs += 1
         model_dir = f"s3://{BUCKET}/bench/{self.runs}"
-        args = ["train", "--config", DEMO_CONFIG, "--data", self.data_url, "--model-dir",
-                model_dir, "--no-eval", "--set", f"train.max_steps={self.steps}",
-                "--set", "train.log_every_seconds=0.5",
-                "--set", "train.checkpoint_every_seconds=null", *sets]
+        args = [
+            "train",
+            "--config",
+            DEMO_CONFIG,
+            "--data",
+            self.data_url,
+            "--model-dir",
+            model_dir,
+            "--no-eval",
+            "--set",
+            f"train.max_steps={self.steps}",
+            "--set",
+            "train.log_every_seconds=0.5",
+            "--set",
+            "train.checkpoint_every_seconds=null",
+            *sets,
+        ]
         if loopback:
-            env = {**os.environ, "AWS_ENDPOINT_URL": self.storage.s3_url,
-                   "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                   "AWS_REGION": "us-east-1"}
+            env = {
+                **os.environ,
+                "AWS_ENDPOINT_URL": self.storage.s3_url,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_REGION": "us-east-1",
+            }
             return self._measure([CLI, *args, "--set", "cluster.mode=local"], env, None)
         addresses = self._relay(delay_ms) if delay_ms is not None else None
         cluster = HostCluster(self.net, self.workers, self.ps, self.base / "logs", addresses)
@@ -113,65 +148,108 @@ class Bench:
                 self.net.limit(f"ps{i}", None)
 
     def _measure(self, command: list[str], env: dict, cluster: HostCluster | None) -> dict:
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         points, lines = [], []
         for line in process.stdout:
             lines.append(line)
             found = re.match(r"step ([\d,]+) \|", line)
             if found:
-                counters = ([sum(self.net.link_bytes(f"ps{i}")) for i in range(self.ps)]
-                            if cluster else [])
-                points.append((time.perf_counter(), int(found.group(1).replace(",", "")),
-                               counters))
+                counters = (
+                    [sum(self.net.link_bytes(f"ps{i}")) for i in range(self.ps)] if cluster else []
+                )
+                points.append((time.perf_counter(), int(found.group(1).replace(",", "")), counters))
         if process.wait() != 0:
             sys.exit("train failed:\n" + "".join(lines[-40:]))
-        batch = next((int(m.group(1)) for m in (re.search(r"input.batch_size=(\d+)", " ".join(
-            command)),) if m), 512)
+        batch = next(
+            (
+                int(m.group(1))
+                for m in (re.search(r"input.batch_size=(\d+)", " ".join(command)),)
+                if m
+            ),
+            512,
+        )
         steady = [p for p in points if p[1] >= self.steps // 4]
         if len(steady) < 2:
             steady = points[-2:]
         (t0, s0, c0), (t1, s1, c1) = steady[0], steady[-1]
         steps = max(1, s1 - s0)
         per_server = [(b - a) / steps for a, b in zip(c0, c1)]
-        return {"examples_per_second": steps * batch / (t1 - t0),
-                "bytes_per_step_per_server": statistics.mean(per_server) if per_server else None,
-                "steps": steps, "load": load()}
+        return {
+            "examples_per_second": steps * batch / (t1 - t0),
+            "bytes_per_step_per_server": statistics.mean(per_server) if per_server else None,
+            "steps": steps,
+            "load": load(),
+        }
 
     def dispatch(self, workers: int) -> dict:
         """Closures a second handed out to ``workers`` worker hosts, batch 8, 1 step each."""
         cluster = HostCluster(self.net, workers, 1, self.base / "logs")
         cluster.start_servers()
         steps = 3000
-        args = ["train", "--config", DEMO_CONFIG, "--data", self.data_url, "--model-dir",
-                f"s3://{BUCKET}/dispatch/{workers}-{time.time_ns()}", "--no-eval",
-                "--set", f"train.max_steps={steps}", "--set", "train.log_every_seconds=0.5",
-                "--set", "train.checkpoint_every_seconds=null", "--set", "input.batch_size=8",
-                "--set", "train.steps_per_call=1", "--set", "cluster.mode=tf_config"]
+        args = [
+            "train",
+            "--config",
+            DEMO_CONFIG,
+            "--data",
+            self.data_url,
+            "--model-dir",
+            f"s3://{BUCKET}/dispatch/{workers}-{time.time_ns()}",
+            "--no-eval",
+            "--set",
+            f"train.max_steps={steps}",
+            "--set",
+            "train.log_every_seconds=0.5",
+            "--set",
+            "train.checkpoint_every_seconds=null",
+            "--set",
+            "input.batch_size=8",
+            "--set",
+            "train.steps_per_call=1",
+            "--set",
+            "cluster.mode=tf_config",
+        ]
         try:
-            process = subprocess.Popen(self.net.command("chief", [CLI, *args]),
-                                       env=cluster.chief_env(), stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True)
+            process = subprocess.Popen(
+                self.net.command("chief", [CLI, *args]),
+                env=cluster.chief_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             points = []
             chief = None
             for line in process.stdout:
                 found = re.match(r"step ([\d,]+) \|", line)
                 if found:
                     if chief is None:
-                        chief = next((p for p in self.net.pids("chief")
-                                      if b"train" in pathlib.Path(f"/proc/{p}/cmdline")
-                                      .read_bytes()), None)
-                    points.append((time.perf_counter(), int(found.group(1).replace(",", "")),
-                                   _cpu_seconds(chief)))
+                        chief = next(
+                            (
+                                p
+                                for p in self.net.pids("chief")
+                                if b"train" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()
+                            ),
+                            None,
+                        )
+                    points.append(
+                        (
+                            time.perf_counter(),
+                            int(found.group(1).replace(",", "")),
+                            _cpu_seconds(chief),
+                        )
+                    )
             process.wait()
         finally:
             cluster.stop_servers()
             self.net.kill_host("chief")
         steady = [p for p in points if p[1] >= steps // 4]
         (t0, s0, c0), (t1, s1, c1) = steady[0], steady[-1]
-        return {"closures_per_second": (s1 - s0) / (t1 - t0),
-                "chief_cpu_per_closure_ms": 1e3 * (c1 - c0) / max(1, s1 - s0),
-                "load": load()}
+        return {
+            "closures_per_second": (s1 - s0) / (t1 - t0),
+            "chief_cpu_per_closure_ms": 1e3 * (c1 - c0) / max(1, s1 - s0),
+            "load": load(),
+        }
 
 
 def _cpu_seconds(pid: int | None) -> float:
@@ -189,11 +267,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=600, help="steps per run")
     parser.add_argument("--rows", type=int, default=150_000, help="rows per day, 2 days")
-    parser.add_argument("--settings", action="store_true",
-                        help="one round of settings at 1 ms")
+    parser.add_argument("--settings", action="store_true", help="one round of settings at 1 ms")
     parser.add_argument("--dispatch", default="", help="worker counts, e.g. 8,16")
-    parser.add_argument("--cases", default="",
-                        help="only these cases, e.g. 'hosts,+0 ms,+1 ms' (default: all)")
+    parser.add_argument(
+        "--cases", default="", help="only these cases, e.g. 'hosts,+0 ms,+1 ms' (default: all)"
+    )
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args()
     reason = unavailable_reason()
@@ -210,49 +288,64 @@ def main() -> int:
         bench.storage.start_storage()
         synthesize(base / "data", days=3, rows_per_day=args.rows, seed=7)
         bench.data_url = bench.storage.upload(base / "data", "data")
-        cases = {"loopback": lambda: bench.case(loopback=True),
-                 "hosts": lambda: bench.case()}
+        cases = {"loopback": lambda: bench.case(loopback=True), "hosts": lambda: bench.case()}
         for delay in DELAYS:
             cases[f"+{delay:g} ms"] = lambda d=delay: bench.case(delay_ms=d)
         for gbit in LIMITS:
             cases[f"{gbit:g} gbit"] = lambda g=gbit: bench.case(gbit=g)
         if args.cases:
-            cases = {name: run for name, run in cases.items()
-                     if name in args.cases.split(",")}
+            cases = {name: run for name, run in cases.items() if name in args.cases.split(",")}
 
         def show(round_: int, done: dict) -> None:
             name, r = list(done.items())[-1]
             per = r["bytes_per_step_per_server"]
-            print(f"round {round_} {name:>10}: {r['examples_per_second']:9,.0f} ex/s  "
-                  f"{'-' if per is None else f'{per / 1e6:.2f} MB'} per step per server  "
-                  f"({r['load']})", flush=True)
+            print(
+                f"round {round_} {name:>10}: {r['examples_per_second']:9,.0f} ex/s  "
+                f"{'-' if per is None else f'{per / 1e6:.2f} MB'} per step per server  "
+                f"({r['load']})",
+                flush=True,
+            )
 
         results = interleaved(cases, args.rounds, alternate=True, show=show)
         figures["cases"] = results
         print(f"\n{'case':>10} {'median ex/s':>12} {'best ex/s':>10} {'MB/step/server':>15}")
         for name, runs in results.items():
             rates = [r["examples_per_second"] for r in runs]
-            per = [r["bytes_per_step_per_server"] for r in runs
-                   if r["bytes_per_step_per_server"] is not None]
-            print(f"{name:>10} {statistics.median(rates):12,.0f} {max(rates):10,.0f} "
-                  f"{statistics.median(per) / 1e6 if per else float('nan'):15.2f}")
+            per = [
+                r["bytes_per_step_per_server"]
+                for r in runs
+                if r["bytes_per_step_per_server"] is not None
+            ]
+            print(
+                f"{name:>10} {statistics.median(rates):12,.0f} {max(rates):10,.0f} "
+                f"{statistics.median(per) / 1e6 if per else float('nan'):15.2f}"
+            )
         if args.settings:
-            settings = {"default": (), "steps_per_call=200": ("--set", "train.steps_per_call=200"),
-                        "batch_size=2048": ("--set", "input.batch_size=2048"),
-                        "dense_refresh_steps=10": ("--set", "train.dense_refresh_steps=10")}
+            settings = {
+                "default": (),
+                "steps_per_call=200": ("--set", "train.steps_per_call=200"),
+                "batch_size=2048": ("--set", "input.batch_size=2048"),
+                "dense_refresh_steps=10": ("--set", "train.dense_refresh_steps=10"),
+            }
             figures["settings_at_1ms"] = {}
             for name, sets in settings.items():
                 r = bench.case(delay_ms=1.0, sets=sets)
                 figures["settings_at_1ms"][name] = r
-                print(f"settings at 1 ms {name:>24}: {r['examples_per_second']:9,.0f} ex/s "
-                      f"({r['load']})", flush=True)
+                print(
+                    f"settings at 1 ms {name:>24}: {r['examples_per_second']:9,.0f} ex/s "
+                    f"({r['load']})",
+                    flush=True,
+                )
         for workers in dispatch:
             bench.workers = workers
             r = bench.dispatch(workers)
             figures.setdefault("dispatch", {})[workers] = r
-            print(f"dispatch {workers:>2} worker hosts: {r['closures_per_second']:7.1f} "
-                  f"closures/s, chief CPU {r['chief_cpu_per_closure_ms']:.2f} ms per closure "
-                  f"({r['load']})", flush=True)
+            print(
+                f"dispatch {workers:>2} worker hosts: {r['closures_per_second']:7.1f} "
+                f"closures/s, chief CPU {r['chief_cpu_per_closure_ms']:.2f} ms per closure "
+                f"({r['load']})",
+                flush=True,
+            )
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(figures, indent=1))
     one = statistics.median(r["examples_per_second"] for r in results["+1 ms"])

@@ -46,13 +46,24 @@ TYPES = {
     "list<string>": (tf.string, True),
     "list<float>": (tf.float32, True),
 }
-ARROW = {tf.int32: pa.int32(), tf.int64: pa.int64(), tf.float32: pa.float32(),
-         tf.float64: pa.float64(), tf.bool: pa.bool_()}
-NUMPY = {tf.int32: np.int32, tf.int64: np.int64, tf.float32: np.float32,
-         tf.float64: np.float64, tf.bool: np.bool_}
+ARROW = {
+    tf.int32: pa.int32(),
+    tf.int64: pa.int64(),
+    tf.float32: pa.float32(),
+    tf.float64: pa.float64(),
+    tf.bool: pa.bool_(),
+}
+NUMPY = {
+    tf.int32: np.int32,
+    tf.int64: np.int64,
+    tf.float32: np.float32,
+    tf.float64: np.float64,
+    tf.bool: np.bool_,
+}
 
 
 # ---- random data ----------------------------------------------------------------------
+
 
 def null_mask(rng: np.random.Generator, n: int, group_bounds: list[int]) -> np.ndarray | None:
     kind = rng.choice(["none", "sparse", "dense", "runs", "all", "group", "ends"])
@@ -64,10 +75,10 @@ def null_mask(rng: np.random.Generator, n: int, group_bounds: list[int]) -> np.n
     if kind == "runs":
         for _ in range(int(rng.integers(1, 6))):
             at = int(rng.integers(0, n))
-            mask[at:at + int(rng.integers(1, max(2, n // 5)))] = True
+            mask[at : at + int(rng.integers(1, max(2, n // 5)))] = True
     if kind == "group" and len(group_bounds) > 2:
         g = int(rng.integers(0, len(group_bounds) - 1))
-        mask[group_bounds[g]:group_bounds[g + 1]] = True
+        mask[group_bounds[g] : group_bounds[g + 1]] = True
     mask[0] |= rng.random() < 0.5
     mask[-1] |= rng.random() < 0.5
     return mask
@@ -84,9 +95,9 @@ def random_strings(rng, n: int, large: bool) -> list[str]:
 
 def random_scalars(rng, kind: str, n: int) -> pa.Array:
     if kind == "int32":
-        return pa.array(rng.integers(-2**31, 2**31, n), pa.int32())
+        return pa.array(rng.integers(-(2**31), 2**31, n), pa.int32())
     if kind == "int64":
-        return pa.array(rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64), pa.int64())
+        return pa.array(rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64), pa.int64())
     if kind == "float":
         values = rng.standard_normal(n).astype(np.float32) * np.float32(10.0 ** rng.integers(-3, 6))
         values[rng.random(n) < 0.001] = np.nan
@@ -98,8 +109,11 @@ def random_scalars(rng, kind: str, n: int) -> pa.Array:
     if kind == "bool":
         return pa.array(rng.random(n) < rng.random(), pa.bool_())
     if kind == "int8/16/uint32 as int64":
-        numpy_type, type_ = [(np.int8, pa.int8()), (np.int16, pa.int16()),
-                             (np.uint32, pa.uint32())][int(rng.integers(0, 3))]
+        numpy_type, type_ = [
+            (np.int8, pa.int8()),
+            (np.int16, pa.int16()),
+            (np.uint32, pa.uint32()),
+        ][int(rng.integers(0, 3))]
         info = np.iinfo(numpy_type)
         return pa.array(rng.integers(info.min, int(info.max) + 1, n), type_)
     return pa.array(random_strings(rng, n, large=rng.random() < 0.15), pa.string())
@@ -115,16 +129,18 @@ def random_column(rng, kind: str, n: int, group_bounds: list[int]) -> pa.Array:
         values = random_scalars(rng, kind, n)
         return values if mask is None else pc.if_else(pa.array(mask), None, values)
     lengths = rng.integers(0, int(rng.integers(1, 12)), n)
-    element_kind = {"list<int64>": "int64", "list<string>": "string",
-                    "list<float>": "float"}[kind]
+    element_kind = {"list<int64>": "int64", "list<string>": "string", "list<float>": "float"}[kind]
     elements = random_scalars(rng, element_kind, int(lengths.sum()))
     element_nulls = rng.random(len(elements)) < rng.choice([0.0, 0.05, 0.5])
     if element_nulls.any():
         elements = pc.if_else(pa.array(element_nulls), None, elements)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     large = rng.random() < 0.3
-    offsets = pa.array(offsets, pa.int64() if large else pa.int32(),
-                       mask=None if mask is None else np.append(mask, False))
+    offsets = pa.array(
+        offsets,
+        pa.int64() if large else pa.int32(),
+        mask=None if mask is None else np.append(mask, False),
+    )
     array_type = pa.LargeListArray if large else pa.ListArray
     return array_type.from_arrays(offsets, elements)
 
@@ -137,14 +153,16 @@ def random_file(rng, path: str) -> tuple[dict, list[int]]:
     bounds = np.cumsum([0] + sizes).tolist()
     n = bounds[-1]
     kinds = list(TYPES) + list(rng.choice(list(TYPES), int(rng.integers(0, 5))))
-    columns = {f"c{i}_{kind.split('<')[0].split('/')[0].replace(' ', '_')}": kind
-               for i, kind in enumerate(kinds)}
-    table = pa.table({name: random_column(rng, kind, n, bounds)
-                      for name, kind in columns.items()})
+    columns = {
+        f"c{i}_{kind.split('<')[0].split('/')[0].replace(' ', '_')}": kind
+        for i, kind in enumerate(kinds)
+    }
+    table = pa.table({name: random_column(rng, kind, n, bounds) for name, kind in columns.items()})
     dictionary = [name for name in columns if rng.random() < 0.5]
     compression = str(rng.choice(["none", "snappy", "zstd"]))
-    with pq.ParquetWriter(path, table.schema, use_dictionary=dictionary,
-                          compression=compression) as writer:
+    with pq.ParquetWriter(
+        path, table.schema, use_dictionary=dictionary, compression=compression
+    ) as writer:
         for g, size in enumerate(sizes):
             writer.write_table(table.slice(bounds[g], size), row_group_size=max(size, 1))
     return columns, bounds
@@ -158,8 +176,9 @@ def random_ranges(rng, bounds: list[int], count: int) -> list[tuple[int, int]]:
         kind = rng.integers(0, 5)
         if kind == 0 and inner:  # across one or more group boundaries
             b = inner[int(rng.integers(0, len(inner)))]
-            ranges.append((max(0, b - int(rng.integers(1, 5000))),
-                           b + int(rng.integers(1, 20_000))))
+            ranges.append(
+                (max(0, b - int(rng.integers(1, 5000))), b + int(rng.integers(1, 20_000)))
+            )
         elif kind == 1:  # inside one group (served by the decoded-group cache)
             g = int(rng.integers(0, len(bounds) - 1))
             lo, hi = bounds[g], bounds[g + 1]
@@ -178,6 +197,7 @@ def random_ranges(rng, bounds: list[int], count: int) -> list[tuple[int, int]]:
 
 
 # ---- the reference and the comparison -------------------------------------------------
+
 
 def flat(array: pa.Array, dtype: tf.DType) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_dictionary(array.type):
@@ -217,10 +237,15 @@ def differences(got: np.ndarray, want: np.ndarray, dtype) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--values", type=int, default=1_000_000,
-                        help="values to compare per type, at least")
-    parser.add_argument("--files", type=int, default=40,
-                        help="random files to write, at least (more if --values needs)")
+    parser.add_argument(
+        "--values", type=int, default=1_000_000, help="values to compare per type, at least"
+    )
+    parser.add_argument(
+        "--files",
+        type=int,
+        default=40,
+        help="random files to write, at least (more if --values needs)",
+    )
     parser.add_argument("--ranges", type=int, default=24, help="row ranges per file")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
@@ -244,15 +269,19 @@ def main() -> int:
                 reads += 1
                 for name, kind in columns.items():
                     dtype, is_list = TYPES[kind]
-                    values, valid, splits = reference(table.column(name), start, stop,
-                                                      dtype, is_list)
+                    values, valid, splits = reference(
+                        table.column(name), start, stop, dtype, is_list
+                    )
                     bad = differences(got[name].values.numpy(), values, dtype)
                     bad += differences(got[name].valid.numpy(), valid, tf.bool)
                     if is_list:
                         bad += differences(got[name].row_splits.numpy(), splits, tf.int64)
                     if bad:
-                        print(f"MISMATCH {kind} column {name} rows [{start}, {stop}) of "
-                              f"file {files - 1}: {bad}", flush=True)
+                        print(
+                            f"MISMATCH {kind} column {name} rows [{start}, {stop}) of "
+                            f"file {files - 1}: {bad}",
+                            flush=True,
+                        )
                     compared[kind] += len(values)
                     nulls[kind] += int(np.count_nonzero(~valid))
                     mismatched[kind] += bad

@@ -71,9 +71,15 @@ import pyarrow.dataset as ds  # noqa: E402
 
 SPLITS = ("train", "validation", "test")
 DIN_DEFAULTS = {
-    "att_hidden_size": [80, 40], "att_activation": "dice", "att_weight_normalization": False,
-    "dnn_hidden_units": [256, 128, 64], "dnn_activation": "relu", "dnn_use_bn": False,
-    "dnn_dropout": 0, "l2_reg_dnn": 0, "l2_reg_embedding": 1e-6,
+    "att_hidden_size": [80, 40],
+    "att_activation": "dice",
+    "att_weight_normalization": False,
+    "dnn_hidden_units": [256, 128, 64],
+    "dnn_activation": "relu",
+    "dnn_use_bn": False,
+    "dnn_dropout": 0,
+    "l2_reg_dnn": 0,
+    "l2_reg_embedding": 1e-6,
     "optimizer": "adam (tf-keras defaults: learning rate 1e-3)",
     "loss": "binary_crossentropy",
 }
@@ -113,9 +119,17 @@ def build_model(n_users: int, n_items: int, embedding_dim: int, max_history: int
     columns = [
         SparseFeat("user_id", n_users, embedding_dim=embedding_dim, embeddings_initializer=init),
         SparseFeat("item_id", n_items, embedding_dim=embedding_dim, embeddings_initializer=init),
-        VarLenSparseFeat(SparseFeat("hist_item_id", n_items, embedding_dim=embedding_dim,
-                                    embedding_name="item_id", embeddings_initializer=init),
-                         maxlen=max_history, length_name="hist_length"),
+        VarLenSparseFeat(
+            SparseFeat(
+                "hist_item_id",
+                n_items,
+                embedding_dim=embedding_dim,
+                embedding_name="item_id",
+                embeddings_initializer=init,
+            ),
+            maxlen=max_history,
+            length_name="hist_length",
+        ),
     ]
     model = DIN(columns, ["item_id"], seed=seed)
     model.compile(tf.keras.optimizers.Adam(learning_rate=1e-3), "binary_crossentropy")
@@ -141,23 +155,35 @@ def run_seed(seed: int, splits: dict, sizes: tuple[int, int], args) -> dict:
     per_epoch, epoch_seconds = [], []
     for epoch in range(1, args.epochs + 1):
         start = time.perf_counter()
-        model.fit(x, train["click"], batch_size=args.batch_size, epochs=1, shuffle=True,
-                  verbose=0)
+        model.fit(x, train["click"], batch_size=args.batch_size, epochs=1, shuffle=True, verbose=0)
         epoch_seconds.append(time.perf_counter() - start)
         if args.epochs > 1 or epoch == args.epochs:
-            row = {"epoch": epoch, "val_auc": auc(model, splits["validation"], args.batch_size),
-                   "test_auc": auc(model, splits["test"], args.batch_size)}
+            row = {
+                "epoch": epoch,
+                "val_auc": auc(model, splits["validation"], args.batch_size),
+                "test_auc": auc(model, splits["test"], args.batch_size),
+            }
             per_epoch.append(row)
             if args.epochs > 1:
-                print(f"  seed={seed} epoch={epoch} val_auc={row['val_auc']:.4f} "
-                      f"test_auc={row['test_auc']:.4f} epoch_seconds={epoch_seconds[-1]:.1f}",
-                      flush=True)
-    result = {"seed": seed, "test_auc": per_epoch[-1]["test_auc"],
-              "val_auc": per_epoch[-1]["val_auc"], "train_seconds": sum(epoch_seconds),
-              "epoch_seconds": epoch_seconds, "per_epoch": per_epoch}
-    print(f"seed={seed} test_auc={result['test_auc']:.4f} val_auc={result['val_auc']:.4f} "
-          f"train_seconds={result['train_seconds']:.1f} epoch_seconds="
-          + ",".join(f"{s:.1f}" for s in epoch_seconds), flush=True)
+                print(
+                    f"  seed={seed} epoch={epoch} val_auc={row['val_auc']:.4f} "
+                    f"test_auc={row['test_auc']:.4f} epoch_seconds={epoch_seconds[-1]:.1f}",
+                    flush=True,
+                )
+    result = {
+        "seed": seed,
+        "test_auc": per_epoch[-1]["test_auc"],
+        "val_auc": per_epoch[-1]["val_auc"],
+        "train_seconds": sum(epoch_seconds),
+        "epoch_seconds": epoch_seconds,
+        "per_epoch": per_epoch,
+    }
+    print(
+        f"seed={seed} test_auc={result['test_auc']:.4f} val_auc={result['val_auc']:.4f} "
+        f"train_seconds={result['train_seconds']:.1f} epoch_seconds="
+        + ",".join(f"{s:.1f}" for s in epoch_seconds),
+        flush=True,
+    )
     return result
 
 
@@ -186,44 +212,58 @@ def main(argv: list[str] | None = None) -> int:
         import deepctr
         import sklearn  # noqa: F401
     except ImportError as err:
-        sys.exit(f"peer_din.py needs deepctr and scikit-learn ({err}): "
-                 f"{sys.executable} -m pip install -e '.[bench]'")
+        sys.exit(
+            f"peer_din.py needs deepctr and scikit-learn ({err}): "
+            f"{sys.executable} -m pip install -e '.[bench]'"
+        )
     import tensorflow as tf
     import tf_keras
 
     start = time.perf_counter()
     splits = {s: load_split(data / s, args.max_history) for s in SPLITS}
     n_users = int(max(d["user_id"].max() for d in splits.values())) + 1
-    n_items = int(max(max(d["item_id"].max(), d["hist_item_id"].max())
-                      for d in splits.values())) + 1
-    print(f"deepctr {deepctr.__version__} DIN on tensorflow {tf.__version__} "
-          f"(tf-keras {tf_keras.__version__}); "
-          f"rows train {len(splits['train']['click']):,}, validation "
-          f"{len(splits['validation']['click']):,}, test {len(splits['test']['click']):,}; "
-          f"tables user {n_users:,}, item {n_items:,} x {args.embedding_dim}; "
-          f"epochs {args.epochs}, batch {args.batch_size}, max history {args.max_history}; "
-          f"read in {time.perf_counter() - start:.1f} s", flush=True)
+    n_items = (
+        int(max(max(d["item_id"].max(), d["hist_item_id"].max()) for d in splits.values())) + 1
+    )
+    print(
+        f"deepctr {deepctr.__version__} DIN on tensorflow {tf.__version__} "
+        f"(tf-keras {tf_keras.__version__}); "
+        f"rows train {len(splits['train']['click']):,}, validation "
+        f"{len(splits['validation']['click']):,}, test {len(splits['test']['click']):,}; "
+        f"tables user {n_users:,}, item {n_items:,} x {args.embedding_dim}; "
+        f"epochs {args.epochs}, batch {args.batch_size}, max history {args.max_history}; "
+        f"read in {time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
 
     results = [run_seed(seed, splits, (n_users, n_items), args) for seed in seeds]
     summary = {}
     for key in ("test_auc", "val_auc"):
         summary[key] = mean_se([r[key] for r in results])
     summary["epoch_seconds"] = mean_se([s for r in results for s in r["epoch_seconds"]])
-    print(f"mean test_auc={summary['test_auc'][0]:.4f} (se {summary['test_auc'][1]:.4f}) "
-          f"val_auc={summary['val_auc'][0]:.4f} (se {summary['val_auc'][1]:.4f}) "
-          f"epoch_seconds={summary['epoch_seconds'][0]:.1f} "
-          f"(se {summary['epoch_seconds'][1]:.1f}) over seeds {args.seeds}")
+    print(
+        f"mean test_auc={summary['test_auc'][0]:.4f} (se {summary['test_auc'][1]:.4f}) "
+        f"val_auc={summary['val_auc'][0]:.4f} (se {summary['val_auc'][1]:.4f}) "
+        f"epoch_seconds={summary['epoch_seconds'][0]:.1f} "
+        f"(se {summary['epoch_seconds'][1]:.1f}) over seeds {args.seeds}"
+    )
     if args.out_json:
-        pathlib.Path(args.out_json).write_text(json.dumps({
-            "peer": f"deepctr {deepctr.__version__} DIN",
-            "tensorflow": tf.__version__,
-            "tf_keras": tf_keras.__version__,
-            "data": str(data.resolve()),
-            "args": vars(args),
-            "din": DIN_DEFAULTS,
-            "seeds": results,
-            "mean_se": {k: {"mean": m, "se": se} for k, (m, se) in summary.items()},
-        }, indent=2) + "\n")
+        pathlib.Path(args.out_json).write_text(
+            json.dumps(
+                {
+                    "peer": f"deepctr {deepctr.__version__} DIN",
+                    "tensorflow": tf.__version__,
+                    "tf_keras": tf_keras.__version__,
+                    "data": str(data.resolve()),
+                    "args": vars(args),
+                    "din": DIN_DEFAULTS,
+                    "seeds": results,
+                    "mean_se": {k: {"mean": m, "se": se} for k, (m, se) in summary.items()},
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -115,8 +115,14 @@ DEFAULT_MODELS = "lr,wide_deep,dcn_v2,deepfm"
 ZOO = tuple(name for name, spec in MODEL_REGISTRY.items() if not spec.needs_sequence)
 C_GRID = (0.01, 0.1, 1.0)
 #: LightGBM's setting; everything not named keeps LightGBM's default.
-LIGHTGBM_PARAMS = {"objective": "binary", "num_leaves": 31, "learning_rate": 0.05,
-                   "num_threads": 2, "seed": 0, "verbose": -1}
+LIGHTGBM_PARAMS = {
+    "objective": "binary",
+    "num_leaves": 31,
+    "learning_rate": 0.05,
+    "num_threads": 2,
+    "seed": 0,
+    "verbose": -1,
+}
 LIGHTGBM_TREES = 300
 #: ``--defaults``: LightGBM's own defaults (100 trees, 31 leaves, learning rate 0.1; one
 #: thread, which on a loaded machine avoids OpenMP's spinning and changes no tree) and
@@ -129,12 +135,15 @@ DEFAULT_LOGREG = {"c_grid": (1.0,), "solver": "liblinear"}
 #: ``--defaults``: the zoo in one process (the cluster is not what is measured there):
 #: mirrored with one replica when every table is hashed, else one worker and one
 #: parameter server in the command's process.
-ONE_PROCESS_MIRRORED = ["cluster.mode=in_process", "cluster.strategy=mirrored",
-                        "cluster.workers=1"]
+ONE_PROCESS_MIRRORED = ["cluster.mode=in_process", "cluster.strategy=mirrored", "cluster.workers=1"]
 ONE_PROCESS_PS = ["cluster.mode=in_process", "cluster.workers=1", "cluster.ps=1"]
 #: The peers' packages (module -> pip name), installed by the ``bench`` extra.
-BENCH_PACKAGES = {"sklearn": "scikit-learn", "lightgbm": "lightgbm", "pandas": "pandas",
-                  "scipy": "scipy"}
+BENCH_PACKAGES = {
+    "sklearn": "scikit-learn",
+    "lightgbm": "lightgbm",
+    "pandas": "pandas",
+    "scipy": "scipy",
+}
 ORACLE = "oracle_logit"
 SCORE_BATCH = 8192
 CHUNK_ROWS = 131_072
@@ -146,12 +155,14 @@ class MissingPackages(RecsysError):
 
 def require_bench_packages() -> None:
     """Raises :class:`MissingPackages` (one line naming the extra) if a peer is missing."""
-    missing = [pip for module, pip in BENCH_PACKAGES.items()
-               if importlib.util.find_spec(module) is None]
+    missing = [
+        pip for module, pip in BENCH_PACKAGES.items() if importlib.util.find_spec(module) is None
+    ]
     if missing:
         raise MissingPackages(
             f"benchmarks/peer_quality.py needs {', '.join(BENCH_PACKAGES.values())}; missing: "
-            f"{', '.join(missing)}. Install them with: pip install -e '.[bench]'")
+            f"{', '.join(missing)}. Install them with: pip install -e '.[bench]'"
+        )
 
 
 # ---- inputs -----------------------------------------------------------------------------
@@ -183,8 +194,9 @@ class Inputs:
         return chosen.dates if chosen.dates is not None else f"glob {chosen.glob}"
 
 
-def window_overrides(data: str | None, train: str | None, eval_: str | None,
-                     validation: str | None = None) -> list[str]:
+def window_overrides(
+    data: str | None, train: str | None, eval_: str | None, validation: str | None = None
+) -> list[str]:
     """``--set`` items for the data path and the train / eval / validation windows
     (dates)."""
     items = [f"data.path={os.path.abspath(data)}"] if data is not None else []
@@ -212,11 +224,18 @@ def validate_inputs(config_path: str, overrides: list[str]) -> Inputs:
     config = load_config(config_path, overrides)
     for split in ("train", "eval"):
         if config.data is None or getattr(config.data, split) is None:
-            raise ConfigError(config.file, f"data.{split}", "missing; the benchmark needs a "
-                              "training and a held-out window (--train / --eval FROM..TO)")
-    pipelines = {split: prepare_input(config, split, config.cluster.workers,
-                                      optional_extra_columns=(ORACLE,))
-                 for split in ("train", "eval")}
+            raise ConfigError(
+                config.file,
+                f"data.{split}",
+                "missing; the benchmark needs a "
+                "training and a held-out window (--train / --eval FROM..TO)",
+            )
+    pipelines = {
+        split: prepare_input(
+            config, split, config.cluster.workers, optional_extra_columns=(ORACLE,)
+        )
+        for split in ("train", "eval")
+    }
     return Inputs(config_path, list(overrides), config, pipelines)
 
 
@@ -239,18 +258,23 @@ class Row:
 
     def line(self) -> str:
         seed = f", seed {self.seed}" if self.seed is not None else ""
-        return (f"{self.method}{seed}: held-out AUC {self.auc:.4f}, logloss {self.logloss:.4f}, "
-                f"train-window AUC {self.train_auc:.4f}, {self.seconds:.0f} s"
-                + (f" ({self.note})" if self.note else ""))
+        return (
+            f"{self.method}{seed}: held-out AUC {self.auc:.4f}, logloss {self.logloss:.4f}, "
+            f"train-window AUC {self.train_auc:.4f}, {self.seconds:.0f} s"
+            + (f" ({self.note})" if self.note else "")
+        )
 
     def markdown(self) -> str:
         setting = self.setting + (f"; {self.note}" if self.note else "")
-        return (f"| {self.method} | {self.auc:.4f} | {self.logloss:.4f} | {self.train_auc:.4f} "
-                f"| {self.seconds:.0f} | {setting} |")
+        return (
+            f"| {self.method} | {self.auc:.4f} | {self.logloss:.4f} | {self.train_auc:.4f} "
+            f"| {self.seconds:.0f} | {setting} |"
+        )
 
 
-def _metrics(labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
-             ) -> tuple[float, float]:
+def _metrics(
+    labels: np.ndarray, logits: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[float, float]:
     from recsys_dist.evaluation.metrics import auc, logloss
 
     return auc(labels, logits, weights), logloss(labels, logits, weights)
@@ -360,8 +384,13 @@ class OneHotEncoder:
         if table not in self.dynamic:
             return self.offsets[table] + ids
         distinct, inverse = np.unique(ids, return_inverse=True)
-        columns = np.array([self.ids.setdefault((table, key), self.fixed_width + len(self.ids))
-                            for key in distinct.tolist()], np.int64)
+        columns = np.array(
+            [
+                self.ids.setdefault((table, key), self.fixed_width + len(self.ids))
+                for key in distinct.tolist()
+            ],
+            np.int64,
+        )
         return columns[inverse.reshape(-1)]
 
     def widen(self, matrix):
@@ -403,9 +432,10 @@ class OneHotEncoder:
             rows.append(nonzero.astype(np.int64))
             cols.append(np.full(nonzero.shape, first_dense + k, np.int64))
             vals.append(x[nonzero])
-        matrix = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows),
-                                                       np.concatenate(cols))),
-                               shape=(n, self.width))  # duplicates (shared tables) add up
+        matrix = sp.csr_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(n, self.width),
+        )  # duplicates (shared tables) add up
         return matrix[np.flatnonzero(keep)]
 
 
@@ -416,8 +446,13 @@ def sp_vstack(blocks: list):
     return sp.vstack(blocks, format="csr")
 
 
-def read_split(inputs: Inputs, split: str, encoder: OneHotEncoder, columns: list[str],
-               log: Callable[[str], None]) -> SplitData:
+def read_split(
+    inputs: Inputs,
+    split: str,
+    encoder: OneHotEncoder,
+    columns: list[str],
+    log: Callable[[str], None],
+) -> SplitData:
     """Reads a window's files with pyarrow and encodes them through our transforms.
 
     ``columns``: extra raw columns to keep for LightGBM (besides the transform's)."""
@@ -438,8 +473,9 @@ def read_split(inputs: Inputs, split: str, encoder: OneHotEncoder, columns: list
         for start in range(0, table.num_rows, CHUNK_ROWS):
             chunk = table.slice(start, CHUNK_ROWS)
             raw, present = arrow_to_raw(chunk, transform.column_dtypes)
-            features, chunk_labels, valid = transform(raw, tf.constant(path),
-                                                      tf.constant(start, tf.int64), present)
+            features, chunk_labels, valid = transform(
+                raw, tf.constant(path), tf.constant(start, tf.int64), present
+            )
             keep = valid.numpy() > 0
             valids.append(keep)
             labels.append(chunk_labels[label].numpy()[keep].astype(np.float64))
@@ -447,19 +483,31 @@ def read_split(inputs: Inputs, split: str, encoder: OneHotEncoder, columns: list
                 column = chunk.column(ORACLE).to_numpy(zero_copy_only=False)
                 oracles.append(np.asarray(column, np.float64)[keep])
             blocks.append(encoder.encode(features, keep))
-    log(f"read and encoded the {split} window ({sum(t.num_rows for t in tables):,} rows, "
-        f"{len(tables)} files) in {time.perf_counter() - started:.0f} s")
-    return SplitData(tables, np.concatenate(labels), np.concatenate(oracles) if oracle else None,
-                     sp.vstack([encoder.widen(b) for b in blocks], format="csr"),
-                     np.concatenate(valids))
+    log(
+        f"read and encoded the {split} window ({sum(t.num_rows for t in tables):,} rows, "
+        f"{len(tables)} files) in {time.perf_counter() - started:.0f} s"
+    )
+    return SplitData(
+        tables,
+        np.concatenate(labels),
+        np.concatenate(oracles) if oracle else None,
+        sp.vstack([encoder.widen(b) for b in blocks], format="csr"),
+        np.concatenate(valids),
+    )
 
 
 # ---- the peers ---------------------------------------------------------------------------
 
 
-def logreg_rows(train: SplitData, held_out: SplitData, c_grid: tuple[float, ...], solver: str,
-                max_iter: int, shared_seconds: float, report: Callable[[Row], None]
-                ) -> list[Row]:
+def logreg_rows(
+    train: SplitData,
+    held_out: SplitData,
+    c_grid: tuple[float, ...],
+    solver: str,
+    max_iter: int,
+    shared_seconds: float,
+    report: Callable[[Row], None],
+) -> list[Row]:
     """One L2 logistic regression per C, on the one-hot encoding."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
@@ -476,22 +524,34 @@ def logreg_rows(train: SplitData, held_out: SplitData, c_grid: tuple[float, ...]
         train_auc, _ = _metrics(train.labels, model.decision_function(train.one_hot))
         iterations = int(np.max(model.n_iter_))
         converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
-        note = (f"converged in {iterations} iterations" if converged else
-                f"DID NOT CONVERGE in {iterations} iterations (max_iter {max_iter})")
-        row = Row(f"logreg C={c:g}", "peer", auc, loss, train_auc, seconds,
-                  f"sklearn LogisticRegression, L2, {solver}, "
-                  f"{train.one_hot.shape[1]:,} columns", note)
+        note = (
+            f"converged in {iterations} iterations"
+            if converged
+            else f"DID NOT CONVERGE in {iterations} iterations (max_iter {max_iter})"
+        )
+        row = Row(
+            f"logreg C={c:g}",
+            "peer",
+            auc,
+            loss,
+            train_auc,
+            seconds,
+            f"sklearn LogisticRegression, L2, {solver}, {train.one_hot.shape[1]:,} columns",
+            note,
+        )
         report(row)
         rows.append(row)
     best = max(rows, key=lambda r: r.auc)
     edge = len(c_grid) > 1 and rows.index(best) in (0, len(rows) - 1)
-    best.note = ("best C, at the edge of the grid (widen --c-grid); " if edge
-                 else "best C; ") + best.note
+    best.note = (
+        "best C, at the edge of the grid (widen --c-grid); " if edge else "best C; "
+    ) + best.note
     return rows
 
 
-def _lightgbm_matrix(tables: list, categorical: list[str], numeric: list[str],
-                     codes: dict[str, Any] | None) -> tuple[np.ndarray, dict[str, Any]]:
+def _lightgbm_matrix(
+    tables: list, categorical: list[str], numeric: list[str], codes: dict[str, Any] | None
+) -> tuple[np.ndarray, dict[str, Any]]:
     """The raw columns as a float matrix: categorical ones as pandas category codes (of
     ``codes``, or learned here), nulls and unseen ids as NaN; numeric ones as they are."""
     import pandas as pd
@@ -500,8 +560,10 @@ def _lightgbm_matrix(tables: list, categorical: list[str], numeric: list[str],
     learned = {} if codes is None else codes
     matrix = np.empty((sum(t.num_rows for t in tables), len(categorical) + len(numeric)))
     for j, name in enumerate(categorical + numeric):
-        column = pa.chunked_array([c for t in tables for c in t.column(name).chunks],
-                                  type=tables[0].schema.field(name).type)
+        column = pa.chunked_array(
+            [c for t in tables for c in t.column(name).chunks],
+            type=tables[0].schema.field(name).type,
+        )
         if name in categorical:
             values = column.to_pandas()
             if codes is None:
@@ -514,8 +576,14 @@ def _lightgbm_matrix(tables: list, categorical: list[str], numeric: list[str],
     return matrix, learned
 
 
-def lightgbm_row(config, train: SplitData, held_out: SplitData, shared_seconds: float,
-                 params: dict | None = None, trees: int = LIGHTGBM_TREES) -> Row:
+def lightgbm_row(
+    config,
+    train: SplitData,
+    held_out: SplitData,
+    shared_seconds: float,
+    params: dict | None = None,
+    trees: int = LIGHTGBM_TREES,
+) -> Row:
     """LightGBM on the raw columns, categoricals declared (``params``: default
     :data:`LIGHTGBM_PARAMS`)."""
     import lightgbm as lgb
@@ -526,17 +594,29 @@ def lightgbm_row(config, train: SplitData, held_out: SplitData, shared_seconds: 
     x_eval, _ = _lightgbm_matrix(held_out.tables, categorical, numeric, codes)
     x_train, x_eval = x_train[train.valid], x_eval[held_out.valid]
     names = categorical + numeric
-    dataset = lgb.Dataset(x_train, label=train.labels, feature_name=names,
-                          categorical_feature=categorical, free_raw_data=True)
+    dataset = lgb.Dataset(
+        x_train,
+        label=train.labels,
+        feature_name=names,
+        categorical_feature=categorical,
+        free_raw_data=True,
+    )
     params = LIGHTGBM_PARAMS if params is None else params
     booster = lgb.train(params, dataset, num_boost_round=trees)
     auc, loss = _metrics(held_out.labels, booster.predict(x_eval, raw_score=True))
     seconds = shared_seconds + time.perf_counter() - started
     train_auc, _ = _metrics(train.labels, booster.predict(x_train, raw_score=True))
-    return Row("lightgbm", "peer", auc, loss, train_auc, seconds,
-               f"LightGBM {trees} trees, {params.get('num_leaves', 31)} leaves, "
-               f"lr {params.get('learning_rate', 0.1)}; {len(categorical)} categorical + "
-               f"{len(numeric)} numeric raw columns")
+    return Row(
+        "lightgbm",
+        "peer",
+        auc,
+        loss,
+        train_auc,
+        seconds,
+        f"LightGBM {trees} trees, {params.get('num_leaves', 31)} leaves, "
+        f"lr {params.get('learning_rate', 0.1)}; {len(categorical)} categorical + "
+        f"{len(numeric)} numeric raw columns",
+    )
 
 
 def lightgbm_columns(config) -> tuple[list[str], list[str]]:
@@ -544,10 +624,10 @@ def lightgbm_columns(config) -> tuple[list[str], list[str]]:
     and of numbers (numeric features); multi-valued features and crosses are left out."""
     features = config.features
     reads = [r for f in features.features.values() for r in f.column_reads(features)]
-    categorical = list(dict.fromkeys(r.column for r in reads
-                                     if r.need in ("integer id", "string")))
-    numeric = list(dict.fromkeys(r.column for r in reads
-                                 if r.need == "number" and r.column not in categorical))
+    categorical = list(dict.fromkeys(r.column for r in reads if r.need in ("integer id", "string")))
+    numeric = list(
+        dict.fromkeys(r.column for r in reads if r.need == "number" and r.column not in categorical)
+    )
     return categorical, numeric
 
 
@@ -566,14 +646,15 @@ def _score(model, config, split: str) -> dict[str, float]:
     from recsys_dist.data.input_fn import prepare_input
 
     label = config.labels[0]
-    spec = dataclasses.replace(config.input, batch_size=max(SCORE_BATCH,
-                                                            config.input.batch_size))
+    spec = dataclasses.replace(config.input, batch_size=max(SCORE_BATCH, config.input.batch_size))
     pipeline = prepare_input(config, split, 1, spec=spec, optional_extra_columns=(ORACLE,))
     predict = _PREDICT.get(model)
     if predict is None:  # one function per model: scored after every pass, traced once
         predict = _PREDICT[model] = tf.function(
-            lambda features: model(features, training=False)[label], autograph=False,
-            reduce_retracing=True)
+            lambda features: model(features, training=False)[label],
+            autograph=False,
+            reduce_retracing=True,
+        )
     labels, logits, weights, oracle = [], [], [], []
     for batch in pipeline.dataset_fn(training=False, worker_index=0)():
         logits.append(predict(batch["features"]).numpy())
@@ -588,8 +669,9 @@ def _score(model, config, split: str) -> dict[str, float]:
     return result
 
 
-def single_process_reference(config, score_train: bool = False,
-                             log: Callable[[str], None] = print) -> dict[str, Any]:
+def single_process_reference(
+    config, score_train: bool = False, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Trains ``config``'s model in this process, without parameter servers, and scores it.
 
     It builds the model and its optimizers (the trainer's
@@ -618,18 +700,20 @@ def single_process_reference(config, score_train: bool = False,
     if config.train.lr_decay_per_epoch is not None:
         rows = prepare_input(config, "train", 1).plan.total_rows
         steps_per_epoch = math.ceil(rows / config.input.batch_size)
-    optimizers = ModelOptimizers(model, config.train, config.input.batch_size,
-                                 steps_per_epoch=steps_per_epoch)
+    optimizers = ModelOptimizers(
+        model, config.train, config.input.batch_size, steps_per_epoch=steps_per_epoch
+    )
     table_vars, dense_vars = model.embedding_variables, model.dense_variables
 
     @tf.function(autograph=False)
     def step(batch):
         with tf.GradientTape() as tape:  # the trainer's own loss, for one replica
             logits = model(batch["features"], training=True)
-            loss, _ = replica_loss(logits, batch["labels"], batch["valid"], config.labels, 1,
-                                   model.losses)
+            loss, _ = replica_loss(
+                logits, batch["labels"], batch["valid"], config.labels, 1, model.losses
+            )
         grads = tape.gradient(loss, table_vars + dense_vars)
-        optimizers.apply(grads[:len(table_vars)], grads[len(table_vars):])
+        optimizers.apply(grads[: len(table_vars)], grads[len(table_vars) :])
         return loss
 
     started = time.perf_counter()
@@ -637,9 +721,14 @@ def single_process_reference(config, score_train: bool = False,
     train_seconds = time.perf_counter() - started
     held_out = _score(model, config, "eval")
     seconds = time.perf_counter() - started
-    return {"steps": steps, "train_seconds": train_seconds, "seconds": seconds,
-            "eval": held_out, "train": _score(model, config, "train") if score_train else None,
-            "best_epoch": best_epoch}
+    return {
+        "steps": steps,
+        "train_seconds": train_seconds,
+        "seconds": seconds,
+        "eval": held_out,
+        "train": _score(model, config, "train") if score_train else None,
+        "best_epoch": best_epoch,
+    }
 
 
 def _train_passes(config, model, step, log: Callable[[str], None]) -> tuple[int, int]:
@@ -678,8 +767,7 @@ def _one_pass(config, step, epoch: int, log: Callable[[str], None]) -> int:
         recent = (recent + [float(step(batch))])[-500:]
         steps += 1
         if steps % 1000 == 0:
-            log(f"epoch {epoch} step {steps:,}: loss of the last 500 steps "
-                f"{np.mean(recent):.4f}")
+            log(f"epoch {epoch} step {steps:,}: loss of the last 500 steps {np.mean(recent):.4f}")
     return steps
 
 
@@ -695,10 +783,16 @@ def model_overrides(config, model: str) -> list[str]:
     if config.model.inputs is not None:
         items.append("model.inputs=null")  # the groups of the config's model
     if model == "wide_deep":
-        wide = [n for n, f in config.features.features.items()
-                if f.kind in ("categorical", "cross")]
-        items.append("model.inputs={wide: [" + ", ".join(wide) + "], deep: ["
-                     + ", ".join(config.features.features) + "]}")
+        wide = [
+            n for n, f in config.features.features.items() if f.kind in ("categorical", "cross")
+        ]
+        items.append(
+            "model.inputs={wide: ["
+            + ", ".join(wide)
+            + "], deep: ["
+            + ", ".join(config.features.features)
+            + "]}"
+        )
     elif model == "mmoe" and len(config.features.labels) >= 2:
         items.append("model.labels=[" + ", ".join(config.features.labels) + "]")
     return items
@@ -714,13 +808,15 @@ def cli(*args: str, log_file: pathlib.Path) -> float:
       RecsysError: the command failed (its last lines are in the message).
     """
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
-        [str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        dict.fromkeys([str(ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    )
     command = [sys.executable, "-m", "recsys_dist.cli", *args]
     started = time.perf_counter()
     with open(log_file, "w", encoding="utf-8") as log:
-        code = subprocess.run(command, check=False, stdout=log, stderr=subprocess.STDOUT, env=env,
-                              cwd=ROOT).returncode
+        code = subprocess.run(
+            command, check=False, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+        ).returncode
     seconds = time.perf_counter() - started
     if code != 0:
         tail = log_file.read_text(encoding="utf-8").strip().splitlines()[-3:]
@@ -728,8 +824,14 @@ def cli(*args: str, log_file: pathlib.Path) -> float:
     return seconds
 
 
-def zoo_row(inputs: Inputs, model: str, work: pathlib.Path, tag: str = "",
-            cluster: list[str] = CLUSTER, score_train: bool = True) -> Row:
+def zoo_row(
+    inputs: Inputs,
+    model: str,
+    work: pathlib.Path,
+    tag: str = "",
+    cluster: list[str] = CLUSTER,
+    score_train: bool = True,
+) -> Row:
     """Trains ``model`` with ``recsys-dist train --no-eval`` on ``cluster`` (default a
     local cluster of 2 workers and 2 parameter servers) and scores it with ``recsys-dist
     evaluate`` on the held-out window and, with ``score_train``, the training window
@@ -737,8 +839,11 @@ def zoo_row(inputs: Inputs, model: str, work: pathlib.Path, tag: str = "",
     model_dir = work / "zoo" / model
     shutil.rmtree(model_dir, ignore_errors=True)
     model_dir.mkdir(parents=True)
-    sets = [a for item in [*inputs.overrides, *cluster, *model_overrides(inputs.config, model)]
-            for a in ("--set", item)]
+    sets = [
+        a
+        for item in [*inputs.overrides, *cluster, *model_overrides(inputs.config, model)]
+        for a in ("--set", item)
+    ]
     base = ["--config", inputs.config_path, "--model-dir", str(model_dir), *sets]
     label = inputs.config.labels[0]
     train_auc = math.nan
@@ -747,46 +852,87 @@ def zoo_row(inputs: Inputs, model: str, work: pathlib.Path, tag: str = "",
         result = json.loads((model_dir / "train_result.json").read_text())
         held_out = result["eval"]["labels"][label]
         best = (result.get("early_stopping") or {}).get("best")
-        return Row(f"{model} (zoo)", "zoo", held_out["auc"], held_out["logloss"], train_auc,
-                   seconds, "recsys-dist train (held-out window scored by train), "
-                   + ", ".join(item.split(".", 1)[1] for item in cluster)
-                   + (f"; best epoch {best['epoch']}" if best else ""))
+        return Row(
+            f"{model} (zoo)",
+            "zoo",
+            held_out["auc"],
+            held_out["logloss"],
+            train_auc,
+            seconds,
+            "recsys-dist train (held-out window scored by train), "
+            + ", ".join(item.split(".", 1)[1] for item in cluster)
+            + (f"; best epoch {best['epoch']}" if best else ""),
+        )
     seconds = cli("train", *base, "--no-eval", log_file=work / f"{model}{tag}-train.log")
-    seconds += cli("evaluate", *base, "--out", str(model_dir / "eval"), "--quiet",
-                   log_file=work / f"{model}{tag}-evaluate.log")
+    seconds += cli(
+        "evaluate",
+        *base,
+        "--out",
+        str(model_dir / "eval"),
+        "--quiet",
+        log_file=work / f"{model}{tag}-evaluate.log",
+    )
     if score_train:
         train_split = inputs.config.data.train
-        window = (["--dates", train_split.dates] if train_split.dates is not None
-                  else ["--set", f"data.eval={{glob: '{train_split.glob}'}}"])
-        cli("evaluate", *base, "--out", str(model_dir / "eval_train"), "--quiet", *window,
-            log_file=work / f"{model}{tag}-evaluate-train.log")
+        window = (
+            ["--dates", train_split.dates]
+            if train_split.dates is not None
+            else ["--set", f"data.eval={{glob: '{train_split.glob}'}}"]
+        )
+        cli(
+            "evaluate",
+            *base,
+            "--out",
+            str(model_dir / "eval_train"),
+            "--quiet",
+            *window,
+            log_file=work / f"{model}{tag}-evaluate-train.log",
+        )
         on_train = json.loads((model_dir / "eval_train" / "metrics.json").read_text())
         train_auc = on_train["labels"][label]["auc"]
     held_out = json.loads((model_dir / "eval" / "metrics.json").read_text())["labels"][label]
     result = json.loads((model_dir / "train_result.json").read_text())
     rate = result.get("examples_per_second")
     best = (result.get("early_stopping") or {}).get("best")
-    where = ("2 workers + 2 ps (local)" if cluster == CLUSTER
-             else ", ".join(item.split(".", 1)[1] for item in cluster))
-    return Row(f"{model} (zoo)", "zoo", held_out["auc"], held_out["logloss"], train_auc,
-               seconds, f"recsys-dist train --no-eval, {where}, then evaluate"
-               + (f"; {rate:,.0f} train ex/s" if rate else "")
-               + (f"; best epoch {best['epoch']}" if best else ""))
+    where = (
+        "2 workers + 2 ps (local)"
+        if cluster == CLUSTER
+        else ", ".join(item.split(".", 1)[1] for item in cluster)
+    )
+    return Row(
+        f"{model} (zoo)",
+        "zoo",
+        held_out["auc"],
+        held_out["logloss"],
+        train_auc,
+        seconds,
+        f"recsys-dist train --no-eval, {where}, then evaluate"
+        + (f"; {rate:,.0f} train ex/s" if rate else "")
+        + (f"; best epoch {best['epoch']}" if best else ""),
+    )
 
 
-def reference_row(inputs: Inputs, model: str, log: Callable[[str], None],
-                  score_train: bool = True) -> Row:
+def reference_row(
+    inputs: Inputs, model: str, log: Callable[[str], None], score_train: bool = True
+) -> Row:
     from recsys_dist.config import load_config
 
-    config = load_config(inputs.config_path, [*inputs.overrides,
-                                              *model_overrides(inputs.config, model)])
+    config = load_config(
+        inputs.config_path, [*inputs.overrides, *model_overrides(inputs.config, model)]
+    )
     result = single_process_reference(config, score_train=score_train, log=log)
     held_out, on_train = result["eval"], result["train"]
     stopping = config.train.early_stopping is not None
-    return Row(f"{model} one process", "peer", held_out["auc"], held_out["logloss"],
-               on_train["auc"] if on_train else math.nan, result["seconds"],
-               f"tf-keras in this process, no parameter servers, {result['steps']:,} steps"
-               + (f", best epoch {result['best_epoch']}" if stopping else ""))
+    return Row(
+        f"{model} one process",
+        "peer",
+        held_out["auc"],
+        held_out["logloss"],
+        on_train["auc"] if on_train else math.nan,
+        result["seconds"],
+        f"tf-keras in this process, no parameter servers, {result['steps']:,} steps"
+        + (f", best epoch {result['best_epoch']}" if stopping else ""),
+    )
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -797,8 +943,9 @@ def with_seed(inputs: Inputs, seed: int | None) -> Inputs:
     the input's shuffling (``input.seed``); ``None``: the config's own."""
     if seed is None:
         return inputs
-    return dataclasses.replace(inputs, overrides=[*inputs.overrides, f"train.seed={seed}",
-                                                  f"input.seed={seed}"])
+    return dataclasses.replace(
+        inputs, overrides=[*inputs.overrides, f"train.seed={seed}", f"input.seed={seed}"]
+    )
 
 
 def mean_row(runs: list[Row]) -> Row:
@@ -806,11 +953,16 @@ def mean_row(runs: list[Row]) -> Row:
     wall time summed, each seed's held-out AUC in the setting."""
     aucs = ", ".join(f"{r.auc:.4f}" for r in runs)
     seeds = ", ".join(str(r.seed) for r in runs)
-    return Row(f"{runs[0].method} (mean of {len(runs)} seeds)", runs[0].kind,
-               float(np.mean([r.auc for r in runs])), float(np.mean([r.logloss for r in runs])),
-               float(np.mean([r.train_auc for r in runs])), sum(r.seconds for r in runs),
-               f"{runs[0].setting} (seed {runs[0].seed}); seeds {seeds}: AUC {aucs}, "
-               f"standard error {standard_error([r.auc for r in runs]):.4f}")
+    return Row(
+        f"{runs[0].method} (mean of {len(runs)} seeds)",
+        runs[0].kind,
+        float(np.mean([r.auc for r in runs])),
+        float(np.mean([r.logloss for r in runs])),
+        float(np.mean([r.train_auc for r in runs])),
+        sum(r.seconds for r in runs),
+        f"{runs[0].setting} (seed {runs[0].seed}); seeds {seeds}: AUC {aucs}, "
+        f"standard error {standard_error([r.auc for r in runs]):.4f}",
+    )
 
 
 def standard_error(values: list[float]) -> float:
@@ -825,7 +977,7 @@ def seed_differences(runs: list[Row]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for method, seed in by:
         if method.endswith(" (zoo)"):
-            model = method[:-len(" (zoo)")]
+            model = method[: -len(" (zoo)")]
             reference = by.get((f"{model} one process", seed))
             if reference is not None:
                 out.setdefault(model, []).append(by[(method, seed)] - reference)
@@ -836,16 +988,24 @@ def paired_table(runs: list[Row], seeds: list[int]) -> str:
     """Per deep model and seed: one process, zoo and their difference; then the mean
     difference and its standard error over the seeds."""
     by = {(r.method, r.seed): r.auc for r in runs}
-    lines = ["| model | " + " | ".join(f"seed {s}" for s in seeds)
-             + " | mean | standard error |", "|---|" + "---|" * (len(seeds) + 2)]
+    lines = [
+        "| model | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | standard error |",
+        "|---|" + "---|" * (len(seeds) + 2),
+    ]
     for model, diffs in seed_differences(runs).items():
         for method in (f"{model} one process", f"{model} (zoo)"):
             values = [by[(method, s)] for s in seeds]
-            lines.append(f"| {method} | " + " | ".join(f"{v:.4f}" for v in values)
-                         + f" | {np.mean(values):.4f} | |")
+            lines.append(
+                f"| {method} | "
+                + " | ".join(f"{v:.4f}" for v in values)
+                + f" | {np.mean(values):.4f} | |"
+            )
         error = standard_error(diffs)
-        lines.append(f"| {model}: zoo minus one process | " + " | ".join(f"{d:+.4f}" for d in diffs)
-                     + f" | {np.mean(diffs):+.4f} | {error:.4f} |")
+        lines.append(
+            f"| {model}: zoo minus one process | "
+            + " | ".join(f"{d:+.4f}" for d in diffs)
+            + f" | {np.mean(diffs):+.4f} | {error:.4f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -855,8 +1015,7 @@ def summary(rows: list[Row], runs: list[Row] = ()) -> str:
     over the seeds) per deep model."""
     zoo = [r for r in rows if r.kind == "zoo"]
     peers = [r for r in rows if r.kind == "peer"]
-    best = (f"{max(r.auc for r in zoo) - max(r.auc for r in peers):+.4f}"
-            if zoo and peers else "n/a")
+    best = f"{max(r.auc for r in zoo) - max(r.auc for r in peers):+.4f}" if zoo and peers else "n/a"
     lr = [r for r in zoo if r.method.startswith("lr (zoo)")]
     logreg = [r for r in peers if r.method.startswith("logreg")]
     versus = f"{lr[0].auc - max(r.auc for r in logreg):+.4f}" if lr and logreg else "n/a"
@@ -864,7 +1023,8 @@ def summary(rows: list[Row], runs: list[Row] = ()) -> str:
     gaps = seed_differences(list(runs))
     if gaps:
         line += ", zoo minus one process: " + ", ".join(
-            f"{model} {np.mean(diffs):+.4f}" for model, diffs in gaps.items())
+            f"{model} {np.mean(diffs):+.4f}" for model, diffs in gaps.items()
+        )
     return line
 
 
@@ -877,6 +1037,7 @@ def targets(rows: list[Row], runs: list[Row]) -> list[str]:
     against scikit-learn's default logistic regression (at least -0.003), the best zoo
     model against the best peer (at least 0), each deep model against its one-process
     reference (mean gap over the seeds at least -0.002, with its standard error)."""
+
     def verdict(value: float, bar: float) -> str:
         return "met" if value >= bar else "NOT met"
 
@@ -887,73 +1048,123 @@ def targets(rows: list[Row], runs: list[Row]) -> list[str]:
     logreg = [r for r in peers if r.method.startswith("logreg")]
     if lr and logreg:
         gap = lr[0].auc - max(r.auc for r in logreg)
-        lines.append(f"target lr >= logreg {LR_TO_LOGREG:+.3f}: {gap:+.4f} "
-                     f"{verdict(gap, LR_TO_LOGREG)}")
+        lines.append(
+            f"target lr >= logreg {LR_TO_LOGREG:+.3f}: {gap:+.4f} {verdict(gap, LR_TO_LOGREG)}"
+        )
     if zoo and peers:
         best_zoo, best_peer = max(zoo, key=lambda r: r.auc), max(peers, key=lambda r: r.auc)
         gap = best_zoo.auc - best_peer.auc
-        lines.append(f"target best zoo >= best peer: {best_zoo.method} {best_zoo.auc:.4f} vs "
-                     f"{best_peer.method} {best_peer.auc:.4f}: {gap:+.4f} {verdict(gap, 0.0)}")
+        lines.append(
+            f"target best zoo >= best peer: {best_zoo.method} {best_zoo.auc:.4f} vs "
+            f"{best_peer.method} {best_peer.auc:.4f}: {gap:+.4f} {verdict(gap, 0.0)}"
+        )
     for model, diffs in seed_differences(runs).items():
         gap = float(np.mean(diffs))
-        lines.append(f"target {model} >= one process {ZOO_TO_REFERENCE:+.3f}: {gap:+.4f} "
-                     f"(standard error {standard_error(diffs):.4f}) "
-                     f"{verdict(gap, ZOO_TO_REFERENCE)}")
+        lines.append(
+            f"target {model} >= one process {ZOO_TO_REFERENCE:+.3f}: {gap:+.4f} "
+            f"(standard error {standard_error(diffs):.4f}) "
+            f"{verdict(gap, ZOO_TO_REFERENCE)}"
+        )
     return lines
 
 
 def table(rows: list[Row], header: str) -> str:
-    columns = ("| method | held-out AUC | held-out logloss | train-window AUC | wall s "
-               "| setting |")
-    return "\n".join([header, "", columns, "|---|---|---|---|---|---|",
-                      *(r.markdown() for r in rows)]) + "\n"
+    columns = "| method | held-out AUC | held-out logloss | train-window AUC | wall s | setting |"
+    return (
+        "\n".join([header, "", columns, "|---|---|---|---|---|---|", *(r.markdown() for r in rows)])
+        + "\n"
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG),
-                        help="model/training config (default configs/demo.yaml)")
-    parser.add_argument("--data", help="root of dt=YYYY-MM-DD partitions (default: write "
-                                       "synthetic data)")
-    parser.add_argument("--rows-per-day", type=int, default=200_000,
-                        help="rows per day of the synthetic data (default 200000)")
-    parser.add_argument("--train", help="training window FROM..TO (default: 2026-01-01..05 "
-                                        "with the default config, else the config's)")
-    parser.add_argument("--eval", help="held-out window FROM..TO (default: 2026-01-07 with "
-                                       "the default config, else the config's)")
-    parser.add_argument("--validation", help="validation window FROM..TO (default: "
-                                             "2026-01-06 with the default config and "
-                                             "windows, with early stopping; else the "
-                                             "config's)")
-    parser.add_argument("--models", default=None,
-                        help=f"zoo models, comma-separated (default {DEFAULT_MODELS}, with "
-                             "--defaults every one; any of "
-                             + ", ".join(ZOO) + ")")
-    parser.add_argument("--c-grid", default=",".join(f"{c:g}" for c in C_GRID),
-                        help="C values of the logistic regression (default 0.01,0.1,1)")
-    parser.add_argument("--logreg-solver", default="liblinear",
-                        choices=["liblinear", "lbfgs", "saga", "newton-cg", "sag"])
+    parser.add_argument(
+        "--config",
+        default=str(DEFAULT_CONFIG),
+        help="model/training config (default configs/demo.yaml)",
+    )
+    parser.add_argument(
+        "--data", help="root of dt=YYYY-MM-DD partitions (default: write synthetic data)"
+    )
+    parser.add_argument(
+        "--rows-per-day",
+        type=int,
+        default=200_000,
+        help="rows per day of the synthetic data (default 200000)",
+    )
+    parser.add_argument(
+        "--train",
+        help="training window FROM..TO (default: 2026-01-01..05 "
+        "with the default config, else the config's)",
+    )
+    parser.add_argument(
+        "--eval",
+        help="held-out window FROM..TO (default: 2026-01-07 with "
+        "the default config, else the config's)",
+    )
+    parser.add_argument(
+        "--validation",
+        help="validation window FROM..TO (default: "
+        "2026-01-06 with the default config and "
+        "windows, with early stopping; else the "
+        "config's)",
+    )
+    parser.add_argument(
+        "--models",
+        default=None,
+        help=f"zoo models, comma-separated (default {DEFAULT_MODELS}, with "
+        "--defaults every one; any of " + ", ".join(ZOO) + ")",
+    )
+    parser.add_argument(
+        "--c-grid",
+        default=",".join(f"{c:g}" for c in C_GRID),
+        help="C values of the logistic regression (default 0.01,0.1,1)",
+    )
+    parser.add_argument(
+        "--logreg-solver",
+        default="liblinear",
+        choices=["liblinear", "lbfgs", "saga", "newton-cg", "sag"],
+    )
     parser.add_argument("--logreg-max-iter", type=int, default=1000)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key for every method")
-    parser.add_argument("--work-dir", help="keep data, runs and logs here (default: a "
-                                           "temporary directory, removed at the end)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key for every method",
+    )
+    parser.add_argument(
+        "--work-dir",
+        help="keep data, runs and logs here (default: a temporary directory, removed at the end)",
+    )
     parser.add_argument("--out", help="also write the table as Markdown to this file")
-    parser.add_argument("--seeds", help="run every zoo model and one-process reference once "
-                                        "per seed (train.seed and input.seed), e.g. 0-6 or "
-                                        "0,3,5, and report their means and the zoo's gap "
-                                        "to its reference seed by seed (default: one run "
-                                        "with the config's seeds)")
-    parser.add_argument("--defaults", action="store_true",
-                        help="every method with its defaults alone: the config's feature "
-                             "config (sequence features left out), data and model, nothing "
-                             "else; scikit-learn's default logistic regression and LightGBM's "
-                             "defaults; the zoo in one process; targets checked at the end")
-    parser.add_argument("--no-peers", action="store_true",
-                        help="leave out logistic regression and LightGBM (e.g. more seeds of "
-                             "a run whose peers were already measured)")
-    parser.add_argument("--check", action="store_true",
-                        help="only check the config and data (as recsys-dist validate)")
+    parser.add_argument(
+        "--seeds",
+        help="run every zoo model and one-process reference once "
+        "per seed (train.seed and input.seed), e.g. 0-6 or "
+        "0,3,5, and report their means and the zoo's gap "
+        "to its reference seed by seed (default: one run "
+        "with the config's seeds)",
+    )
+    parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="every method with its defaults alone: the config's feature "
+        "config (sequence features left out), data and model, nothing "
+        "else; scikit-learn's default logistic regression and LightGBM's "
+        "defaults; the zoo in one process; targets checked at the end",
+    )
+    parser.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="leave out logistic regression and LightGBM (e.g. more seeds of "
+        "a run whose peers were already measured)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only check the config and data (as recsys-dist validate)",
+    )
     args = parser.parse_args(argv)
     models = args.models or (",".join(ZOO) if args.defaults else DEFAULT_MODELS)
     args.models = [m.strip() for m in models.split(",") if m.strip()]
@@ -975,8 +1186,10 @@ def parse_seeds(text: str, error: Callable[[str], None]) -> list[int]:
         except ValueError:
             span = range(0)
         if not span:
-            error(f"--seeds: {part.strip()!r} is not a seed (a whole number >= 0) nor a "
-                  "range FIRST-LAST; give e.g. 0-6 or 0,3,5")
+            error(
+                f"--seeds: {part.strip()!r} is not a seed (a whole number >= 0) nor a "
+                "range FIRST-LAST; give e.g. 0-6 or 0,3,5"
+            )
         seeds += span
     return list(dict.fromkeys(seeds))
 
@@ -994,8 +1207,9 @@ def defaults_config(config_path: str, work: pathlib.Path) -> str:
     config = load_config(config_path)
     features = yaml.safe_load(pathlib.Path(config.features.file).read_text(encoding="utf-8"))
     base = pathlib.Path(config.features.file).resolve().parent
-    kept = {name: spec for name, spec in features["features"].items()
-            if spec.get("kind") != "sequence"}
+    kept = {
+        name: spec for name, spec in features["features"].items() if spec.get("kind") != "sequence"
+    }
     for spec in kept.values():
         if isinstance(spec.get("vocabulary"), str):
             spec["vocabulary"] = str((base / spec["vocabulary"]).resolve())
@@ -1003,23 +1217,45 @@ def defaults_config(config_path: str, work: pathlib.Path) -> str:
     features["features"] = kept
     features["tables"] = {t: v for t, v in (features.get("tables") or {}).items() if t in read}
     (work / "features.yaml").write_text(yaml.safe_dump(features, sort_keys=False))
-    data = {k: v for k, v in config.raw["data"].items() if k in ("path", "train", "validation",
-                                                                 "eval", "partition_key")}
-    text = yaml.safe_dump({"features": str(work / "features.yaml"), "data": data,
-                           "model": {"name": "lr"}}, sort_keys=False)
+    data = {
+        k: v
+        for k, v in config.raw["data"].items()
+        if k in ("path", "train", "validation", "eval", "partition_key")
+    }
+    text = yaml.safe_dump(
+        {"features": str(work / "features.yaml"), "data": data, "model": {"name": "lr"}},
+        sort_keys=False,
+    )
     (work / "defaults.yaml").write_text(text)
     return str(work / "defaults.yaml")
 
 
 def synthesize(work: pathlib.Path, rows_per_day: int) -> str:
     data = work / "data"
-    cli("data", "synth", "--out", str(data), "--days", str(SYNTH_DAYS), "--rows-per-day",
-        str(rows_per_day), "--seed", str(SYNTH_SEED), "--quiet", log_file=work / "synth.log")
+    cli(
+        "data",
+        "synth",
+        "--out",
+        str(data),
+        "--days",
+        str(SYNTH_DAYS),
+        "--rows-per-day",
+        str(rows_per_day),
+        "--seed",
+        str(SYNTH_SEED),
+        "--quiet",
+        log_file=work / "synth.log",
+    )
     return str(data)
 
 
-def run_peers(args: argparse.Namespace, inputs: Inputs, config_file: str, rows: list[Row],
-              log: Callable[[str], None]) -> str:
+def run_peers(
+    args: argparse.Namespace,
+    inputs: Inputs,
+    config_file: str,
+    rows: list[Row],
+    log: Callable[[str], None],
+) -> str:
     """Logistic regression (one row per C) and LightGBM, appended to ``rows``; returns the
     oracle's sentence for the table's header ('' without an oracle column)."""
     from recsys_dist.config import load_config
@@ -1028,26 +1264,42 @@ def run_peers(args: argparse.Namespace, inputs: Inputs, config_file: str, rows: 
     encoder = OneHotEncoder(lr_config.features, lr_config.inputs["wide"])
     categorical, numeric = lightgbm_columns(inputs.config)
     started = time.perf_counter()
-    splits = {s: read_split(inputs, s, encoder, categorical + numeric, log)
-              for s in ("eval", "train")}
+    splits = {
+        s: read_split(inputs, s, encoder, categorical + numeric, log) for s in ("eval", "train")
+    }
     for split in splits.values():  # the ids of dynamic tables met in either window
         split.one_hot = encoder.widen(split.one_hot)
     shared = time.perf_counter() - started
     oracle = ""
     if splits["eval"].oracle is not None:
-        oracle = (f" Oracle (the data's true logit): held-out AUC "
-                  f"{_metrics(splits['eval'].labels, splits['eval'].oracle)[0]:.4f}, "
-                  f"train-window AUC "
-                  f"{_metrics(splits['train'].labels, splits['train'].oracle)[0]:.4f}.")
+        oracle = (
+            f" Oracle (the data's true logit): held-out AUC "
+            f"{_metrics(splits['eval'].labels, splits['eval'].oracle)[0]:.4f}, "
+            f"train-window AUC "
+            f"{_metrics(splits['train'].labels, splits['train'].oracle)[0]:.4f}."
+        )
     log(f"logistic regression, C in {args.c_grid}")
-    logreg = logreg_rows(splits["train"], splits["eval"], args.c_grid, args.logreg_solver,
-                         args.logreg_max_iter, shared, lambda r: print(r.line(), flush=True))
+    logreg = logreg_rows(
+        splits["train"],
+        splits["eval"],
+        args.c_grid,
+        args.logreg_solver,
+        args.logreg_max_iter,
+        shared,
+        lambda r: print(r.line(), flush=True),
+    )
     rows.extend(logreg)
     print(f"logreg best C: {max(logreg, key=lambda r: r.auc).method}", flush=True)
     log("LightGBM")
-    rows.append(lightgbm_row(inputs.config, splits["train"], splits["eval"], shared,
-                             *((DEFAULT_LIGHTGBM_PARAMS, DEFAULT_LIGHTGBM_TREES)
-                               if args.defaults else ())))
+    rows.append(
+        lightgbm_row(
+            inputs.config,
+            splits["train"],
+            splits["eval"],
+            shared,
+            *((DEFAULT_LIGHTGBM_PARAMS, DEFAULT_LIGHTGBM_TREES) if args.defaults else ()),
+        )
+    )
     print(rows[-1].line(), flush=True)
     return oracle
 
@@ -1061,8 +1313,9 @@ def unfit_models(inputs: Inputs, models: list[str]) -> dict[str, str]:
     unfit = {}
     for model in models:
         try:
-            config = load_config(inputs.config_path, [*inputs.overrides,
-                                                      *model_overrides(inputs.config, model)])
+            config = load_config(
+                inputs.config_path, [*inputs.overrides, *model_overrides(inputs.config, model)]
+            )
             build_from_config(config)
         except (ValueError, RecsysError) as exc:
             unfit[model] = str(exc).splitlines()[0]
@@ -1083,18 +1336,23 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
         require_bench_packages()
     data = args.data
     if data is None:
-        log(f"writing synthetic data: {SYNTH_DAYS} days x {args.rows_per_day:,} rows, "
-            f"seed {SYNTH_SEED}")
+        log(
+            f"writing synthetic data: {SYNTH_DAYS} days x {args.rows_per_day:,} rows, "
+            f"seed {SYNTH_SEED}"
+        )
         data = synthesize(work, args.rows_per_day)
     config_file = args.config
     if args.defaults:  # the config's features, data and model, nothing else
         config_file = defaults_config(args.config, work)
         args.c_grid, args.logreg_solver = DEFAULT_LOGREG["c_grid"], DEFAULT_LOGREG["solver"]
-    inputs = validate_inputs(os.path.abspath(config_file),
-                             window_overrides(data, train, eval_, validation) + stopping
-                             + args.set)
-    described = (f"{inputs.window('train')} ({inputs.rows('train'):,} rows) for training, "
-                 f"{inputs.window('eval')} ({inputs.rows('eval'):,} rows) held out")
+    inputs = validate_inputs(
+        os.path.abspath(config_file),
+        window_overrides(data, train, eval_, validation) + stopping + args.set,
+    )
+    described = (
+        f"{inputs.window('train')} ({inputs.rows('train'):,} rows) for training, "
+        f"{inputs.window('eval')} ({inputs.rows('eval'):,} rows) held out"
+    )
     if inputs.config.data.validation is not None:
         described += f", {inputs.window('validation')} for validation"
     print(f"inputs OK: {data}: {described}", flush=True)
@@ -1116,8 +1374,10 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
         labels = len(inputs.config.features.labels)
         models = [m for m in args.models if MODEL_REGISTRY[m].min_labels <= labels]
         for model in sorted(set(args.models) - set(models)):
-            log(f"{model} left out: it needs {MODEL_REGISTRY[model].min_labels} labels, the "
-                f"data has {labels}")
+            log(
+                f"{model} left out: it needs {MODEL_REGISTRY[model].min_labels} labels, the "
+                f"data has {labels}"
+            )
         for model, reason in unfit_models(inputs, models).items():
             log(f"{model} left out: {reason}")
             models.remove(model)
@@ -1129,24 +1389,42 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
                 ran(reference_row(seeded, model, log, score_train), seed)
         for model in models:
             log(f"{model} through recsys-dist train and evaluate{at}")
-            ran(zoo_row(seeded, model, work, "" if seed is None else f"-seed{seed}", cluster,
-                        score_train), seed)
+            ran(
+                zoo_row(
+                    seeded,
+                    model,
+                    work,
+                    "" if seed is None else f"-seed{seed}",
+                    cluster,
+                    score_train,
+                ),
+                seed,
+            )
     if args.seeds:
-        rows += [mean_row([r for r in runs if r.method == method])
-                 for method in dict.fromkeys(r.method for r in runs)]
+        rows += [
+            mean_row([r for r in runs if r.method == method])
+            for method in dict.fromkeys(r.method for r in runs)
+        ]
     else:
         rows += runs
 
-    source = (f"synthetic data (`recsys-dist data synth --days {SYNTH_DAYS} --rows-per-day "
-              f"{args.rows_per_day} --seed {SYNTH_SEED}`)" if args.data is None
-              else f"`{args.data}`")
-    header = (("Every method with its defaults alone (`--defaults`). " if args.defaults else "")
-              + f"Data: {source}; config `{os.path.relpath(args.config, ROOT)}`; label "
-              f"`{inputs.config.labels[0]}`; {described}.{oracle}")
+    source = (
+        f"synthetic data (`recsys-dist data synth --days {SYNTH_DAYS} --rows-per-day "
+        f"{args.rows_per_day} --seed {SYNTH_SEED}`)"
+        if args.data is None
+        else f"`{args.data}`"
+    )
+    header = (
+        ("Every method with its defaults alone (`--defaults`). " if args.defaults else "")
+        + f"Data: {source}; config `{os.path.relpath(args.config, ROOT)}`; label "
+        f"`{inputs.config.labels[0]}`; {described}.{oracle}"
+    )
     text = table(rows, header)
     if args.seeds:
-        text += ("\nHeld-out AUC per seed (`train.seed` and `input.seed`; logreg and "
-                 "LightGBM do not depend on them):\n\n" + paired_table(runs, args.seeds))
+        text += (
+            "\nHeld-out AUC per seed (`train.seed` and `input.seed`; logreg and "
+            "LightGBM do not depend on them):\n\n" + paired_table(runs, args.seeds)
+        )
     last = summary(rows, runs if args.seeds else ())
     if args.defaults:
         last = "\n".join([last, *targets(rows, runs)])

@@ -39,14 +39,27 @@ def wide_deep_inputs() -> str:
 
 
 def train(model: str, data: str, model_dir: str, epochs: int) -> dict:
-    overrides = [f"model.name={model}", f"model.params={PARAMS[model]}",
-                 "data.train={dates: 2026-01-01..2026-01-06}", "data.eval={dates: 2026-01-07}",
-                 f"train.epochs={epochs}", "train.log_every_seconds=30",
-                 "model.labels=[click, conversion]" if model == "mmoe" else "model.labels=[click]"]
+    overrides = [
+        f"model.name={model}",
+        f"model.params={PARAMS[model]}",
+        "data.train={dates: 2026-01-01..2026-01-06}",
+        "data.eval={dates: 2026-01-07}",
+        f"train.epochs={epochs}",
+        "train.log_every_seconds=30",
+        "model.labels=[click, conversion]" if model == "mmoe" else "model.labels=[click]",
+    ]
     if model == "wide_deep":
         overrides.append(f"model.inputs={wide_deep_inputs()}")
-    command = [CLI, "train", "--config", str(ROOT / "configs" / "demo.yaml"), "--data", data,
-               "--model-dir", model_dir]
+    command = [
+        CLI,
+        "train",
+        "--config",
+        str(ROOT / "configs" / "demo.yaml"),
+        "--data",
+        data,
+        "--model-dir",
+        model_dir,
+    ]
     for item in overrides:
         command += ["--set", item]
     start = time.perf_counter()
@@ -67,24 +80,51 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="quality_") as tmp:
         data = args.data or str(pathlib.Path(tmp) / "data")
         if args.data is None:
-            subprocess.run([CLI, "data", "synth", "--out", data, "--days", "7", "--rows-per-day",
-                            str(args.rows_per_day), "--seed", "11", "--quiet"], check=True)
+            subprocess.run(
+                [
+                    CLI,
+                    "data",
+                    "synth",
+                    "--out",
+                    data,
+                    "--days",
+                    "7",
+                    "--rows-per-day",
+                    str(args.rows_per_day),
+                    "--seed",
+                    "11",
+                    "--quiet",
+                ],
+                check=True,
+            )
         rows = []
         for model in args.models.split(","):
             result = train(model, data, str(pathlib.Path(tmp) / model), args.epochs)
             ev = result["eval"]
             click = ev["labels"]["click"]
-            rows.append((model, click["auc"], click["logloss"], click["oracle"]["auc"],
-                         click["oracle"]["logloss"], result["examples_per_second"],
-                         result["wall_seconds"]))
-    header = (f"Synthetic data, seed 11, {args.rows_per_day:,} rows/day: train on days 1-6 "
-              f"({6 * args.rows_per_day:,} rows, {args.epochs} epoch(s)), evaluate on day 7. "
-              "Local cluster: 2 workers + 2 parameter servers on 2 cores.\n\n"
-              "| model | AUC | logloss | oracle AUC | oracle logloss | AUC gap to oracle | "
-              "train ex/s | wall s |\n|---|---|---|---|---|---|---|---|\n")
+            rows.append(
+                (
+                    model,
+                    click["auc"],
+                    click["logloss"],
+                    click["oracle"]["auc"],
+                    click["oracle"]["logloss"],
+                    result["examples_per_second"],
+                    result["wall_seconds"],
+                )
+            )
+    header = (
+        f"Synthetic data, seed 11, {args.rows_per_day:,} rows/day: train on days 1-6 "
+        f"({6 * args.rows_per_day:,} rows, {args.epochs} epoch(s)), evaluate on day 7. "
+        "Local cluster: 2 workers + 2 parameter servers on 2 cores.\n\n"
+        "| model | AUC | logloss | oracle AUC | oracle logloss | AUC gap to oracle | "
+        "train ex/s | wall s |\n|---|---|---|---|---|---|---|---|\n"
+    )
     table = header + "".join(
         f"| {m} | {auc:.4f} | {ll:.4f} | {oauc:.4f} | {oll:.4f} | {oauc - auc:.4f} | "
-        f"{eps:,.0f} | {wall:.0f} |\n" for m, auc, ll, oauc, oll, eps, wall in rows)
+        f"{eps:,.0f} | {wall:.0f} |\n"
+        for m, auc, ll, oauc, oll, eps, wall in rows
+    )
     print(table)
     if args.out:
         pathlib.Path(args.out).write_text(table)

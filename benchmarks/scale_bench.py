@@ -73,9 +73,20 @@ def run(rows: int, steps: int, data: str, tmp: pathlib.Path) -> dict:
     work.mkdir()
     (work / "features.yaml").write_text(FEATURES.format(rows=rows))
     (work / "config.yaml").write_text(CONFIG.format(data=data, steps=steps))
-    process = subprocess.Popen([CLI, "train", "--config", str(work / "config.yaml"),
-                                "--model-dir", str(work / "run"), "--no-eval"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [
+            CLI,
+            "train",
+            "--config",
+            str(work / "config.yaml"),
+            "--model-dir",
+            str(work / "run"),
+            "--no-eval",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     peaks: dict[str, int] = {}
     stop = threading.Event()
 
@@ -93,9 +104,12 @@ def run(rows: int, steps: int, data: str, tmp: pathlib.Path) -> dict:
     output = process.communicate()[0]
     stop.set()
     watcher.join()
-    result = {"rows": rows, "ok": process.returncode == 0,
-              "seconds": round(time.perf_counter() - start, 1),
-              "peak_gib": {label: round(kib / 2**20, 2) for label, kib in sorted(peaks.items())}}
+    result = {
+        "rows": rows,
+        "ok": process.returncode == 0,
+        "seconds": round(time.perf_counter() - start, 1),
+        "peak_gib": {label: round(kib / 2**20, 2) for label, kib in sorted(peaks.items())},
+    }
     if result["ok"]:
         figures = json.loads((work / "run" / "train_result.json").read_text())
         result["steps"] = figures["steps"]
@@ -113,20 +127,28 @@ def main() -> None:
     largest = None
     with tempfile.TemporaryDirectory(prefix="scale_bench_") as tmp:
         data = str(pathlib.Path(tmp) / "data")
-        cli("data", "synth", "--out", data, "--days", "1", "--rows-per-day", "200000",
-            "--quiet")
+        cli("data", "synth", "--out", data, "--days", "1", "--rows-per-day", "200000", "--quiet")
         for rows in sizes:
             result = run(rows, args.steps, data, pathlib.Path(tmp))
-            print(f"{rows:>13,} rows x 16: {'trained' if result['ok'] else 'FAILED'} "
-                  f"{result.get('steps', 0)} steps in {result['seconds']}s; peak GiB: "
-                  + ", ".join(f"{k} {v}" for k, v in result["peak_gib"].items()), flush=True)
+            print(
+                f"{rows:>13,} rows x 16: {'trained' if result['ok'] else 'FAILED'} "
+                f"{result.get('steps', 0)} steps in {result['seconds']}s; peak GiB: "
+                + ", ".join(f"{k} {v}" for k, v in result["peak_gib"].items()),
+                flush=True,
+            )
             if not result["ok"]:
                 print(result["error"])
                 break
             largest = rows
-    print(f"largest table that trained {args.steps} steps: "
-          + (f"{largest:,} rows x 16 ({largest * 16 * 4 / 2**30:.1f} GiB of weights, as much "
-             "again in Adagrad slots)" if largest else "none"))
+    print(
+        f"largest table that trained {args.steps} steps: "
+        + (
+            f"{largest:,} rows x 16 ({largest * 16 * 4 / 2**30:.1f} GiB of weights, as much "
+            "again in Adagrad slots)"
+            if largest
+            else "none"
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -53,24 +53,34 @@ SYNTHETIC_FEATURES = ROOT / "features" / "behaviour_synth.yaml"
 def side_settings(side: str) -> list[str]:
     """``--set`` values that make a side out of the DIN config."""
     if side in ("none", "pooled"):
-        return ["model.name=din",
-                f"model.params.sequence_pooling={'mean' if side == 'pooled' else 'none'}"]
+        return [
+            "model.name=din",
+            f"model.params.sequence_pooling={'mean' if side == 'pooled' else 'none'}",
+        ]
     return [f"model.name={side}"]
 
 
-def train_and_evaluate(config: str, data: str, run: pathlib.Path, settings: list[str],
-                       seed: int) -> dict:
+def train_and_evaluate(
+    config: str, data: str, run: pathlib.Path, settings: list[str], seed: int
+) -> dict:
     shutil.rmtree(run, ignore_errors=True)
     sets = []
-    for item in [*settings, f"train.seed={seed}", f"input.seed={seed}",
-                 "train.log_every_seconds=0"]:
+    for item in [
+        *settings,
+        f"train.seed={seed}",
+        f"input.seed={seed}",
+        "train.log_every_seconds=0",
+    ]:
         sets += ["--set", item]
     cli("train", "--config", config, "--data", data, "--model-dir", str(run), *sets)
     result = json.loads((run / "train_result.json").read_text())
     label = result["eval"]["labels"]["click"]
-    return {"auc": label["auc"], "logloss": label["logloss"],
-            "oracle_auc": (label.get("oracle") or {}).get("auc"),
-            "ex_per_s": result.get("warm_examples_per_second") or result["examples_per_second"]}
+    return {
+        "auc": label["auc"],
+        "logloss": label["logloss"],
+        "oracle_auc": (label.get("oracle") or {}).get("auc"),
+        "ex_per_s": result.get("warm_examples_per_second") or result["examples_per_second"],
+    }
 
 
 def mean_se(values: list[float]) -> str:
@@ -82,8 +92,11 @@ def mean_se(values: list[float]) -> str:
 
 def gap_line(name: str, gaps: list[float]) -> str:
     se = statistics.stdev(gaps) / len(gaps) ** 0.5 if len(gaps) > 1 else float("nan")
-    return (f"{name} - pooled per seed: " + ", ".join(f"{g:+.4f}" for g in gaps)
-            + f"; mean {statistics.mean(gaps):+.4f} (se {se:.4f})")
+    return (
+        f"{name} - pooled per seed: "
+        + ", ".join(f"{g:+.4f}" for g in gaps)
+        + f"; mean {statistics.mean(gaps):+.4f} (se {se:.4f})"
+    )
 
 
 def main() -> None:
@@ -91,19 +104,31 @@ def main() -> None:
     parser.add_argument("--data", choices=("amazon", "synthetic"), default="amazon")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--sides", default=",".join(SIDES))
-    parser.add_argument("--amazon", help="the converted Amazon set (benchmarks/"
-                                         "amazon_sequences.py --out DIR)")
-    parser.add_argument("--source", help="Video.txt for the converter when --amazon is "
-                                         "not built")
-    parser.add_argument("--rows-per-day", type=int, default=200_000,
-                        help="synthetic rows per day (default 200000)")
-    parser.add_argument("--peer", action="store_true",
-                        help="also run DeepCTR's DIN (benchmarks/peer_din.py) on the Amazon "
-                             "rows")
-    parser.add_argument("--peer-epochs", type=int, default=2,
-                        help="passes of the peer (default 2, as configs/amazon_din.yaml)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override for every side")
+    parser.add_argument(
+        "--amazon", help="the converted Amazon set (benchmarks/amazon_sequences.py --out DIR)"
+    )
+    parser.add_argument("--source", help="Video.txt for the converter when --amazon is not built")
+    parser.add_argument(
+        "--rows-per-day", type=int, default=200_000, help="synthetic rows per day (default 200000)"
+    )
+    parser.add_argument(
+        "--peer",
+        action="store_true",
+        help="also run DeepCTR's DIN (benchmarks/peer_din.py) on the Amazon rows",
+    )
+    parser.add_argument(
+        "--peer-epochs",
+        type=int,
+        default=2,
+        help="passes of the peer (default 2, as configs/amazon_din.yaml)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for every side",
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     sides = [s for s in args.sides.split(",") if s]
@@ -115,39 +140,77 @@ def main() -> None:
         if args.data == "amazon":
             data = args.amazon or str(scratch / "amazon")
             if not (pathlib.Path(data) / "summary.json").exists():
-                command = [sys.executable, str(ROOT / "benchmarks" / "amazon_sequences.py"),
-                           "--out", data] + (["--source", args.source] if args.source else [])
+                command = [
+                    sys.executable,
+                    str(ROOT / "benchmarks" / "amazon_sequences.py"),
+                    "--out",
+                    data,
+                ] + (["--source", args.source] if args.source else [])
                 subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
             config = str(AMAZON_CONFIG)
             extra = []
         else:
             data = str(scratch / "behaviour")
-            cli("data", "synth", "--dataset", "behaviour", "--out", data, "--days", "3",
-                "--rows-per-day", str(args.rows_per_day), "--seed", "7", "--quiet")
+            cli(
+                "data",
+                "synth",
+                "--dataset",
+                "behaviour",
+                "--out",
+                data,
+                "--days",
+                "3",
+                "--rows-per-day",
+                str(args.rows_per_day),
+                "--seed",
+                "7",
+                "--quiet",
+            )
             config = str(AMAZON_CONFIG)
-            extra = [f"features={SYNTHETIC_FEATURES}", "data.train={dates: 2026-01-01..2026-01-02}",
-                     "data.eval={dates: 2026-01-03}", "data.validation=null"]
+            extra = [
+                f"features={SYNTHETIC_FEATURES}",
+                "data.train={dates: 2026-01-01..2026-01-02}",
+                "data.eval={dates: 2026-01-03}",
+                "data.validation=null",
+            ]
         print(f"data {args.data} ({data}); config {config}; seeds {seeds}; sides {sides}")
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for seed in seeds:
+
             def show(round_: int, done: dict, seed: int = seed) -> None:
                 side, r = list(done.items())[-1]
-                print(f"seed {seed} {side:7s} AUC {r['auc']:.4f} logloss {r['logloss']:.4f} "
-                      f"{r['ex_per_s']:,.0f} ex/s", flush=True)
+                print(
+                    f"seed {seed} {side:7s} AUC {r['auc']:.4f} logloss {r['logloss']:.4f} "
+                    f"{r['ex_per_s']:,.0f} ex/s",
+                    flush=True,
+                )
 
             one = interleaved(
-                {side: (lambda side=side, seed=seed: train_and_evaluate(
-                    config, data, scratch / side,
-                    [*extra, *side_settings(side), *args.set], seed))
-                 for side in sides}, 1, show=show)
+                {
+                    side: (
+                        lambda side=side, seed=seed: train_and_evaluate(
+                            config,
+                            data,
+                            scratch / side,
+                            [*extra, *side_settings(side), *args.set],
+                            seed,
+                        )
+                    )
+                    for side in sides
+                },
+                1,
+                show=show,
+            )
             for side in sides:
                 results[side] += one[side]
         print()
         for side in sides:
             aucs = [r["auc"] for r in results[side]]
             speed_best, speed_median = best_median(r["ex_per_s"] for r in results[side])
-            print(f"{side:7s} AUC mean {mean_se(aucs)} over {len(aucs)} seeds; ex/s best "
-                  f"{speed_best:,.0f} median {speed_median:,.0f}")
+            print(
+                f"{side:7s} AUC mean {mean_se(aucs)} over {len(aucs)} seeds; ex/s best "
+                f"{speed_best:,.0f} median {speed_median:,.0f}"
+            )
         if "pooled" in sides:
             base = [r["auc"] for r in results["pooled"]]
             base_speed = statistics.median(r["ex_per_s"] for r in results["pooled"])
@@ -164,24 +227,42 @@ def main() -> None:
                 for side in sides:
                     if side in ("pooled", "none"):
                         continue
-                    closed = [(r["auc"] - b) / (ceiling - b)
-                              for r, b in zip(results[side], base)]
-                    print(f"{side} closes {statistics.mean(closed):.0%} of the gap between "
-                          f"pooled and the oracle (per seed: "
-                          + ", ".join(f"{c:.0%}" for c in closed) + ")")
+                    closed = [(r["auc"] - b) / (ceiling - b) for r, b in zip(results[side], base)]
+                    print(
+                        f"{side} closes {statistics.mean(closed):.0%} of the gap between "
+                        f"pooled and the oracle (per seed: "
+                        + ", ".join(f"{c:.0%}" for c in closed)
+                        + ")"
+                    )
         if args.peer and args.data == "amazon":
             peer = subprocess.run(
-                [sys.executable, str(ROOT / "benchmarks" / "peer_din.py"), "--data", data,
-                 "--seeds", ",".join(map(str, seeds)), "--epochs", str(args.peer_epochs),
-                 "--out-json", str(scratch / "peer.json")],
-                check=True, capture_output=True, text=True)
+                [
+                    sys.executable,
+                    str(ROOT / "benchmarks" / "peer_din.py"),
+                    "--data",
+                    data,
+                    "--seeds",
+                    ",".join(map(str, seeds)),
+                    "--epochs",
+                    str(args.peer_epochs),
+                    "--out-json",
+                    str(scratch / "peer.json"),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             print(peer.stdout.strip())
-            peer_aucs = [r["test_auc"] for r in json.loads(
-                (scratch / "peer.json").read_text())["seeds"]]
+            peer_aucs = [
+                r["test_auc"] for r in json.loads((scratch / "peer.json").read_text())["seeds"]
+            ]
             if "din" in sides:
                 gaps = [r["auc"] - p for r, p in zip(results["din"], peer_aucs)]
-                print("din - peer DIN per seed: " + ", ".join(f"{g:+.4f}" for g in gaps)
-                      + f"; mean {statistics.mean(gaps):+.4f}")
+                print(
+                    "din - peer DIN per seed: "
+                    + ", ".join(f"{g:+.4f}" for g in gaps)
+                    + f"; mean {statistics.mean(gaps):+.4f}"
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

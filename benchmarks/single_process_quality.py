@@ -29,8 +29,11 @@ from recsys_dist.errors import RecsysError
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from peer_quality import DEFAULT_CONFIG, single_process_reference  # noqa: E402
 
-DEFAULTS = ["data.train={dates: 2026-01-01..2026-01-06}", "data.eval={dates: 2026-01-07}",
-            "model.labels=[click]"]
+DEFAULTS = [
+    "data.train={dates: 2026-01-01..2026-01-06}",
+    "data.eval={dates: 2026-01-07}",
+    "model.labels=[click]",
+]
 
 
 def run(data: str, overrides: list[str]) -> None:
@@ -39,18 +42,28 @@ def run(data: str, overrides: list[str]) -> None:
     config = load_config(DEFAULT_CONFIG, [f"data.path={data}", *DEFAULTS, *overrides])
     result = single_process_reference(config, log=lambda line: print(line, flush=True))
     m = result["eval"]
-    oracle = (f" | oracle AUC {m['oracle_auc']:.4f}, logloss {m['oracle_logloss']:.4f}"
-              if "oracle_auc" in m else "")
-    print(f"{config.model.name}, one process, {result['steps']:,} steps in "
-          f"{result['train_seconds']:.0f} s: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}"
-          f"{oracle} ({m['rows']:,} rows)")
+    oracle = (
+        f" | oracle AUC {m['oracle_auc']:.4f}, logloss {m['oracle_logloss']:.4f}"
+        if "oracle_auc" in m
+        else ""
+    )
+    print(
+        f"{config.model.name}, one process, {result['steps']:,} steps in "
+        f"{result['train_seconds']:.0f} s: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}"
+        f"{oracle} ({m['rows']:,} rows)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="root of the date partitions")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a key of configs/demo.yaml")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of configs/demo.yaml",
+    )
     args = parser.parse_args()
     try:
         run(args.data, args.set)

@@ -54,8 +54,13 @@ def start_moto() -> tuple[object, str]:
 def upload(url: str, local: str) -> str:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                          aws_access_key_id="bench", aws_secret_access_key="bench")
+    client = boto3.client(
+        "s3",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    )
     client.create_bucket(Bucket=BUCKET)
     for directory, _, names in os.walk(local):
         for name in names:
@@ -67,8 +72,17 @@ def upload(url: str, local: str) -> str:
 def train(data: str, env: dict[str, str], *sets: str) -> float:
     """Examples/s after warm-up of one ``recsys-dist train`` (no evaluation, local dir)."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = [CLI, "train", "--config", DEMO_CONFIG, "--data", data, "--no-eval",
-                "--model-dir", os.path.join(tmp, "run")]
+        args = [
+            CLI,
+            "train",
+            "--config",
+            DEMO_CONFIG,
+            "--data",
+            data,
+            "--no-eval",
+            "--model-dir",
+            os.path.join(tmp, "run"),
+        ]
         for value in sets:
             args += ["--set", value]
         done = subprocess.run(args, capture_output=True, text=True, env=env)
@@ -82,31 +96,58 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows-per-day", type=int, default=200_000)
     parser.add_argument("--rows-per-file", type=int, default=50_000)
-    parser.add_argument("--row-groups-per-file", type=int, default=10,
-                        help="a work unit is a row group: small ones mean many requests")
+    parser.add_argument(
+        "--row-groups-per-file",
+        type=int,
+        default=10,
+        help="a work unit is a row group: small ones mean many requests",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--delay", type=float, default=0.05, help="seconds per request")
-    parser.add_argument("--settings", default="2/4,8/8",
-                        help="read_parallelism/prefetch_batches pairs under delay")
+    parser.add_argument(
+        "--settings", default="2/4,8/8", help="read_parallelism/prefetch_batches pairs under delay"
+    )
     args = parser.parse_args()
     print(f"load before: {os.getloadavg()[0]:.2f} (1-minute average)")
     server, url = start_moto()
     proxy = FaultProxy(url)
-    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.url, "AWS_ACCESS_KEY_ID": "bench",
-           "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": proxy.url,
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_REGION": "us-east-1",
+    }
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run([CLI, "data", "synth", "--out", tmp, "--days", "2",
-                            "--rows-per-day", str(args.rows_per_day), "--rows-per-file",
-                            str(args.rows_per_file), "--row-groups-per-file",
-                            str(args.row_groups_per_file), "--quiet"], check=True)
+            subprocess.run(
+                [
+                    CLI,
+                    "data",
+                    "synth",
+                    "--out",
+                    tmp,
+                    "--days",
+                    "2",
+                    "--rows-per-day",
+                    str(args.rows_per_day),
+                    "--rows-per-file",
+                    str(args.rows_per_file),
+                    "--row-groups-per-file",
+                    str(args.row_groups_per_file),
+                    "--quiet",
+                ],
+                check=True,
+            )
             data = upload(url, tmp)
         delayed = [Fault("delay", seconds=args.delay)]
 
-        def side(faults: list[Fault], parallelism: int | None = None,
-                 prefetch: int | None = None):
-            sets = [] if parallelism is None else [f"input.read_parallelism={parallelism}",
-                                                   f"input.prefetch_batches={prefetch}"]
+        def side(faults: list[Fault], parallelism: int | None = None, prefetch: int | None = None):
+            sets = (
+                []
+                if parallelism is None
+                else [f"input.read_parallelism={parallelism}", f"input.prefetch_batches={prefetch}"]
+            )
 
             def run() -> float:
                 proxy.faults = faults
@@ -115,13 +156,15 @@ def main() -> None:
                 requests = len(proxy.log)
                 print(f"    {requests} requests", flush=True)
                 return rate
+
             return run
 
         sides = {"no delay": side([])}
         for setting in args.settings.split(","):
             parallelism, prefetch = (int(v) for v in setting.split("/"))
             sides[f"{args.delay * 1000:.0f} ms, {parallelism}/{prefetch}"] = side(
-                delayed, parallelism, prefetch)
+                delayed, parallelism, prefetch
+            )
 
         def show(round_: int, done: dict[str, float]) -> None:
             name = list(done)[-1]
@@ -135,10 +178,15 @@ def main() -> None:
     print(f"load after: {os.getloadavg()[0]:.2f}")
     for name, values in rates.items():
         best, median = best_median(values)
-        print(f"{name:>16}: best {best:,.0f}, median {median:,.0f} ex/s; vs no delay: best "
-              f"{best / base_best:.2f}, median {median / base_median:.2f}")
-    default = next(n for n in rates if n.endswith(" 2/4")) if any(
-        n.endswith(" 2/4") for n in rates) else list(rates)[1]
+        print(
+            f"{name:>16}: best {best:,.0f}, median {median:,.0f} ex/s; vs no delay: best "
+            f"{best / base_best:.2f}, median {median / base_median:.2f}"
+        )
+    default = (
+        next(n for n in rates if n.endswith(" 2/4"))
+        if any(n.endswith(" 2/4") for n in rates)
+        else list(rates)[1]
+    )
     print(f"ratio {best_median(rates[default])[1] / base_median:.2f}")
 
 

@@ -52,8 +52,9 @@ def main() -> None:
 
     @tf.function
     def adagrad_fused():
-        tf.raw_ops.ResourceSparseApplyAdagradV2(var=table.handle, accum=accum.handle, lr=0.01,
-                                                epsilon=1e-7, grad=grad, indices=ids)
+        tf.raw_ops.ResourceSparseApplyAdagradV2(
+            var=table.handle, accum=accum.handle, lr=0.01, epsilon=1e-7, grad=grad, indices=ids
+        )
 
     @tf.function
     def adagrad_plain():
@@ -70,35 +71,51 @@ def main() -> None:
         order = tf.argsort(segments)
         return tf.math.segment_sum(tf.gather(values, order), tf.gather(segments, order))
 
-    pairs = {"sparse Adagrad update": (adagrad_fused, adagrad_plain),
-             "unsorted segment sum": (segment_sum_unsorted, segment_sum_sorted)}
+    pairs = {
+        "sparse Adagrad update": (adagrad_fused, adagrad_plain),
+        "unsorted segment sum": (segment_sum_unsorted, segment_sum_sorted),
+    }
     for fused, plain in pairs.values():
         fused(), plain()  # trace
-    print(f"TensorFlow {tf.__version__}, {args.threads} intra-op thread(s), {TOUCHED:,} ids "
-          f"into a {ROWS:,} x {DIM} table; microseconds per call", flush=True)
+    print(
+        f"TensorFlow {tf.__version__}, {args.threads} intra-op thread(s), {TOUCHED:,} ids "
+        f"into a {ROWS:,} x {DIM} table; microseconds per call",
+        flush=True,
+    )
 
     def show(round_: int, done: dict[tuple[str, str], float]) -> None:
         (name, side), plain_us = list(done.items())[-1]
         if side == "plain":
-            print(f"  round {round_}: {name:22s} kernel {done[(name, 'kernel')]:8.0f}  plain ops "
-                  f"{plain_us:8.0f}", flush=True)
+            print(
+                f"  round {round_}: {name:22s} kernel {done[(name, 'kernel')]:8.0f}  plain ops "
+                f"{plain_us:8.0f}",
+                flush=True,
+            )
 
-    sides = {(name, side): functools.partial(_per_call_us, function)
-             for name, functions in pairs.items()
-             for side, function in zip(("kernel", "plain"), functions)}
+    sides = {
+        (name, side): functools.partial(_per_call_us, function)
+        for name, functions in pairs.items()
+        for side, function in zip(("kernel", "plain"), functions)
+    }
     times = interleaved(sides, args.rounds, show=show)
     worst = 0.0
     for name in pairs:
         fused, plain = times[(name, "kernel")], times[(name, "plain")]
         (fused_best, fused_median), (plain_best, plain_median) = (
-            best_median(fused, min), best_median(plain, min))
+            best_median(fused, min),
+            best_median(plain, min),
+        )
         best, median = ratios(fused, plain, min)
         worst = max(worst, median)
-        print(f"{name:22s} kernel best {fused_best:6.0f} median {fused_median:6.0f}"
-              f" | plain ops best {plain_best:6.0f} median {plain_median:6.0f}"
-              f" | ratio kernel/plain best {best:.2f}, median {median:.2f}")
-    print(f"ratio {worst:.2f} (kernel / plain ops, the worse of the two; above 1: the "
-          "TensorFlow 2.20 slowdown)")
+        print(
+            f"{name:22s} kernel best {fused_best:6.0f} median {fused_median:6.0f}"
+            f" | plain ops best {plain_best:6.0f} median {plain_median:6.0f}"
+            f" | ratio kernel/plain best {best:.2f}, median {median:.2f}"
+        )
+    print(
+        f"ratio {worst:.2f} (kernel / plain ops, the worse of the two; above 1: the "
+        "TensorFlow 2.20 slowdown)"
+    )
 
 
 if __name__ == "__main__":

@@ -47,12 +47,25 @@ PHASES = {"plan": "train ", "cluster": "cluster ", "first line": "step "}
 
 def timed_run(config: str, data: str, mode: str, model_dir: str) -> dict[str, float]:
     """Seconds from start to each phase's first line, and to the exit."""
-    command = [CLI, "train", "--config", config, "--data", data, "--model-dir", model_dir,
-               "--no-eval", "--set", "train.max_steps=200", "--set", f"cluster.mode={mode}",
-               "--set", "train.log_every_seconds=0"]
+    command = [
+        CLI,
+        "train",
+        "--config",
+        config,
+        "--data",
+        data,
+        "--model-dir",
+        model_dir,
+        "--no-eval",
+        "--set",
+        "train.max_steps=200",
+        "--set",
+        f"cluster.mode={mode}",
+        "--set",
+        "train.log_every_seconds=0",
+    ]
     start, started_at = time.perf_counter(), time.time()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: dict[str, float] = {}
     lines = []
     for line in process.stdout:
@@ -61,8 +74,7 @@ def timed_run(config: str, data: str, mode: str, model_dir: str) -> dict[str, fl
             if phase not in seen and line.startswith(prefix):
                 seen[phase] = time.perf_counter() - start
     if process.wait() != 0 or len(seen) != len(PHASES):
-        sys.exit(f"error: {mode} run failed (exit {process.returncode}):\n"
-                 + "".join(lines[-20:]))
+        sys.exit(f"error: {mode} run failed (exit {process.returncode}):\n" + "".join(lines[-20:]))
     seen["total"] = time.perf_counter() - start
     result = json.loads((pathlib.Path(model_dir) / "train_result.json").read_text())
     seen["first step"] = result["first_step_at"] - started_at
@@ -78,8 +90,19 @@ def main() -> None:
     try:
         data = args.data or str(work / "data")
         if not args.data:
-            cli("data", "synth", "--out", data, "--days", "3", "--rows-per-day", "200000",
-                "--seed", "7", "--quiet")
+            cli(
+                "data",
+                "synth",
+                "--out",
+                data,
+                "--days",
+                "3",
+                "--rows-per-day",
+                "200000",
+                "--seed",
+                "7",
+                "--quiet",
+            )
         columns = ["plan", "cluster", "first step", "first line", "total"]
 
         def run(mode: str) -> Callable[[], dict[str, float]]:
@@ -88,16 +111,20 @@ def main() -> None:
                 seen = timed_run(DEMO_CONFIG, data, mode, model_dir)
                 shutil.rmtree(model_dir, ignore_errors=True)
                 return seen
+
             return timed
 
         def show(round_: int, done: dict[str, dict[str, float]]) -> None:
             mode, seen = list(done.items())[-1]
-            print(f"{round_:>5} {mode:<10} " + " ".join(f"{seen[c]:>9.1f}s" for c in columns),
-                  flush=True)
+            print(
+                f"{round_:>5} {mode:<10} " + " ".join(f"{seen[c]:>9.1f}s" for c in columns),
+                flush=True,
+            )
 
         print(f"{'round':>5} {'mode':<10} " + " ".join(f"{c:>10}" for c in columns))
-        results = interleaved({mode: run(mode) for mode in MODES}, args.rounds,
-                              alternate=True, show=show)
+        results = interleaved(
+            {mode: run(mode) for mode in MODES}, args.rounds, alternate=True, show=show
+        )
         print()
 
         def phase(mode: str, column: str) -> list[float]:
@@ -107,10 +134,14 @@ def main() -> None:
             for mode in MODES:
                 figures = [best_median(phase(mode, c), min)[index] for c in columns]
                 print(f"{stat:>6} {mode:<10} " + " ".join(f"{v:>9.1f}s" for v in figures))
-            figures = [ratios(phase("in_process", c), phase("local", c), min)[index]
-                       for c in columns]
-            print(f"{stat:>6} {'ratio':<10} " + " ".join(f"{v:>10.2f}" for v in figures)
-                  + "  (in_process / local)")
+            figures = [
+                ratios(phase("in_process", c), phase("local", c), min)[index] for c in columns
+            ]
+            print(
+                f"{stat:>6} {'ratio':<10} "
+                + " ".join(f"{v:>10.2f}" for v in figures)
+                + "  (in_process / local)"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

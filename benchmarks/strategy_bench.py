@@ -36,22 +36,47 @@ from common import DEMO_CONFIG, best_median, cli, interleaved, ratios  # this fo
 STRATEGIES = {
     "single": ("--set", "cluster.strategy=mirrored", "--set", "cluster.workers=1"),
     "mirrored": ("--set", "cluster.strategy=mirrored", "--set", "cluster.workers=2"),
-    "parameter_server": ("--set", "cluster.strategy=parameter_server",
-                         "--set", "cluster.workers=2", "--set", "cluster.ps=2"),
-    "multi_worker_mirrored": ("--set", "cluster.strategy=multi_worker_mirrored",
-                              "--set", "cluster.mode=local", "--set", "cluster.workers=2"),
+    "parameter_server": (
+        "--set",
+        "cluster.strategy=parameter_server",
+        "--set",
+        "cluster.workers=2",
+        "--set",
+        "cluster.ps=2",
+    ),
+    "multi_worker_mirrored": (
+        "--set",
+        "cluster.strategy=multi_worker_mirrored",
+        "--set",
+        "cluster.mode=local",
+        "--set",
+        "cluster.workers=2",
+    ),
 }
 
 
-def train_once(data: str, model_dir: pathlib.Path, epochs: int, extra: tuple[str, ...]
-               ) -> dict[str, float]:
+def train_once(
+    data: str, model_dir: pathlib.Path, epochs: int, extra: tuple[str, ...]
+) -> dict[str, float]:
     """One training run of the demo with evaluation; its rates and held-out AUC."""
-    cli("train", "--config", DEMO_CONFIG, "--data", data, "--model-dir", str(model_dir),
-        "--set", f"train.epochs={epochs}", *extra)
+    cli(
+        "train",
+        "--config",
+        DEMO_CONFIG,
+        "--data",
+        data,
+        "--model-dir",
+        str(model_dir),
+        "--set",
+        f"train.epochs={epochs}",
+        *extra,
+    )
     result = json.loads((model_dir / "train_result.json").read_text())
-    figures = {"warm ex/s": result["warm_examples_per_second"],
-               "ex/s": result["examples_per_second"],
-               "auc": result["eval"]["labels"]["click"]["auc"]}
+    figures = {
+        "warm ex/s": result["warm_examples_per_second"],
+        "ex/s": result["examples_per_second"],
+        "auc": result["eval"]["labels"]["click"]["auc"],
+    }
     shutil.rmtree(model_dir, ignore_errors=True)
     return figures
 
@@ -61,35 +86,57 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rows-per-day", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--strategies", default=",".join(STRATEGIES),
-                        help="comma-separated, from: " + ", ".join(STRATEGIES)
-                             + " (single is always run: it is the baseline)")
+    parser.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help="comma-separated, from: "
+        + ", ".join(STRATEGIES)
+        + " (single is always run: it is the baseline)",
+    )
     args = parser.parse_args()
     chosen = ["single"] + [s for s in args.strategies.split(",") if s and s != "single"]
     unknown = [s for s in chosen if s not in STRATEGIES]
     if unknown:
-        parser.error(f"--strategies: unknown {', '.join(unknown)}; choose from "
-                     + ", ".join(STRATEGIES))
+        parser.error(
+            f"--strategies: unknown {', '.join(unknown)}; choose from " + ", ".join(STRATEGIES)
+        )
     work = pathlib.Path(tempfile.mkdtemp(prefix="strategy_bench_"))
     try:
         data = str(work / "data")
-        cli("data", "synth", "--out", data, "--days", "3", "--rows-per-day",
-            str(args.rows_per_day), "--seed", "7", "--quiet")
+        cli(
+            "data",
+            "synth",
+            "--out",
+            data,
+            "--days",
+            "3",
+            "--rows-per-day",
+            str(args.rows_per_day),
+            "--seed",
+            "7",
+            "--quiet",
+        )
 
         def run(name: str):
             return lambda: train_once(data, work / f"run-{name}", args.epochs, STRATEGIES[name])
 
         def show(round_: int, done: dict) -> None:
             name, f = list(done.items())[-1]
-            print(f"{round_:>5} {name:<21} {f['warm ex/s']:>11,.0f} {f['ex/s']:>9,.0f} "
-                  f"{f['auc']:>8.4f}", flush=True)
+            print(
+                f"{round_:>5} {name:<21} {f['warm ex/s']:>11,.0f} {f['ex/s']:>9,.0f} "
+                f"{f['auc']:>8.4f}",
+                flush=True,
+            )
 
         print(f"{'round':>5} {'strategy':<21} {'warm ex/s':>11} {'ex/s':>9} {'auc':>8}")
-        results = interleaved({name: run(name) for name in chosen}, args.rounds,
-                              alternate=True, show=show)
+        results = interleaved(
+            {name: run(name) for name in chosen}, args.rounds, alternate=True, show=show
+        )
         print()
-        print(f"{'strategy':<21} {'best ex/s':>10} {'median':>9} {'ratio best':>11} "
-              f"{'median':>7} {'auc median':>11} {'vs single':>10}")
+        print(
+            f"{'strategy':<21} {'best ex/s':>10} {'median':>9} {'ratio best':>11} "
+            f"{'median':>7} {'auc median':>11} {'vs single':>10}"
+        )
         base = [r["warm ex/s"] for r in results["single"]]
         base_auc = statistics.median(r["auc"] for r in results["single"])
         for name, runs in results.items():
@@ -97,8 +144,10 @@ def main() -> None:
             best, median = best_median(rates)
             ratio_best, ratio_median = ratios(rates, base)
             auc = statistics.median(r["auc"] for r in runs)
-            print(f"{name:<21} {best:>10,.0f} {median:>9,.0f} {ratio_best:>11.2f} "
-                  f"{ratio_median:>7.2f} {auc:>11.4f} {auc - base_auc:>+10.4f}")
+            print(
+                f"{name:<21} {best:>10,.0f} {median:>9,.0f} {ratio_best:>11.2f} "
+                f"{ratio_median:>7.2f} {auc:>11.4f} {auc - base_auc:>+10.4f}"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -49,8 +49,7 @@ from recsys_dist.errors import RecsysError
 WARMUP_STEPS = 60
 # cluster.mode=local: one process per server, as (a) is described and was measured (the demo
 # config itself runs its servers in_process since 2026-11-23).
-OVERRIDES = ["data.train={dates: 2026-01-01}", "train.log_every_seconds=1000",
-             "cluster.mode=local"]
+OVERRIDES = ["data.train={dates: 2026-01-01}", "train.log_every_seconds=1000", "cluster.mode=local"]
 
 
 def _config():
@@ -67,8 +66,10 @@ def way_a(data: str) -> float:
 
     config = _config()
     pipeline = prepare_input(config.with_data_path(data), "train", config.cluster.workers)
-    with tempfile.TemporaryDirectory() as tmp, \
-            connect(config.cluster, tmp, config.train.embedding_shard_bytes) as runtime:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        connect(config.cluster, tmp, config.train.embedding_shard_bytes) as runtime,
+    ):
         result = Trainer(config, runtime, pipeline, tmp).fit()
     return result.warm_examples_per_second
 
@@ -76,8 +77,11 @@ def way_a(data: str) -> float:
 def _compiled(model, optimizer, steps_per_execution: int = 1):
     import tensorflow as tf
 
-    model.compile(optimizer=optimizer, steps_per_execution=steps_per_execution,
-                  loss={"click": tf.keras.losses.BinaryCrossentropy(from_logits=True)})
+    model.compile(
+        optimizer=optimizer,
+        steps_per_execution=steps_per_execution,
+        loss={"click": tf.keras.losses.BinaryCrossentropy(from_logits=True)},
+    )
     return model
 
 
@@ -92,15 +96,21 @@ def way_b(data: str) -> float:
     config = _config()
     pipeline = prepare_input(config.with_data_path(data), "train", 1)
     batches = list(pipeline.dataset_fn(training=False, worker_index=0)())
-    x = tf.nest.map_structure(lambda *parts: np.concatenate([p.numpy() for p in parts]),
-                              *[b["features"] for b in batches])
+    x = tf.nest.map_structure(
+        lambda *parts: np.concatenate([p.numpy() for p in parts]), *[b["features"] for b in batches]
+    )
     y = {"click": np.concatenate([b["labels"]["click"].numpy() for b in batches])}
     batch = config.input.batch_size
     model = build_from_config(config)
     _compiled(model, tf.keras.optimizers.legacy.Adagrad(0.05))
     warm = WARMUP_STEPS * batch
-    model.fit(tf.nest.map_structure(lambda a: a[:warm], x), {"click": y["click"][:warm]},
-              batch_size=batch, epochs=1, verbose=0)
+    model.fit(
+        tf.nest.map_structure(lambda a: a[:warm], x),
+        {"click": y["click"][:warm]},
+        batch_size=batch,
+        epochs=1,
+        verbose=0,
+    )
     start = time.perf_counter()
     model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=True)
     return len(y["click"]) / (time.perf_counter() - start)
@@ -121,15 +131,20 @@ def way_c(data: str) -> float:
     dataset_fn = pipeline.dataset_fn(training=True)
 
     def creator(input_context):
-        return dataset_fn(input_context).map(
-            lambda e: (e["features"], {"click": e["labels"]["click"]})).repeat()
+        return (
+            dataset_fn(input_context)
+            .map(lambda e: (e["features"], {"click": e["labels"]["click"]}))
+            .repeat()
+        )
 
     steps = pipeline.plan.total_rows // config.input.batch_size
-    with tempfile.TemporaryDirectory() as tmp, \
-            LocalCluster(config.cluster.workers, config.cluster.ps, tmp,
-                         intra_op_threads=0) as cluster:
-        strategy = make_strategy(cluster.cluster_resolver(), config.cluster.ps,
-                                 config.train.embedding_shard_bytes)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        LocalCluster(config.cluster.workers, config.cluster.ps, tmp, intra_op_threads=0) as cluster,
+    ):
+        strategy = make_strategy(
+            cluster.cluster_resolver(), config.cluster.ps, config.train.embedding_shard_bytes
+        )
         with building_under(strategy):
             model = build_from_config(config)
             _compiled(model, tf.keras.optimizers.legacy.Adagrad(0.05), steps_per_execution=10)
@@ -146,8 +161,12 @@ WAYS = {"a": way_a, "b": way_b, "c": way_c}
 
 def run_way(way: str, data: str, sets: list[str]) -> float:
     """Runs one way in a process of its own (``--way``) and returns its examples/s."""
-    done = subprocess.run([sys.executable, __file__, "--way", way, "--data", data, *sets],
-                          check=False, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--way", way, "--data", data, *sets],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         sys.exit(f"way {way} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])["examples_per_second"]
@@ -157,11 +176,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=300_000, help="rows of training data")
     parser.add_argument("--data", help="existing synthetic data with dt=2026-01-01")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="interleaved rounds of the three ways (median is reported)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="interleaved rounds of the three ways (median is reported)",
+    )
     parser.add_argument("--way", choices=sorted(WAYS), help="run one way, print JSON")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override for every way, e.g. features=OTHER.yaml")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for every way, e.g. features=OTHER.yaml",
+    )
     args = parser.parse_args()
     OVERRIDES.extend(args.set)  # every way, in this process or the child ones
     try:
@@ -184,19 +212,27 @@ def main() -> None:
             way, rate = list(done.items())[-1]
             print(f"round {round_}/{args.rounds} way {way}: {rate:,.0f} examples/s", flush=True)
 
-        runs = interleaved({way: functools.partial(run_way, way, data, sets) for way in WAYS},
-                           args.rounds, show=show)
-    names = {"a": "(a) recsys-dist, 2 workers + 2 ps",
-             "b": "(b) single-process model.fit on numpy",
-             "c": "(c) PSS + model.fit + DatasetCreator, 2w+2ps"}
+        runs = interleaved(
+            {way: functools.partial(run_way, way, data, sets) for way in WAYS},
+            args.rounds,
+            show=show,
+        )
+    names = {
+        "a": "(a) recsys-dist, 2 workers + 2 ps",
+        "b": "(b) single-process model.fit on numpy",
+        "c": "(c) PSS + model.fit + DatasetCreator, 2w+2ps",
+    }
     rates = {way: statistics.median(values) for way, values in runs.items()}
     for way, rate in rates.items():
         each = " / ".join(f"{v:,.0f}" for v in runs[way])
         print(f"{names[way]:48s} {rate:>10,.0f} examples/s (median of {each})")
-    print(f"a/b = {rates['a'] / rates['b']:.2f} (target >= 1.0), "
-          f"a/c = {rates['a'] / rates['c']:.2f} (target >= 1.3); per round: "
-          + ", ".join(f"a/b {a / b:.2f} a/c {a / c:.2f}"
-                      for a, b, c in zip(runs["a"], runs["b"], runs["c"])))
+    print(
+        f"a/b = {rates['a'] / rates['b']:.2f} (target >= 1.0), "
+        f"a/c = {rates['a'] / rates['c']:.2f} (target >= 1.3); per round: "
+        + ", ".join(
+            f"a/b {a / b:.2f} a/c {a / c:.2f}" for a, b, c in zip(runs["a"], runs["b"], runs["c"])
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ GATED_EXIT = 5
 with DAG(
     dag_id=DAG_ID,
     description="Daily warm-started retraining with a publication gate, then an offline "
-                "comparison of the published models",
+    "comparison of the published models",
     schedule="@daily",
     # The first day to retrain; with catchup, every day since then gets a run, in order.
     start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc),

@@ -42,8 +42,9 @@ from recsys_dist.console import add_output_arguments, run_command  # noqa: E402
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of this script: ``recsys-dist offline-eval``'s, plus ``-q``
     and ``-v``."""
-    parser = argparse.ArgumentParser(prog="offline_eval.py",
-                                     description=cli.OFFLINE_EVAL_DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="offline_eval.py", description=cli.OFFLINE_EVAL_DESCRIPTION
+    )
     cli.add_offline_eval_arguments(parser)
     add_output_arguments(parser)
     return parser

@@ -36,7 +36,6 @@ def main() -> None:
 
 def _run_worker() -> int:
 
-
     # Before TensorFlow starts: the workers share this machine's cores (as a local
     # parameter-server cluster's servers do; docs/cluster.md#threads-of-a-local-cluster).
     tf.config.threading.set_intra_op_parallelism_threads(int(os.environ[INTRA_OP_THREADS_ENV]))
@@ -44,8 +43,13 @@ def _run_worker() -> int:
         run = CollectiveRun(**json.load(handle))
     config = load_config(run.config_file).with_data_path(run.data_path)
     warm = find_checkpoint("", run.warm_start_from) if run.warm_start_from else None
-    outcome = train_run(config, run.model_dir, evaluate=run.evaluate, warm_start_from=warm,
-                        on_table_resize=run.on_table_resize)
+    outcome = train_run(
+        config,
+        run.model_dir,
+        evaluate=run.evaluate,
+        warm_start_from=warm,
+        on_table_resize=run.on_table_resize,
+    )
     if collective_task()[1] == 0:
         path = os.path.join(os.path.dirname(os.environ[RUN_FILE_ENV]), OUTCOME_FILE)
         with open(path, "w", encoding="utf-8") as handle:

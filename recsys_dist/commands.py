@@ -23,22 +23,27 @@ def synth(args: argparse.Namespace) -> int:
 
     generator = {"criteo": RowGenerator, "behaviour": BehaviourGenerator}[args.dataset]
     try:
-        report = synthesize(args.out, days=args.days, rows_per_day=args.rows_per_day,
-                            seed=args.seed, start_date=args.start_date,
-                            rows_per_file=args.rows_per_file,
-                            row_groups_per_file=args.row_groups_per_file,
-                            users=args.users or (200_000 if args.dataset == "criteo"
-                                                 else 100_000),
-                            generator_class=generator,
-                            progress=(lambda line: print(line, file=sys.stderr))
-                            if not args.quiet else None)
+        report = synthesize(
+            args.out,
+            days=args.days,
+            rows_per_day=args.rows_per_day,
+            seed=args.seed,
+            start_date=args.start_date,
+            rows_per_file=args.rows_per_file,
+            row_groups_per_file=args.row_groups_per_file,
+            users=args.users or (200_000 if args.dataset == "criteo" else 100_000),
+            generator_class=generator,
+            progress=(lambda line: print(line, file=sys.stderr)) if not args.quiet else None,
+        )
     except ValueError as exc:
         raise RecsysError(str(exc)) from None
     rates = f"click rate {report.click_rate:.3f}"
     if report.conversion_rate is not None:
         rates += f", conversion rate {report.conversion_rate:.4f}"
-    print(f"wrote {report.rows:,} rows in {len(report.files)} files to {report.out_dir} "
-          f"({report.days[0]}..{report.days[-1]}) in {report.seconds:.1f}s; {rates}")
+    print(
+        f"wrote {report.rows:,} rows in {len(report.files)} files to {report.out_dir} "
+        f"({report.days[0]}..{report.days[-1]}) in {report.seconds:.1f}s; {rates}"
+    )
     return 0
 
 
@@ -46,12 +51,17 @@ def _describe_plan(pipeline) -> list[str]:
     plan = pipeline.plan
     per_worker = plan.rows_per_worker()
     balance = min(per_worker) / max(per_worker) if max(per_worker) else 1.0
-    lines = [f"data     {len(plan.files)} files, {plan.total_rows:,} rows, {len(plan.units)} units",
-             f"schema   OK: {len(pipeline.transform.columns)} columns ("
-             + ", ".join(f"{c} {pipeline.transform.column_dtypes[c]}"
-                         for c in pipeline.transform.columns[:6]) + ", ...)",
-             f"plan     {plan.num_workers} workers: "
-             + " / ".join(f"{r:,}" for r in per_worker) + f" rows (balance {balance:.2f})"]
+    lines = [
+        f"data     {len(plan.files)} files, {plan.total_rows:,} rows, {len(plan.units)} units",
+        f"schema   OK: {len(pipeline.transform.columns)} columns ("
+        + ", ".join(
+            f"{c} {pipeline.transform.column_dtypes[c]}" for c in pipeline.transform.columns[:6]
+        )
+        + ", ...)",
+        f"plan     {plan.num_workers} workers: "
+        + " / ".join(f"{r:,}" for r in per_worker)
+        + f" rows (balance {balance:.2f})",
+    ]
     for s in plan.skipped:
         lines.append(f"skipped  {s.path}: {s.reason}" + (f" ({s.rows:,} rows)" if s.rows else ""))
     return lines
@@ -62,23 +72,30 @@ def validate(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set).with_data_path(args.data)
     feats = config.features
-    print(f"config   {config.file}: OK ({len(feats.features)} features, {len(feats.tables)} "
-          f"tables, labels {', '.join(config.labels)}; model {config.model.name}; "
-          f"feature config {feats.file})")
+    print(
+        f"config   {config.file}: OK ({len(feats.features)} features, {len(feats.tables)} "
+        f"tables, labels {', '.join(config.labels)}; model {config.model.name}; "
+        f"feature config {feats.file})"
+    )
     replicas, batch = config.cluster.workers, config.input.batch_size
     if config.cluster.strategy == "mirrored":
-        print(f"strategy mirrored: {replicas} replicas in one process, each step's "
-              f"{batch:,} rows split {batch // replicas:,} per replica")
+        print(
+            f"strategy mirrored: {replicas} replicas in one process, each step's "
+            f"{batch:,} rows split {batch // replicas:,} per replica"
+        )
     elif config.cluster.strategy == "multi_worker_mirrored":
-        print(f"strategy multi_worker_mirrored: {replicas} worker processes, each step's "
-              f"{batch:,} rows split {batch // replicas:,} per worker")
+        print(
+            f"strategy multi_worker_mirrored: {replicas} worker processes, each step's "
+            f"{batch:,} rows split {batch // replicas:,} per worker"
+        )
     if args.data is not None:
         splits = [None if args.split in (None, "all") else args.split]
     elif args.split not in (None, "all"):
         splits = [args.split]
     elif config.data is not None:
-        splits = [s for s in ("train", "eval", "validation")
-                  if getattr(config.data, s) is not None] or [None]
+        splits = [
+            s for s in ("train", "eval", "validation") if getattr(config.data, s) is not None
+        ] or [None]
     else:
         print("data     not checked (no --data and no data section in the config)")
         return 0
@@ -87,8 +104,7 @@ def validate(args: argparse.Namespace) -> int:
     for split in splits:
         if split is not None:
             print(f"split    {split}")
-        _check_split(config, prepare_input(config, split, config.cluster.workers), split,
-                     args.scan)
+        _check_split(config, prepare_input(config, split, config.cluster.workers), split, args.scan)
     return 0
 
 
@@ -104,8 +120,10 @@ def _check_split(config, pipeline, split: str | None, scan: bool) -> None:
         print(line)
     if scan:
         result = read_pass_local(pipeline.single_worker())
-        print(f"scan     read {result.rows:,} rows in-graph in {result.seconds:.1f}s: "
-              f"{result.skipped_rows:,} bad rows skipped")
+        print(
+            f"scan     read {result.rows:,} rows in-graph in {result.seconds:.1f}s: "
+            f"{result.skipped_rows:,} bad rows skipped"
+        )
         for table in table_ids(pipeline, config.cluster.ps):
             for line in table.lines():
                 print(line)
@@ -116,8 +134,10 @@ def _check_split(config, pipeline, split: str | None, scan: bool) -> None:
         for line in warnings:
             print(line)
         if not warnings:
-            print(f"tables   no hashed table shares rows often in the first "
-                  f"{SAMPLE_ROWS:,} rows (--scan counts every row)")
+            print(
+                f"tables   no hashed table shares rows often in the first "
+                f"{SAMPLE_ROWS:,} rows (--scan counts every row)"
+            )
 
 
 def read(args: argparse.Namespace) -> int:
@@ -131,20 +151,28 @@ def read(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set).with_data_path(args.data)
     # A read check runs on this machine: a tf_config job's cluster is read locally.
     mode = "in_process" if config.cluster.mode == "in_process" else "local"
-    cluster = ClusterSpec(mode, args.workers or config.cluster.workers,
-                          args.ps or config.cluster.ps)
+    cluster = ClusterSpec(
+        mode, args.workers or config.cluster.workers, args.ps or config.cluster.ps
+    )
     pipeline = prepare_input(config, args.split, cluster.workers)
     for line in _describe_plan(pipeline):
         print(line)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="recsys_dist_cluster_")
     with connect(cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
         print(f"cluster  {runtime.describe()}")
-        result = read_pass_on_cluster(pipeline, runtime.strategy, runtime.coordinator,
-                                      collect_rows=args.check, progress=Progress("rows"))
-    print(f"read     {result.rows:,} rows in {result.seconds:.1f}s "
-          f"({result.rows_per_second:,.0f} rows/s); per worker "
-          + " / ".join(f"{r:,}" for r in result.rows_per_worker)
-          + f"; {result.skipped_rows:,} bad rows skipped")
+        result = read_pass_on_cluster(
+            pipeline,
+            runtime.strategy,
+            runtime.coordinator,
+            collect_rows=args.check,
+            progress=Progress("rows"),
+        )
+    print(
+        f"read     {result.rows:,} rows in {result.seconds:.1f}s "
+        f"({result.rows_per_second:,.0f} rows/s); per worker "
+        + " / ".join(f"{r:,}" for r in result.rows_per_worker)
+        + f"; {result.skipped_rows:,} bad rows skipped"
+    )
     if args.check:
         from recsys_dist.data.read_pass import check_exactly_once
 
@@ -167,13 +195,16 @@ def restart_after(exc, config) -> int:
 
     restart = int(os.environ.get("RECSYS_DIST_RESTART", "0"))
     if restart >= config.train.max_restarts:
-        raise ClusterLost(f"{exc} (gave up after train.max_restarts = "
-                          f"{config.train.max_restarts} restarts)") from None
-    print(f"restart  {exc}; starting the cluster again and resuming from the last "
-          f"checkpoint (restart {restart + 1} of at most {config.train.max_restarts})",
-          flush=True)
+        raise ClusterLost(
+            f"{exc} (gave up after train.max_restarts = {config.train.max_restarts} restarts)"
+        ) from None
+    print(
+        f"restart  {exc}; starting the cluster again and resuming from the last "
+        f"checkpoint (restart {restart + 1} of at most {config.train.max_restarts})",
+        flush=True,
+    )
     _restart_as = restart + 1
-    time.sleep(min(30, 2 ** restart))  # let an orchestrator bring the servers back
+    time.sleep(min(30, 2**restart))  # let an orchestrator bring the servers back
     return RESTART_EXIT
 
 
@@ -184,7 +215,8 @@ def train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set).with_data_path(args.data)
     model_dir = args.model_dir or os.path.join(
-        "runs", os.path.splitext(os.path.basename(config.file))[0])
+        "runs", os.path.splitext(os.path.basename(config.file))[0]
+    )
     warm = None
     if args.warm_start:
         from recsys_dist.checkpoint.store import checkpoint_at
@@ -192,8 +224,13 @@ def train(args: argparse.Namespace) -> int:
         warm = checkpoint_at(args.warm_start, "--warm-start")
     resize = config.retrain.on_table_resize if config.retrain is not None else "fail"
     try:
-        train_run(config, model_dir, evaluate=not args.no_eval, warm_start_from=warm,
-                  on_table_resize=resize)
+        train_run(
+            config,
+            model_dir,
+            evaluate=not args.no_eval,
+            warm_start_from=warm,
+            on_table_resize=resize,
+        )
     except ClusterLost as exc:
         return restart_after(exc, config)
     return 0
@@ -205,33 +242,48 @@ def evaluate(args: argparse.Namespace) -> int:
     from recsys_dist.progress import Progress
 
     dates = {"data.eval": {"dates": args.dates}} if args.dates is not None else None
-    config = load_config(args.config or run_config(args.model_dir), args.set, dates,
-                         source="--dates").with_data_path(args.data)
-    result = run_evaluation(config, args.model_dir, args.out, checkpoint=args.checkpoint,
-                            baseline=args.baseline,
-                            progress=None if args.quiet else Progress("scored rows"))
+    config = load_config(
+        args.config or run_config(args.model_dir), args.set, dates, source="--dates"
+    ).with_data_path(args.data)
+    result = run_evaluation(
+        config,
+        args.model_dir,
+        args.out,
+        checkpoint=args.checkpoint,
+        baseline=args.baseline,
+        progress=None if args.quiet else Progress("scored rows"),
+    )
     metrics = result.metrics
-    print(f"evaluated {metrics['rows']:,} rows of checkpoint {metrics['checkpoint']} "
-          f"(step {metrics['step']:,}) at {result.rows_per_second:,.0f} rows/s")
+    print(
+        f"evaluated {metrics['rows']:,} rows of checkpoint {metrics['checkpoint']} "
+        f"(step {metrics['step']:,}) at {result.rows_per_second:,.0f} rows/s"
+    )
+
     def f(value, digits: int = 4) -> str:  # a metric is null when one class is absent
         return "n/a" if value is None else f"{value:.{digits}f}"
 
     for label, m in metrics["labels"].items():
-        line = (f"  {label}: AUC {f(m['auc'])}, logloss {f(m['logloss'])}, NE "
-                f"{f(m['normalized_entropy'])}, calibration {f(m['calibration']['ratio'], 3)}")
+        line = (
+            f"  {label}: AUC {f(m['auc'])}, logloss {f(m['logloss'])}, NE "
+            f"{f(m['normalized_entropy'])}, calibration {f(m['calibration']['ratio'], 3)}"
+        )
         if "gauc" in m:
             g = m["gauc"]
-            line += (f", GAUC {f(g['gauc'])} ({g['groups']:,} groups; "
-                     f"{g['skipped_groups']:,} single-class groups skipped)")
+            line += (
+                f", GAUC {f(g['gauc'])} ({g['groups']:,} groups; "
+                f"{g['skipped_groups']:,} single-class groups skipped)"
+            )
         if "oracle" in m:
             line += f" | oracle AUC {f(m['oracle']['auc'])}, logloss {f(m['oracle']['logloss'])}"
         print(line)
         delta = metrics.get("comparison", {}).get("labels", {}).get(label)
         if delta:
             boot = delta.get("bootstrap")
-            print(f"  vs baseline: AUC {delta['delta']['auc']:+.4f}"
-                  + (f" (95% CI {boot['low']:+.4f}..{boot['high']:+.4f})" if boot else "")
-                  + f", logloss {delta['delta']['logloss']:+.4f}")
+            print(
+                f"  vs baseline: AUC {delta['delta']['auc']:+.4f}"
+                + (f" (95% CI {boot['low']:+.4f}..{boot['high']:+.4f})" if boot else "")
+                + f", logloss {delta['delta']['logloss']:+.4f}"
+            )
     print(f"report   {result.report}")
     return 0
 
@@ -246,9 +298,13 @@ def run_config(model_dir: str) -> str:
     path = storage_io.join(model_dir, CONFIG_FILE)
     with storage_io.errors_named(model_dir, "read the run's config"):
         if not storage_io.exists(path):
-            raise ConfigError(path, "", "not found, and no --config was given; it is written "
-                                        "when train starts: pass --config, or check "
-                                        "--model-dir")
+            raise ConfigError(
+                path,
+                "",
+                "not found, and no --config was given; it is written "
+                "when train starts: pass --config, or check "
+                "--model-dir",
+            )
         if not storage_io.is_remote(model_dir):
             return path
         local = tempfile.mkdtemp(prefix="recsys_dist_config_")
@@ -266,12 +322,17 @@ def export(args: argparse.Namespace) -> int:
     result = export_model(config, args.model_dir, args.out, checkpoint=args.checkpoint)
     inputs = ", ".join(f"{c}:{d}" for c, d in result.inputs.items())
     lists = [c for c, d in result.inputs.items() if d.startswith("list<")]
-    print(f"exported step {result.step:,} of {result.checkpoint} to {result.out_dir}\n"
-          f"  serving_default inputs ({len(result.inputs)} columns): {inputs}\n"
-          + (f"  list columns are padded [N, L] inputs plus <column>_lengths: "
-             f"{', '.join(lists)}\n" if lists else "")
-          + "  serving_nullable: the same plus <column>_valid per scalar column\n"
-          f"  outputs: {', '.join(result.outputs)} (probabilities)")
+    print(
+        f"exported step {result.step:,} of {result.checkpoint} to {result.out_dir}\n"
+        f"  serving_default inputs ({len(result.inputs)} columns): {inputs}\n"
+        + (
+            f"  list columns are padded [N, L] inputs plus <column>_lengths: {', '.join(lists)}\n"
+            if lists
+            else ""
+        )
+        + "  serving_nullable: the same plus <column>_valid per scalar column\n"
+        f"  outputs: {', '.join(result.outputs)} (probabilities)"
+    )
     return 0
 
 
@@ -296,8 +357,14 @@ def offline_eval(args: argparse.Namespace) -> int:
 
     models = [m for m in args.models.split(",") if m.strip()] if args.models else None
     comparison = evaluate_published(
-        args.root, args.dates, args.out, models=models, data_path=args.data, last=args.last,
-        log=lambda line: print(line, file=sys.stderr, flush=True))
+        args.root,
+        args.dates,
+        args.out,
+        models=models,
+        data_path=args.data,
+        last=args.last,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     for line in comparison_text(comparison):
         print(line)
     print(f"report   {comparison['html']}")
@@ -345,28 +412,41 @@ def plan(args: argparse.Namespace) -> int:
     nic = _positive_flag(args, "--nic-gbit", "a server's network bandwidth in Gbit/s")
     memory = _positive_flag(args, "--server-memory-gib", "a server's memory in GiB")
     measured = capacity.MEASURED_RATES
-    rates = capacity.Rates(*(
-        _positive_flag(args, flag, what) or default for flag, what, default in (
-            ("--worker-examples-per-core", "examples/s", measured.worker_examples_per_core),
-            ("--server-values-per-core", "values/s", measured.server_values_per_core),
-            ("--chief-closures-per-second", "closures/s", measured.chief_closures))))
-    machines = capacity.Machines(nic * 1e9 / 8, memory * 2**30 if memory else None,
-                                 args.worker_cores, args.server_cores)
+    rates = capacity.Rates(
+        *(
+            _positive_flag(args, flag, what) or default
+            for flag, what, default in (
+                ("--worker-examples-per-core", "examples/s", measured.worker_examples_per_core),
+                ("--server-values-per-core", "values/s", measured.server_values_per_core),
+                ("--chief-closures-per-second", "closures/s", measured.chief_closures),
+            )
+        )
+    )
+    machines = capacity.Machines(
+        nic * 1e9 / 8, memory * 2**30 if memory else None, args.worker_cores, args.server_cores
+    )
     config = load_config(args.config, args.set).with_data_path(args.data)
     from recsys_dist.models.footprint import model_footprint
 
     footprint = model_footprint(config)
     distinct, source = _plan_rows(args, config)
-    print(f"model    {config.model.name}, batch {config.input.batch_size:,}, "
-          f"{config.train.steps_per_call} steps per call; {len(footprint.stacks)} stacked "
-          f"table weight(s), {len(footprint.dynamic)} dynamic table(s), "
-          f"{footprint.dense_parameters:,} dense parameters in {len(footprint.dense)} variables")
-    print(f"rows     distinct rows per batch: {source}" if distinct is not None else
-          f"rows     distinct rows per batch: ids spread evenly (an upper bound); {source}")
-    print(f"rates    {rates.worker_examples_per_core:,.0f} examples/s per worker core, "
-          f"{rates.server_values_per_core:,.0f} values/s per server core, "
-          f"{rates.chief_closures:,.0f} closures/s per chief; NIC {nic:g} Gbit/s per server"
-          + (f", {memory:g} GiB per server" if memory else ", server memory not checked"))
+    print(
+        f"model    {config.model.name}, batch {config.input.batch_size:,}, "
+        f"{config.train.steps_per_call} steps per call; {len(footprint.stacks)} stacked "
+        f"table weight(s), {len(footprint.dynamic)} dynamic table(s), "
+        f"{footprint.dense_parameters:,} dense parameters in {len(footprint.dense)} variables"
+    )
+    print(
+        f"rows     distinct rows per batch: {source}"
+        if distinct is not None
+        else f"rows     distinct rows per batch: ids spread evenly (an upper bound); {source}"
+    )
+    print(
+        f"rates    {rates.worker_examples_per_core:,.0f} examples/s per worker core, "
+        f"{rates.server_values_per_core:,.0f} values/s per server core, "
+        f"{rates.chief_closures:,.0f} closures/s per chief; NIC {nic:g} Gbit/s per server"
+        + (f", {memory:g} GiB per server" if memory else ", server memory not checked")
+    )
     result = capacity.plan(footprint, config, target, rates, machines, distinct)
     for line in capacity.plan_lines(result, config):
         print(line)

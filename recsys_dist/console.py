@@ -47,12 +47,22 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_output_options(parser: argparse.ArgumentParser, default) -> None:
     known = parser._option_string_actions  # noqa: SLF001  argparse has no public view
     if "--quiet" not in known:
-        parser.add_argument("-q", "--quiet", action="store_true", default=default,
-                            help="print warnings and results only, no progress lines")
+        parser.add_argument(
+            "-q",
+            "--quiet",
+            action="store_true",
+            default=default,
+            help="print warnings and results only, no progress lines",
+        )
     if "--verbose" not in known:
-        parser.add_argument("-v", "--verbose", action="store_true", default=default,
-                            help="print debug lines and TensorFlow's own Python log messages "
-                                 "(hidden by default: errors are reported as one clear line)")
+        parser.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=default,
+            help="print debug lines and TensorFlow's own Python log messages "
+            "(hidden by default: errors are reported as one clear line)",
+        )
     for action in parser._actions:  # noqa: SLF001
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             for command in action.choices.values():
@@ -155,8 +165,9 @@ def _exit_code(exc: SystemExit) -> int:
     return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
 
 
-def run_command(main: Callable[[], int],
-                before_exit: Callable[[int], None] | None = None) -> NoReturn:
+def run_command(
+    main: Callable[[], int], before_exit: Callable[[int], None] | None = None
+) -> NoReturn:
     """Runs ``main`` as a console command and ends the process with its exit code.
 
     Exits through ``os._exit`` after flushing, also on ``SystemExit`` (SIGTERM and

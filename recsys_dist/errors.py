@@ -52,9 +52,16 @@ class ClusterLost(RecsysError):
 
 
 _STATUS_LINE = re.compile(r"^(?:\(\d+\) )?[A-Z_]+:\s*(.+)$")
-_NOT_THE_REASON = ("Graph execution error", "Detected at node", "File ", "[[", "[Op:",
-                   "Additional GRPC error information", "0 successful operations",
-                   "0 derived errors ignored")
+_NOT_THE_REASON = (
+    "Graph execution error",
+    "Detected at node",
+    "File ",
+    "[[",
+    "[Op:",
+    "Additional GRPC error information",
+    "0 successful operations",
+    "0 derived errors ignored",
+)
 
 
 def op_error_reason(message: str, fallback: str = "unknown error") -> str:

@@ -64,16 +64,21 @@ def s3_timeouts() -> tuple[float, float]:
     """(connect, request) timeouts in seconds: ``RECSYS_DIST_S3_CONNECT_TIMEOUT`` (default
     5) and ``RECSYS_DIST_S3_REQUEST_TIMEOUT`` (default 30; a request whose answer moves no
     byte for that long fails and is retried)."""
-    return (_positive("RECSYS_DIST_S3_CONNECT_TIMEOUT", 5.0),
-            _positive("RECSYS_DIST_S3_REQUEST_TIMEOUT", 30.0))
+    return (
+        _positive("RECSYS_DIST_S3_CONNECT_TIMEOUT", 5.0),
+        _positive("RECSYS_DIST_S3_REQUEST_TIMEOUT", 30.0),
+    )
 
 
 def _s3_options() -> dict:
     if os.environ.get("S3_ENDPOINT") and not os.environ.get("AWS_ENDPOINT_URL"):
-        raise ConfigError("environment", "S3_ENDPOINT",
-                          "is no longer read (it was tensorflow-io's setting); set "
-                          "AWS_ENDPOINT_URL instead, with its scheme, e.g. "
-                          "AWS_ENDPOINT_URL=http://127.0.0.1:9000")
+        raise ConfigError(
+            "environment",
+            "S3_ENDPOINT",
+            "is no longer read (it was tensorflow-io's setting); set "
+            "AWS_ENDPOINT_URL instead, with its scheme, e.g. "
+            "AWS_ENDPOINT_URL=http://127.0.0.1:9000",
+        )
     client_kwargs: dict = {}
     if os.environ.get("AWS_REGION"):
         client_kwargs["region_name"] = os.environ["AWS_REGION"]
@@ -82,8 +87,11 @@ def _s3_options() -> dict:
         client_kwargs["endpoint_url"] = endpoint if "://" in endpoint else f"https://{endpoint}"
     connect, request = s3_timeouts()
     attempts = s3_max_attempts()
-    config_kwargs = {"connect_timeout": connect, "read_timeout": request,
-                     "retries": {"total_max_attempts": attempts, "mode": "standard"}}
+    config_kwargs = {
+        "connect_timeout": connect,
+        "read_timeout": request,
+        "retries": {"total_max_attempts": attempts, "mode": "standard"},
+    }
     return {"client_kwargs": client_kwargs, "config_kwargs": config_kwargs}
 
 

@@ -30,8 +30,10 @@ class Progress:
         elapsed = max(now - self.start, 1e-9)
         rate = done / elapsed
         eta = (total - done) / rate if rate > 0 else float("inf")
-        line = (f"{self.label}: {done:,}/{total:,} ({100 * done / max(total, 1):.0f}%) "
-                f"{rate:,.0f}/s, elapsed {elapsed:.0f}s, ETA {eta:.0f}s")
+        line = (
+            f"{self.label}: {done:,}/{total:,} ({100 * done / max(total, 1):.0f}%) "
+            f"{rate:,.0f}/s, elapsed {elapsed:.0f}s, ETA {eta:.0f}s"
+        )
         if self._tty:
             sys.stderr.write("\r" + line + ("\n" if finished else ""))
         else:

@@ -139,8 +139,9 @@ def _remove_gone(base: str, pids: set[int] | None) -> None:
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def exit_on_signals(signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT,
-                                                          signal.SIGHUP)) -> None:
+def exit_on_signals(
+    signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
+) -> None:
     """For a process without a command's signal handling (a server task started with
     ``python -m``): the signals among ``signals`` that would end it without cleanup
     (default actions) end it with exit code 128 + signum after :func:`remove`."""

@@ -41,10 +41,29 @@ from recsys_dist.filesystems import backoff_seconds, filesystem, is_remote, join
 
 T = TypeVar("T")
 
-__all__ = ["StorageError", "StagedDir", "check_bucket", "check_writable", "download_dir",
-           "errors_named", "exists", "is_remote", "isdir", "join", "listdir", "local_scratch",
-           "makedirs", "open_file", "read_again_when_cut", "read_text", "remove", "rmtree",
-           "space_named", "upload_dir", "write_text"]
+__all__ = [
+    "StorageError",
+    "StagedDir",
+    "check_bucket",
+    "check_writable",
+    "download_dir",
+    "errors_named",
+    "exists",
+    "is_remote",
+    "isdir",
+    "join",
+    "listdir",
+    "local_scratch",
+    "makedirs",
+    "open_file",
+    "read_again_when_cut",
+    "read_text",
+    "remove",
+    "rmtree",
+    "space_named",
+    "upload_dir",
+    "write_text",
+]
 
 #: Schemes whose "directories" are only key prefixes.
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
@@ -66,12 +85,15 @@ def _errors_caught() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [OSError, http.client.HTTPException]
     with contextlib.suppress(ImportError):
         from botocore.exceptions import BotoCoreError, ClientError
+
         errors += [BotoCoreError, ClientError]
     with contextlib.suppress(ImportError):
         from aiohttp import ClientError as HttpClientError
+
         errors.append(HttpClientError)
     with contextlib.suppress(ImportError):
         from fsspec.exceptions import FSTimeoutError
+
         errors.append(FSTimeoutError)
     return tuple(errors)
 
@@ -79,16 +101,18 @@ def _errors_caught() -> tuple[type[BaseException], ...]:
 def _cut_reads() -> tuple[type[BaseException], ...]:
     """Errors of an answer cut in its body (after its headers came), which botocore does
     not retry: the connection reset or timed out while the body was read."""
-    errors: list[type[BaseException]] = [http.client.IncompleteRead, ConnectionError,
-                                         TimeoutError]
+    errors: list[type[BaseException]] = [http.client.IncompleteRead, ConnectionError, TimeoutError]
     with contextlib.suppress(ImportError):
         from aiohttp import ClientPayloadError, ServerDisconnectedError
+
         errors += [ClientPayloadError, ServerDisconnectedError]
     with contextlib.suppress(ImportError):
         from fsspec.exceptions import FSTimeoutError
+
         errors.append(FSTimeoutError)
     with contextlib.suppress(ImportError):
         from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+
         errors += [IncompleteReadError, ResponseStreamingError]
     return tuple(errors)
 
@@ -189,8 +213,9 @@ def listdir(path: str) -> list[str]:
             entries = fs.ls(stripped, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return []
-    return sorted(posixpath.basename(e.rstrip("/")) for e in entries
-                  if e.rstrip("/") != stripped.rstrip("/"))
+    return sorted(
+        posixpath.basename(e.rstrip("/")) for e in entries if e.rstrip("/") != stripped.rstrip("/")
+    )
 
 
 def check_bucket(path: str) -> None:
@@ -262,8 +287,11 @@ def open_file(path: str, mode: str = "rb") -> Iterator:
     """An open binary file at ``path`` (e.g. for Parquet); ``"wb"`` creates parents."""
     with errors_named(path, "open it"):
         if "w" in mode:
-            makedirs(posixpath.dirname(path) if is_remote(path)
-                     else os.path.dirname(os.path.abspath(path)))
+            makedirs(
+                posixpath.dirname(path)
+                if is_remote(path)
+                else os.path.dirname(os.path.abspath(path))
+            )
         fs, stripped = _fs(path)
         handle = fs.open(stripped, mode)
     with errors_named(path, "write it" if "w" in mode else "read it"), handle:
@@ -309,8 +337,9 @@ def check_writable(directory: str, what: str) -> None:
         write_text(probe, "")
         remove(probe)
     except StorageError as exc:
-        raise StorageError(f"{directory}: cannot write {what} there: {exc.reason}",
-                           exc.reason) from None
+        raise StorageError(
+            f"{directory}: cannot write {what} there: {exc.reason}", exc.reason
+        ) from None
 
 
 def _put_file(fs, local: str, remote: str) -> None:
@@ -329,8 +358,11 @@ def upload_dir(local_dir: str, path: str, last: Sequence[str] = ()) -> list[str]
       StorageError: a file could not be uploaded; the ones before it stay uploaded, and
         the ``last`` ones were not, so a marker among them is absent.
     """
-    files = sorted(os.path.relpath(os.path.join(d, f), local_dir).replace(os.sep, "/")
-                   for d, _, names in os.walk(local_dir) for f in names)
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), local_dir).replace(os.sep, "/")
+        for d, _, names in os.walk(local_dir)
+        for f in names
+    )
     order = [f for f in files if f not in last] + [f for f in last if f in files]
     fs, root = _fs(path)
     made: set[str] = set()
@@ -369,8 +401,9 @@ def download_dir(path: str, local_dir: str, select=None) -> list[str]:
 
 
 def _no_space(exc: BaseException) -> bool:
-    return ((isinstance(exc, OSError) and exc.errno == errno.ENOSPC)
-            or "No space left on device" in str(exc))
+    return (
+        isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    ) or "No space left on device" in str(exc)
 
 
 def _megabytes(size: int) -> str:
@@ -378,8 +411,9 @@ def _megabytes(size: int) -> str:
 
 
 @contextlib.contextmanager
-def space_named(directory: str, what: str, needed: Callable[[], int | None] = lambda: None,
-                staged: bool = False) -> Iterator[None]:
+def space_named(
+    directory: str, what: str, needed: Callable[[], int | None] = lambda: None, staged: bool = False
+) -> Iterator[None]:
     """Turns a full local disk inside the block (``ENOSPC``, also as TensorFlow's
     ``ResourceExhaustedError``) into one :class:`StorageError` naming ``directory``, the
     space ``needed()`` (bytes; None when unknown) and the space free there.
@@ -397,11 +431,16 @@ def space_named(directory: str, what: str, needed: Callable[[], int | None] = la
         free = shutil.disk_usage(probe or "/").free
         size = needed()
         need = f"it needs about {_megabytes(size)}, " if size else ""
-        hint = ("; staging is under TMPDIR: point TMPDIR at a larger disk" if staged
-                else "; free some space or choose another directory")
-        raise StorageError(f"{directory}: no space left on the device to {what}: {need}"
-                           f"{_megabytes(free)} free there{hint}", "No space left on device"
-                           ) from None
+        hint = (
+            "; staging is under TMPDIR: point TMPDIR at a larger disk"
+            if staged
+            else "; free some space or choose another directory"
+        )
+        raise StorageError(
+            f"{directory}: no space left on the device to {what}: {need}"
+            f"{_megabytes(free)} free there{hint}",
+            "No space left on device",
+        ) from None
 
 
 def local_scratch(prefix: str) -> str:

@@ -54,11 +54,15 @@ def min_log_level() -> int:
 #: Lines that continue a multi-line log message after its Abseil line: TensorFlow's gRPC
 #: errors, and the protobuf text a server logs when a coordinator connects
 #: (``eager_service_impl.cc] SessionOptions: device_count {`` and about 20 more lines).
-_CONTINUATION = re.compile(rb"^(Additional GRPC error information from remote target |"
-                           rb":\{\"created\":|This could happen if the remote target has been "
-                           rb"disconnected from the client)")
-_PROTO_TEXT = re.compile(rb"^(\s*[a-z_][a-z0-9_]* \{|\s*\}|\s*[a-z_][a-z0-9_]*: "
-                         rb"(\"[^\"]*\"|-?[0-9.e+-]+|true|false|[A-Z][A-Z0-9_]*)|)$")
+_CONTINUATION = re.compile(
+    rb"^(Additional GRPC error information from remote target |"
+    rb":\{\"created\":|This could happen if the remote target has been "
+    rb"disconnected from the client)"
+)
+_PROTO_TEXT = re.compile(
+    rb"^(\s*[a-z_][a-z0-9_]* \{|\s*\}|\s*[a-z_][a-z0-9_]*: "
+    rb"(\"[^\"]*\"|-?[0-9.e+-]+|true|false|[A-Z][A-Z0-9_]*)|)$"
+)
 
 
 def hidden(line: bytes, level: int, after_hidden: bool = False) -> bool:
@@ -69,8 +73,9 @@ def hidden(line: bytes, level: int, after_hidden: bool = False) -> bool:
     match = _ABSL_LINE.match(line)
     if match is not None:
         return _SEVERITY[match.group(1)] < level
-    return after_hidden and (_CONTINUATION.match(line) is not None
-                             or _PROTO_TEXT.match(line) is not None)
+    return after_hidden and (
+        _CONTINUATION.match(line) is not None or _PROTO_TEXT.match(line) is not None
+    )
 
 
 class _FilteredStderr:
@@ -85,8 +90,9 @@ class _FilteredStderr:
         self.saved = os.dup(2)
         os.dup2(write_end, 2)
         os.close(write_end)
-        self.relay = threading.Thread(target=self._relay, args=(read_end,), daemon=True,
-                                      name="tf-log-filter")
+        self.relay = threading.Thread(
+            target=self._relay, args=(read_end,), daemon=True, name="tf-log-filter"
+        )
         self.relay.start()
 
     def _relay(self, read_end: int) -> None:
@@ -114,7 +120,7 @@ def _relay(read_end: int, out: int, level: int) -> None:
                     kept.append(line + b"\n")
             data = b"".join(kept)
             while data:
-                data = data[os.write(out, data):]
+                data = data[os.write(out, data) :]
         if pending and not hidden(pending, level, after_hidden):
             os.write(out, pending)
 
@@ -167,8 +173,11 @@ class _FirstTensorFlowImport(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Filters the load-time lines of the first ``import tensorflow`` of this process, if
     TensorFlow is not imported yet and the level hides anything."""
-    if ("tensorflow" in sys.modules or min_log_level() == 0
-            or os.environ.get(_FILTERED) == str(os.getpid())):
+    if (
+        "tensorflow" in sys.modules
+        or min_log_level() == 0
+        or os.environ.get(_FILTERED) == str(os.getpid())
+    ):
         return
     if not any(isinstance(finder, _FirstTensorFlowImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _FirstTensorFlowImport())

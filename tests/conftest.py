@@ -71,8 +71,24 @@ def synth_dir(tmp_path_factory):
     from recsys_dist.cli import main
 
     out = tmp_path_factory.mktemp("cli_synth")
-    assert main(["data", "synth", "--out", str(out), "--days", "2", "--rows-per-day", "3000",
-                 "--rows-per-file", "1000", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth",
+                "--out",
+                str(out),
+                "--days",
+                "2",
+                "--rows-per-day",
+                "3000",
+                "--rows-per-file",
+                "1000",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -89,8 +105,12 @@ def s3_server():
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1")

@@ -20,8 +20,17 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "recsys_dist"
 #: Lowest first. A part may import its own layer's parts (foundations only) and the
 #: layers below it, never one above.
 LAYERS: list[set[str]] = [
-    {"errors", "progress", "tf_log_filter", "filesystems", "storage_io", "ops", "lazy",
-     "hashing", "scratch"},
+    {
+        "errors",
+        "progress",
+        "tf_log_filter",
+        "filesystems",
+        "storage_io",
+        "ops",
+        "lazy",
+        "hashing",
+        "scratch",
+    },
     {"config"},
     {"features"},
     {"models"},
@@ -101,7 +110,7 @@ def test_the_module_graph_has_no_cycle():
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt]
+                cycle = path[path.index(nxt) :] + [nxt]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if nxt in graph and nxt not in state:
                 visit(nxt)
@@ -117,11 +126,15 @@ def test_no_module_imports_a_private_name_of_another_part():
     offenders = []
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.ImportFrom) and node.module
-                    and node.module.startswith("recsys_dist")
-                    and part_of(node.module) != part_of(name)):
-                offenders += [f"{name}: {node.module}.{a.name}" for a in node.names
-                              if a.name.startswith("_")]
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("recsys_dist")
+                and part_of(node.module) != part_of(name)
+            ):
+                offenders += [
+                    f"{name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")
+                ]
     assert not offenders, "\n".join(offenders)
 
 
@@ -141,15 +154,21 @@ def test_no_function_is_longer_than_the_limit():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 count = statements(node)
                 if count > MAX_FUNCTION_STATEMENTS:
-                    long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} "
-                                f"{node.name}: {count} statements")
-    assert not long, (f"functions of more than {MAX_FUNCTION_STATEMENTS} statements; split "
-                      "them:\n" + "\n".join(long))
+                    long.append(
+                        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} "
+                        f"{node.name}: {count} statements"
+                    )
+    assert not long, (
+        f"functions of more than {MAX_FUNCTION_STATEMENTS} statements; split "
+        "them:\n" + "\n".join(long)
+    )
 
 
 def test_the_function_limit_counts_statements_not_lines():
-    source = ('def f(x):\n    """Doc."""\n    if x:\n        return (1,\n'
-              '                2)\n    return 0\n')
+    source = (
+        'def f(x):\n    """Doc."""\n    if x:\n        return (1,\n'
+        "                2)\n    return 0\n"
+    )
     assert statements(ast.parse(source).body[0]) == 4  # the docstring, if, two returns
 
 
@@ -164,18 +183,24 @@ def kind_tests(tree: ast.AST) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
-            named = {n.id if isinstance(n, ast.Name) else n.attr
-                     for arg in node.args[1:] for n in ast.walk(arg)
-                     if isinstance(n, (ast.Name, ast.Attribute))}
+            named = {
+                n.id if isinstance(n, ast.Name) else n.attr
+                for arg in node.args[1:]
+                for n in ast.walk(arg)
+                if isinstance(n, (ast.Name, ast.Attribute))
+            }
             if named & classes:
-                found.append((node.lineno, "isinstance(..., " + ", ".join(sorted(named & classes))
-                              + ")"))
+                found.append(
+                    (node.lineno, "isinstance(..., " + ", ".join(sorted(named & classes)) + ")")
+                )
         elif isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
-                if (isinstance(side, ast.Attribute) and side.attr == "kind"
-                        and not (isinstance(side.value, ast.Name) and side.value.id == "self")
-                        and not (isinstance(side.value, ast.Attribute)
-                                 and side.value.attr == "dtype")):
+                if (
+                    isinstance(side, ast.Attribute)
+                    and side.attr == "kind"
+                    and not (isinstance(side.value, ast.Name) and side.value.id == "self")
+                    and not (isinstance(side.value, ast.Attribute) and side.value.attr == "dtype")
+                ):
                     found.append((node.lineno, ast.unparse(node)))
     return found
 
@@ -183,25 +208,37 @@ def kind_tests(tree: ast.AST) -> list[tuple[int, str]]:
 def test_only_the_feature_kinds_ask_which_kind_a_feature_is():
     """Elsewhere a feature is asked (``feature.table_name``, ``Kind.transform_all``), so a
     new kind is one module of ``config/kinds/`` and no kind takes another's path."""
-    offenders = [f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
-                 for path in sorted(PACKAGE.rglob("*.py")) if not path.is_relative_to(KINDS)
-                 for line, text in kind_tests(ast.parse(path.read_text(), str(path)))]
-    assert not offenders, ("ask the feature's kind instead (recsys_dist/config/kinds/):\n"
-                           + "\n".join(offenders))
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not path.is_relative_to(KINDS)
+        for line, text in kind_tests(ast.parse(path.read_text(), str(path)))
+    ]
+    assert not offenders, (
+        "ask the feature's kind instead (recsys_dist/config/kinds/):\n" + "\n".join(offenders)
+    )
 
 
 def test_the_kind_test_finds_what_it_looks_for():
-    source = ("if isinstance(f, (CategoricalFeature, int)): pass\n"
-              "if feature.kind == 'sequence': pass\n"
-              "if 'cross' != features[n].kind: pass\n"
-              "if values.dtype.kind == 'u' or self.kind == 'dynamic': pass\n"
-              "if isinstance(f, kinds.NumericFeature) or isinstance(f, dict): pass\n")
+    source = (
+        "if isinstance(f, (CategoricalFeature, int)): pass\n"
+        "if feature.kind == 'sequence': pass\n"
+        "if 'cross' != features[n].kind: pass\n"
+        "if values.dtype.kind == 'u' or self.kind == 'dynamic': pass\n"
+        "if isinstance(f, kinds.NumericFeature) or isinstance(f, dict): pass\n"
+    )
     assert [line for line, _ in kind_tests(ast.parse(source))] == [1, 2, 3, 5]
 
 
 #: What only the cluster layer may ask: which strategy runs, where the servers are.
-DISTRIBUTION_QUESTIONS = ("get_strategy", "has_strategy", "in_cross_replica_context",
-                          "list_logical_devices", "/job:ps", ".cluster.")
+DISTRIBUTION_QUESTIONS = (
+    "get_strategy",
+    "has_strategy",
+    "in_cross_replica_context",
+    "list_logical_devices",
+    "/job:ps",
+    ".cluster.",
+)
 
 
 def test_the_models_know_nothing_of_distribution():
@@ -214,14 +251,21 @@ def test_the_models_know_nothing_of_distribution():
         for node in ast.walk(tree):
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
                 continue  # docstrings may say how a strategy treats the variables
-            text = ast.unparse(node) if isinstance(node, (ast.Call, ast.Attribute,
-                                                          ast.Constant)) else ""
+            text = (
+                ast.unparse(node)
+                if isinstance(node, (ast.Call, ast.Attribute, ast.Constant))
+                else ""
+            )
             found = [q for q in DISTRIBUTION_QUESTIONS if q in text]
             if found:
                 offenders.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {found}")
-    imports = [f"{module} -> {target}" for module, targets in edges().items()
-               if part_of(module) == "models" for target in targets
-               if part_of(target) == "cluster"]
+    imports = [
+        f"{module} -> {target}"
+        for module, targets in edges().items()
+        if part_of(module) == "models"
+        for target in targets
+        if part_of(target) == "cluster"
+    ]
     assert not offenders and not imports, "\n".join(sorted(set(offenders)) + imports)
 
 
@@ -233,16 +277,22 @@ IMPORTS_INSIDE_FUNCTIONS = {
     "recsys_dist/cluster/local.py": "the console runner imports it; TensorFlow only to connect",
     "recsys_dist/cluster/server.py": "cluster/local.py imports its constants without TensorFlow",
     "recsys_dist/models/footprint.py": "the planner (cluster/capacity.py) reads its records "
-                                       "without TensorFlow; building the model needs it",
+    "without TensorFlow; building the model needs it",
     "recsys_dist/ops/__init__.py": "the build step runs only when the library is missing",
     "recsys_dist/ops/build.py": "TensorFlow and pyarrow are asked for their paths only to build",
     "recsys_dist/storage_io.py": "botocore is loaded only with s3:// paths",
 }
 #: Of those, the modules that must import without TensorFlow.
-WITHOUT_TENSORFLOW = ("recsys_dist.cli", "recsys_dist.commands", "recsys_dist.console",
-                      "recsys_dist.cluster.local",
-                      "recsys_dist.cluster.server", "recsys_dist.storage_io",
-                      "recsys_dist.models.footprint", "recsys_dist.cluster.capacity")
+WITHOUT_TENSORFLOW = (
+    "recsys_dist.cli",
+    "recsys_dist.commands",
+    "recsys_dist.console",
+    "recsys_dist.cluster.local",
+    "recsys_dist.cluster.server",
+    "recsys_dist.storage_io",
+    "recsys_dist.models.footprint",
+    "recsys_dist.cluster.capacity",
+)
 
 
 def test_imports_sit_at_the_top_of_modules_but_where_a_reason_is_named():
@@ -250,31 +300,41 @@ def test_imports_sit_at_the_top_of_modules_but_where_a_reason_is_named():
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                    isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(node)):
+                isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(node)
+            ):
                 inside.add(str(path.relative_to(PACKAGE.parent)))
     unexplained = sorted(inside - set(IMPORTS_INSIDE_FUNCTIONS))
-    assert not unexplained, ("move these modules' imports to the top, or name the reason in "
-                             f"IMPORTS_INSIDE_FUNCTIONS: {unexplained}")
+    assert not unexplained, (
+        "move these modules' imports to the top, or name the reason in "
+        f"IMPORTS_INSIDE_FUNCTIONS: {unexplained}"
+    )
     stale = sorted(set(IMPORTS_INSIDE_FUNCTIONS) - inside)
     assert not stale, f"no import inside a function any more: {stale}"
 
 
 def test_the_modules_that_defer_tensorflow_import_without_it():
-    program = ("import importlib, sys\n"
-               f"for name in {WITHOUT_TENSORFLOW!r}:\n"
-               "    importlib.import_module(name)\n"
-               "    assert 'tensorflow' not in sys.modules, name\n")
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=120)
+    program = (
+        "import importlib, sys\n"
+        f"for name in {WITHOUT_TENSORFLOW!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    assert 'tensorflow' not in sys.modules, name\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-#: The longest a module may be. A longer one holds several jobs: split it by job.
-#: (``data/synth.py`` is the longest: its docstring writes out the generator's model.)
-MAX_MODULE_LINES = 575
+#: The longest a module may be, as the formatter writes it. A longer one holds several
+#: jobs: split it by job. (``data/synth.py`` is the longest: its docstring writes out the
+#: generator's model.)
+MAX_MODULE_LINES = 630
 
 
 def test_no_module_is_longer_than_the_limit():
-    long = {str(path.relative_to(PACKAGE.parent)): lines for path in modules().values()
-            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for path in modules().values()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
     assert not long, f"modules longer than {MAX_MODULE_LINES} lines; split them by job: {long}"

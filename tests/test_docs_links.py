@@ -9,8 +9,11 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
-         *sorted((ROOT / "benchmarks").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "benchmarks").glob("*.md")),
+]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 SOURCE_REFERENCE = re.compile(r"docs/([\w\-/]+\.md)(?:#([\w\-]+))?")
 
@@ -39,8 +42,12 @@ def broken(page: pathlib.Path, target: str) -> str | None:
 
 
 def test_every_link_of_the_readme_and_docs_leads_somewhere():
-    problems = [problem for page in PAGES for target in LINK.findall(page.read_text())
-                if (problem := broken(page, target))]
+    problems = [
+        problem
+        for page in PAGES
+        for target in LINK.findall(page.read_text())
+        if (problem := broken(page, target))
+    ]
     assert not problems, "\n".join(problems)
 
 

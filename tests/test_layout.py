@@ -51,12 +51,24 @@ COVERED_BY: dict[str, str] = {
     "recsys_dist/config/kinds/sequence.py": "tests/unit/features/test_sequences.py",
     "recsys_dist/data/input_fn.py": "tests/unit/data/test_input.py",
     "recsys_dist/data/synth_files.py": "tests/unit/data/test_synth.py",
+    "recsys_dist/data/synth_schema.py": "tests/unit/data/test_synth.py",
     "recsys_dist/evaluation/job.py": "tests/cluster/test_evaluate.py",
     "recsys_dist/evaluation/predict.py": "tests/cluster/test_evaluate.py",
     "recsys_dist/evaluation/report.py": "tests/unit/evaluation/test_metrics.py",
-    **{f"recsys_dist/evaluation/metrics/{name}.py": "tests/unit/evaluation/test_metrics.py"
-       for name in ("bootstrap", "checks", "collect", "compare", "loss", "numerics", "ranking",
-                    "slices", "split")},
+    **{
+        f"recsys_dist/evaluation/metrics/{name}.py": "tests/unit/evaluation/test_metrics.py"
+        for name in (
+            "bootstrap",
+            "checks",
+            "collect",
+            "compare",
+            "loss",
+            "numerics",
+            "ranking",
+            "slices",
+            "split",
+        )
+    },
     "recsys_dist/export/saved_model.py": "tests/cluster/test_export.py",
     "recsys_dist/models/activations.py": "tests/unit/models/test_attention.py",
     "recsys_dist/models/masking.py": "tests/unit/models/test_attention.py",
@@ -65,8 +77,10 @@ COVERED_BY: dict[str, str] = {
     "recsys_dist/models/sharding.py": "tests/unit/cluster/test_placement.py",
     "recsys_dist/models/zoo/bst.py": "tests/unit/models/test_sequence_models.py",
     "recsys_dist/models/zoo/din.py": "tests/unit/models/test_sequence_models.py",
-    **{f"recsys_dist/models/zoo/{name}.py": "tests/unit/models/test_zoo.py"
-       for name in ("dcn_v2", "deepfm", "dlrm", "lr", "mmoe", "ranking_model", "wide_deep")},
+    **{
+        f"recsys_dist/models/zoo/{name}.py": "tests/unit/models/test_zoo.py"
+        for name in ("dcn_v2", "deepfm", "dlrm", "lr", "mmoe", "ranking_model", "wide_deep")
+    },
     "recsys_dist/ops/build.py": "tests/unit/ops/test_parquet_op.py",
     "recsys_dist/retrain/daily.py": "tests/cluster/test_retrain.py",
     "recsys_dist/train/async_runner.py": "tests/cluster/test_train.py",
@@ -86,8 +100,7 @@ COVERED_BY: dict[str, str] = {
 
 #: Modules with no logic to test (constants or re-exports only, under about 15 lines of
 #: code), each with the reason. None today: every module has a test.
-NO_LOGIC: dict[str, str] = {
-}
+NO_LOGIC: dict[str, str] = {}
 
 
 def python_files() -> list[pathlib.Path]:
@@ -107,23 +120,30 @@ def package_parts() -> set[str]:
 
 def is_cluster_mark(node: ast.AST) -> bool:
     """``pytest.mark.cluster`` (or ``mark.cluster``) in the source."""
-    return (isinstance(node, ast.Attribute) and node.attr == "cluster"
-            and isinstance(node.value, ast.Attribute) and node.value.attr == "mark")
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "cluster"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    )
 
 
 def test_unit_test_folders_are_named_after_parts_of_the_package():
-    folders = {p.name for p in (TESTS / "unit").iterdir()
-               if p.is_dir() and p.name != "__pycache__"}
+    folders = {p.name for p in (TESTS / "unit").iterdir() if p.is_dir() and p.name != "__pycache__"}
     unknown = folders - package_parts() - set(OTHER_UNIT_FOLDERS)
     assert not unknown, f"tests/unit/ folders that name no part of recsys_dist: {sorted(unknown)}"
 
 
 def test_every_folder_of_test_modules_is_a_package():
     """Two test modules of one name in two folders would clash without ``__init__.py``."""
-    missing = sorted({str(folder.relative_to(TESTS.parent))
-                      for module in modules_of_tests()
-                      for folder in [module.parent, *module.parent.parents]
-                      if folder.is_relative_to(TESTS) and not (folder / "__init__.py").exists()})
+    missing = sorted(
+        {
+            str(folder.relative_to(TESTS.parent))
+            for module in modules_of_tests()
+            for folder in [module.parent, *module.parent.parents]
+            if folder.is_relative_to(TESTS) and not (folder / "__init__.py").exists()
+        }
+    )
     assert not missing, f"add __init__.py to {missing}"
 
 
@@ -137,7 +157,8 @@ def test_cluster_tests_are_the_tests_marked_cluster():
                 isinstance(node, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
                 and any(is_cluster_mark(n) for n in ast.walk(node.value))
-                for node in tree.body)
+                for node in tree.body
+            )
             if not module_mark:
                 unmarked.append(name)
         elif any(is_cluster_mark(node) for node in ast.walk(tree)):
@@ -158,11 +179,11 @@ def test_no_module_imports_a_test_module():
             else:
                 continue
             for name in names:
-                if any(part.startswith("test_") or part == "conftest"
-                       for part in name.split(".")):
+                if any(part.startswith("test_") or part == "conftest" for part in name.split(".")):
                     offenders.append(f"{path.relative_to(TESTS.parent)}: {name}")
-    assert not offenders, ("move what these share to tests/support/ or a fixture:\n"
-                           + "\n".join(offenders))
+    assert not offenders, "move what these share to tests/support/ or a fixture:\n" + "\n".join(
+        offenders
+    )
 
 
 def _names_of(module: pathlib.Path) -> tuple[str, ...]:
@@ -175,8 +196,7 @@ def _names_of(module: pathlib.Path) -> tuple[str, ...]:
 def _names(text: str, module: pathlib.Path) -> bool:
     """Whether ``text`` names ``module`` as a whole word (``run.py`` is not in
     ``train_run.py``, ``recsys_dist.train.step`` not in ``recsys_dist.train.steps``)."""
-    return any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text)
-               for name in _names_of(module))
+    return any(re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text) for name in _names_of(module))
 
 
 def test_every_module_has_its_tests():
@@ -196,8 +216,10 @@ def test_every_module_has_its_tests():
         if not path.is_file():
             wrong.append(f"{name}: {test} does not exist")
         elif not _names(path.read_text(), module):
-            wrong.append(f"{name}: {test} does not name it (say what it covers in its "
-                         "docstring, e.g. covers ``" + _names_of(module)[1] + "``)")
+            wrong.append(
+                f"{name}: {test} does not name it (say what it covers in its "
+                "docstring, e.g. covers ``" + _names_of(module)[1] + "``)"
+            )
     listed = [n for n in [*COVERED_BY, *NO_LOGIC] if not (TESTS.parent / n).is_file()]
     assert not listed, f"COVERED_BY / NO_LOGIC list modules that do not exist: {listed}"
     named = [n for n in [*COVERED_BY, *NO_LOGIC] if pathlib.Path(n).name in own]
@@ -208,4 +230,5 @@ def test_every_module_has_its_tests():
         "test_<name>.py (or tests/cluster/ for a test that needs server processes), or, when "
         "a test module of the part that owns it really covers it, name the module in that "
         "test module's docstring and add it to COVERED_BY in tests/test_layout.py:\n"
-        + "\n".join(missing))
+        + "\n".join(missing)
+    )

@@ -23,7 +23,8 @@ DEMO = str(ROOT / "configs" / "demo.yaml")
 
 def _load_benchmark():
     spec = importlib.util.spec_from_file_location(
-        "peer_quality", ROOT / "benchmarks" / "peer_quality.py")
+        "peer_quality", ROOT / "benchmarks" / "peer_quality.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules["peer_quality"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -37,8 +38,7 @@ peer_quality = _load_benchmark()
 def tiny_data(tmp_path_factory) -> pathlib.Path:
     """Two days of 400 synthetic rows."""
     root = tmp_path_factory.mktemp("peer") / "data"
-    synthesize(root, days=2, rows_per_day=400, seed=3, rows_per_file=200,
-               row_groups_per_file=2)
+    synthesize(root, days=2, rows_per_day=400, seed=3, rows_per_file=200, row_groups_per_file=2)
     return root
 
 
@@ -61,19 +61,32 @@ def _one_error_line(capsys) -> str:
 
 
 def _validate_error(capsys, data, train, eval_) -> tuple[int, str]:
-    code = cli.main(["validate", "--config", DEMO, "--set", f"data.path={data}",
-                     "--set", f"data.train={{dates: {train}}}",
-                     "--set", f"data.eval={{dates: {eval_}}}"])
+    code = cli.main(
+        [
+            "validate",
+            "--config",
+            DEMO,
+            "--set",
+            f"data.path={data}",
+            "--set",
+            f"data.train={{dates: {train}}}",
+            "--set",
+            f"data.eval={{dates: {eval_}}}",
+        ]
+    )
     return code, _one_error_line(capsys)
 
 
 @pytest.mark.parametrize("case", ["missing column", "empty window"])
 def test_bad_input_fails_as_validate_does(case, tiny_data, without_c5, capsys):
-    data, train, eval_ = {"missing column": (without_c5, "2026-01-01", "2026-01-02"),
-                          "empty window": (tiny_data, "2026-01-01", "2026-01-09")}[case]
+    data, train, eval_ = {
+        "missing column": (without_c5, "2026-01-01", "2026-01-02"),
+        "empty window": (tiny_data, "2026-01-01", "2026-01-09"),
+    }[case]
     expected_code, expected = _validate_error(capsys, data, train, eval_)
-    code = peer_quality.main(["--config", DEMO, "--data", str(data), "--train", train,
-                              "--eval", eval_, "--check"])
+    code = peer_quality.main(
+        ["--config", DEMO, "--data", str(data), "--train", train, "--eval", eval_, "--check"]
+    )
     assert (code, _one_error_line(capsys)) == (expected_code, expected)
     assert code == 3
     if case == "missing column":
@@ -83,18 +96,40 @@ def test_bad_input_fails_as_validate_does(case, tiny_data, without_c5, capsys):
 
 
 def test_good_input_passes_the_check(tiny_data, capsys):
-    code = peer_quality.main(["--config", DEMO, "--data", str(tiny_data), "--train",
-                              "2026-01-01", "--eval", "2026-01-02", "--check"])
+    code = peer_quality.main(
+        [
+            "--config",
+            DEMO,
+            "--data",
+            str(tiny_data),
+            "--train",
+            "2026-01-01",
+            "--eval",
+            "2026-01-02",
+            "--check",
+        ]
+    )
     assert code == 0
     assert "inputs OK" in capsys.readouterr().out
 
 
 def test_missing_peer_names_the_bench_extra(monkeypatch, tiny_data, capsys):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "lightgbm" else real(name, *a))
-    code = peer_quality.main(["--config", DEMO, "--data", str(tiny_data), "--train",
-                              "2026-01-01", "--eval", "2026-01-02"])
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "lightgbm" else real(name, *a)
+    )
+    code = peer_quality.main(
+        [
+            "--config",
+            DEMO,
+            "--data",
+            str(tiny_data),
+            "--train",
+            "2026-01-01",
+            "--eval",
+            "2026-01-02",
+        ]
+    )
     line = _one_error_line(capsys)
     assert code != 0
     # without the bench extra (as in CI) the others are missing too
@@ -122,8 +157,12 @@ def test_one_hot_encoding_is_what_lr_reads(tiny_data, tmp_path):
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.models.zoo import build_from_config
 
-    overrides = [f"data.path={tiny_data}", "data.train={dates: 2026-01-01}",
-                 "data.eval={dates: 2026-01-02}", "model.name=lr"]
+    overrides = [
+        f"data.path={tiny_data}",
+        "data.train={dates: 2026-01-01}",
+        "data.eval={dates: 2026-01-02}",
+        "model.name=lr",
+    ]
     inputs = peer_quality.validate_inputs(_hashed_demo(tmp_path), overrides)
     config = inputs.config
     encoder = peer_quality.OneHotEncoder(config.features, config.inputs["wide"])
@@ -138,9 +177,9 @@ def test_one_hot_encoding_is_what_lr_reads(tiny_data, tmp_path):
     weights = np.zeros(encoder.width)
     for table, stacked in linear.embeddings.tables.items():
         first = encoder.offsets[table]
-        weights[first:first + stacked.rows] = stacked.numpy()[:, 0]
+        weights[first : first + stacked.rows] = stacked.numpy()[:, 0]
     assert linear.embeddings.dense_feature_names == encoder.dense
-    weights[encoder.width - len(encoder.dense):] = linear.dense.kernel.numpy()[:, 0]
+    weights[encoder.width - len(encoder.dense) :] = linear.dense.kernel.numpy()[:, 0]
     ours = split.one_hot @ weights + float(linear.bias.numpy()[0])
 
     pipeline = prepare_input(config, "eval", 1)
@@ -159,14 +198,20 @@ def test_a_dynamic_tables_ids_each_get_a_column_of_their_own(tiny_data):
     """``user`` is a dynamic table in the demo: each distinct user_id is one column, met
     in either window; both windows' matrices end with the same width."""
     pytest.importorskip("scipy")
-    overrides = [f"data.path={tiny_data}", "data.train={dates: 2026-01-01}",
-                 "data.eval={dates: 2026-01-02}", "model.name=lr"]
+    overrides = [
+        f"data.path={tiny_data}",
+        "data.train={dates: 2026-01-01}",
+        "data.eval={dates: 2026-01-02}",
+        "model.name=lr",
+    ]
     inputs = peer_quality.validate_inputs(DEMO, overrides)
     config = inputs.config
     assert config.features.tables["user"].dynamic
     encoder = peer_quality.OneHotEncoder(config.features, ["user_id"])
-    splits = [peer_quality.read_split(inputs, s, encoder, ["user_id"], lambda line: None)
-              for s in ("eval", "train")]
+    splits = [
+        peer_quality.read_split(inputs, s, encoder, ["user_id"], lambda line: None)
+        for s in ("eval", "train")
+    ]
     users = [t.column("user_id").to_numpy() for split in splits for t in split.tables]
     users = np.concatenate(users)
     matrix = peer_quality.sp_vstack([encoder.widen(s.one_hot) for s in splits])
@@ -176,8 +221,9 @@ def test_a_dynamic_tables_ids_each_get_a_column_of_their_own(tiny_data):
     assert len({(int(u), int(c)) for u, c in zip(users, column)}) == len(set(users))
 
 
-@pytest.mark.parametrize("text,expected", [("0-2", [0, 1, 2]), ("4,1,4", [4, 1]),
-                                           ("0-1,7", [0, 1, 7])])
+@pytest.mark.parametrize(
+    "text,expected", [("0-2", [0, 1, 2]), ("4,1,4", [4, 1]), ("0-1,7", [0, 1, 7])]
+)
 def test_seeds_are_read_as_lists_and_ranges(text, expected):
     args = peer_quality.parse_args(["--seeds", text])
     assert args.seeds == expected
@@ -193,13 +239,19 @@ def test_a_bad_seed_is_refused_naming_it(text, capsys):
 
 
 def test_seeded_runs_add_both_seeds_to_the_overrides(tiny_data):
-    inputs = peer_quality.validate_inputs(DEMO, [f"data.path={tiny_data}",
-                                                 "data.train={dates: 2026-01-01}",
-                                                 "data.eval={dates: 2026-01-02}"])
+    inputs = peer_quality.validate_inputs(
+        DEMO,
+        [
+            f"data.path={tiny_data}",
+            "data.train={dates: 2026-01-01}",
+            "data.eval={dates: 2026-01-02}",
+        ],
+    )
     assert peer_quality.with_seed(inputs, None) is inputs
     seeded = peer_quality.with_seed(inputs, 5)
     assert seeded.overrides == [*inputs.overrides, "train.seed=5", "input.seed=5"]
     from recsys_dist.config import load_config
+
     config = load_config(DEMO, seeded.overrides)
     assert (config.train.seed, config.input.seed) == (5, 5)
 
@@ -210,38 +262,48 @@ def test_seeds_give_means_and_the_zoo_gap_seed_by_seed():
     def row(method, kind, auc, seed):
         return Row(method, kind, auc, 0.5, auc + 0.1, 10.0, "s", seed=seed)
 
-    runs = [row("dcn_v2 one process", "peer", 0.75, 0), row("dcn_v2 (zoo)", "zoo", 0.74, 0),
-            row("lr (zoo)", "zoo", 0.70, 0),
-            row("dcn_v2 one process", "peer", 0.76, 1), row("dcn_v2 (zoo)", "zoo", 0.77, 1),
-            row("lr (zoo)", "zoo", 0.72, 1)]
+    runs = [
+        row("dcn_v2 one process", "peer", 0.75, 0),
+        row("dcn_v2 (zoo)", "zoo", 0.74, 0),
+        row("lr (zoo)", "zoo", 0.70, 0),
+        row("dcn_v2 one process", "peer", 0.76, 1),
+        row("dcn_v2 (zoo)", "zoo", 0.77, 1),
+        row("lr (zoo)", "zoo", 0.72, 1),
+    ]
     assert peer_quality.seed_differences(runs) == {"dcn_v2": pytest.approx([-0.01, 0.01])}
-    means = [peer_quality.mean_row([r for r in runs if r.method == m])
-             for m in ("dcn_v2 one process", "dcn_v2 (zoo)", "lr (zoo)")]
-    assert [m.method for m in means] == ["dcn_v2 one process (mean of 2 seeds)",
-                                         "dcn_v2 (zoo) (mean of 2 seeds)",
-                                         "lr (zoo) (mean of 2 seeds)"]
+    means = [
+        peer_quality.mean_row([r for r in runs if r.method == m])
+        for m in ("dcn_v2 one process", "dcn_v2 (zoo)", "lr (zoo)")
+    ]
+    assert [m.method for m in means] == [
+        "dcn_v2 one process (mean of 2 seeds)",
+        "dcn_v2 (zoo) (mean of 2 seeds)",
+        "lr (zoo) (mean of 2 seeds)",
+    ]
     assert means[1].auc == pytest.approx(0.755) and means[1].seconds == 20.0
-    assert means[1].setting == ("s (seed 0); seeds 0, 1: AUC 0.7400, 0.7700, standard error "
-                                "0.0150")
+    assert means[1].setting == ("s (seed 0); seeds 0, 1: AUC 0.7400, 0.7700, standard error 0.0150")
     logreg = Row("logreg C=0.1", "peer", 0.71, 0.5, 0.8, 1.0, "s")
     assert peer_quality.summary([logreg, *means], runs) == (
         "best zoo minus best peer: +0.0000, lr minus logreg: +0.0000, "
-        "zoo minus one process: dcn_v2 +0.0000")
+        "zoo minus one process: dcn_v2 +0.0000"
+    )
     assert peer_quality.targets([logreg, *means], runs) == [
         "target lr >= logreg -0.003: +0.0000 met",
         "target best zoo >= best peer: dcn_v2 (zoo) (mean of 2 seeds) 0.7550 vs dcn_v2 one "
         "process (mean of 2 seeds) 0.7550: +0.0000 met",
-        "target dcn_v2 >= one process -0.002: +0.0000 (standard error 0.0100) met"]
-    short = [dataclasses.replace(r, auc=r.auc - 0.01) if r.method.startswith("lr") else r
-             for r in [logreg, *means]]
+        "target dcn_v2 >= one process -0.002: +0.0000 (standard error 0.0100) met",
+    ]
+    short = [
+        dataclasses.replace(r, auc=r.auc - 0.01) if r.method.startswith("lr") else r
+        for r in [logreg, *means]
+    ]
     assert peer_quality.targets(short, runs)[0] == "target lr >= logreg -0.003: -0.0100 NOT met"
     table = peer_quality.paired_table(runs, [0, 1])
     assert "| dcn_v2: zoo minus one process | -0.0100 | +0.0100 | +0.0000 | 0.0100 |" in table
     assert "| dcn_v2 one process | 0.7500 | 0.7600 | 0.7550 | |" in table
 
 
-def test_synthetic_defaults_validate_on_day_6_with_early_stopping(tmp_path, capsys,
-                                                                monkeypatch):
+def test_synthetic_defaults_validate_on_day_6_with_early_stopping(tmp_path, capsys, monkeypatch):
     checked = []
     validate = peer_quality.validate_inputs
 
@@ -250,16 +312,26 @@ def test_synthetic_defaults_validate_on_day_6_with_early_stopping(tmp_path, caps
         return checked[-1]
 
     monkeypatch.setattr(peer_quality, "validate_inputs", recording)
-    code = peer_quality.main(["--check", "--rows-per-day", "300", "--work-dir",
-                              str(tmp_path)])
+    code = peer_quality.main(["--check", "--rows-per-day", "300", "--work-dir", str(tmp_path)])
     assert code == 0
-    assert ("2026-01-01..2026-01-05 (1,500 rows) for training, 2026-01-07 (300 rows) held "
-            "out, 2026-01-06 for validation") in capsys.readouterr().out
+    assert (
+        "2026-01-01..2026-01-05 (1,500 rows) for training, 2026-01-07 (300 rows) held "
+        "out, 2026-01-06 for validation"
+    ) in capsys.readouterr().out
     train = checked[0].config.train  # what every method is given
     assert (train.epochs, train.early_stopping.patience) == (10, 1)
     # a window of one's own: no validation day, the config's own training settings
-    code = peer_quality.main(["--check", "--rows-per-day", "300", "--work-dir",
-                              str(tmp_path / "own"), "--train", "2026-01-01..2026-01-06"])
+    code = peer_quality.main(
+        [
+            "--check",
+            "--rows-per-day",
+            "300",
+            "--work-dir",
+            str(tmp_path / "own"),
+            "--train",
+            "2026-01-01..2026-01-06",
+        ]
+    )
     assert code == 0
     assert checked[1].config.data.validation is None
     assert (checked[1].config.train.epochs, checked[1].config.train.early_stopping) == (1, None)

@@ -53,19 +53,36 @@ TRAIN_BENCH = ROOT / "benchmarks" / "train_bench.py"
 DISPATCH = "dispatch"
 #: (name, workers, ps, (S1, S2) steps, extra overrides); the dispatch case keeps the chief
 #: busiest.
-CASES = [("1w+1ps", 1, 1, (150, 650), []), ("2w+1ps", 2, 1, (150, 650), []),
-         ("2w+2ps", 2, 2, (150, 650), []),
-         ("2w+1ps refresh 50", 2, 1, (150, 650), ["train.dense_refresh_steps=50"]),
-         (DISPATCH, 4, 1, (300, 2300), ["model.name=lr", "input.batch_size=16",
-                                        "train.steps_per_call=1"]),
-         (f"{DISPATCH} 8w", 8, 1, (300, 2300), ["model.name=lr", "input.batch_size=16",
-                                               "train.steps_per_call=1"])]
+CASES = [
+    ("1w+1ps", 1, 1, (150, 650), []),
+    ("2w+1ps", 2, 1, (150, 650), []),
+    ("2w+2ps", 2, 2, (150, 650), []),
+    ("2w+1ps refresh 50", 2, 1, (150, 650), ["train.dense_refresh_steps=50"]),
+    (
+        DISPATCH,
+        4,
+        1,
+        (300, 2300),
+        ["model.name=lr", "input.batch_size=16", "train.steps_per_call=1"],
+    ),
+    (
+        f"{DISPATCH} 8w",
+        8,
+        1,
+        (300, 2300),
+        ["model.name=lr", "input.batch_size=16", "train.steps_per_call=1"],
+    ),
+]
 
 
 def _loopback_bytes(namespace: str) -> float:
     """Bytes received on ``lo`` in ``namespace`` since it was made (sent = received)."""
-    dev = subprocess.run(["ip", "netns", "exec", namespace, "cat", "/proc/net/dev"],
-                         capture_output=True, text=True, check=True).stdout
+    dev = subprocess.run(
+        ["ip", "netns", "exec", namespace, "cat", "/proc/net/dev"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for line in dev.splitlines():
         name, _, fields = line.partition(":")
         if name.strip() == "lo":
@@ -108,8 +125,9 @@ class ServerBytes:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _ss(self, flags: str) -> list[str]:
-        return subprocess.run(["ip", "netns", "exec", self.namespace, "ss", flags],
-                              capture_output=True, text=True).stdout.splitlines()
+        return subprocess.run(
+            ["ip", "netns", "exec", self.namespace, "ss", flags], capture_output=True, text=True
+        ).stdout.splitlines()
 
     def sample(self) -> None:
         lines = self._ss("-tinpH")
@@ -127,9 +145,11 @@ class ServerBytes:
             if owner.get(local, "").startswith("ps") and owner.get(peer, "").startswith("worker"):
                 sent = re.search(r"bytes_sent:(\d+)", info)
                 received = re.search(r"bytes_received:(\d+)", info)
-                self.connections[(local, peer)] = (owner[local],
-                                                   int(sent.group(1)) if sent else 0,
-                                                   int(received.group(1)) if received else 0)
+                self.connections[(local, peer)] = (
+                    owner[local],
+                    int(sent.group(1)) if sent else 0,
+                    int(received.group(1)) if received else 0,
+                )
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
@@ -156,8 +176,17 @@ def run_once(data: str, sets: list[str]) -> tuple[Span, bool]:
     """One training run: CPU seconds per role and loopback bytes of the whole run (read
     once it has ended, so the final checkpoint is always in), and whether the bytes are
     the run's own (a network namespace was made)."""
-    bench = " ".join([sys.executable, str(TRAIN_BENCH), "--way", "a", "--data", data,
-                      *[f"--set '{s}'" for s in sets]])
+    bench = " ".join(
+        [
+            sys.executable,
+            str(TRAIN_BENCH),
+            "--way",
+            "a",
+            "--data",
+            data,
+            *[f"--set '{s}'" for s in sets],
+        ]
+    )
     namespace = f"capacity_rates_{os.getpid()}"
     command, isolated = _in_namespace(["sh", "-c", f"exec {bench} > /dev/null"], namespace)
     servers = ServerBytes(namespace)
@@ -173,9 +202,11 @@ def run_once(data: str, sets: list[str]) -> tuple[Span, bool]:
             subprocess.run(["ip", "netns", "delete", namespace], check=False)
     if code != 0:
         raise RuntimeError(f"training with {sets} failed with exit code {code}")
-    per_server = {f"bytes {server} {way}": float(n)
-                  for server, pair in servers.per_server().items()
-                  for way, n in zip(("sends", "receives"), pair)}
+    per_server = {
+        f"bytes {server} {way}": float(n)
+        for server, pair in servers.per_server().items()
+        for way, n in zip(("sends", "receives"), pair)
+    }
     return Span(samples[-1][0], {**samples[-1][1], "net bytes": net, **per_server}), isolated
 
 
@@ -183,17 +214,27 @@ def run_case(case, data: str) -> dict:
     """The cost of one step of ``case``: CPU seconds per role and loopback bytes."""
     name, workers, ps, (short, long), extra = case
     sets = [f"cluster.workers={workers}", f"cluster.ps={ps}", *extra]
-    (a, isolated), (b, _) = (run_once(data, [*sets, f"train.max_steps={steps}"])
-                             for steps in (short, long))
+    (a, isolated), (b, _) = (
+        run_once(data, [*sets, f"train.max_steps={steps}"]) for steps in (short, long)
+    )
     steps = long - short
-    per_step = {role: (b.by_role().get(role, 0.0) - a.by_role().get(role, 0.0)) / steps
-                for role in ("coordinator", "worker", "ps")}
+    per_step = {
+        role: (b.by_role().get(role, 0.0) - a.by_role().get(role, 0.0)) / steps
+        for role in ("coordinator", "worker", "ps")
+    }
     net = (b.cpu_seconds["net bytes"] - a.cpu_seconds["net bytes"]) / steps
-    servers = {key[len("bytes "):]: (b.cpu_seconds[key] - a.cpu_seconds.get(key, 0.0)) / steps
-               for key in b.cpu_seconds if key.startswith("bytes ")}
-    return {"case": name, "cpu_per_step": per_step, "bytes_per_step": net if isolated else None,
-            "seconds_per_step": (b.wall_seconds - a.wall_seconds) / steps,
-            "server_bytes_per_step": servers}
+    servers = {
+        key[len("bytes ") :]: (b.cpu_seconds[key] - a.cpu_seconds.get(key, 0.0)) / steps
+        for key in b.cpu_seconds
+        if key.startswith("bytes ")
+    }
+    return {
+        "case": name,
+        "cpu_per_step": per_step,
+        "bytes_per_step": net if isolated else None,
+        "seconds_per_step": (b.wall_seconds - a.wall_seconds) / steps,
+        "server_bytes_per_step": servers,
+    }
 
 
 def planner_figures(data: str, sets: list[str], ps: int) -> dict:
@@ -208,22 +249,29 @@ def planner_figures(data: str, sets: list[str], ps: int) -> dict:
     config = load_config(ROOT / "configs" / "demo.yaml", sets).with_data_path(data)
     distinct, _ = distinct_rows_per_batch(prepare_input(config, None, 1), config.features, 20)
     loads = server_loads(model_footprint(config), config, ps, distinct)
-    return {"batch": config.input.batch_size, "steps_per_call": config.train.steps_per_call,
-            "bytes": sum(load.bytes_in + load.bytes_out for load in loads),
-            "values": sum(load.values for load in loads),
-            "servers": {f"ps {i} {way}": getattr(load, f"bytes_{d}")
-                        for i, load in enumerate(loads)
-                        for way, d in (("sends", "out"), ("receives", "in"))}}
+    return {
+        "batch": config.input.batch_size,
+        "steps_per_call": config.train.steps_per_call,
+        "bytes": sum(load.bytes_in + load.bytes_out for load in loads),
+        "values": sum(load.values for load in loads),
+        "servers": {
+            f"ps {i} {way}": getattr(load, f"bytes_{d}")
+            for i, load in enumerate(loads)
+            for way, d in (("sends", "out"), ("receives", "in"))
+        },
+    }
 
 
 def derive(run: dict, planned: dict) -> dict:
     """The rates and bytes per step of one case."""
     cpu = run["cpu_per_step"]
-    out = {"worker_examples_per_core": planned["batch"] / cpu["worker"],
-           "server_values_per_core": planned["values"] / cpu["ps"],
-           "chief_closures_per_core": 1 / (cpu["coordinator"] * planned["steps_per_call"]),
-           "examples_per_second": planned["batch"] / run["seconds_per_step"],
-           "predicted_bytes_per_step": planned["bytes"]}
+    out = {
+        "worker_examples_per_core": planned["batch"] / cpu["worker"],
+        "server_values_per_core": planned["values"] / cpu["ps"],
+        "chief_closures_per_core": 1 / (cpu["coordinator"] * planned["steps_per_call"]),
+        "examples_per_second": planned["batch"] / run["seconds_per_step"],
+        "predicted_bytes_per_step": planned["bytes"],
+    }
     if run["bytes_per_step"] is not None:
         out["measured_bytes_per_step"] = run["bytes_per_step"]
     for key, measured in run["server_bytes_per_step"].items():
@@ -236,8 +284,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=400_000, help="rows of synthetic data")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
-    parser.add_argument("--cases", help="comma-separated names of the cases to run "
-                                        "(default all: " + ", ".join(c[0] for c in CASES) + ")")
+    parser.add_argument(
+        "--cases",
+        help="comma-separated names of the cases to run "
+        "(default all: " + ", ".join(c[0] for c in CASES) + ")",
+    )
     args = parser.parse_args()
     cases = [c for c in CASES if args.cases is None or c[0] in args.cases.split(",")]
     print(f"machine load before: {os.getloadavg()}", flush=True)
@@ -246,43 +297,57 @@ def main() -> None:
         from recsys_dist.data.synth_files import synthesize
 
         synthesize(tmp, days=1, rows_per_day=args.rows, seed=2)
-        planned = {case[0]: planner_figures(tmp, ["data.train={dates: 2026-01-01}", *case[4]],
-                                            case[2]) for case in cases}
+        planned = {
+            case[0]: planner_figures(tmp, ["data.train={dates: 2026-01-01}", *case[4]], case[2])
+            for case in cases
+        }
         for round_ in range(1, args.rounds + 1):
             for case in cases:
                 figures = derive(run_case(case, tmp), planned[case[0]])
                 results[case[0]].append(figures)
-                print(f"round {round_} {case[0]:8s} " + ", ".join(
-                    f"{k} {v:,.0f}" if abs(v) >= 100 else f"{k} {v:.3f}"
-                    for k, v in figures.items())
-                    + f" | load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"round {round_} {case[0]:8s} "
+                    + ", ".join(
+                        f"{k} {v:,.0f}" if abs(v) >= 100 else f"{k} {v:.3f}"
+                        for k, v in figures.items()
+                    )
+                    + f" | load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
     _summary(results)
 
 
 def _summary(results: dict[str, list[dict]]) -> None:
-    training = [f for case, runs in results.items() if not case.startswith(DISPATCH)
-                for f in runs]
+    training = [f for case, runs in results.items() if not case.startswith(DISPATCH) for f in runs]
     for key in ("worker_examples_per_core", "server_values_per_core"):
         values = [f[key] for f in training]
         if values:
-            print(f"{key}: median {statistics.median(values):,.0f} (best {max(values):,.0f}, "
-                  f"{len(values)} runs)")
+            print(
+                f"{key}: median {statistics.median(values):,.0f} (best {max(values):,.0f}, "
+                f"{len(values)} runs)"
+            )
     for case in (c for c in results if c.startswith(DISPATCH)):
         chief = [f["chief_closures_per_core"] for f in results[case]]
-        print(f"chief_closures_per_core ({case} case): median "
-              f"{statistics.median(chief):,.0f} (best {max(chief):,.0f})")
+        print(
+            f"chief_closures_per_core ({case} case): median "
+            f"{statistics.median(chief):,.0f} (best {max(chief):,.0f})"
+        )
     for case, runs in results.items():
         measured = [f["measured_bytes_per_step"] for f in runs if "measured_bytes_per_step" in f]
         if measured:
             m = statistics.median(measured)
             p = runs[0]["predicted_bytes_per_step"]
-            print(f"bytes per step {case}: predicted {p / 1e6:.3f} MB, measured {m / 1e6:.3f} "
-                  f"MB (median), predicted / measured {p / m:.2f}")
-        for key in sorted(k[:-len(" MB measured")] for k in runs[0] if k.endswith(" MB measured")):
+            print(
+                f"bytes per step {case}: predicted {p / 1e6:.3f} MB, measured {m / 1e6:.3f} "
+                f"MB (median), predicted / measured {p / m:.2f}"
+            )
+        for key in sorted(k[: -len(" MB measured")] for k in runs[0] if k.endswith(" MB measured")):
             m = statistics.median(f[f"{key} MB measured"] for f in runs)
             p = runs[0][f"{key} MB predicted"]
-            print(f"  {case} {key} (to/from workers): predicted {p:.3f} MB, measured {m:.3f} MB "
-                  f"per step, predicted / measured {p / m:.2f}")
+            print(
+                f"  {case} {key} (to/from workers): predicted {p:.3f} MB, measured {m:.3f} MB "
+                f"per step, predicted / measured {p / m:.2f}"
+            )
 
 
 if __name__ == "__main__":

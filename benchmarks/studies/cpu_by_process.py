@@ -79,9 +79,9 @@ def _role(pid: int) -> str | None:
     return "coordinator"
 
 
-def measure(command: list[str], interval: float,
-            extra: Callable[[int], dict[str, float]] | None = None
-            ) -> tuple[list[tuple[float, dict[str, float]]], int]:
+def measure(
+    command: list[str], interval: float, extra: Callable[[int], dict[str, float]] | None = None
+) -> tuple[list[tuple[float, dict[str, float]]], int]:
     """Samples ``command``'s process tree until it exits: ``(wall seconds, CPU seconds per
     role so far)`` per sample, and the command's exit code. ``extra(pid)`` (given the
     command's pid) adds its own counters to each sample, e.g. bytes sent."""
@@ -112,11 +112,14 @@ def busy_window(samples: list[tuple[float, dict[str, float]]]) -> tuple[int, int
     """First and last sample of the longest stretch in which the workers together ran at
     half their peak CPU rate or more: training, as opposed to start-up, variable
     initialisation, tracing and shutdown."""
+
     def workers(i):
         return sum(v for role, v in samples[i][1].items() if role.startswith("worker"))
 
-    rates = [(workers(i) - workers(i - 1)) / (samples[i][0] - samples[i - 1][0])
-             for i in range(1, len(samples))]
+    rates = [
+        (workers(i) - workers(i - 1)) / (samples[i][0] - samples[i - 1][0])
+        for i in range(1, len(samples))
+    ]
     peak = max(rates, default=0.0)
     best, start = (0, len(samples) - 1), None
     for i, rate in enumerate(rates + [-1.0], start=1):
@@ -146,12 +149,15 @@ class Span:
 
 
 def _span(first, last) -> Span:
-    return Span(last[0] - first[0], {role: last[1].get(role, 0.0) - first[1].get(role, 0.0)
-                                     for role in sorted(last[1])})
+    return Span(
+        last[0] - first[0],
+        {role: last[1].get(role, 0.0) - first[1].get(role, 0.0) for role in sorted(last[1])},
+    )
 
 
-def cpu_by_process(command: list[str] | None = None, rows: int = 300_000,
-                   interval: float = 0.5) -> dict[str, Span]:
+def cpu_by_process(
+    command: list[str] | None = None, rows: int = 300_000, interval: float = 0.5
+) -> dict[str, Span]:
     """Runs ``command`` (default: way (a) of ``train_bench.py`` on ``rows`` synthetic rows),
     sampling every ``interval`` seconds. Returns the ``whole run`` and the ``training``
     (the workers' busy stretch); raises ``RuntimeError`` when the command fails or ends
@@ -161,32 +167,45 @@ def cpu_by_process(command: list[str] | None = None, rows: int = 300_000,
             from recsys_dist.data.synth_files import synthesize
 
             synthesize(tmp, days=1, rows_per_day=rows, seed=2)
-            command = [sys.executable, str(ROOT / "benchmarks" / "train_bench.py"),
-                       "--way", "a", "--data", tmp]
+            command = [
+                sys.executable,
+                str(ROOT / "benchmarks" / "train_bench.py"),
+                "--way",
+                "a",
+                "--data",
+                tmp,
+            ]
         samples, code = measure(command, interval)
     if code != 0:
         raise RuntimeError(f"the command failed with exit code {code}: {' '.join(command)}")
     if len(samples) < 3:
         raise RuntimeError("the command ended before two samples; lower the interval")
     first, last = busy_window(samples)
-    return {"whole run": _span((0.0, {}), samples[-1]),
-            "training": _span(samples[first], samples[last])}
+    return {
+        "whole run": _span((0.0, {}), samples[-1]),
+        "training": _span(samples[first], samples[last]),
+    }
 
 
 def _report(title: str, span: Span) -> None:
     total = sum(span.cpu_seconds.values())
-    print(f"{title}: {span.wall_seconds:.1f} s wall, {total:.1f} s CPU "
-          f"({total / max(span.wall_seconds, 1e-9):.2f} cores busy on average)")
+    print(
+        f"{title}: {span.wall_seconds:.1f} s wall, {total:.1f} s CPU "
+        f"({total / max(span.wall_seconds, 1e-9):.2f} cores busy on average)"
+    )
     for role, seconds in span.cpu_seconds.items():
         print(f"  {role:12s} {seconds:7.1f} s CPU  {100 * seconds / total:5.1f}%")
-    print("  by role: " + ", ".join(f"{role} {100 * s / total:.1f}%"
-                                    for role, s in span.by_role().items()))
+    print(
+        "  by role: "
+        + ", ".join(f"{role} {100 * s / total:.1f}%" for role, s in span.by_role().items())
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=300_000,
-                        help="rows of synthetic data for the default command")
+    parser.add_argument(
+        "--rows", type=int, default=300_000, help="rows of synthetic data for the default command"
+    )
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
     parser.add_argument("command", nargs="*", help="command to measure (after --)")
     args = parser.parse_args()

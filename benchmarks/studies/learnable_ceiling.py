@@ -59,8 +59,9 @@ class Ceiling:
     per_term: dict[str, float]  # term -> error variance, largest first
 
 
-def learnable_ceiling(days: int = 7, rows_per_day: int = 500_000, seed: int = 11,
-                      log: Callable[[str], None] = print) -> Ceiling:
+def learnable_ceiling(
+    days: int = 7, rows_per_day: int = 500_000, seed: int = 11, log: Callable[[str], None] = print
+) -> Ceiling:
     """Estimates the best AUC on day ``days`` of a model trained on days ``1..days-1`` of
     ``recsys-dist data synth --seed SEED --rows-per-day ROWS`` (see the module docstring);
     ``log`` gets a progress line per counted day."""
@@ -87,8 +88,9 @@ def learnable_ceiling(days: int = 7, rows_per_day: int = 500_000, seed: int = 11
         for name, term in generator.click_id_terms(batch).items():
             learned = np.ones(n)  # an interaction needs both ids' vectors
             for part, ids in enumerate(term.ids):
-                seen = np.array([counts[(name, part)].get(i, 0) for i in ids.tolist()],
-                                dtype=np.float64)
+                seen = np.array(
+                    [counts[(name, part)].get(i, 0) for i in ids.tolist()], dtype=np.float64
+                )
                 information = seen * term.scale**2 * LOGIT_VARIANCE
                 learned *= information / (1.0 + information)
             # The posterior mean of an effect e with prior sd s, measured with noise:
@@ -96,7 +98,8 @@ def learnable_ceiling(days: int = 7, rows_per_day: int = 500_000, seed: int = 11
             key = synth_random.stream_key(seed, "ceiling", name)
             noise = synth_random.hashed_normal(key, *term.ids)
             estimate += (learned - 1.0) * term.effect + (
-                np.sqrt(learned * (1.0 - learned)) * term.scale * noise)
+                np.sqrt(learned * (1.0 - learned)) * term.scale * noise
+            )
             shrunk -= term.effect * (1.0 - learned)
             noise_left[name].append((learned * (1.0 - learned) * term.scale**2).mean())
             left[name].append((term.effect * (1.0 - learned)).var() + noise_left[name][-1])
@@ -105,14 +108,19 @@ def learnable_ceiling(days: int = 7, rows_per_day: int = 500_000, seed: int = 11
         noise_free.append(shrunk)
         labels.append(click)  # the day's stored click labels
     oracle, learnable, noise_free, labels = (
-        np.concatenate(a) for a in (oracle, learnable, noise_free, labels))
+        np.concatenate(a) for a in (oracle, learnable, noise_free, labels)
+    )
     per_term = {name: float(np.mean(values)) for name, values in left.items()}
     return Ceiling(
-        day=days, rows=int(oracle.size), oracle_auc=auc(labels, oracle),
-        learnable_auc=auc(labels, learnable), shrinkage_only_auc=auc(labels, noise_free),
+        day=days,
+        rows=int(oracle.size),
+        oracle_auc=auc(labels, oracle),
+        learnable_auc=auc(labels, learnable),
+        shrinkage_only_auc=auc(labels, noise_free),
         error_variance=sum(per_term.values()),
         noise_variance=float(sum(np.mean(values) for values in noise_left.values())),
-        per_term=dict(sorted(per_term.items(), key=lambda kv: -kv[1])))
+        per_term=dict(sorted(per_term.items(), key=lambda kv: -kv[1])),
+    )
 
 
 def main() -> None:
@@ -123,15 +131,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.days < 2:
         parser.error(f"--days must be at least 2 (train on 1..days-1), got {args.days}")
-    found = learnable_ceiling(args.days, args.rows_per_day, args.seed,
-                              log=lambda line: print(line, flush=True))
-    print(f"day {found.day}, {found.rows:,} rows: oracle AUC {found.oracle_auc:.4f}, "
-          f"learnable estimate {found.learnable_auc:.4f} (gap "
-          f"{found.oracle_auc - found.learnable_auc:.4f}); without the estimation noise "
-          f"(shrinkage only) {found.shrinkage_only_auc:.4f}")
-    print(f"logit error variance of all per-id terms: {found.error_variance:.4f} (of which "
-          f"label noise {found.noise_variance:.4f}); per term, shrinkage + noise (largest "
-          "first):")
+    found = learnable_ceiling(
+        args.days, args.rows_per_day, args.seed, log=lambda line: print(line, flush=True)
+    )
+    print(
+        f"day {found.day}, {found.rows:,} rows: oracle AUC {found.oracle_auc:.4f}, "
+        f"learnable estimate {found.learnable_auc:.4f} (gap "
+        f"{found.oracle_auc - found.learnable_auc:.4f}); without the estimation noise "
+        f"(shrinkage only) {found.shrinkage_only_auc:.4f}"
+    )
+    print(
+        f"logit error variance of all per-id terms: {found.error_variance:.4f} (of which "
+        f"label noise {found.noise_variance:.4f}); per term, shrinkage + noise (largest "
+        "first):"
+    )
     for name, variance in list(found.per_term.items())[:8]:
         print(f"  {name:12s} {variance:.4f}")
 

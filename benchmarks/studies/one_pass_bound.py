@@ -42,14 +42,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
-from recsys_dist.data import synth, synth_files
+from recsys_dist.data import synth, synth_files, synth_schema
 from recsys_dist.evaluation.metrics import auc, logloss
 
 BATCH = 512
 RANK = 8
 MAX_TAGS, MAX_TOPICS = 8, 3
 PAIRS = list(synth.CLICK_PAIR_SIGMAS)
-ID_FIELDS = synth.CATEGORICAL_FIELDS + ["user_id"]
+ID_FIELDS = synth_schema.CATEGORICAL_FIELDS + ["user_id"]
 
 
 def _padded(rows: np.ndarray, values: np.ndarray, n: int, width: int, fill) -> np.ndarray:
@@ -68,23 +68,28 @@ def numeric_bucket(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), 0, 1 + np.clip(np.floor(signed * 4) + 8, 0, 80)).astype(np.int64)
 
 
-def generate(days: int, rows_per_day: int, seed: int,
-             log: Callable[[str], None] = print) -> dict[str, np.ndarray]:
+def generate(
+    days: int, rows_per_day: int, seed: int, log: Callable[[str], None] = print
+) -> dict[str, np.ndarray]:
     """Every row of days 1..``days`` as arrays, in day order, with ``day`` and ``oracle``."""
     generator = synth.RowGenerator(seed)
     parts: dict[str, list[np.ndarray]] = {}
     for day in range(days):
         for index, n in enumerate(synth_files.rows_per_file_of_day(rows_per_day)):
             batch, logit, click, _ = generator.clicks(day, index, n)
-            columns = {f: batch.categorical[f] for f in synth.CATEGORICAL_FIELDS}
-            columns |= {f: numeric_bucket(batch.numeric[f]) for f in synth.NUMERIC_FIELDS}
+            columns = {f: batch.categorical[f] for f in synth_schema.CATEGORICAL_FIELDS}
+            columns |= {f: numeric_bucket(batch.numeric[f]) for f in synth_schema.NUMERIC_FIELDS}
             columns["user_id"] = batch.user_id
             columns["tags"] = _padded(batch.tag_rows, batch.tag_ids, n, MAX_TAGS, -1)
             columns["topics"] = _padded(batch.topic_rows, batch.topic_ids, n, MAX_TOPICS, 0)
-            columns["topic_weights"] = _padded(batch.topic_rows, batch.topic_cents / 100, n,
-                                               MAX_TOPICS, 0.0).astype(np.float32)
-            columns |= {"click": click.astype(np.float32), "oracle": logit,
-                        "day": np.full(n, day + 1, np.int64)}
+            columns["topic_weights"] = _padded(
+                batch.topic_rows, batch.topic_cents / 100, n, MAX_TOPICS, 0.0
+            ).astype(np.float32)
+            columns |= {
+                "click": click.astype(np.float32),
+                "oracle": logit,
+                "day": np.full(n, day + 1, np.int64),
+            }
             for name, values in columns.items():
                 parts.setdefault(name, []).append(values)
         log(f"generated day {day + 1} of {days}")
@@ -104,17 +109,27 @@ class WellSpecified:
     def __init__(self, data: dict[str, np.ndarray], seed: int):
         import tensorflow as tf
 
-        rows = {f: int(data[f].max()) + 1 for f in ID_FIELDS + synth.NUMERIC_FIELDS + ["tags"]}
+        rows = {
+            f: int(data[f].max()) + 1 for f in ID_FIELDS + synth_schema.NUMERIC_FIELDS + ["tags"]
+        }
         rows["topics"] = int(data["topics"].max()) + 1
         self.biases = {f: tf.Variable(tf.zeros([n, 1]), name=f"bias_{f}") for f, n in rows.items()}
         self.no_tag = tf.Variable(0.0, name="no_tag")
         self.intercept = tf.Variable(0.0, name="intercept")
         init = tf.keras.initializers.RandomUniform(-0.05, 0.05, seed=seed)
-        self.factors = {(f, g): (tf.Variable(init([rows[f], RANK]), name=f"u_{f}_{g}"),
-                                 tf.Variable(init([rows[g], RANK]), name=f"v_{f}_{g}"))
-                        for f, g in PAIRS}
-        self.variables = [*self.biases.values(), self.no_tag, self.intercept,
-                          *(v for pair in self.factors.values() for v in pair)]
+        self.factors = {
+            (f, g): (
+                tf.Variable(init([rows[f], RANK]), name=f"u_{f}_{g}"),
+                tf.Variable(init([rows[g], RANK]), name=f"v_{f}_{g}"),
+            )
+            for f, g in PAIRS
+        }
+        self.variables = [
+            *self.biases.values(),
+            self.no_tag,
+            self.intercept,
+            *(v for pair in self.factors.values() for v in pair),
+        ]
 
     def __call__(self, rows: dict):
         import tensorflow as tf
@@ -123,7 +138,8 @@ class WellSpecified:
             return tf.squeeze(tf.gather(self.biases[name], ids), -1)
 
         logit = self.intercept + tf.add_n(
-            [bias(f, rows[f]) for f in ID_FIELDS + synth.NUMERIC_FIELDS])
+            [bias(f, rows[f]) for f in ID_FIELDS + synth_schema.NUMERIC_FIELDS]
+        )
         tag_count = tf.reduce_sum(rows["tag_valid"], 1)
         tag_sum = tf.reduce_sum(bias("tags", rows["tags"]) * rows["tag_valid"], 1)
         logit += tf.where(tag_count > 0, tag_sum / tf.maximum(tag_count, 1.0), self.no_tag)
@@ -133,8 +149,9 @@ class WellSpecified:
         return logit
 
 
-def train_and_score(data: dict[str, np.ndarray], eval_day: int, learning_rate: float,
-                    epochs: int, seed: int) -> tuple[float, float, float]:
+def train_and_score(
+    data: dict[str, np.ndarray], eval_day: int, learning_rate: float, epochs: int, seed: int
+) -> tuple[float, float, float]:
     """Trains on days before ``eval_day`` and returns day-``eval_day`` (AUC, logloss, s)."""
     import tensorflow as tf
 
@@ -156,13 +173,17 @@ def train_and_score(data: dict[str, np.ndarray], eval_day: int, learning_rate: f
     for _ in range(epochs):
         order = rng.permutation(train_rows)
         for start in range(0, len(order), BATCH):
-            chosen = order[start:start + BATCH]
+            chosen = order[start : start + BATCH]
             step({k: data[k][chosen] for k in inputs}, data["click"][chosen])
     seconds = time.perf_counter() - started
     test_rows = np.flatnonzero(data["day"] == eval_day)
     predict = tf.function(model.__call__, autograph=False)
-    logits = np.concatenate([predict({k: data[k][test_rows[s:s + 50_000]] for k in inputs}).numpy()
-                             for s in range(0, len(test_rows), 50_000)])
+    logits = np.concatenate(
+        [
+            predict({k: data[k][test_rows[s : s + 50_000]] for k in inputs}).numpy()
+            for s in range(0, len(test_rows), 50_000)
+        ]
+    )
     labels = data["click"][test_rows]
     return auc(labels, logits), logloss(labels, logits), seconds
 
@@ -187,9 +208,14 @@ class Bound:
     runs: list[Run]
 
 
-def one_pass_bound(days: int = 7, rows_per_day: int = 500_000, seed: int = 11,
-                   learning_rates: Sequence[float] = (0.05, 0.1, 0.2), epochs: int = 1,
-                   log: Callable[[str], None] = print) -> Bound:
+def one_pass_bound(
+    days: int = 7,
+    rows_per_day: int = 500_000,
+    seed: int = 11,
+    learning_rates: Sequence[float] = (0.05, 0.1, 0.2),
+    epochs: int = 1,
+    log: Callable[[str], None] = print,
+) -> Bound:
     """Trains the well-specified model on days ``1..days-1`` of ``recsys-dist data synth
     --seed SEED --rows-per-day ROWS`` once per learning rate and scores day ``days``;
     ``log`` gets a progress line per generated day and per finished run."""
@@ -202,8 +228,12 @@ def one_pass_bound(days: int = 7, rows_per_day: int = 500_000, seed: int = 11,
         score, loss, seconds = train_and_score(data, days, rate, epochs, seed)
         runs.append(Run(rate, score, loss, seconds))
         log(f"learning rate {rate:g}: AUC {score:.4f}, trained in {seconds:.0f} s")
-    return Bound(days, auc(data["click"][last], data["oracle"][last]),
-                 logloss(data["click"][last], data["oracle"][last]), runs)
+    return Bound(
+        days,
+        auc(data["click"][last], data["oracle"][last]),
+        logloss(data["click"][last], data["oracle"][last]),
+        runs,
+    )
 
 
 def main() -> None:
@@ -211,8 +241,11 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=7, help="train on 1..days-1, score the last")
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--learning-rates", default="0.05,0.1,0.2",
-                        help="comma-separated Adagrad learning rates, one run each")
+    parser.add_argument(
+        "--learning-rates",
+        default="0.05,0.1,0.2",
+        help="comma-separated Adagrad learning rates, one run each",
+    )
     parser.add_argument("--epochs", type=int, default=1)
     args = parser.parse_args()
     if args.days < 2:
@@ -220,16 +253,24 @@ def main() -> None:
     try:
         rates = [float(r) for r in args.learning_rates.split(",")]
     except ValueError:
-        parser.error(f"--learning-rates must be comma-separated numbers, got "
-                     f"{args.learning_rates!r}")
-    bound = one_pass_bound(args.days, args.rows_per_day, args.seed, rates, args.epochs,
-                           log=lambda line: print(line, flush=True))
-    print(f"day {bound.day}: oracle AUC {bound.oracle_auc:.4f}, logloss "
-          f"{bound.oracle_logloss:.4f}")
+        parser.error(
+            f"--learning-rates must be comma-separated numbers, got {args.learning_rates!r}"
+        )
+    bound = one_pass_bound(
+        args.days,
+        args.rows_per_day,
+        args.seed,
+        rates,
+        args.epochs,
+        log=lambda line: print(line, flush=True),
+    )
+    print(f"day {bound.day}: oracle AUC {bound.oracle_auc:.4f}, logloss {bound.oracle_logloss:.4f}")
     print(f"{'learning rate':>13s} {'AUC':>7s} {'logloss':>8s} {'AUC gap':>8s} {'train s':>8s}")
     for run in bound.runs:
-        print(f"{run.learning_rate:13g} {run.auc:7.4f} {run.logloss:8.4f} "
-              f"{bound.oracle_auc - run.auc:8.4f} {run.train_seconds:8.0f}")
+        print(
+            f"{run.learning_rate:13g} {run.auc:7.4f} {run.logloss:8.4f} "
+            f"{bound.oracle_auc - run.auc:8.4f} {run.train_seconds:8.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -84,8 +84,11 @@ def ps_traffic(batches: int = 50) -> Traffic:
             table = config.features.features[name].table_name
             if table is None:
                 continue
-            ids = value["ids"].numpy()[value["weights"].numpy() != 0] if isinstance(value, dict) \
+            ids = (
+                value["ids"].numpy()[value["weights"].numpy() != 0]
+                if isinstance(value, dict)
                 else value.numpy()
+            )
             distinct = len(np.unique(ids))
             rows += distinct
             bytes_ += distinct * config.features.tables[table].dim * 4
@@ -98,40 +101,61 @@ def ps_traffic(batches: int = 50) -> Traffic:
         shards = sum(partitioner(s.variable.shape, tf.float32)[0] for s in stacks)
     dense_parameters = sum(int(np.prod(v.shape)) for v in model.dense_variables)
     return Traffic(
-        model=config.model.name, batch_size=batch_size, batches=len(measured),
-        dense_parameters=dense_parameters, dense_variables=len(model.dense_variables),
-        dense_bytes=4.0 * dense_parameters, distinct_rows=rows_mean,
-        id_features=sum(1 for f in config.features.features.values()
-                        if f.id_valued),
-        embedding_read_bytes=emb_read, embedding_write_bytes=emb_read + rows_mean * 8,
-        tables=len(config.features.tables), stacked_weights=len(stacks), shards=int(shards),
-        ps=config.cluster.ps)
+        model=config.model.name,
+        batch_size=batch_size,
+        batches=len(measured),
+        dense_parameters=dense_parameters,
+        dense_variables=len(model.dense_variables),
+        dense_bytes=4.0 * dense_parameters,
+        distinct_rows=rows_mean,
+        id_features=sum(1 for f in config.features.features.values() if f.id_valued),
+        embedding_read_bytes=emb_read,
+        embedding_write_bytes=emb_read + rows_mean * 8,
+        tables=len(config.features.tables),
+        stacked_weights=len(stacks),
+        shards=int(shards),
+        ps=config.cluster.ps,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=50)
-    parser.add_argument("--examples-per-second", type=float, default=36_000,
-                        help="measured training rate of the cluster (all workers)")
+    parser.add_argument(
+        "--examples-per-second",
+        type=float,
+        default=36_000,
+        help="measured training rate of the cluster (all workers)",
+    )
     args = parser.parse_args()
     t = ps_traffic(args.batches)
     steps_per_second = args.examples_per_second / t.batch_size
     print(f"model {t.model}, batch {t.batch_size}, {t.batches} batches measured")
-    print(f"dense weights read per step:        {t.dense_bytes / 1e6:8.2f} MB "
-          f"({t.dense_parameters:,} parameters)")
+    print(
+        f"dense weights read per step:        {t.dense_bytes / 1e6:8.2f} MB "
+        f"({t.dense_parameters:,} parameters)"
+    )
     print(f"dense gradients written per step:   {t.dense_bytes / 1e6:8.2f} MB")
-    print(f"embedding rows read per step:       {t.embedding_read_bytes / 1e6:8.2f} MB "
-          f"({t.distinct_rows:,.0f} distinct rows for {t.batch_size} examples x "
-          f"{t.id_features} id features)")
-    print(f"embedding gradients written / step: {t.embedding_write_bytes / 1e6:8.2f} MB "
-          "(rows + int64 indices)")
+    print(
+        f"embedding rows read per step:       {t.embedding_read_bytes / 1e6:8.2f} MB "
+        f"({t.distinct_rows:,.0f} distinct rows for {t.batch_size} examples x "
+        f"{t.id_features} id features)"
+    )
+    print(
+        f"embedding gradients written / step: {t.embedding_write_bytes / 1e6:8.2f} MB "
+        "(rows + int64 indices)"
+    )
     print(f"total per step:                     {t.bytes_per_step / 1e6:8.2f} MB")
-    print(f"variables touched per step:         {t.tables} tables stacked into "
-          f"{t.stacked_weights} weight(s), {t.shards} shard(s) on {t.ps} ps (gather + sparse "
-          f"update each), {t.dense_variables} dense variables (read + update each)")
-    print(f"at {args.examples_per_second:,.0f} examples/s ({steps_per_second:,.0f} steps/s "
-          f"over all workers): {t.bytes_per_step * steps_per_second / 1e6:,.0f} MB/s through "
-          "the parameter servers")
+    print(
+        f"variables touched per step:         {t.tables} tables stacked into "
+        f"{t.stacked_weights} weight(s), {t.shards} shard(s) on {t.ps} ps (gather + sparse "
+        f"update each), {t.dense_variables} dense variables (read + update each)"
+    )
+    print(
+        f"at {args.examples_per_second:,.0f} examples/s ({steps_per_second:,.0f} steps/s "
+        f"over all workers): {t.bytes_per_step * steps_per_second / 1e6:,.0f} MB/s through "
+        "the parameter servers"
+    )
 
 
 if __name__ == "__main__":

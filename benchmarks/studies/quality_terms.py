@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from one_pass_bound import numeric_bucket  # this directory; the same buckets
 
-from recsys_dist.data import synth, synth_files
+from recsys_dist.data import synth, synth_files, synth_schema
 from recsys_dist.data.input_fn import row_id
 
 
@@ -69,9 +69,14 @@ class TermFit:
     shares: dict[str, float] | None
 
 
-def quality_terms(predictions: str, seed: int = 11, day: int = 7,
-                  rows_per_day: int = 500_000, label: str = "click",
-                  groups: bool = False) -> TermFit:
+def quality_terms(
+    predictions: str,
+    seed: int = 11,
+    day: int = 7,
+    rows_per_day: int = 500_000,
+    label: str = "click",
+    groups: bool = False,
+) -> TermFit:
     """Regresses the ``logit_LABEL`` column of ``predictions`` (the predictions.parquet of
     ``recsys-dist evaluate`` on day ``day``, from 1, of ``recsys-dist data synth --seed SEED
     --rows-per-day ROWS``) on the label model's terms; raises ``ValueError`` when the file
@@ -79,9 +84,11 @@ def quality_terms(predictions: str, seed: int = 11, day: int = 7,
     table = pq.read_table(predictions)
     column = f"logit_{label}"
     if column not in table.column_names or "row_id" not in table.column_names:
-        raise ValueError(f"{predictions} has no row_id and {column} columns (columns: "
-                         f"{', '.join(table.column_names)}); pass the predictions.parquet "
-                         "that recsys-dist evaluate writes")
+        raise ValueError(
+            f"{predictions} has no row_id and {column} columns (columns: "
+            f"{', '.join(table.column_names)}); pass the predictions.parquet "
+            "that recsys-dist evaluate writes"
+        )
     generator = synth.RowGenerator(seed)
     terms: dict[str, list[np.ndarray]] = {}
     keys: dict[str, list[np.ndarray]] = {}
@@ -99,24 +106,30 @@ def quality_terms(predictions: str, seed: int = 11, day: int = 7,
     where = np.searchsorted(row_ids, wanted, sorter=order)
     found = order[np.minimum(where, len(order) - 1)]
     if len(wanted) != len(row_ids) or not np.array_equal(row_ids[found], wanted):
-        raise ValueError(f"the rows of {predictions} are not day {day} of synthetic data "
-                         f"with seed {seed} and {rows_per_day:,} rows per day")
+        raise ValueError(
+            f"the rows of {predictions} are not day {day} of synthetic data "
+            f"with seed {seed} and {rows_per_day:,} rows per day"
+        )
     names = list(terms)
     x = np.column_stack([np.concatenate(terms[n])[found] for n in names] + [np.ones(len(found))])
     y = table.column(column).to_numpy().astype(np.float64)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     residual = y - x @ coef
-    fitted = [Term(name, float(values.std()), float(c),
-                   float(values.std() ** 2 * (1.0 - c) ** 2))
-              for name, c, values in zip(names, coef, x.T)]
+    fitted = [
+        Term(name, float(values.std()), float(c), float(values.std() ** 2 * (1.0 - c) ** 2))
+        for name, c, values in zip(names, coef, x.T)
+    ]
     fitted.sort(key=lambda term: term.lost, reverse=True)
     shares = None
     if groups:
-        shares = {name: _shared_variance(residual, np.concatenate(parts)[found])
-                  for name, parts in keys.items()}
+        shares = {
+            name: _shared_variance(residual, np.concatenate(parts)[found])
+            for name, parts in keys.items()
+        }
         shares = dict(sorted(shares.items(), key=lambda kv: kv[1], reverse=True))
-    return TermFit(len(y), float(y.std()), float(residual.std()), float(residual.var()),
-                   fitted, shares)
+    return TermFit(
+        len(y), float(y.std()), float(residual.std()), float(residual.var()), fitted, shares
+    )
 
 
 def main() -> None:
@@ -126,23 +139,28 @@ def main() -> None:
     parser.add_argument("--day", type=int, default=7, help="the evaluated day, from 1")
     parser.add_argument("--rows-per-day", type=int, default=500_000)
     parser.add_argument("--label", default="click")
-    parser.add_argument("--groups", action="store_true",
-                        help="also split the residual by field id, user, pair and numeric bucket")
+    parser.add_argument(
+        "--groups",
+        action="store_true",
+        help="also split the residual by field id, user, pair and numeric bucket",
+    )
     args = parser.parse_args()
     try:
-        fit = quality_terms(args.predictions, args.seed, args.day, args.rows_per_day,
-                            args.label, args.groups)
+        fit = quality_terms(
+            args.predictions, args.seed, args.day, args.rows_per_day, args.label, args.groups
+        )
     except ValueError as exc:
         sys.exit(f"error: {exc}")
-    print(f"{fit.rows:,} rows: model logit std {fit.logit_std:.3f}, residual std "
-          f"{fit.residual_std:.3f} (variance {fit.residual_variance:.4f}); lost variance of "
-          f"all terms {sum(term.lost for term in fit.terms):.4f}")
+    print(
+        f"{fit.rows:,} rows: model logit std {fit.logit_std:.3f}, residual std "
+        f"{fit.residual_std:.3f} (variance {fit.residual_variance:.4f}); lost variance of "
+        f"all terms {sum(term.lost for term in fit.terms):.4f}"
+    )
     print(f"{'term':12s} {'std':>6s} {'coef':>6s} {'lost':>7s}")
     for term in fit.terms:
         print(f"{term.name:12s} {term.std:6.3f} {term.coef:6.3f} {term.lost:7.4f}")
     if fit.shares is not None:
-        print(f"\nresidual variance shared within groups of rows (of "
-              f"{fit.residual_variance:.4f}):")
+        print(f"\nresidual variance shared within groups of rows (of {fit.residual_variance:.4f}):")
         print(f"{'grouping':12s} {'shared':>7s}")
         for name, share in fit.shares.items():
             print(f"{name:12s} {share:7.4f}")
@@ -150,11 +168,11 @@ def main() -> None:
 
 def _group_keys(batch) -> dict[str, np.ndarray]:
     """One int64 group key per row for each grouping ``--groups`` reports."""
-    keys = {f: batch.categorical[f].astype(np.int64) for f in synth.CATEGORICAL_FIELDS}
+    keys = {f: batch.categorical[f].astype(np.int64) for f in synth_schema.CATEGORICAL_FIELDS}
     keys["user"] = batch.user_id.astype(np.int64)
     for f, g in synth.CLICK_PAIR_SIGMAS:
         keys[f"{f} x {g}"] = keys[f] * (1 << 33) + keys[g]  # ids are < 2**33
-    for f in synth.NUMERIC_FIELDS:
+    for f in synth_schema.NUMERIC_FIELDS:
         keys[f"num {f}"] = numeric_bucket(batch.numeric[f])
     return keys
 

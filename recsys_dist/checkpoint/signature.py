@@ -17,9 +17,11 @@ def model_signature(config, dynamic_shards: int | None = None) -> dict:
     its count (:func:`saved_dynamic_shards`).
     """
     features = config.features
-    signature = {"model": config.model.name, "labels": list(config.labels),
-                 "tables": {name: _table_signature(t)
-                            for name, t in sorted(features.tables.items())}}
+    signature = {
+        "model": config.model.name,
+        "labels": list(config.labels),
+        "tables": {name: _table_signature(t) for name, t in sorted(features.tables.items())},
+    }
     if any(t.dynamic for t in features.tables.values()):
         # a dynamic table keeps its shards (one per parameter server of the run that
         # started the model dir), and one id index for every layer that reads it
@@ -69,7 +71,7 @@ def _without_capacity(signature: list) -> list:
 
 def _describe_table(signature: list) -> str:
     if signature and signature[0] == "dynamic":
-        return (f"dynamic with capacity_per_shard {signature[1]} and dim {signature[2]}")
+        return f"dynamic with capacity_per_shard {signature[1]} and dim {signature[2]}"
     return f"{signature[0]} x {signature[1]}"
 
 
@@ -81,30 +83,41 @@ def check_signature(saved: SavedCheckpoint, config, what: str = "this run") -> N
     def compared(signature: dict) -> dict:
         # neither the shards (see model_signature) nor a dynamic table's capacity: the
         # checkpoint holds its rows in use, which restore into any capacity they fit
-        return {k: ({t: _without_capacity(v) for t, v in v.items()} if k == "tables" else v)
-                for k, v in signature.items() if k != "dynamic_shards"}
+        return {
+            k: ({t: _without_capacity(v) for t, v in v.items()} if k == "tables" else v)
+            for k, v in signature.items()
+            if k != "dynamic_shards"
+        }
 
     if theirs is None or compared(theirs) == compared(ours):
         return
     problems = []
     for key in ("model", "labels"):
         if theirs.get(key) != ours[key]:
-            problems.append(f"{key} {theirs.get(key)!r} in the checkpoint, {ours[key]!r} in "
-                            f"{config.file}")
+            problems.append(
+                f"{key} {theirs.get(key)!r} in the checkpoint, {ours[key]!r} in {config.file}"
+            )
     their_tables, our_tables = theirs.get("tables", {}), ours["tables"]
     for name in sorted(set(their_tables) | set(our_tables)):
         a, b = their_tables.get(name), our_tables.get(name)
         if a is None:
             problems.append(f"table {name!r} is new in {config.features.file}")
         elif b is None:
-            problems.append(f"table {name!r} is in the checkpoint but not in "
-                            f"{config.features.file}")
+            problems.append(
+                f"table {name!r} is in the checkpoint but not in {config.features.file}"
+            )
         elif _without_capacity(a) != _without_capacity(b):
-            problems.append(f"table {name!r} is {_describe_table(a)} in the checkpoint but "
-                            f"{_describe_table(b)} in {config.features.file}")
+            problems.append(
+                f"table {name!r} is {_describe_table(a)} in the checkpoint but "
+                f"{_describe_table(b)} in {config.features.file}"
+            )
     if "dynamic_shards" in theirs and theirs.get("dynamic_index") != DYNAMIC_INDEX:
-        problems.append("its dynamic tables keep one id index per layer (written by an "
-                        "earlier version of recsys_dist); this version keeps one per table "
-                        "for all the layers that read it: start a new run")
-    raise CheckpointError(f"{saved.directory}: written for a different feature or model "
-                          f"config than {what}: " + "; ".join(problems))
+        problems.append(
+            "its dynamic tables keep one id index per layer (written by an "
+            "earlier version of recsys_dist); this version keeps one per table "
+            "for all the layers that read it: start a new run"
+        )
+    raise CheckpointError(
+        f"{saved.directory}: written for a different feature or model "
+        f"config than {what}: " + "; ".join(problems)
+    )

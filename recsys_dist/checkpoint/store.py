@@ -142,9 +142,14 @@ def _crc32(path: str) -> str:
 
 def file_manifest(local_dir: str) -> dict[str, dict]:
     """``{name: {"bytes": size, "crc32": hex}}`` of the variables files in ``local_dir``."""
-    return {name: {"bytes": os.path.getsize(os.path.join(local_dir, name)),
-                   "crc32": _crc32(os.path.join(local_dir, name))}
-            for name in sorted(os.listdir(local_dir)) if name.startswith(VARIABLES + ".")}
+    return {
+        name: {
+            "bytes": os.path.getsize(os.path.join(local_dir, name)),
+            "crc32": _crc32(os.path.join(local_dir, name)),
+        }
+        for name in sorted(os.listdir(local_dir))
+        if name.startswith(VARIABLES + ".")
+    }
 
 
 def verify_files(saved: SavedCheckpoint, local_dir: str) -> None:
@@ -163,18 +168,24 @@ def verify_files(saved: SavedCheckpoint, local_dir: str) -> None:
             raise DamagedCheckpoint(saved.directory, f"{name} is missing")
         size = os.path.getsize(path)
         if size != want["bytes"]:
-            raise DamagedCheckpoint(saved.directory, f"{name} is {size:,} bytes, "
-                                    f"{want['bytes']:,} when it was written (truncated or "
-                                    "changed after the save)")
+            raise DamagedCheckpoint(
+                saved.directory,
+                f"{name} is {size:,} bytes, "
+                f"{want['bytes']:,} when it was written (truncated or "
+                "changed after the save)",
+            )
         if _crc32(path) != want["crc32"]:
-            raise DamagedCheckpoint(saved.directory, f"{name} has CRC-32 {_crc32(path)}, "
-                                    f"{want['crc32']} when it was written (changed after "
-                                    "the save)")
+            raise DamagedCheckpoint(
+                saved.directory,
+                f"{name} has CRC-32 {_crc32(path)}, "
+                f"{want['crc32']} when it was written (changed after "
+                "the save)",
+            )
 
 
 def _remove(directory: str) -> None:
     storage_io.remove(_join(directory, COMPLETE))  # un-complete first: a cut cleanup
-    storage_io.rmtree(directory)                   # leaves no torn checkpoint
+    storage_io.rmtree(directory)  # leaves no torn checkpoint
 
 
 @contextlib.contextmanager
@@ -197,11 +208,13 @@ def local_prefix(saved: SavedCheckpoint | str) -> Iterator[str]:
     directory, name = posixpath.split(prefix.rstrip("/"))
     scratch = storage_io.local_scratch("recsys_dist_restore_")
     try:
-        copied = storage_io.download_dir(directory, scratch,
-                                         select=lambda relative: relative.startswith(name + "."))
+        copied = storage_io.download_dir(
+            directory, scratch, select=lambda relative: relative.startswith(name + ".")
+        )
         if not copied:
-            raise CheckpointError(f"{prefix}: cannot read the checkpoint: no {name}.* files "
-                                  f"in {directory}")
+            raise CheckpointError(
+                f"{prefix}: cannot read the checkpoint: no {name}.* files in {directory}"
+            )
         if isinstance(saved, SavedCheckpoint):
             verify_files(saved, scratch)
         yield os.path.join(scratch, name)
@@ -238,8 +251,9 @@ class CheckpointManager:
         return sorted(entries)
 
     def all_complete(self) -> list[SavedCheckpoint]:
-        return [self._load(step, directory) for step, directory, complete in self._entries()
-                if complete]
+        return [
+            self._load(step, directory) for step, directory, complete in self._entries() if complete
+        ]
 
     def latest(self) -> SavedCheckpoint | None:
         """The newest complete checkpoint, or None."""
@@ -260,9 +274,12 @@ class CheckpointManager:
         try:
             state = json.loads(storage_io.read_text(path))
         except (storage_io.StorageError, ValueError) as exc:
-            raise DamagedCheckpoint(directory, f"{STATE} is unreadable ({exc}); the "
-                                    "checkpoint is marked complete, so its files were changed "
-                                    "after it was written") from None
+            raise DamagedCheckpoint(
+                directory,
+                f"{STATE} is unreadable ({exc}); the "
+                "checkpoint is marked complete, so its files were changed "
+                "after it was written",
+            ) from None
         return SavedCheckpoint(directory, step, state)
 
     def newest_first(self) -> Iterator[tuple[str, SavedCheckpoint | DamagedCheckpoint]]:
@@ -297,24 +314,35 @@ class CheckpointManager:
         start = time.perf_counter()
         with storage_io.StagedDir(directory) as staged:
             try:
-                with storage_io.space_named(staged.local, f"write the checkpoint of step {step}",
-                                            lambda: self._bytes_needed(checkpoint),
-                                            staged=staged.remote):
+                with storage_io.space_named(
+                    staged.local,
+                    f"write the checkpoint of step {step}",
+                    lambda: self._bytes_needed(checkpoint),
+                    staged=staged.remote,
+                ):
                     # A staged save is on this process's disk: it writes every shard itself.
-                    checkpoint.write(os.path.join(staged.local, VARIABLES),
-                                     options=io_options() if staged.remote else None)
+                    checkpoint.write(
+                        os.path.join(staged.local, VARIABLES),
+                        options=io_options() if staged.remote else None,
+                    )
             except storage_io.StorageError:
                 if not staged.remote:
                     _remove(directory)  # the partial files (staged ones go with the stage)
                 raise
             except tf.errors.OpError as exc:
-                raise CheckpointError(f"{directory}: cannot write the checkpoint: "
-                                      f"{_tf_reason(exc)}") from None
+                raise CheckpointError(
+                    f"{directory}: cannot write the checkpoint: {_tf_reason(exc)}"
+                ) from None
             written = time.perf_counter()
             files = file_manifest(staged.local)
             staged.sync()
-        state = dict(state, step=step, saved_at=time.time(),
-                     save_seconds=round(written - start, 3), files=files)
+        state = dict(
+            state,
+            step=step,
+            saved_at=time.time(),
+            save_seconds=round(written - start, 3),
+            files=files,
+        )
         if staged.remote:
             state["upload_seconds"] = round(time.perf_counter() - written, 3)
         storage_io.write_text(_join(directory, STATE), json.dumps(state, indent=1))
@@ -329,16 +357,18 @@ class CheckpointManager:
         with contextlib.suppress(CheckpointError, storage_io.StorageError):
             latest = self.latest()
             if latest is not None:
-                estimate = max(estimate, sum(f["bytes"] for f in
-                                             (latest.state.get("files") or {}).values()))
+                estimate = max(
+                    estimate, sum(f["bytes"] for f in (latest.state.get("files") or {}).values())
+                )
         return estimate or None
 
     def _prune(self) -> None:
         entries = self._entries()
         complete = [e for e in entries if e[2]]
         newest = complete[-1][0] if complete else -1
-        keep = {e[1] for e in complete[-self.keep:]} | {
-            e[1] for e in complete if e[0] in self.pinned}
+        keep = {e[1] for e in complete[-self.keep :]} | {
+            e[1] for e in complete if e[0] in self.pinned
+        }
         for step, directory, is_complete in entries:
             if directory in keep:
                 continue
@@ -364,8 +394,9 @@ def create_slots(optimizer, variables: list) -> None:
     optimizer._create_all_weights(variables)  # pylint: disable=protected-access
 
 
-def restore(checkpoint: tf.train.Checkpoint, saved: SavedCheckpoint | str,
-            require_all: bool = False) -> None:
+def restore(
+    checkpoint: tf.train.Checkpoint, saved: SavedCheckpoint | str, require_all: bool = False
+) -> None:
     """Reads a checkpoint into ``checkpoint``'s objects (slots must already exist).
 
     Args:
@@ -387,16 +418,17 @@ def _read(checkpoint: tf.train.Checkpoint, local: str, prefix: str, require_all:
             status.assert_existing_objects_matched()
         status.expect_partial()
     except tf.errors.OpError as exc:
-        raise CheckpointError(f"{prefix}: cannot read the checkpoint: "
-                              f"{_tf_reason(exc)}") from None
+        raise CheckpointError(f"{prefix}: cannot read the checkpoint: {_tf_reason(exc)}") from None
     except IndexError as exc:  # TensorFlow's reader on a cut file: "Read less bytes ..."
         raise CheckpointError(f"{prefix}: cannot read the checkpoint: {exc}") from None
     except RowsBeyondCapacity as exc:
         raise CheckpointError(f"{prefix}: {exc}") from None
     except (AssertionError, ValueError) as exc:
-        raise CheckpointError(f"{prefix}: does not fit this model (model.params or the "
-                              f"feature config differ from the run that wrote it): "
-                              f"{str(exc).splitlines()[0][:300]}") from None
+        raise CheckpointError(
+            f"{prefix}: does not fit this model (model.params or the "
+            f"feature config differ from the run that wrote it): "
+            f"{str(exc).splitlines()[0][:300]}"
+        ) from None
 
 
 def find_checkpoint(model_dir: str, checkpoint: str | None = None) -> SavedCheckpoint:
@@ -415,21 +447,28 @@ def find_checkpoint(model_dir: str, checkpoint: str | None = None) -> SavedCheck
         manager = CheckpointManager(model_dir)
         saved = manager.latest()
         if saved is None:
-            raise CheckpointError(f"{model_dir}: no complete checkpoint in {manager.root}; "
-                                  "train the model first (recsys-dist train)")
+            raise CheckpointError(
+                f"{model_dir}: no complete checkpoint in {manager.root}; "
+                "train the model first (recsys-dist train)"
+            )
         return saved
     path = checkpoint.rstrip("/")
     directory = path if storage_io.isdir(path) else posixpath.dirname(path)
     if not storage_io.isdir(directory) or not (
-            _NAME.match(posixpath.basename(directory))
-            or storage_io.exists(_join(directory, STATE))
-            or storage_io.exists(_join(directory, COMPLETE))):
-        raise CheckpointError(f"{checkpoint}: no such checkpoint (expected a checkpoint "
-                              "directory like MODEL_DIR/checkpoints/ckpt-000000000123 or its "
-                              "'variables' prefix)")
+        _NAME.match(posixpath.basename(directory))
+        or storage_io.exists(_join(directory, STATE))
+        or storage_io.exists(_join(directory, COMPLETE))
+    ):
+        raise CheckpointError(
+            f"{checkpoint}: no such checkpoint (expected a checkpoint "
+            "directory like MODEL_DIR/checkpoints/ckpt-000000000123 or its "
+            "'variables' prefix)"
+        )
     if not storage_io.exists(_join(directory, COMPLETE)):
-        raise CheckpointError(f"{directory}: not a complete checkpoint (no {COMPLETE} marker: "
-                              "its save was cut short or is still running)")
+        raise CheckpointError(
+            f"{directory}: not a complete checkpoint (no {COMPLETE} marker: "
+            "its save was cut short or is still running)"
+        )
     match = _NAME.match(posixpath.basename(directory))
     manager = CheckpointManager(posixpath.dirname(posixpath.dirname(directory)))
     return manager._load(int(match.group(1)) if match else -1, directory)
@@ -451,8 +490,10 @@ def checkpoint_at(path: str, what: str) -> SavedCheckpoint:
     except DamagedCheckpoint:
         raise
     except CheckpointError as exc:
-        raise CheckpointError(f"{what}: {exc} (give a model dir holding {CHECKPOINTS}/, or "
-                              "one of its checkpoint directories)") from None
+        raise CheckpointError(
+            f"{what}: {exc} (give a model dir holding {CHECKPOINTS}/, or "
+            "one of its checkpoint directories)"
+        ) from None
 
 
 def _whole_variables(model) -> list:
@@ -481,15 +522,18 @@ def restore_model(model, saved: SavedCheckpoint, config_file: str) -> None:
         try:
             reader = tf.train.load_checkpoint(local)
         except tf.errors.OpError as exc:
-            raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: "
-                                  f"{_tf_reason(exc)}") from None
+            raise CheckpointError(
+                f"{saved.prefix}: cannot read the checkpoint: {_tf_reason(exc)}"
+            ) from None
         except IndexError as exc:  # a cut file: "Read less bytes than requested"
-            raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: "
-                                  f"{exc}") from None
+            raise CheckpointError(f"{saved.prefix}: cannot read the checkpoint: {exc}") from None
         stored = collections.Counter(
-            tuple(shape) for key, shape in reader.get_variable_to_shape_map().items()
-            if key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
-            and "/.OPTIMIZER_SLOT/" not in key)
+            tuple(shape)
+            for key, shape in reader.get_variable_to_shape_map().items()
+            if key.startswith("model/")
+            and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")
+            and "/.OPTIMIZER_SLOT/" not in key
+        )
         variables = _whole_variables(model)
         saved_whole = [v for v in variables if rows_in_use(v) is None]
         ours = collections.Counter(tuple(v.shape.as_list()) for v in saved_whole)
@@ -504,17 +548,27 @@ def restore_model(model, saved: SavedCheckpoint, config_file: str) -> None:
                 else:
                     short.append(variable)
         if ours - stored or extra or short:
-            missing = [f"{v.name} {v.shape.as_list()}" for v in saved_whole
-                       if stored[tuple(v.shape.as_list())] == 0]
-            missing += [f"{v.name} [up to {v.shape[0]}, "
-                        f"{', '.join(map(str, v.shape.as_list()[1:]))}]".replace(", ]", "]")
-                        for v in short]
-            detail = ("model weight(s) with no weight of that shape in the checkpoint: "
-                      + ", ".join(missing) if missing else
-                      f"the checkpoint has {sum(stored.values())} model weights, the model "
-                      f"{len(variables)}; shapes only in the checkpoint: "
-                      f"{sorted(map(list, extra.elements()))}")
-            raise CheckpointError(f"{saved.directory}: does not fit the model of "
-                                  f"{config_file} (was it trained with other model params?): "
-                                  f"{detail}")
+            missing = [
+                f"{v.name} {v.shape.as_list()}"
+                for v in saved_whole
+                if stored[tuple(v.shape.as_list())] == 0
+            ]
+            missing += [
+                f"{v.name} [up to {v.shape[0]}, "
+                f"{', '.join(map(str, v.shape.as_list()[1:]))}]".replace(", ]", "]")
+                for v in short
+            ]
+            detail = (
+                "model weight(s) with no weight of that shape in the checkpoint: "
+                + ", ".join(missing)
+                if missing
+                else f"the checkpoint has {sum(stored.values())} model weights, the model "
+                f"{len(variables)}; shapes only in the checkpoint: "
+                f"{sorted(map(list, extra.elements()))}"
+            )
+            raise CheckpointError(
+                f"{saved.directory}: does not fit the model of "
+                f"{config_file} (was it trained with other model params?): "
+                f"{detail}"
+            )
         _read(tf.train.Checkpoint(model=model), local, saved.prefix, require_all=True)

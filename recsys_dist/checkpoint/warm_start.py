@@ -73,14 +73,20 @@ class WarmStartReport:
     def warnings(self) -> list[str]:
         lines = []
         if self.ignored:
-            lines.append(f"ignored {len(self.ignored)} checkpoint variable(s) the new model "
-                         "does not have (removed features?): " + ", ".join(self.ignored[:8]))
+            lines.append(
+                f"ignored {len(self.ignored)} checkpoint variable(s) the new model "
+                "does not have (removed features?): " + ", ".join(self.ignored[:8])
+            )
         if self.reinitialized:
-            lines.append(f"started {len(self.reinitialized)} variable(s) fresh because their "
-                         "shape changed: " + ", ".join(self.reinitialized[:8]))
+            lines.append(
+                f"started {len(self.reinitialized)} variable(s) fresh because their "
+                "shape changed: " + ", ".join(self.reinitialized[:8])
+            )
         if self.fresh:
-            lines.append(f"{len(self.fresh)} variable(s) are new and start fresh: "
-                         + ", ".join(self.fresh[:8]))
+            lines.append(
+                f"{len(self.fresh)} variable(s) are new and start fresh: "
+                + ", ".join(self.fresh[:8])
+            )
         return lines
 
 
@@ -119,51 +125,72 @@ def _value_key(node) -> str | None:
     return None
 
 
-def _read_rows(prefix: str, key: str, saved_shape: list[int], first: int, count: int,
-               dtype: tf.DType) -> tf.Tensor:
+def _read_rows(
+    prefix: str, key: str, saved_shape: list[int], first: int, count: int, dtype: tf.DType
+) -> tf.Tensor:
     """Rows ``[first, first + count)`` of the checkpoint tensor ``key``."""
-    spec = (" ".join(str(d) for d in saved_shape) + f" {first},{count}"
-            + "".join(":-" for _ in saved_shape[1:]))
-    return tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key], shape_and_slices=[spec],
-                                dtypes=[dtype])[0]
+    spec = (
+        " ".join(str(d) for d in saved_shape)
+        + f" {first},{count}"
+        + "".join(":-" for _ in saved_shape[1:])
+    )
+    return tf.raw_ops.RestoreV2(
+        prefix=prefix, tensor_names=[key], shape_and_slices=[spec], dtypes=[dtype]
+    )[0]
 
 
 def _assign(prefix: str, key: str, saved_shape: list[int], variable) -> None:
     """Copies the whole checkpoint tensor ``key`` into ``variable``, shard by shard."""
     if not isinstance(variable, tf.__internal__.distribute.ShardedVariable):
-        value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[key], shape_and_slices=[""],
-                                     dtypes=[variable.dtype])[0]
+        value = tf.raw_ops.RestoreV2(
+            prefix=prefix, tensor_names=[key], shape_and_slices=[""], dtypes=[variable.dtype]
+        )[0]
         variable.assign(tf.reshape(value, variable.shape))
         return
     for shard, start, stop in shard_rows(variable):
         shard.assign(_read_rows(prefix, key, saved_shape, start, stop - start, shard.dtype))
 
 
-def _assign_rows(prefix: str, key: str, saved_shape: list[int], variable, saved_first: int,
-                 first: int, rows: int) -> None:
+def _assign_rows(
+    prefix: str, key: str, saved_shape: list[int], variable, saved_first: int, first: int, rows: int
+) -> None:
     """Copies checkpoint rows ``[saved_first, saved_first + rows)`` of ``key`` into rows
     ``[first, first + rows)`` of ``variable``, shard by shard."""
     for shard, start, stop in shard_rows(variable):
         a, b = max(start, first), min(stop, first + rows)
         if a < b:
-            assign_shard_rows(shard, a - start, _read_rows(
-                prefix, key, saved_shape, saved_first + a - first, b - a, shard.dtype))
+            assign_shard_rows(
+                shard,
+                a - start,
+                _read_rows(prefix, key, saved_shape, saved_first + a - first, b - a, shard.dtype),
+            )
 
 
 def stack_layouts(stacks: list[TableStack]) -> dict[str, dict[str, list[int]]]:
     """What a checkpoint records of its embedding stacks: key -> table -> [first, rows, dim]."""
-    return {s.key: {t: [first, rows, int(s.variable.shape[1])]
-                    for t, (first, rows) in s.layout.items()} for s in stacks}
+    return {
+        s.key: {t: [first, rows, int(s.variable.shape[1])] for t, (first, rows) in s.layout.items()}
+        for s in stacks
+    }
 
 
 def _layer_of(stack_key: str) -> str:
     return stack_key.rsplit("/embedding/", 1)[0]
 
 
-def _restore_stack(prefix: str, key: str, saved_shape: list[int], live, name: str,
-                   stack: TableStack, saved: dict[str, dict[str, list[int]]], is_slot: bool,
-                   on_table_resize: str, report: WarmStartReport,
-                   resized: dict[str, tuple]) -> None:
+def _restore_stack(
+    prefix: str,
+    key: str,
+    saved_shape: list[int],
+    live,
+    name: str,
+    stack: TableStack,
+    saved: dict[str, dict[str, list[int]]],
+    is_slot: bool,
+    on_table_resize: str,
+    report: WarmStartReport,
+    resized: dict[str, tuple],
+) -> None:
     """Restores a stack (or one of its slots) table by table, by the saved layouts."""
     old = saved.get(stack.key)
     if old is None:  # no layout recorded: only an identical stack can be taken whole
@@ -174,8 +201,12 @@ def _restore_stack(prefix: str, key: str, saved_shape: list[int], live, name: st
             report.reinitialized.append(name)
         return
     dim = int(live.shape[1])
-    elsewhere = {t: entry for k, layout in saved.items() if _layer_of(k) == _layer_of(stack.key)
-                 for t, entry in layout.items()}
+    elsewhere = {
+        t: entry
+        for k, layout in saved.items()
+        if _layer_of(k) == _layer_of(stack.key)
+        for t, entry in layout.items()
+    }
     for table, (first, rows) in stack.layout.items():
         where = f"{name}: table {table}"
         entry = old.get(table) or elsewhere.get(table)
@@ -192,10 +223,15 @@ def _restore_stack(prefix: str, key: str, saved_shape: list[int], live, name: st
             report.restored.append(where)
 
 
-def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableStack],
-               saved_stacks: dict[str, dict[str, list[int]]], optimizers: list,
-               on_table_resize: Literal["fail", "reinitialize"] = "fail",
-               source: str = "") -> WarmStartReport:
+def warm_start(
+    checkpoint: tf.train.Checkpoint,
+    prefix: str,
+    stacks: list[TableStack],
+    saved_stacks: dict[str, dict[str, list[int]]],
+    optimizers: list,
+    on_table_resize: Literal["fail", "reinitialize"] = "fail",
+    source: str = "",
+) -> WarmStartReport:
     """Seeds the live objects of ``checkpoint`` from the checkpoint at ``prefix``.
 
     Args:
@@ -218,12 +254,17 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
     graph.ParseFromString(reader.get_tensor(_GRAPH_KEY))
     matched = _match(checkpoint, graph)
     stack_of = {id(s.variable): s for s in stacks}
-    hyper = {id(v) for opt in optimizers
-             for v in getattr(opt, "_hyper", {}).values() if isinstance(v, tf.Variable)}
+    hyper = {
+        id(v)
+        for opt in optimizers
+        for v in getattr(opt, "_hyper", {}).values()
+        if isinstance(v, tf.Variable)
+    }
     report = WarmStartReport()
     taken: set[str] = set()
-    growable, handled = _restore_dynamic_tables(reader, graph, matched, report,
-                                                source or prefix, taken)
+    growable, handled = _restore_dynamic_tables(
+        reader, graph, matched, report, source or prefix, taken
+    )
     targets = _targets(graph, matched, stack_of, growable)
     resized: dict[str, tuple] = {}
     seen_stacks = set()
@@ -240,19 +281,38 @@ def warm_start(checkpoint: tf.train.Checkpoint, prefix: str, stacks: list[TableS
         stack = stack_of.get(id(live))
         if stack is not None:
             seen_stacks.add(stack.key)
-            _restore_stack(prefix, key, saved_shape, live, name, stack, saved_stacks,
-                           is_slot, on_table_resize, report, resized)
+            _restore_stack(
+                prefix,
+                key,
+                saved_shape,
+                live,
+                name,
+                stack,
+                saved_stacks,
+                is_slot,
+                on_table_resize,
+                report,
+                resized,
+            )
         else:
-            _restore_variable(prefix, key, list(saved_shape), live, name,
-                              id(live) in growable, report)
+            _restore_variable(
+                prefix, key, list(saved_shape), live, name, id(live) in growable, report
+            )
     if resized:
         _fail_resized(resized, source or prefix)
     _report_unused(report, stacks, seen_stacks, saved_stacks, shapes, taken)
     return report
 
 
-def _restore_variable(prefix: str, key: str, saved_shape: list[int], live: tf.Variable,
-                      name: str, growable: bool, report: WarmStartReport) -> None:
+def _restore_variable(
+    prefix: str,
+    key: str,
+    saved_shape: list[int],
+    live: tf.Variable,
+    name: str,
+    growable: bool,
+    report: WarmStartReport,
+) -> None:
     """Restores one variable that is not a stacked table: as saved, or reinitialized."""
     if growable and saved_shape != live.shape.as_list():
         # a dynamic table's rows: its capacity may grow, its rows keep their places
@@ -266,15 +326,20 @@ def _restore_variable(prefix: str, key: str, saved_shape: list[int], live: tf.Va
 
 
 def _fail_resized(resized: dict[str, tuple], source: str) -> None:
-    detail = "; ".join(f"table {t!r} is {a[0]} x {a[1]} in {source} but {b[0]} x {b[1]} now"
-                       for t, (a, b) in sorted(resized.items()))
-    raise WarmStartError(f"cannot warm start: {detail}. A resized table loses its rows' "
-                         "meaning; set retrain.on_table_resize: reinitialize to start it "
-                         "fresh, or keep its size")
+    detail = "; ".join(
+        f"table {t!r} is {a[0]} x {a[1]} in {source} but {b[0]} x {b[1]} now"
+        for t, (a, b) in sorted(resized.items())
+    )
+    raise WarmStartError(
+        f"cannot warm start: {detail}. A resized table loses its rows' "
+        "meaning; set retrain.on_table_resize: reinitialize to start it "
+        "fresh, or keep its size"
+    )
 
 
-def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartReport,
-                            source: str, taken: set[str]) -> tuple[set[int], set[int]]:
+def _restore_dynamic_tables(
+    reader, graph, matched: dict, report: WarmStartReport, source: str, taken: set[str]
+) -> tuple[set[int], set[int]]:
     """Restores the id -> row index and admission counts of every dynamic table the
     checkpoint shares with the live model. Returns the ids of their row variables (which
     may grow: a larger ``capacity_per_shard`` keeps every row in place), and the ids of
@@ -291,14 +356,19 @@ def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartRepor
         if not isinstance(table, DynamicTable):
             continue
         name = table.spec.name
-        lists = [graph.nodes[c.node_id] for c in graph.nodes[node_id].children
-                 if c.local_name == "shards"]
+        lists = [
+            graph.nodes[c.node_id]
+            for c in graph.nodes[node_id].children
+            if c.local_name == "shards"
+        ]
         saved = sorted(lists[0].children, key=lambda c: int(c.local_name)) if lists else []
         if saved and len(saved) != len(table.shards):
-            handled |= _reshard(reader, graph, matched, table, [c.node_id for c in saved],
-                                taken, source)
-            report.restored.append(f"dynamic table {name}: re-sharded from {len(saved)} to "
-                                   f"{len(table.shards)} shards")
+            handled |= _reshard(
+                reader, graph, matched, table, [c.node_id for c in saved], taken, source
+            )
+            report.restored.append(
+                f"dynamic table {name}: re-sharded from {len(saved)} to {len(table.shards)} shards"
+            )
             continue
         for index, shard in enumerate(table.shards):
             growable.update({id(shard.emb), id(shard.last_seen)})
@@ -309,10 +379,10 @@ def _restore_dynamic_tables(reader, graph, matched: dict, report: WarmStartRepor
                 raise WarmStartError(
                     f"cannot warm start: dynamic table {name!r} holds {rows.size:,} ids on "
                     f"shard {index} in {source}, more than capacity_per_shard "
-                    f"{shard.capacity:,}; raise tables.{name}.capacity_per_shard")
+                    f"{shard.capacity:,}; raise tables.{name}.capacity_per_shard"
+                )
             shard.index.insert(keys, rows)
-            counted, seen = _table_contents(reader, graph, node_of.get(id(shard.counts)),
-                                           taken)
+            counted, seen = _table_contents(reader, graph, node_of.get(id(shard.counts)), taken)
             if counted is not None and counted.size:
                 shard.counts.insert(counted, seen)
             report.restored.append(f"dynamic table {name} shard {index}: {keys.size:,} ids")
@@ -341,11 +411,19 @@ def _check_one_index_per_table(matched: dict, source: str) -> None:
                 f"cannot warm start from {source}: its dynamic table {names[live]!r} keeps "
                 "an id index per layer (written by an earlier version of recsys_dist), "
                 "and this version keeps one for all the layers that read the table; start "
-                "the model fresh (without a warm start)")
+                "the model fresh (without a warm start)"
+            )
 
 
-def _reshard(reader, graph, matched: dict, table: DynamicTable, shard_nodes: list[int],
-             taken: set[str], source: str) -> set[int]:
+def _reshard(
+    reader,
+    graph,
+    matched: dict,
+    table: DynamicTable,
+    shard_nodes: list[int],
+    taken: set[str],
+    source: str,
+) -> set[int]:
     """Moves the ids of a dynamic table saved with ``len(shard_nodes)`` shards to the live
     table's shards (see the module docstring); returns the ids of the live variables set.
 
@@ -366,28 +444,34 @@ def _reshard(reader, graph, matched: dict, table: DynamicTable, shard_nodes: lis
                 f"cannot warm start: dynamic table {table.spec.name!r} from {source} puts "
                 f"{count:,} ids on shard {index} of {len(table.shards)}, more than "
                 f"capacity_per_shard {shard.capacity:,}; raise "
-                f"tables.{table.spec.name}.capacity_per_shard")
+                f"tables.{table.spec.name}.capacity_per_shard"
+            )
         rows = tf.range(count, dtype=tf.int64)
         shard.index.insert(keys[mine], rows)
         shard.next_row.assign(count)
         sets = [(shard.emb, "emb"), (shard.last_seen, "last_seen")]
-        for (optimizer_node, slot_name) in saved[0]["slots"]:
+        for optimizer_node, slot_name in saved[0]["slots"]:
             optimizer = matched.get(optimizer_node)
             try:
-                sets.append((optimizer.get_slot(shard.emb, slot_name),
-                             (optimizer_node, slot_name)))
+                sets.append((optimizer.get_slot(shard.emb, slot_name), (optimizer_node, slot_name)))
             except (KeyError, AttributeError):
                 continue
         for variable, what in sets:
-            values = np.concatenate([s[what] if isinstance(what, str) else s["slots"][what]
-                                     for s in saved])[mine]
+            values = np.concatenate(
+                [s[what] if isinstance(what, str) else s["slots"][what] for s in saved]
+            )[mine]
             variable.scatter_update(tf.IndexedSlices(tf.constant(values, variable.dtype), rows))
         mine_counted = counted_target == index
         if mine_counted.any():
-            shard.counts.insert(counted[mine_counted],
-                                np.concatenate([s["seen"] for s in saved])[mine_counted])
+            shard.counts.insert(
+                counted[mine_counted], np.concatenate([s["seen"] for s in saved])[mine_counted]
+            )
         handled |= {id(v) for v, _ in sets} | {
-            id(shard.next_row), id(shard.day), id(shard.dropped_full), id(shard.waiting)}
+            id(shard.next_row),
+            id(shard.day),
+            id(shard.dropped_full),
+            id(shard.waiting),
+        }
     return handled
 
 
@@ -409,13 +493,20 @@ def _saved_shard(reader, graph, node_id: int, taken: set[str]) -> dict:
     for name in ("next_row", "day", "dropped_full", "waiting"):
         if name in children:
             taken.add(_value_key(graph.nodes[children[name]]))
-    slots = {(optimizer, slot.slot_name): rows_of(slot.slot_variable_node_id)
-             for optimizer, node in enumerate(graph.nodes) for slot in node.slot_variables
-             if slot.original_variable_node_id == children["emb"]}
-    return {"keys": keys, "emb": rows_of(children["emb"]),
-            "last_seen": rows_of(children["last_seen"]), "slots": slots,
-            "counted": counted if counted is not None else np.zeros([0], np.int64),
-            "seen": seen if seen is not None else np.zeros([0], np.int64)}
+    slots = {
+        (optimizer, slot.slot_name): rows_of(slot.slot_variable_node_id)
+        for optimizer, node in enumerate(graph.nodes)
+        for slot in node.slot_variables
+        if slot.original_variable_node_id == children["emb"]
+    }
+    return {
+        "keys": keys,
+        "emb": rows_of(children["emb"]),
+        "last_seen": rows_of(children["last_seen"]),
+        "slots": slots,
+        "counted": counted if counted is not None else np.zeros([0], np.int64),
+        "seen": seen if seen is not None else np.zeros([0], np.int64),
+    }
 
 
 def _table_contents(reader, graph, node_id: int | None, taken: set[str]):
@@ -427,12 +518,15 @@ def _table_contents(reader, graph, node_id: int | None, taken: set[str]):
     if "table" not in keys or not reader.has_tensor(keys["table"] + "-keys"):
         return None, None
     taken.update((keys["table"] + "-keys", keys["table"] + "-values"))
-    return (reader.get_tensor(keys["table"] + "-keys"),
-            reader.get_tensor(keys["table"] + "-values"))
+    return (
+        reader.get_tensor(keys["table"] + "-keys"),
+        reader.get_tensor(keys["table"] + "-values"),
+    )
 
 
-def _targets(graph, matched: dict, stack_of: dict,
-             growable: set[int]) -> list[tuple[str, object, str, bool]]:
+def _targets(
+    graph, matched: dict, stack_of: dict, growable: set[int]
+) -> list[tuple[str, object, str, bool]]:
     """``(checkpoint key, live variable, name, is a slot)`` of every variable and optimizer
     slot the live objects share with the checkpoint; a slot of a table stack is entered
     in ``stack_of`` under its stack, a slot of a dynamic table's rows in ``growable``."""
@@ -452,8 +546,7 @@ def _targets(graph, matched: dict, stack_of: dict,
                 live_slot = optimizer.get_slot(original, slot.slot_name)
             except (KeyError, AttributeError):
                 continue
-            targets.append((slot_key, live_slot, f"{_name(original, '?')}/{slot.slot_name}",
-                            True))
+            targets.append((slot_key, live_slot, f"{_name(original, '?')}/{slot.slot_name}", True))
             if id(original) in stack_of:
                 stack_of[id(live_slot)] = stack_of[id(original)]
             if id(original) in growable:
@@ -461,8 +554,14 @@ def _targets(graph, matched: dict, stack_of: dict,
     return targets
 
 
-def _report_unused(report: WarmStartReport, stacks: list[TableStack], seen_stacks: set,
-                   saved_stacks: dict, shapes: dict, taken: set[str]) -> None:
+def _report_unused(
+    report: WarmStartReport,
+    stacks: list[TableStack],
+    seen_stacks: set,
+    saved_stacks: dict,
+    shapes: dict,
+    taken: set[str],
+) -> None:
     """Adds the live tables the checkpoint lacks (fresh) and the checkpoint's tables and
     variables nothing live takes (ignored) to ``report``."""
     live_tables: dict[str, set[str]] = {}
@@ -474,10 +573,17 @@ def _report_unused(report: WarmStartReport, stacks: list[TableStack], seen_stack
         kept = live_tables.get(_layer_of(key))
         if kept is not None:
             report.ignored.extend(f"table {t}" for t in layout if t not in kept)
-    report.ignored.extend(sorted(
-        k.split("/.ATTRIBUTES")[0] for k in shapes
-        if k not in taken and k != _GRAPH_KEY and "/.ATTRIBUTES/" in k
-        and "OPTIMIZER_SLOT" not in k and "/.OBJECT_CONFIG" not in k))
+    report.ignored.extend(
+        sorted(
+            k.split("/.ATTRIBUTES")[0]
+            for k in shapes
+            if k not in taken
+            and k != _GRAPH_KEY
+            and "/.ATTRIBUTES/" in k
+            and "OPTIMIZER_SLOT" not in k
+            and "/.OBJECT_CONFIG" not in k
+        )
+    )
 
 
 def _name(variable, default: str) -> str:

@@ -70,8 +70,9 @@ class Rates:
 #: ``benchmarks/studies/capacity_rates.py`` on 2026-11-27: the demo model on local clusters
 #: of 1-2 workers and 1-2 servers, and a chief dispatching one-step closures to 4 workers.
 #: The dated record is in ``benchmarks/RESULTS.md``; ``docs/scaling.md`` explains them.
-MEASURED_RATES = Rates(worker_examples_per_core=41_200, server_values_per_core=199_000_000,
-                       chief_closures=163)
+MEASURED_RATES = Rates(
+    worker_examples_per_core=41_200, server_values_per_core=199_000_000, chief_closures=163
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,13 +149,18 @@ def dense_reads_per_step(config: ExperimentConfig) -> float:
     return 1.0 if refresh is None else math.ceil(per_call / refresh) / per_call
 
 
-def server_loads(footprint: ModelFootprint, config: ExperimentConfig, servers: int,
-                 distinct: Mapping[str, float] | None = None) -> list[ServerLoad]:
+def server_loads(
+    footprint: ModelFootprint,
+    config: ExperimentConfig,
+    servers: int,
+    distinct: Mapping[str, float] | None = None,
+) -> list[ServerLoad]:
     """Each server's memory and per-step traffic for ``config`` on ``servers`` servers.
 
     ``distinct``: measured distinct rows per batch of each table; a table it leaves out
     gets :func:`expected_distinct`.
     """
+
     def rows_of(table: TableUse) -> float:
         if distinct is not None and table.name in distinct:
             return distinct[table.name]
@@ -162,8 +168,10 @@ def server_loads(footprint: ModelFootprint, config: ExperimentConfig, servers: i
 
     loads = [ServerLoad() for _ in range(servers)]
     train, batch = config.train, config.input.batch_size
-    slots = {False: TABLE_SLOTS[train.embedding_optimizer.name],
-             True: TABLE_SLOTS[(train.linear_optimizer or train.embedding_optimizer).name]}
+    slots = {
+        False: TABLE_SLOTS[train.embedding_optimizer.name],
+        True: TABLE_SLOTS[(train.linear_optimizer or train.embedding_optimizer).name],
+    }
     stacks = {s.name: s for s in footprint.stacks}
     turn = 0  # the strategy's round-robin counter
     for variable in footprint.created:
@@ -178,8 +186,15 @@ def server_loads(footprint: ModelFootprint, config: ExperimentConfig, servers: i
             continue
         first = 0
         for rows in shard_rows(stack.rows, stack.dim, train.embedding_shard_bytes, servers):
-            _place_rows(loads[turn % servers], stack.tables, first, first + rows, stack.dim,
-                        1 + slots[stack.linear], rows_of)
+            _place_rows(
+                loads[turn % servers],
+                stack.tables,
+                first,
+                first + rows,
+                stack.dim,
+                1 + slots[stack.linear],
+                rows_of,
+            )
             turn += 1
             first += rows
     for table in footprint.dynamic:
@@ -190,8 +205,15 @@ def server_loads(footprint: ModelFootprint, config: ExperimentConfig, servers: i
     return loads
 
 
-def _place_rows(load: ServerLoad, tables: tuple[TableUse, ...], start: int, end: int,
-                dim: int, copies: int, rows_of: Callable[[TableUse], float]) -> None:
+def _place_rows(
+    load: ServerLoad,
+    tables: tuple[TableUse, ...],
+    start: int,
+    end: int,
+    dim: int,
+    copies: int,
+    rows_of: Callable[[TableUse], float],
+) -> None:
     """Rows ``[start, end)`` of a stack on ``load``'s server: each table's part of them."""
     starts = list(itertools.accumulate((t.rows for t in tables), initial=0))
     for i in range(max(0, bisect.bisect_right(starts, start) - 1), len(tables)):
@@ -222,19 +244,30 @@ class Ceilings:
         return min(self.by_resource, key=self.by_resource.get)
 
 
-def ceilings(loads: list[ServerLoad], config: ExperimentConfig, workers: int,
-             rates: Rates, machines: Machines) -> Ceilings:
+def ceilings(
+    loads: list[ServerLoad],
+    config: ExperimentConfig,
+    workers: int,
+    rates: Rates,
+    machines: Machines,
+) -> Ceilings:
     """What each resource allows ``workers`` workers and the servers of ``loads``."""
     batch = config.input.batch_size
     busiest_values = max(load.values for load in loads)
     busiest_bytes = max(max(load.bytes_out, load.bytes_in) for load in loads)
-    return Ceilings(workers, len(loads), {
-        "worker CPU": workers * machines.worker_cores * rates.worker_examples_per_core,
-        "server CPU": _per_step(machines.server_cores * rates.server_values_per_core,
-                                busiest_values) * batch,
-        "server NIC": _per_step(machines.nic_bytes_per_second, busiest_bytes) * batch,
-        "chief dispatch": rates.chief_closures * config.train.steps_per_call * batch,
-    })
+    return Ceilings(
+        workers,
+        len(loads),
+        {
+            "worker CPU": workers * machines.worker_cores * rates.worker_examples_per_core,
+            "server CPU": _per_step(
+                machines.server_cores * rates.server_values_per_core, busiest_values
+            )
+            * batch,
+            "server NIC": _per_step(machines.nic_bytes_per_second, busiest_bytes) * batch,
+            "chief dispatch": rates.chief_closures * config.train.steps_per_call * batch,
+        },
+    )
 
 
 def _per_step(capacity: float, per_step: float) -> float:
@@ -266,9 +299,15 @@ class Plan:
     best: Ceilings | None = None
 
 
-def plan(footprint: ModelFootprint, config: ExperimentConfig, target: float, rates: Rates,
-         machines: Machines, distinct: Mapping[str, float] | None = None,
-         max_servers: int = 256) -> Plan:
+def plan(
+    footprint: ModelFootprint,
+    config: ExperimentConfig,
+    target: float,
+    rates: Rates,
+    machines: Machines,
+    distinct: Mapping[str, float] | None = None,
+    max_servers: int = 256,
+) -> Plan:
     """The smallest cluster that trains ``target`` examples per second (see :class:`Plan`).
 
     Workers only add worker CPU, so for each server count from 1 up the workers needed
@@ -285,8 +324,11 @@ def plan(footprint: ModelFootprint, config: ExperimentConfig, target: float, rat
         return Plan(target, None, configured, own, why_none="chief dispatch")
     reasons, best = [], None
     for servers in range(1, max_servers + 1):
-        loads = (own if servers == config.cluster.ps
-                 else server_loads(footprint, config, servers, distinct))
+        loads = (
+            own
+            if servers == config.cluster.ps
+            else server_loads(footprint, config, servers, distinct)
+        )
         memory = max(sum(load.memory.values()) for load in loads)
         if machines.server_memory_bytes is not None and memory > machines.server_memory_bytes:
             reasons.append("server memory")
@@ -314,57 +356,87 @@ def memory_lines(loads: list[ServerLoad]) -> list[str]:
     of it, largest first (tables under 1% of the fullest server summed on one line), and
     each server's total."""
     totals = [sum(load.memory.values()) for load in loads]
-    names = sorted({name for load in loads for name in load.memory},
-                   key=lambda n: -sum(load.memory.get(n, 0.0) for load in loads))
-    small = [n for n in names if n != "dense" and sum(load.memory.get(n, 0.0)
-                                                      for load in loads) < 0.01 * max(totals)]
+    names = sorted(
+        {name for load in loads for name in load.memory},
+        key=lambda n: -sum(load.memory.get(n, 0.0) for load in loads),
+    )
+    small = [
+        n
+        for n in names
+        if n != "dense" and sum(load.memory.get(n, 0.0) for load in loads) < 0.01 * max(totals)
+    ]
     lines = []
     for name in names:
         if name not in small:
-            lines.append(f"memory   {name:16s} " + ", ".join(
-                f"ps{i} {_mib(load.memory[name])}" for i, load in enumerate(loads)
-                if load.memory.get(name)))
+            lines.append(
+                f"memory   {name:16s} "
+                + ", ".join(
+                    f"ps{i} {_mib(load.memory[name])}"
+                    for i, load in enumerate(loads)
+                    if load.memory.get(name)
+                )
+            )
     if small:
-        lines.append(f"memory   {len(small)} smaller tables: " + ", ".join(
-            f"ps{i} {_mib(sum(load.memory.get(n, 0.0) for n in small))}"
-            for i, load in enumerate(loads)))
-    return lines + ["memory   total per server: " + ", ".join(
-        f"ps{i} {_mib(total)}" for i, total in enumerate(totals))]
+        lines.append(
+            f"memory   {len(small)} smaller tables: "
+            + ", ".join(
+                f"ps{i} {_mib(sum(load.memory.get(n, 0.0) for n in small))}"
+                for i, load in enumerate(loads)
+            )
+        )
+    return lines + [
+        "memory   total per server: "
+        + ", ".join(f"ps{i} {_mib(total)}" for i, total in enumerate(totals))
+    ]
 
 
 def traffic_lines(loads: list[ServerLoad], config: ExperimentConfig) -> list[str]:
     """``step`` lines: what one worker step sends to and receives from each server."""
-    lines = [f"step     ps{i} sends {_mb(load.bytes_out)}, receives {_mb(load.bytes_in)}, "
-             f"serves {load.values:,.0f} values" for i, load in enumerate(loads)]
+    lines = [
+        f"step     ps{i} sends {_mb(load.bytes_out)}, receives {_mb(load.bytes_in)}, "
+        f"serves {load.values:,.0f} values"
+        for i, load in enumerate(loads)
+    ]
     total = sum(load.bytes_out + load.bytes_in for load in loads)
-    lines.append(f"step     all servers: {_mb(total)} per step of {config.input.batch_size:,} "
-                 f"examples ({total / config.input.batch_size:,.0f} bytes per example)")
+    lines.append(
+        f"step     all servers: {_mb(total)} per step of {config.input.batch_size:,} "
+        f"examples ({total / config.input.batch_size:,.0f} bytes per example)"
+    )
     return lines
 
 
 def ceiling_line(label: str, found: Ceilings) -> str:
     """One line: a cluster, the examples/s each resource allows it, and the binding one."""
-    return (f"{label:8s} {found.workers} workers + {found.servers} ps: "
-            + ", ".join(f"{name} {value:,.0f}" for name, value in found.by_resource.items())
-            + f" examples/s; {found.binding} binds first")
+    return (
+        f"{label:8s} {found.workers} workers + {found.servers} ps: "
+        + ", ".join(f"{name} {value:,.0f}" for name, value in found.by_resource.items())
+        + f" examples/s; {found.binding} binds first"
+    )
 
 
 def plan_lines(result: Plan, config: ExperimentConfig) -> list[str]:
     """The planner's answer as printed by ``recsys-dist plan``."""
     lines = [ceiling_line("config", result.configured)]
     if result.smallest is None:
-        lines.append(f"smallest none meets {result.target:,.0f} examples/s: "
-                     f"{result.why_none} caps every cluster"
-                     + (" (raise train.steps_per_call or input.batch_size)"
-                        if result.why_none == "chief dispatch" else ""))
+        lines.append(
+            f"smallest none meets {result.target:,.0f} examples/s: "
+            f"{result.why_none} caps every cluster"
+            + (
+                " (raise train.steps_per_call or input.batch_size)"
+                if result.why_none == "chief dispatch"
+                else ""
+            )
+        )
         if result.best is not None:
             lines.append(ceiling_line("fastest", result.best))
     else:
         lines.append(ceiling_line("smallest", result.smallest))
         others = {k: v for k, v in result.smallest.by_resource.items() if k != "worker CPU"}
         cap = min(others, key=others.get)
-        lines.append(f"beyond   with {result.smallest.servers} ps, more workers help up to "
-                     f"{others[cap]:,.0f} examples/s, where {cap} binds")
+        lines.append(
+            f"beyond   with {result.smallest.servers} ps, more workers help up to "
+            f"{others[cap]:,.0f} examples/s, where {cap} binds"
+        )
     which = "the smallest cluster" if result.smallest is not None else "the config's cluster"
     lines.append(f"servers  below: each server of {which} ({len(result.loads)} ps)")
     lines += traffic_lines(result.loads, config)

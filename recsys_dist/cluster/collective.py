@@ -83,16 +83,22 @@ def collective_task() -> tuple[dict[str, list[str]], int] | None:
     spec, task_type, index = parse_tf_config(text, jobs=("worker",))
     others = sorted(set(spec) - {"worker"})
     if others:
-        raise ClusterError(f"TF_CONFIG names {', '.join(repr(o) for o in others)} tasks, but "
-                           "cluster.strategy: multi_worker_mirrored runs on workers only (every "
-                           "worker trains; no parameter servers, no chief); use "
-                           "cluster.strategy: parameter_server for a cluster with ps tasks")
+        raise ClusterError(
+            f"TF_CONFIG names {', '.join(repr(o) for o in others)} tasks, but "
+            "cluster.strategy: multi_worker_mirrored runs on workers only (every "
+            "worker trains; no parameter servers, no chief); use "
+            "cluster.strategy: parameter_server for a cluster with ps tasks"
+        )
     if task_type != "worker":
-        raise ClusterError(f"TF_CONFIG task.type is {task_type!r}; under cluster.strategy: "
-                           "multi_worker_mirrored every process is a 'worker'")
+        raise ClusterError(
+            f"TF_CONFIG task.type is {task_type!r}; under cluster.strategy: "
+            "multi_worker_mirrored every process is a 'worker'"
+        )
     if not 0 <= index < len(spec["worker"]):
-        raise ClusterError(f"TF_CONFIG task.index {index} is out of range: the cluster has "
-                           f"{len(spec['worker'])} workers")
+        raise ClusterError(
+            f"TF_CONFIG task.index {index} is out of range: the cluster has "
+            f"{len(spec['worker'])} workers"
+        )
     return spec, index
 
 
@@ -104,12 +110,16 @@ def collective_strategy():
     """
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
+    )
     devices = strategy.extended.worker_devices
     if len(devices) != 1:
-        raise ClusterError(f"cluster.strategy: multi_worker_mirrored runs one replica per "
-                           f"worker, but this worker has {len(devices)} devices "
-                           f"({', '.join(devices)}); several GPUs per worker are not supported")
+        raise ClusterError(
+            f"cluster.strategy: multi_worker_mirrored runs one replica per "
+            f"worker, but this worker has {len(devices)} devices "
+            f"({', '.join(devices)}); several GPUs per worker are not supported"
+        )
     return strategy
 
 
@@ -124,6 +134,7 @@ def from_chief(strategy, values: tuple[float, ...], chief: bool) -> tuple[float,
     once)."""
     fn = getattr(strategy, "_recsys_from_chief", None)
     if fn is None:
+
         @tf.function
         def fn(values):
             per_replica = strategy.run(lambda v: v, args=(values,))
@@ -176,12 +187,17 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
             log = pathlib.Path(log_dir) / f"worker-{index}.log"
             logs.append(log)
             with open(log, "ab") as out:
-                processes.append(subprocess.Popen(
-                    [sys.executable, "-m", module],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE if index == 0 else out,
-                    stderr=subprocess.STDOUT, env=env,
-                    preexec_fn=_die_with_parent(os.getpid()), start_new_session=True))
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", module],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE if index == 0 else out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        preexec_fn=_die_with_parent(os.getpid()),
+                        start_new_session=True,
+                    )
+                )
         echo = threading.Thread(target=_echo, args=(processes[0], logs[0]), daemon=True)
         echo.start()
         failed = _wait_all(processes)
@@ -193,15 +209,20 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
             return json.load(handle)
     index, code = failed
     if code < 0 or code == ClusterLost.exit_code:
-        what = (f"was killed by {signal.Signals(-code).name}" if code < 0
-                else "lost its peers")
-        raise ClusterLost(f"worker {index} of {workers} (multi_worker_mirrored) {what}; last "
-                          f"lines of {logs[index]}:\n{_tail(logs[index], _LOG_TAIL_LINES)}")
-    error = WorkerFailed(f"worker {index} of {workers} (multi_worker_mirrored) stopped with "
-                         f"exit code {code}" + (
-                             "; its error is printed above" if index == 0 else
-                             f"; last lines of {logs[index]}:\n"
-                             f"{_tail(logs[index], _LOG_TAIL_LINES)}"))
+        what = f"was killed by {signal.Signals(-code).name}" if code < 0 else "lost its peers"
+        raise ClusterLost(
+            f"worker {index} of {workers} (multi_worker_mirrored) {what}; last "
+            f"lines of {logs[index]}:\n{_tail(logs[index], _LOG_TAIL_LINES)}"
+        )
+    error = WorkerFailed(
+        f"worker {index} of {workers} (multi_worker_mirrored) stopped with "
+        f"exit code {code}"
+        + (
+            "; its error is printed above"
+            if index == 0
+            else f"; last lines of {logs[index]}:\n{_tail(logs[index], _LOG_TAIL_LINES)}"
+        )
+    )
     error.exit_code = code
     raise error
 
@@ -221,10 +242,13 @@ class WorkerFailed(RecsysError):
 
 
 def _worker_env(spec: dict, index: int, run_file: str) -> dict[str, str]:
-    env = child_env({
-        "TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": "worker", "index": index}}),
-        RUN_FILE_ENV: run_file,
-        INTRA_OP_THREADS_ENV: str(shared_intra_op_threads(len(spec["worker"])))})
+    env = child_env(
+        {
+            "TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": "worker", "index": index}}),
+            RUN_FILE_ENV: run_file,
+            INTRA_OP_THREADS_ENV: str(shared_intra_op_threads(len(spec["worker"]))),
+        }
+    )
     env.pop("RECSYS_DIST_RESTART", None)  # the launcher counts restarts, not its workers
     return env
 
@@ -250,8 +274,10 @@ def _wait_all(processes: list[subprocess.Popen]) -> tuple[int, int] | None:
         codes = [p.poll() for p in processes]
         failed = [(index, code) for index, code in enumerate(codes) if code not in (None, 0)]
         if failed:
-            return min(failed, key=lambda f: (
-                0 if f[1] < 0 else 2 if f[1] == ClusterLost.exit_code else 1, f[0]))
+            return min(
+                failed,
+                key=lambda f: (0 if f[1] < 0 else 2 if f[1] == ClusterLost.exit_code else 1, f[0]),
+            )
         if all(code == 0 for code in codes):
             return None
         time.sleep(0.2)

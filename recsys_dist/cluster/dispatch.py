@@ -33,8 +33,13 @@ class InFlight:
       stalled: Whether a worker is lost now (results may then come back out of order).
     """
 
-    def __init__(self, coordinator, function: Callable, limit: int,
-                 stalled: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        coordinator,
+        function: Callable,
+        limit: int,
+        stalled: Callable[[], bool] = lambda: False,
+    ):
         self._coordinator, self._function, self._limit = coordinator, function, limit
         self._stalled = stalled
         self._pending: collections.deque = collections.deque()
@@ -47,8 +52,14 @@ class InFlight:
 
     def put(self, tag: Any, *args: int) -> None:
         """Schedules ``function(*args)`` (int64 scalars); :meth:`pop` returns ``tag`` with it."""
-        self._pending.append((tag, self._coordinator.schedule(
-            self._function, args=tuple(tf.constant(v, tf.int64) for v in args))))
+        self._pending.append(
+            (
+                tag,
+                self._coordinator.schedule(
+                    self._function, args=tuple(tf.constant(v, tf.int64) for v in args)
+                ),
+            )
+        )
 
     def pop(self) -> tuple[Any, Any]:
         """``(tag, result)`` of the oldest closure, waiting for it; while a worker is lost,
@@ -92,5 +103,7 @@ def check_item_rows(files: list[str], item, rows: int, done: str) -> None:
       done: What the worker did, for the message (``read``, ``scored``).
     """
     if rows != item.rows:
-        raise DataError(f"{files[item.file]} rows {item.start}..{item.stop}: a worker {done} "
-                        f"{rows:,} rows, the footer says {item.rows:,}")
+        raise DataError(
+            f"{files[item.file]} rows {item.start}..{item.stop}: a worker {done} "
+            f"{rows:,} rows, the footer says {item.rows:,}"
+        )

@@ -26,8 +26,9 @@ def is_cluster_failure(error: BaseException) -> bool:
     """Whether ``error`` means a task (in practice a parameter server) was lost."""
     if isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)):
         return True
-    return (isinstance(error, tf.errors.InvalidArgumentError)
-            and any(s in str(error).lower() for s in _LOST_STATE))
+    return isinstance(error, tf.errors.InvalidArgumentError) and any(
+        s in str(error).lower() for s in _LOST_STATE
+    )
 
 
 @contextlib.contextmanager
@@ -43,7 +44,12 @@ def cluster_failures_as_cluster_lost(synchronous: bool = False) -> Iterator[None
         first = text.strip().splitlines()[0][:300]
         tasks = sorted(set(re.findall(r"/job:(?:worker|ps)/replica:\d+/task:\d+", text)))
         named = f"; it names {', '.join(tasks)}" if tasks else ""
-        gone = ("a worker of the synchronous job is gone" if synchronous
-                else "the variables on the parameter servers are gone")
-        raise ClusterLost(f"lost a task of the cluster ({type(exc).__name__}: {first}{named}); "
-                          f"{gone}, so training must restart from the last checkpoint") from None
+        gone = (
+            "a worker of the synchronous job is gone"
+            if synchronous
+            else "the variables on the parameter servers are gone"
+        )
+        raise ClusterLost(
+            f"lost a task of the cluster ({type(exc).__name__}: {first}{named}); "
+            f"{gone}, so training must restart from the last checkpoint"
+        ) from None

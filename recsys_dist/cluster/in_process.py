@@ -50,18 +50,27 @@ class InProcessCluster:
         os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
         ops.load()  # the Parquet op runs in the workers' dataset graphs, here
         ports = iter(free_ports(workers + ps))
-        self.cluster_spec = {job: [f"{_HOST}:{next(ports)}" for _ in range(count)]
-                             for job, count in zip(SERVER_JOBS, (workers, ps))}
+        self.cluster_spec = {
+            job: [f"{_HOST}:{next(ports)}" for _ in range(count)]
+            for job, count in zip(SERVER_JOBS, (workers, ps))
+        }
         threads = inter_op_threads or default_inter_op_threads(self.cluster_spec)
         # References are kept: a server whose Python object is collected stops serving.
         self._servers = [
             tf.distribute.Server(
-                tf.train.ClusterSpec(self.cluster_spec), job_name=job, task_index=index,
-                protocol="grpc", start=True,
-                config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads))
-            for job in SERVER_JOBS for index in range(len(self.cluster_spec[job]))]
+                tf.train.ClusterSpec(self.cluster_spec),
+                job_name=job,
+                task_index=index,
+                protocol="grpc",
+                start=True,
+                config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads),
+            )
+            for job in SERVER_JOBS
+            for index in range(len(self.cluster_spec[job]))
+        ]
 
     def cluster_resolver(self) -> tf.distribute.cluster_resolver.SimpleClusterResolver:
         """Returns a gRPC cluster resolver for ``ParameterServerStrategy``."""
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(self.cluster_spec), rpc_layer="grpc")
+            tf.train.ClusterSpec(self.cluster_spec), rpc_layer="grpc"
+        )

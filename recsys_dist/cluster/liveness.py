@@ -83,7 +83,7 @@ def _socket_inodes_to(address: str) -> set[str]:
 
 
 def _ipv6_words(packed: bytes) -> str:
-    return "".join(packed[i:i + 4][::-1].hex().upper() for i in range(0, 16, 4))
+    return "".join(packed[i : i + 4][::-1].hex().upper() for i in range(0, 16, 4))
 
 
 def abort_connections_to(address: str) -> int:
@@ -125,11 +125,17 @@ class TaskWatch:
       give_up: Called with the final message instead of ending the process (tests).
     """
 
-    def __init__(self, spec: Mapping[str, Sequence[str]], lost_after: float,
-                 give_up_after: float, report: Callable[[str], None] | None = None,
-                 give_up: Callable[[str], None] | None = None):
-        self._tasks = [(job, i, a) for job in ("worker", "ps")
-                       for i, a in enumerate(spec.get(job, []))]
+    def __init__(
+        self,
+        spec: Mapping[str, Sequence[str]],
+        lost_after: float,
+        give_up_after: float,
+        report: Callable[[str], None] | None = None,
+        give_up: Callable[[str], None] | None = None,
+    ):
+        self._tasks = [
+            (job, i, a) for job in ("worker", "ps") for i, a in enumerate(spec.get(job, []))
+        ]
         self._lost_after, self._give_up_after = lost_after, give_up_after
         self._report = report or log.info
         self._give_up = give_up or _end_run
@@ -165,31 +171,38 @@ class TaskWatch:
             since = self._down_since.pop(key, None)
             if key in self._reported:
                 self._reported.discard(key)
-                self._report(f"back\t{job} {index} ({address}) answers again after "
-                             f"{now - since:.0f} s unreachable"
-                             + ("; it takes work again" if job == "worker" else
-                                "; training goes on"))
+                self._report(
+                    f"back\t{job} {index} ({address}) answers again after "
+                    f"{now - since:.0f} s unreachable"
+                    + ("; it takes work again" if job == "worker" else "; training goes on")
+                )
             return
         since = self._down_since.setdefault(key, now)
         away = now - since
         if away >= self._give_up_after:
-            self._give_up(f"{job} {index} ({address}) has been unreachable for {away:.0f} s "
-                          f"(cluster.give_up_after_seconds = {self._give_up_after:g}); "
-                          "the run stops. Bring the task back, then run the command again "
-                          "to resume from the last checkpoint")
+            self._give_up(
+                f"{job} {index} ({address}) has been unreachable for {away:.0f} s "
+                f"(cluster.give_up_after_seconds = {self._give_up_after:g}); "
+                "the run stops. Bring the task back, then run the command again "
+                "to resume from the last checkpoint"
+            )
             self._stop.set()
         elif away >= self._lost_after and key not in self._reported:
             self._reported.add(key)
             if job == "worker":
                 aborted = abort_connections_to(address)
-                self._report(f"lost\t{job} {index} ({address}): unreachable for "
-                             f"{away:.0f} s; its work goes to the other workers until it "
-                             f"answers again ({aborted} connection(s) to it closed)")
+                self._report(
+                    f"lost\t{job} {index} ({address}): unreachable for "
+                    f"{away:.0f} s; its work goes to the other workers until it "
+                    f"answers again ({aborted} connection(s) to it closed)"
+                )
             else:
-                self._report(f"lost\t{job} {index} ({address}): unreachable for "
-                             f"{away:.0f} s; training waits for it (its variables are "
-                             f"there) and stops if it is not back within "
-                             f"{self._give_up_after:g} s (cluster.give_up_after_seconds)")
+                self._report(
+                    f"lost\t{job} {index} ({address}): unreachable for "
+                    f"{away:.0f} s; training waits for it (its variables are "
+                    f"there) and stops if it is not back within "
+                    f"{self._give_up_after:g} s (cluster.give_up_after_seconds)"
+                )
 
 
 def _end_run(message: str) -> None:

@@ -94,8 +94,9 @@ class LocalCluster:
             _check_count("inter_op_threads", inter_op_threads)
         if intra_op_threads is None:
             intra_op_threads = shared_intra_op_threads(workers + ps)
-        _check_count("intra_op_threads", intra_op_threads, minimum=0,
-                     hint=" (0: TensorFlow's default)")
+        _check_count(
+            "intra_op_threads", intra_op_threads, minimum=0, hint=" (0: TensorFlow's default)"
+        )
         if not start_timeout > 0:
             raise ValueError(f"start_timeout must be > 0 seconds, got {start_timeout!r}")
         self._counts = {"worker": workers, "ps": ps}
@@ -223,9 +224,7 @@ class LocalCluster:
         """
         process = self._process(job, index)
         if _running(process):
-            raise ClusterError(
-                f"{job}:{index} is still running (pid {process.pid}); kill it first"
-            )
+            raise ClusterError(f"{job}:{index} is still running (pid {process.pid}); kill it first")
         scratch.remove_left_by([process.pid])  # what the dead task left in TMPDIR
         self._spawn((job, index))
         try:
@@ -235,8 +234,9 @@ class LocalCluster:
             self._processes[job, index].wait()
             raise
 
-    def supervise_workers(self, interval: float = 0.5,
-                          report: Callable[[str], None] | None = None) -> None:
+    def supervise_workers(
+        self, interval: float = 0.5, report: Callable[[str], None] | None = None
+    ) -> None:
         """Restarts any worker that dies, from a background thread, until :meth:`stop`.
 
         ``ClusterCoordinator`` re-runs a lost worker's closures on the others and lets
@@ -270,8 +270,9 @@ class LocalCluster:
                         continue
                     self.restarts.append((time.time(), "worker", index, code))
                     if report:
-                        report(f"worker {index} is back (pid "
-                               f"{self._processes['worker', index].pid})")
+                        report(
+                            f"worker {index} is back (pid {self._processes['worker', index].pid})"
+                        )
 
         self._supervisor = threading.Thread(target=loop, name="worker-supervisor", daemon=True)
         self._supervisor.start()

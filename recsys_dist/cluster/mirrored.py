@@ -35,17 +35,21 @@ def mirrored_strategy(replicas: int) -> tf.distribute.MirroredStrategy:
         cpu = tf.config.list_physical_devices("CPU")[0]
         try:
             tf.config.set_logical_device_configuration(
-                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+            )
         except RuntimeError:
             pass  # TensorFlow has started: the devices it made are checked below.
         have = len(tf.config.list_logical_devices("CPU"))
         if have < replicas:
-            raise ClusterError(f"cluster.strategy: mirrored needs {replicas} CPU devices but "
-                               f"TensorFlow started in this process with {have}; start a new "
-                               "process (devices are fixed when TensorFlow starts)")
+            raise ClusterError(
+                f"cluster.strategy: mirrored needs {replicas} CPU devices but "
+                f"TensorFlow started in this process with {have}; start a new "
+                "process (devices are fixed when TensorFlow starts)"
+            )
         devices = [f"/cpu:{i}" for i in range(replicas)]
     return tf.distribute.MirroredStrategy(
-        devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
 
 
 class _Done:
@@ -75,8 +79,10 @@ class SynchronousCoordinator:
         """Nothing is ever in flight."""
 
     def create_per_worker_dataset(self, dataset_fn):
-        raise ClusterError("cluster.strategy: mirrored trains from work items; per-worker "
-                           "datasets (data read) need cluster.strategy: parameter_server")
+        raise ClusterError(
+            "cluster.strategy: mirrored trains from work items; per-worker "
+            "datasets (data read) need cluster.strategy: parameter_server"
+        )
 
 
 def settle_replica_local(strategy: tf.distribute.Strategy, variables) -> None:

@@ -35,8 +35,13 @@ class ParameterServerPlacement(Placement):
     def connected(cls) -> "ParameterServerPlacement":
         """The parameter servers this coordinator is connected to (its logical devices
         are the servers')."""
-        tasks = sorted({int(d.name.split("/task:")[1].split("/")[0])
-                        for d in tf.config.list_logical_devices("CPU") if "/job:ps/" in d.name})
+        tasks = sorted(
+            {
+                int(d.name.split("/task:")[1].split("/")[0])
+                for d in tf.config.list_logical_devices("CPU")
+                if "/job:ps/" in d.name
+            }
+        )
         return cls([f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in tasks])
 
     def server_count(self) -> int | None:
@@ -70,6 +75,7 @@ def _creator_on(device: str, name: str):
         if tf.distribute.has_strategy():
             kwargs["colocate_with"] = _Place(device, name)
         return next_creator(**kwargs)
+
     return creator
 
 
@@ -86,8 +92,9 @@ def placement_for(strategy: tf.distribute.Strategy) -> Placement:
     """The placement of models built under ``strategy``."""
     if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
         return ParameterServerPlacement.connected()
-    if isinstance(strategy, (tf.distribute.MirroredStrategy,
-                             tf.distribute.MultiWorkerMirroredStrategy)):
+    if isinstance(
+        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    ):
         return MirroredPlacement()
     return Placement()
 

@@ -85,15 +85,22 @@ class Runtime:
     def describe(self) -> str:
         """One line for the console, e.g. ``2 workers + 2 ps (local; server logs in X)``."""
         if self.mode == "mirrored":
-            devices = ", ".join(d.rsplit("device:", 1)[-1]
-                                for d in self.strategy.extended.worker_devices)
-            return (f"{self.strategy.num_replicas_in_sync} replicas in this process "
-                    f"(mirrored, synchronous: {devices})")
+            devices = ", ".join(
+                d.rsplit("device:", 1)[-1] for d in self.strategy.extended.worker_devices
+            )
+            return (
+                f"{self.strategy.num_replicas_in_sync} replicas in this process "
+                f"(mirrored, synchronous: {devices})"
+            )
         if self.lockstep:
-            return (f"worker {self.task_index} of {self.num_workers} (multi_worker_mirrored, "
-                    "synchronous: one replica per worker process)")
-        where = {"local": f"local; server logs in {self.log_dir}",
-                 "in_process": "in_process: servers inside this process"}.get(self.mode, self.mode)
+            return (
+                f"worker {self.task_index} of {self.num_workers} (multi_worker_mirrored, "
+                "synchronous: one replica per worker process)"
+            )
+        where = {
+            "local": f"local; server logs in {self.log_dir}",
+            "in_process": "in_process: servers inside this process",
+        }.get(self.mode, self.mode)
         return f"{self.num_workers} workers + {self.num_ps} ps ({where})"
 
 
@@ -107,26 +114,31 @@ def log_dir_for(output_dir: str) -> str:
     return os.path.join(output_dir, "logs")
 
 
-def make_strategy(resolver, num_ps: int, min_shard_bytes: int
-                  ) -> tf.distribute.experimental.ParameterServerStrategy:
+def make_strategy(
+    resolver, num_ps: int, min_shard_bytes: int
+) -> tf.distribute.experimental.ParameterServerStrategy:
     """A ParameterServerStrategy whose variables shard over up to ``num_ps`` servers."""
     partitioner = TablePartitioner(min_shard_bytes=min_shard_bytes, max_shards=num_ps)
     return tf.distribute.experimental.ParameterServerStrategy(
-        resolver, variable_partitioner=partitioner)
+        resolver, variable_partitioner=partitioner
+    )
 
 
 def _tf_config_resolver():
     spec, task_type, _ = parse_tf_config(os.environ.get("TF_CONFIG"))
     if task_type != "chief":
-        raise ClusterError(f"this process runs the coordinator, so TF_CONFIG task.type must be "
-                           f"'chief', got {task_type!r}; start workers and parameter servers "
-                           "with python -m recsys_dist.cluster.server")
+        raise ClusterError(
+            f"this process runs the coordinator, so TF_CONFIG task.type must be "
+            f"'chief', got {task_type!r}; start workers and parameter servers "
+            "with python -m recsys_dist.cluster.server"
+        )
     return tf.distribute.cluster_resolver.TFConfigClusterResolver(), spec
 
 
 @contextlib.contextmanager
-def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
-            env: dict[str, str] | None = None) -> Iterator[Runtime]:
+def connect(
+    cluster: ClusterSpec, log_dir: str, min_shard_bytes: int, env: dict[str, str] | None = None
+) -> Iterator[Runtime]:
     """Starts or joins the cluster and yields its :class:`Runtime`.
 
     Args:
@@ -140,12 +152,19 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
         with terminate_on_signals():
             if task is not None:  # a worker of a multi_worker_mirrored job
                 spec, index = task
-                yield Runtime(collective_strategy(), SynchronousCoordinator(),
-                              len(spec["worker"]), 0, "multi_worker_mirrored", task_index=index)
+                yield Runtime(
+                    collective_strategy(),
+                    SynchronousCoordinator(),
+                    len(spec["worker"]),
+                    0,
+                    "multi_worker_mirrored",
+                    task_index=index,
+                )
             else:  # mirrored; or evaluate / export of a multi_worker_mirrored run: one device
                 replicas = cluster.workers if cluster.strategy == "mirrored" else 1
-                yield Runtime(mirrored_strategy(replicas), SynchronousCoordinator(), 1, 0,
-                              "mirrored")
+                yield Runtime(
+                    mirrored_strategy(replicas), SynchronousCoordinator(), 1, 0, "mirrored"
+                )
         return
     if cluster.mode == "in_process":
         servers = InProcessCluster(cluster.workers, cluster.ps)
@@ -155,20 +174,26 @@ def connect(cluster: ClusterSpec, log_dir: str, min_shard_bytes: int,
             yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, cluster.mode)
         return
     if cluster.mode == "local":
-        with terminate_on_signals(), LocalCluster(cluster.workers, cluster.ps, log_dir,
-                                                  env=env) as local:
+        with (
+            terminate_on_signals(),
+            LocalCluster(cluster.workers, cluster.ps, log_dir, env=env) as local,
+        ):
             local.supervise_workers(report=log.info)
             strategy = make_strategy(local.cluster_resolver(), cluster.ps, min_shard_bytes)
             coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-            yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, cluster.mode,
-                          log_dir, local)
+            yield Runtime(
+                strategy, coordinator, cluster.workers, cluster.ps, cluster.mode, log_dir, local
+            )
         return
     resolver, spec = _tf_config_resolver()
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     # Watched from before the strategy connects: a task that never answers ends the run.
-    with terminate_on_signals(), TaskWatch(spec, cluster.lost_after_seconds,
-                                           cluster.give_up_after_seconds) as watch:
+    with (
+        terminate_on_signals(),
+        TaskWatch(spec, cluster.lost_after_seconds, cluster.give_up_after_seconds) as watch,
+    ):
         strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        yield Runtime(strategy, coordinator, len(spec["worker"]), len(spec["ps"]), cluster.mode,
-                      watch=watch)
+        yield Runtime(
+            strategy, coordinator, len(spec["worker"]), len(spec["ps"]), cluster.mode, watch=watch
+        )

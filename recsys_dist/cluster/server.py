@@ -46,8 +46,9 @@ class ClusterError(RecsysError):
     """A cluster spec, ``TF_CONFIG`` or server task is wrong or failed to start."""
 
 
-def validate_cluster_spec(cluster_spec: Any, source: str = "cluster spec",
-                          jobs: Sequence[str] = SERVER_JOBS) -> dict[str, list[str]]:
+def validate_cluster_spec(
+    cluster_spec: Any, source: str = "cluster spec", jobs: Sequence[str] = SERVER_JOBS
+) -> dict[str, list[str]]:
     """Checks a cluster spec and returns it as a ``{job: [address, ...]}`` dict.
 
     Args:
@@ -92,8 +93,9 @@ def _is_host_port(address: str) -> bool:
     return bool(host) and bool(sep) and port.isdigit() and 0 < int(port) < 65536
 
 
-def parse_tf_config(text: str | None, jobs: Sequence[str] = SERVER_JOBS
-                    ) -> tuple[dict[str, list[str]], str, int]:
+def parse_tf_config(
+    text: str | None, jobs: Sequence[str] = SERVER_JOBS
+) -> tuple[dict[str, list[str]], str, int]:
     """Reads the cluster spec and this process's task from a ``TF_CONFIG`` value.
 
     Args:
@@ -117,8 +119,7 @@ def parse_tf_config(text: str | None, jobs: Sequence[str] = SERVER_JOBS
         raise ClusterError(f"TF_CONFIG must be a JSON object, got {type(config).__name__}")
     if "cluster" not in config:
         raise ClusterError("TF_CONFIG has no 'cluster' key")
-    cluster_spec = validate_cluster_spec(config["cluster"], source="TF_CONFIG cluster",
-                                         jobs=jobs)
+    cluster_spec = validate_cluster_spec(config["cluster"], source="TF_CONFIG cluster", jobs=jobs)
     task = config.get("task")
     if not isinstance(task, dict):
         raise ClusterError("TF_CONFIG has no 'task' object with 'type' and 'index'")
@@ -160,23 +161,33 @@ def _raise_open_file_limit() -> None:
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ValueError, OSError) as e:
-        log.warning("recsys_dist server: could not raise the open-file limit from %d to %d: %s",
-                    soft, hard, e)
+        log.warning(
+            "recsys_dist server: could not raise the open-file limit from %d to %d: %s",
+            soft,
+            hard,
+            e,
+        )
 
 
-def _checked_threads(job: str, spec: dict[str, list[str]], inter_op_threads: int | None,
-                     intra_op_threads: int) -> int:
+def _checked_threads(
+    job: str, spec: dict[str, list[str]], inter_op_threads: int | None, intra_op_threads: int
+) -> int:
     """The server's inter-op thread count (default ``num_workers + 2``), after checking
     both counts; warns when a worker has too few threads for ``join()``."""
     threads = default_inter_op_threads(spec) if inter_op_threads is None else inter_op_threads
     if threads < 1:
         raise ClusterError(f"inter_op_threads must be >= 1, got {threads}")
     if intra_op_threads < 0:
-        raise ClusterError(f"intra_op_threads must be >= 0 (0: TensorFlow's default), "
-                           f"got {intra_op_threads}")
+        raise ClusterError(
+            f"intra_op_threads must be >= 0 (0: TensorFlow's default), got {intra_op_threads}"
+        )
     if job == "worker" and threads <= len(spec["worker"]):
-        log.warning("recsys_dist server: inter_op_threads=%d < num_workers + 1 = %d; "
-                    "ClusterCoordinator.join() may hang", threads, len(spec["worker"]) + 1)
+        log.warning(
+            "recsys_dist server: inter_op_threads=%d < num_workers + 1 = %d; "
+            "ClusterCoordinator.join() may hang",
+            threads,
+            len(spec["worker"]) + 1,
+        )
     return threads
 
 
@@ -220,13 +231,20 @@ def serve(
         job_name=job,
         task_index=index,
         protocol="grpc",
-        config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads,
-                                        intra_op_parallelism_threads=intra_op_threads),
+        config=tf.compat.v1.ConfigProto(
+            inter_op_parallelism_threads=threads, intra_op_parallelism_threads=intra_op_threads
+        ),
         start=True,
     )
-    log.info("recsys_dist server %s:%d serving on %s (pid %d, inter-op threads %d, intra-op "
-             "threads %s)", job, index, spec[job][index], os.getpid(), threads,
-             intra_op_threads or "TensorFlow default")
+    log.info(
+        "recsys_dist server %s:%d serving on %s (pid %d, inter-op threads %d, intra-op threads %s)",
+        job,
+        index,
+        spec[job][index],
+        os.getpid(),
+        threads,
+        intra_op_threads or "TensorFlow default",
+    )
     # Wait here rather than in the server's C++ join(): Python runs a signal handler (the
     # one `recsys-dist server` installs for SIGTERM, SIGINT and SIGHUP) only between
     # bytecodes, so inside join() a SIGTERM was ignored. Short sleeps: the kernel may
@@ -240,22 +258,21 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the arguments of a server task (``--job``, ``--index``, ``--cluster-spec``,
     ``--inter-op-threads``, ``--intra-op-threads``) to ``parser``: used by
     ``python -m recsys_dist.cluster.server`` and ``recsys-dist server``."""
-    parser.add_argument("--job", choices=SERVER_JOBS,
-                        help="job of this task (default: TF_CONFIG)")
-    parser.add_argument("--index", type=int,
-                        help="task index within its job (default: TF_CONFIG)")
+    parser.add_argument("--job", choices=SERVER_JOBS, help="job of this task (default: TF_CONFIG)")
+    parser.add_argument("--index", type=int, help="task index within its job (default: TF_CONFIG)")
     parser.add_argument(
         "--cluster-spec",
-        help='JSON, e.g. {"worker": ["h1:2222"], "ps": ["h2:2222"]}; default: TF_CONFIG '
-             '"cluster"',
+        help='JSON, e.g. {"worker": ["h1:2222"], "ps": ["h2:2222"]}; default: TF_CONFIG "cluster"',
     )
     parser.add_argument(
         "--inter-op-threads", type=int, help="inter-op thread pool size (default: workers + 2)"
     )
     parser.add_argument(
-        "--intra-op-threads", type=int, default=0,
+        "--intra-op-threads",
+        type=int,
+        default=0,
         help="threads per op (default 0: TensorFlow's choice, one per core; set it when "
-             "several tasks share a machine)",
+        "several tasks share a machine)",
     )
 
 

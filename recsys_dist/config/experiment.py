@@ -105,8 +105,9 @@ class ExperimentConfig:
         if path is None:
             return self
         data = self.data if self.data is not None else DataSpec(path=path)
-        return dataclasses.replace(self, data=dataclasses.replace(
-            data, path=path, path_from_command_line=True))
+        return dataclasses.replace(
+            self, data=dataclasses.replace(data, path=path, path_from_command_line=True)
+        )
 
 
 def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:
@@ -131,8 +132,7 @@ def apply_overrides(doc: LocatedYaml, overrides: list[str]) -> LocatedYaml:
 def set_values(doc: LocatedYaml, values: Mapping[str, Any], source: str) -> LocatedYaml:
     """Sets config values from code, e.g. ``{"data.eval": {"dates": "2026-01-03"}}``: the
     typed form of ``--set``. An error in one of them names ``source`` and the key."""
-    return _set(doc, {key: (value, f"{source}: {key}={value!r}")
-                      for key, value in values.items()})
+    return _set(doc, {key: (value, f"{source}: {key}={value!r}") for key, value in values.items()})
 
 
 def _set(doc: LocatedYaml, values: Mapping[str, tuple[Any, str]]) -> LocatedYaml:
@@ -145,8 +145,9 @@ def _set(doc: LocatedYaml, values: Mapping[str, tuple[Any, str]]) -> LocatedYaml
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(doc.file, ".".join(parts[:depth + 1]),
-                                  f"{label}: {child!r} is not a mapping")
+                raise ConfigError(
+                    doc.file, ".".join(parts[: depth + 1]), f"{label}: {child!r} is not a mapping"
+                )
             node = child
         node[parts[-1]] = value
         given[key] = label
@@ -165,56 +166,87 @@ def _drop_params_of_the_other_model(doc: LocatedYaml, data: dict, given: dict[st
         return
     takes = {spec.name for spec in dataclasses.fields(MODEL_PARAMS[name])}
     given_here = LocatedYaml(doc.file, data, doc.lines, given)
-    dropped = [key for key in params if key not in takes
-               and given_here.override(f"model.params.{key}") is None]
+    dropped = [
+        key
+        for key in params
+        if key not in takes and given_here.override(f"model.params.{key}") is None
+    ]
     if dropped:
         model["params"] = {k: v for k, v in params.items() if k not in dropped}
-        log.info("note: %s: dropped model.params %s of %s, which %s does not take",
-                 given["model.name"], ", ".join(dropped), doc.file, name)
+        log.info(
+            "note: %s: dropped model.params %s of %s, which %s does not take",
+            given["model.name"],
+            ", ".join(dropped),
+            doc.file,
+            name,
+        )
 
 
-def _resolve_inputs(doc: LocatedYaml, model: ModelSpec, spec: RegisteredModel,
-                    features: FeatureConfig) -> dict:
+def _resolve_inputs(
+    doc: LocatedYaml, model: ModelSpec, spec: RegisteredModel, features: FeatureConfig
+) -> dict:
     groups = spec.input_groups
     if model.inputs is None:
         if len(groups) > 1:
-            raise doc.error("model.inputs", f"model {model.name!r} needs its input groups "
-                            + ", ".join(groups)
-                            + " listed, e.g. inputs: {wide: [...], deep: [...]}")
+            raise doc.error(
+                "model.inputs",
+                f"model {model.name!r} needs its input groups "
+                + ", ".join(groups)
+                + " listed, e.g. inputs: {wide: [...], deep: [...]}",
+            )
         return {groups[0]: list(features.features)}
     for group, names in model.inputs.items():
         if group not in groups:
-            raise doc.error(f"model.inputs.{group}", f"model {model.name!r} has no input group "
-                            f"{group!r}; its groups are " + ", ".join(groups) + "."
-                            + did_you_mean(group, groups))
+            raise doc.error(
+                f"model.inputs.{group}",
+                f"model {model.name!r} has no input group "
+                f"{group!r}; its groups are "
+                + ", ".join(groups)
+                + "."
+                + did_you_mean(group, groups),
+            )
         for i, name in enumerate(names):
             if name not in features.features:
-                raise doc.error(f"model.inputs.{group}[{i}]", f"unknown feature {name!r} (not in "
-                                f"{features.file})." + did_you_mean(name, features.features))
+                raise doc.error(
+                    f"model.inputs.{group}[{i}]",
+                    f"unknown feature {name!r} (not in "
+                    f"{features.file})." + did_you_mean(name, features.features),
+                )
         if len(set(names)) != len(names):
             raise doc.error(f"model.inputs.{group}", "lists the same feature twice")
     missing = [g for g in groups if g not in model.inputs]
     if missing:
-        raise doc.error("model.inputs", f"model {model.name!r} needs input group(s) "
-                        + ", ".join(missing))
+        raise doc.error(
+            "model.inputs", f"model {model.name!r} needs input group(s) " + ", ".join(missing)
+        )
     used = {n for names in model.inputs.values() for n in names}
     for name in features.features:
         if name not in used:
-            raise doc.error("model.inputs", f"feature {name!r} of {features.file} is used by no "
-                            "model input; add it to a group or remove it from the feature config")
+            raise doc.error(
+                "model.inputs",
+                f"feature {name!r} of {features.file} is used by no "
+                "model input; add it to a group or remove it from the feature config",
+            )
     return {g: list(model.inputs[g]) for g in groups}
 
 
-def _check_sequence_input(doc: LocatedYaml, model: ModelSpec, spec: RegisteredModel,
-                          inputs: dict[str, list[str]], features: FeatureConfig) -> None:
+def _check_sequence_input(
+    doc: LocatedYaml,
+    model: ModelSpec,
+    spec: RegisteredModel,
+    inputs: dict[str, list[str]],
+    features: FeatureConfig,
+) -> None:
     """A model registered with ``needs_sequence`` needs a feature of kind ``sequence`` among
     its inputs."""
     names = list(dict.fromkeys(n for group in inputs.values() for n in group))
     if not spec.needs_sequence or any(features.features[n].is_sequence for n in names):
         return
-    raise doc.error("model.inputs" if model.inputs is not None else "model.name",
-                    f"model {spec.name!r} reads a behaviour sequence; its inputs hold no "
-                    f"feature of kind: sequence (features: {', '.join(names)})")
+    raise doc.error(
+        "model.inputs" if model.inputs is not None else "model.name",
+        f"model {spec.name!r} reads a behaviour sequence; its inputs hold no "
+        f"feature of kind: sequence (features: {', '.join(names)})",
+    )
 
 
 def _check_data(doc: LocatedYaml, data: DataSpec | None) -> None:
@@ -241,8 +273,11 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     raw = _resolve_paths(doc, raw)
     model_raw = raw.get("model") if isinstance(raw, dict) else None
     params_raw = model_raw.get("params") if isinstance(model_raw, dict) else None
-    without_params = dict(raw, model={k: v for k, v in model_raw.items() if k != "params"}) \
-        if isinstance(model_raw, dict) else raw
+    without_params = (
+        dict(raw, model={k: v for k, v in model_raw.items() if k != "params"})
+        if isinstance(model_raw, dict)
+        else raw
+    )
     parsed = parse_dataclass(_ConfigFile, without_params, doc, "")
     spec = registered_model(parsed.model.name, doc, "model.name")
     params = parse_dataclass(spec.params, params_raw, doc, "model.params")
@@ -255,9 +290,14 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     labels = parsed.model.labels or list(features.labels)
     for i, label in enumerate(labels):
         if label not in features.labels:
-            raise doc.error(f"model.labels[{i}]", f"unknown label {label!r}; {features.file} "
-                            "defines " + ", ".join(features.labels) + "."
-                            + did_you_mean(label, features.labels))
+            raise doc.error(
+                f"model.labels[{i}]",
+                f"unknown label {label!r}; {features.file} "
+                "defines "
+                + ", ".join(features.labels)
+                + "."
+                + did_you_mean(label, features.labels),
+            )
     too_few = spec.too_few_labels(labels)
     if too_few is not None:
         raise doc.error("model.labels", too_few)
@@ -267,9 +307,20 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     _check_optimizers(doc, raw, parsed.train)
     _check_early_stopping(doc, parsed, labels)
     check_strategy(doc, parsed, features)
-    return ExperimentConfig(doc.file, features, parsed.data, parsed.input, parsed.model,
-                            parsed.cluster, parsed.train, inputs, labels, raw,
-                            parsed.evaluation, parsed.retrain)
+    return ExperimentConfig(
+        doc.file,
+        features,
+        parsed.data,
+        parsed.input,
+        parsed.model,
+        parsed.cluster,
+        parsed.train,
+        inputs,
+        labels,
+        raw,
+        parsed.evaluation,
+        parsed.retrain,
+    )
 
 
 #: The keys that hold paths. In a file they are relative to the file's directory; given
@@ -301,8 +352,9 @@ def _resolve_paths(doc: LocatedYaml, raw: Any) -> Any:
 EPOCHS_WITH_VALIDATION = 10
 
 
-def _with_model_and_data_defaults(parsed: "_ConfigFile", raw: Any, spec: RegisteredModel,
-                                  inputs: dict[str, list[str]]) -> tuple["_ConfigFile", Any]:
+def _with_model_and_data_defaults(
+    parsed: "_ConfigFile", raw: Any, spec: RegisteredModel, inputs: dict[str, list[str]]
+) -> tuple["_ConfigFile", Any]:
     """The defaults of ``train`` that depend on the model and the data, for the keys the
     config leaves out (a key given, even ``null``, is kept):
 
@@ -323,8 +375,9 @@ def _with_model_and_data_defaults(parsed: "_ConfigFile", raw: Any, spec: Registe
         rate = model_params.default_linear_learning_rate(len(inputs.get(linear, [])))
         chosen["linear_optimizer"] = OptimizerSpec("adagrad", round(rate, 4))
     # (a config with a retrain section chooses its passes offline: retrain never stops early)
-    validation = (parsed.data is not None and parsed.data.validation is not None
-                  and parsed.retrain is None)
+    validation = (
+        parsed.data is not None and parsed.data.validation is not None and parsed.retrain is None
+    )
     stopping_off = "early_stopping" in given and given["early_stopping"] is None
     if validation and "epochs" not in given and not stopping_off:
         chosen["epochs"] = EPOCHS_WITH_VALIDATION
@@ -356,16 +409,21 @@ def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:
         given = section.get(key) or {}
         for name in given:
             if name not in ("name", "learning_rate") and name not in OPTIMIZER_KEYS[spec.name]:
-                raise doc.error(f"train.{key}.{name}", f"does not apply to optimizer "
-                                f"{spec.name!r}; it reads "
-                                + (", ".join(sorted(OPTIMIZER_KEYS[spec.name])) or "only "
-                                   "learning_rate"))
+                raise doc.error(
+                    f"train.{key}.{name}",
+                    f"does not apply to optimizer "
+                    f"{spec.name!r}; it reads "
+                    + (", ".join(sorted(OPTIMIZER_KEYS[spec.name])) or "only learning_rate"),
+                )
     for key in ("embedding_optimizer", "linear_optimizer"):
         spec = getattr(train, key)
         if spec is not None and spec.name == "adam":
-            raise doc.error(f"train.{key}.name", "got 'adam'; embedding tables take "
-                            "'adagrad', 'ftrl' or 'sgd' (Adam's dense moments would double "
-                            "the parameter-server memory and update every row's slots)")
+            raise doc.error(
+                f"train.{key}.name",
+                "got 'adam'; embedding tables take "
+                "'adagrad', 'ftrl' or 'sgd' (Adam's dense moments would double "
+                "the parameter-server memory and update every row's slots)",
+            )
 
 
 def _check_early_stopping(doc: LocatedYaml, parsed: "_ConfigFile", labels: list[str]) -> None:
@@ -373,15 +431,24 @@ def _check_early_stopping(doc: LocatedYaml, parsed: "_ConfigFile", labels: list[
     if spec is None:
         return
     if parsed.data is None or parsed.data.validation is None:
-        raise doc.error("train.early_stopping", "needs a validation split to score after "
-                        "every pass: set data.validation.dates (FROM..TO) or "
-                        "data.validation.glob, days apart from data.train and data.eval")
+        raise doc.error(
+            "train.early_stopping",
+            "needs a validation split to score after "
+            "every pass: set data.validation.dates (FROM..TO) or "
+            "data.validation.glob, days apart from data.train and data.eval",
+        )
     if parsed.train.epochs < 2:
-        raise doc.error("train.early_stopping", f"needs train.epochs of at least 2 (got "
-                        f"{parsed.train.epochs}): it stops between passes")
+        raise doc.error(
+            "train.early_stopping",
+            f"needs train.epochs of at least 2 (got "
+            f"{parsed.train.epochs}): it stops between passes",
+        )
     if spec.label is not None and spec.label not in labels:
-        raise doc.error("train.early_stopping.label", f"got {spec.label!r}; the model "
-                        "predicts " + ", ".join(labels) + "." + did_you_mean(spec.label, labels))
+        raise doc.error(
+            "train.early_stopping.label",
+            f"got {spec.label!r}; the model "
+            "predicts " + ", ".join(labels) + "." + did_you_mean(spec.label, labels),
+        )
 
 
 def _parse_dates_as_text(data: Any) -> Any:
@@ -395,8 +462,12 @@ def _parse_dates_as_text(data: Any) -> Any:
     return data
 
 
-def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None,
-                values: Mapping[str, Any] | None = None, source: str = "") -> ExperimentConfig:
+def load_config(
+    path: str | os.PathLike[str],
+    overrides: list[str] | None = None,
+    values: Mapping[str, Any] | None = None,
+    source: str = "",
+) -> ExperimentConfig:
     """Loads a model/training config, applies ``--set`` overrides, then ``values`` (typed
     overrides from code, named ``source`` in errors; see :func:`set_values`), and
     validates it all."""
@@ -418,9 +489,13 @@ def resolved_files(config: ExperimentConfig) -> dict[str, str]:
     config), which ``train`` and ``retrain`` write next to a model."""
     with open(config.features.file, encoding="utf-8") as handle:
         features = handle.read()
-    relative = {name: spec for name, spec in (yaml.safe_load(features).get("features") or {})
-                .items() if isinstance(spec, dict) and isinstance(spec.get("vocabulary"), str)
-                and not os.path.isabs(spec["vocabulary"])}
+    relative = {
+        name: spec
+        for name, spec in (yaml.safe_load(features).get("features") or {}).items()
+        if isinstance(spec, dict)
+        and isinstance(spec.get("vocabulary"), str)
+        and not os.path.isabs(spec["vocabulary"])
+    }
     if relative:  # vocabulary files are relative to the feature config: make them absolute
         data = yaml.safe_load(features)
         base = os.path.dirname(os.path.abspath(config.features.file))

@@ -133,8 +133,9 @@ class FeatureConfig:
             if feat.side_of is not None:
                 continue
             sides = tuple(n for n in sequences if self.features[n].side_of == name)
-            groups.append(SequenceGroup(name, sides, tuple(
-                self.features[n].target for n in (name, *sides))))
+            groups.append(
+                SequenceGroup(name, sides, tuple(self.features[n].target for n in (name, *sides)))
+            )
         return groups
 
 
@@ -150,12 +151,19 @@ def _parse_features(doc: LocatedYaml, raw: object) -> dict[str, Feature]:
             raise doc.error(path, f"got {spec!r}; expected a mapping with a 'kind' key")
         kind = spec.get("kind")
         if kind is None:
-            raise doc.error(path + ".kind", "missing required key; expected one of "
-                            + ", ".join(repr(k) for k in FEATURE_KINDS))
+            raise doc.error(
+                path + ".kind",
+                "missing required key; expected one of "
+                + ", ".join(repr(k) for k in FEATURE_KINDS),
+            )
         if kind not in FEATURE_KINDS:
-            raise doc.error(path + ".kind", f"got {kind!r}; expected one of "
-                            + ", ".join(repr(k) for k in FEATURE_KINDS) + "."
-                            + did_you_mean(kind, FEATURE_KINDS))
+            raise doc.error(
+                path + ".kind",
+                f"got {kind!r}; expected one of "
+                + ", ".join(repr(k) for k in FEATURE_KINDS)
+                + "."
+                + did_you_mean(kind, FEATURE_KINDS),
+            )
         out[str(name)] = parse_dataclass(FEATURE_KINDS[kind], spec, doc, path, {"name": str(name)})
     return out
 
@@ -177,8 +185,11 @@ def _check_references(doc: LocatedYaml, config: FeatureConfig) -> FeatureConfig:
     for name, label in config.labels.items():
         column = label.column or name
         if column in columns_used:
-            raise doc.error(f"labels.{name}", f"label column {column!r} is also read by feature "
-                            f"{columns_used[column]!r}; a label must never be a feature")
+            raise doc.error(
+                f"labels.{name}",
+                f"label column {column!r} is also read by feature "
+                f"{columns_used[column]!r}; a label must never be a feature",
+            )
     unused = sorted(set(tables) - {f.table_name for f in features.values()})
     if unused:
         raise doc.error(f"tables.{unused[0]}", "is used by no feature; remove it or reference it")
@@ -193,9 +204,12 @@ def _check_table_rows(doc: LocatedYaml, config: FeatureConfig) -> None:
             continue
         need, what = feat.table_rows_needed(config)
         if need > config.tables[table].rows:
-            raise doc.error(f"features.{name}", f"needs {need} rows ({what}) but table "
-                            f"{table!r} has rows={config.tables[table].rows}; raise "
-                            f"tables.{table}.rows")
+            raise doc.error(
+                f"features.{name}",
+                f"needs {need} rows ({what}) but table "
+                f"{table!r} has rows={config.tables[table].rows}; raise "
+                f"tables.{table}.rows",
+            )
 
 
 def parse_feature_config(doc: LocatedYaml) -> FeatureConfig:
@@ -206,18 +220,25 @@ def parse_feature_config(doc: LocatedYaml) -> FeatureConfig:
     allowed = {"tables", "features", "labels"}
     for key in data:
         if key not in allowed:
-            raise doc.error(str(key), "unknown key; allowed keys are "
-                            + ", ".join(sorted(allowed)) + "." + did_you_mean(key, allowed))
-    tables = parse_value(dict[str, TableSpec], data.get("tables") or {}, doc, "tables",
-                         {"key_field": "name"})
+            raise doc.error(
+                str(key),
+                "unknown key; allowed keys are "
+                + ", ".join(sorted(allowed))
+                + "."
+                + did_you_mean(key, allowed),
+            )
+    tables = parse_value(
+        dict[str, TableSpec], data.get("tables") or {}, doc, "tables", {"key_field": "name"}
+    )
     for table in tables.values():
         check_table(doc, table)
     features = _parse_features(doc, data.get("features"))
     if not data.get("labels"):
-        raise doc.error("labels", "no labels defined; expected at least one binary label, "
-                        "e.g. labels: {click: {}}")
-    labels = parse_value(dict[str, LabelSpec], data["labels"], doc, "labels",
-                         {"key_field": "name"})
+        raise doc.error(
+            "labels",
+            "no labels defined; expected at least one binary label, e.g. labels: {click: {}}",
+        )
+    labels = parse_value(dict[str, LabelSpec], data["labels"], doc, "labels", {"key_field": "name"})
     return _check_references(doc, FeatureConfig(doc.file, tables, features, labels))
 
 

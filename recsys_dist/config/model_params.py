@@ -26,8 +26,7 @@ _DROPOUT = {"min": 0.0, "max": 0.99}
 
 
 def _units(*default: int, min_items: int = 1) -> Any:
-    return field(default_factory=lambda: list(default),
-                 metadata={**_UNITS, "min_items": min_items})
+    return field(default_factory=lambda: list(default), metadata={**_UNITS, "min_items": min_items})
 
 
 def _check_bounds(params: Any) -> None:
@@ -42,13 +41,16 @@ def _check_bounds(params: Any) -> None:
         if typing.get_origin(hints[spec.name]) is Literal:
             allowed = typing.get_args(hints[spec.name])
             if value not in allowed:
-                raise ValueError(f"{where}: got {value!r}; expected one of "
-                                 + ", ".join(repr(a) for a in allowed))
+                raise ValueError(
+                    f"{where}: got {value!r}; expected one of "
+                    + ", ".join(repr(a) for a in allowed)
+                )
             continue
         if isinstance(value, list):
             if len(value) < meta.get("min_items", 0):
-                raise ValueError(f"{where}: got {value!r}; expected at least "
-                                 f"{meta['min_items']} item(s)")
+                raise ValueError(
+                    f"{where}: got {value!r}; expected at least {meta['min_items']} item(s)"
+                )
             low = meta.get("item_min")
             if low is not None and any(item < low for item in value):
                 raise ValueError(f"{where}: got {value!r}; every item must be >= {low}")
@@ -211,7 +213,6 @@ class MMoEParams(_Params):
     batch_norm: bool = False
 
 
-
 @register_model("din", needs_sequence=True)
 @dataclasses.dataclass(frozen=True)
 class DINParams(_Params):
@@ -287,11 +288,16 @@ def defaults_row(name: str) -> str:
         defaults_row("lr")  # "| `lr` | none | Adagrad min(0.2, 1/sqrt(F)), F = `wide` features |"
     """
     params = MODEL_PARAMS[name]
-    values = [f"{spec.name}: {_yaml_value(getattr(params(), spec.name))}"
-              for spec in dataclasses.fields(params)]
+    values = [
+        f"{spec.name}: {_yaml_value(getattr(params(), spec.name))}"
+        for spec in dataclasses.fields(params)
+    ]
     group = params.linear_inputs
-    linear = (f"Adagrad min(0.2, 1/sqrt(F)), F = `{group}` features" if group is not None
-              else "no linear part")
+    linear = (
+        f"Adagrad min(0.2, 1/sqrt(F)), F = `{group}` features"
+        if group is not None
+        else "no linear part"
+    )
     return f"| `{name}` | {', '.join(values) or 'none'} | {linear} |"
 
 

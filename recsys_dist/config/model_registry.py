@@ -59,8 +59,10 @@ class RegisteredModel:
         if len(labels) >= self.min_labels:
             return None
         kind = "is multi-task; it " if self.min_labels > 1 else ""
-        return (f"model {self.name!r} {kind}needs at least {self.min_labels} "
-                f"label{'s' if self.min_labels > 1 else ''}, got {list(labels)}")
+        return (
+            f"model {self.name!r} {kind}needs at least {self.min_labels} "
+            f"label{'s' if self.min_labels > 1 else ''}, got {list(labels)}"
+        )
 
 
 #: Model name -> its registration, in the order the models were registered.
@@ -69,8 +71,12 @@ MODEL_REGISTRY: dict[str, RegisteredModel] = {}
 _Params = TypeVar("_Params", bound=type)
 
 
-def register_model(name: str, input_groups: Sequence[str] = ("deep",), min_labels: int = 1,
-                   needs_sequence: bool = False) -> Callable[[_Params], _Params]:
+def register_model(
+    name: str,
+    input_groups: Sequence[str] = ("deep",),
+    min_labels: int = 1,
+    needs_sequence: bool = False,
+) -> Callable[[_Params], _Params]:
     """Registers model ``name`` on the params dataclass it decorates; returns the class.
 
     Args:
@@ -87,20 +93,27 @@ def register_model(name: str, input_groups: Sequence[str] = ("deep",), min_label
     """
     groups = tuple(input_groups)
     if not name or not groups or len(set(groups)) != len(groups) or min_labels < 1:
-        raise ValueError(f"register_model({name!r}): needs a name, distinct input groups "
-                         f"and min_labels >= 1; got input_groups={groups}, "
-                         f"min_labels={min_labels}")
+        raise ValueError(
+            f"register_model({name!r}): needs a name, distinct input groups "
+            f"and min_labels >= 1; got input_groups={groups}, "
+            f"min_labels={min_labels}"
+        )
 
     def register(cls: _Params) -> _Params:
         if not dataclasses.is_dataclass(cls):
-            raise TypeError(f"register_model({name!r}) decorates a params dataclass; got "
-                            f"{cls!r} (put @register_model above @dataclasses.dataclass)")
+            raise TypeError(
+                f"register_model({name!r}) decorates a params dataclass; got "
+                f"{cls!r} (put @register_model above @dataclasses.dataclass)"
+            )
         if name in MODEL_REGISTRY:
-            raise ValueError(f"model {name!r} is registered already (by "
-                             f"{MODEL_REGISTRY[name].params.__qualname__}); choose another name")
+            raise ValueError(
+                f"model {name!r} is registered already (by "
+                f"{MODEL_REGISTRY[name].params.__qualname__}); choose another name"
+            )
         summary = _summary(cls)
-        MODEL_REGISTRY[name] = RegisteredModel(name, cls, groups, min_labels, needs_sequence,
-                                               summary)
+        MODEL_REGISTRY[name] = RegisteredModel(
+            name, cls, groups, min_labels, needs_sequence, summary
+        )
         return cls
 
     return register
@@ -126,8 +139,9 @@ def model_names() -> list[str]:
     return list(MODEL_REGISTRY)
 
 
-def registered_model(name: str, doc: LocatedYaml | None = None,
-                     path: str = "model.name") -> RegisteredModel:
+def registered_model(
+    name: str, doc: LocatedYaml | None = None, path: str = "model.name"
+) -> RegisteredModel:
     """The registration of model ``name``.
 
     Raises:
@@ -153,8 +167,10 @@ def registration_of(params_class: type) -> RegisteredModel:
     for spec in MODEL_REGISTRY.values():
         if spec.params is params_class:
             return spec
-    raise ValueError(f"{params_class.__qualname__} is registered as no model; decorate it "
-                     "with @register_model(name, input_groups=...)")
+    raise ValueError(
+        f"{params_class.__qualname__} is registered as no model; decorate it "
+        "with @register_model(name, input_groups=...)"
+    )
 
 
 _Value = TypeVar("_Value")
@@ -187,4 +203,3 @@ class _RegistryView(Mapping[str, _Value], Generic[_Value]):
 MODEL_PARAMS: Mapping[str, type] = _RegistryView("params")
 #: Model name -> the input groups it reads (a view of :data:`MODEL_REGISTRY`).
 MODEL_INPUT_GROUPS: Mapping[str, tuple[str, ...]] = _RegistryView("input_groups")
-

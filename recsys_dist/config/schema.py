@@ -57,7 +57,8 @@ def _type_name(annotation: Any) -> str:
     if dataclasses.is_dataclass(annotation):
         return "a mapping"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        annotation, getattr(annotation, "__name__", str(annotation)))
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
 
 
 def _join(path: str, key: Any) -> str:
@@ -77,8 +78,13 @@ def _check_bounds(value: Any, meta: typing.Mapping[str, Any], doc: LocatedYaml, 
         raise doc.error(path, f"got {len(value)} item(s); expected at least {min_items}")
 
 
-def parse_value(annotation: Any, value: Any, doc: LocatedYaml, path: str,
-                meta: typing.Mapping[str, Any] | None = None) -> Any:
+def parse_value(
+    annotation: Any,
+    value: Any,
+    doc: LocatedYaml,
+    path: str,
+    meta: typing.Mapping[str, Any] | None = None,
+) -> Any:
     """Converts one YAML value to ``annotation``; raises ConfigError on mismatch."""
     meta = meta or {}
     origin = typing.get_origin(annotation)
@@ -87,9 +93,13 @@ def parse_value(annotation: Any, value: Any, doc: LocatedYaml, path: str,
     if origin is Literal:
         allowed = typing.get_args(annotation)
         if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
-            raise doc.error(path, f"got {value!r}; expected one of "
-                            + ", ".join(repr(a) for a in allowed) + "."
-                            + did_you_mean(value, allowed))
+            raise doc.error(
+                path,
+                f"got {value!r}; expected one of "
+                + ", ".join(repr(a) for a in allowed)
+                + "."
+                + did_you_mean(value, allowed),
+            )
         return value
     if origin is list:
         return _parse_list(annotation, value, doc, path, meta)
@@ -100,8 +110,9 @@ def parse_value(annotation: Any, value: Any, doc: LocatedYaml, path: str,
     return _parse_scalar(annotation, value, doc, path, meta)
 
 
-def _parse_union(annotation: Any, value: Any, doc: LocatedYaml, path: str,
-                 meta: typing.Mapping[str, Any]) -> Any:
+def _parse_union(
+    annotation: Any, value: Any, doc: LocatedYaml, path: str, meta: typing.Mapping[str, Any]
+) -> Any:
     options = typing.get_args(annotation)
     if value is None and type(None) in options:
         return None
@@ -118,20 +129,23 @@ def _parse_union(annotation: Any, value: Any, doc: LocatedYaml, path: str,
     raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
 
 
-def _parse_list(annotation: Any, value: Any, doc: LocatedYaml, path: str,
-                meta: typing.Mapping[str, Any]) -> list:
+def _parse_list(
+    annotation: Any, value: Any, doc: LocatedYaml, path: str, meta: typing.Mapping[str, Any]
+) -> list:
     if not isinstance(value, list):
         raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
     (item_type,) = typing.get_args(annotation)
     item_meta = {"min": meta["item_min"]} if "item_min" in meta else None
-    out = [parse_value(item_type, item, doc, _join(path, i), item_meta)
-           for i, item in enumerate(value)]
+    out = [
+        parse_value(item_type, item, doc, _join(path, i), item_meta) for i, item in enumerate(value)
+    ]
     _check_bounds(out, meta, doc, path)
     return out
 
 
-def _parse_dict(annotation: Any, value: Any, doc: LocatedYaml, path: str,
-                meta: typing.Mapping[str, Any]) -> dict:
+def _parse_dict(
+    annotation: Any, value: Any, doc: LocatedYaml, path: str, meta: typing.Mapping[str, Any]
+) -> dict:
     if not isinstance(value, dict):
         raise doc.error(path, f"got {_describe(value)}; expected {_type_name(annotation)}")
     _, item_type = typing.get_args(annotation)
@@ -141,14 +155,18 @@ def _parse_dict(annotation: Any, value: Any, doc: LocatedYaml, path: str,
         if not isinstance(key, str):
             raise doc.error(_join(path, key), f"names must be strings, got {_describe(key)}")
         extra = {key_field: key} if key_field else None
-        out_map[key] = parse_value(item_type, item, doc, _join(path, key), None) \
-            if extra is None else parse_dataclass(item_type, item, doc, _join(path, key), extra)
+        out_map[key] = (
+            parse_value(item_type, item, doc, _join(path, key), None)
+            if extra is None
+            else parse_dataclass(item_type, item, doc, _join(path, key), extra)
+        )
     _check_bounds(out_map, meta, doc, path)
     return out_map
 
 
-def _parse_scalar(annotation: Any, value: Any, doc: LocatedYaml, path: str,
-                  meta: typing.Mapping[str, Any]) -> Any:
+def _parse_scalar(
+    annotation: Any, value: Any, doc: LocatedYaml, path: str, meta: typing.Mapping[str, Any]
+) -> Any:
     if annotation is bool:
         if not isinstance(value, bool):
             raise doc.error(path, f"got {_describe(value)}; expected true or false")
@@ -177,30 +195,39 @@ def _parse_scalar(annotation: Any, value: Any, doc: LocatedYaml, path: str,
     raise TypeError(f"unsupported config annotation {annotation!r} at {path}")
 
 
-def parse_dataclass(cls: type, value: Any, doc: LocatedYaml, path: str,
-                    extra: dict[str, Any] | None = None) -> Any:
+def parse_dataclass(
+    cls: type, value: Any, doc: LocatedYaml, path: str, extra: dict[str, Any] | None = None
+) -> Any:
     """Builds dataclass ``cls`` from mapping ``value``; ``extra`` fills fields not in YAML."""
     if value is None:
         value = {}
     if not isinstance(value, dict):
         raise doc.error(path, f"got {_describe(value)}; expected a mapping")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)
-              if f.init and not f.metadata.get("internal")}
+    fields = {
+        f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("internal")
+    }
     yaml_fields = {n for n in fields if not (extra and n in extra)}
     for key in value:
         if key not in yaml_fields:
-            raise doc.error(_join(path, key), "unknown key; allowed keys are "
-                            + ", ".join(sorted(yaml_fields)) + "." + did_you_mean(key, yaml_fields))
+            raise doc.error(
+                _join(path, key),
+                "unknown key; allowed keys are "
+                + ", ".join(sorted(yaml_fields))
+                + "."
+                + did_you_mean(key, yaml_fields),
+            )
     kwargs: dict[str, Any] = dict(extra or {})
     for name in yaml_fields:
         field = fields[name]
         if name in value:
-            kwargs[name] = parse_value(hints[name], value[name], doc, _join(path, name),
-                                       field.metadata)
+            kwargs[name] = parse_value(
+                hints[name], value[name], doc, _join(path, name), field.metadata
+            )
         elif field.default is _MISSING and field.default_factory is _MISSING:
-            raise doc.error(_join(path, name),
-                            f"missing required key; expected {_type_name(hints[name])}")
+            raise doc.error(
+                _join(path, name), f"missing required key; expected {_type_name(hints[name])}"
+            )
     try:
         return cls(**kwargs)
     except ValueError as exc:  # a class's own cross-field check

@@ -30,8 +30,9 @@ class DateRange:
             first = datetime.date.fromisoformat(parts[0].strip())
             last = datetime.date.fromisoformat(parts[-1].strip())
         except ValueError:
-            raise ValueError(f"got {text!r}; expected YYYY-MM-DD or "
-                             "YYYY-MM-DD..YYYY-MM-DD") from None
+            raise ValueError(
+                f"got {text!r}; expected YYYY-MM-DD or YYYY-MM-DD..YYYY-MM-DD"
+            ) from None
         if last < first:
             raise ValueError(f"got {text!r}; the range ends before it starts")
         return cls(first, last)
@@ -164,8 +165,7 @@ class ClusterSpec:
     mode: Literal["local", "in_process", "tf_config"] = "local"
     workers: int = field(default=2, metadata={"min": 1, "max": 64})
     ps: int = field(default=1, metadata={"min": 1, "max": 64})
-    strategy: Literal["parameter_server", "mirrored", "multi_worker_mirrored"] = \
-        "parameter_server"
+    strategy: Literal["parameter_server", "mirrored", "multi_worker_mirrored"] = "parameter_server"
     lost_after_seconds: float = field(default=5.0, metadata={"min": 1.0})
     give_up_after_seconds: float = field(default=180.0, metadata={"min": 1.0})
 
@@ -219,10 +219,12 @@ class EarlyStoppingSpec:
 
 
 #: Settings each optimizer reads besides ``name`` and ``learning_rate``.
-OPTIMIZER_KEYS = {"adagrad": {"initial_accumulator_value"},
-                  "ftrl": {"initial_accumulator_value", "l1", "l2"},
-                  "sgd": set(),
-                  "adam": {"beta_1", "beta_2", "epsilon"}}
+OPTIMIZER_KEYS = {
+    "adagrad": {"initial_accumulator_value"},
+    "ftrl": {"initial_accumulator_value", "l1", "l2"},
+    "sgd": set(),
+    "adam": {"beta_1", "beta_2", "epsilon"},
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,8 +23,9 @@ TABLE_SLOTS = {"adagrad": 1, "ftrl": 2, "sgd": 0, "adam": 2}
 MEMORY_SHARE = 0.8
 
 
-def check_strategy(doc: LocatedYaml, parsed: Any, features: FeatureConfig,
-                   available_bytes: int | None = None) -> None:
+def check_strategy(
+    doc: LocatedYaml, parsed: Any, features: FeatureConfig, available_bytes: int | None = None
+) -> None:
     """Raises a ConfigError naming the key when ``cluster.strategy`` cannot run ``parsed``.
 
     Args:
@@ -39,25 +40,37 @@ def check_strategy(doc: LocatedYaml, parsed: Any, features: FeatureConfig,
         return
     name = cluster.strategy
     if name == "mirrored" and cluster.mode == "tf_config":
-        raise doc.error("cluster.mode", "tf_config is not supported with cluster.strategy: "
-                        "mirrored, which runs in one process; use mode local or in_process "
-                        "(or strategy multi_worker_mirrored or parameter_server across machines)")
+        raise doc.error(
+            "cluster.mode",
+            "tf_config is not supported with cluster.strategy: "
+            "mirrored, which runs in one process; use mode local or in_process "
+            "(or strategy multi_worker_mirrored or parameter_server across machines)",
+        )
     if name == "multi_worker_mirrored" and cluster.mode == "in_process":
-        raise doc.error("cluster.mode", "in_process is not supported with cluster.strategy: "
-                        "multi_worker_mirrored, whose workers are processes; use mode local "
-                        "(worker processes on this machine) or tf_config")
+        raise doc.error(
+            "cluster.mode",
+            "in_process is not supported with cluster.strategy: "
+            "multi_worker_mirrored, whose workers are processes; use mode local "
+            "(worker processes on this machine) or tf_config",
+        )
     replicas = "the replicas" if name == "mirrored" else "the worker processes"
     batch = parsed.input.batch_size
     if batch % cluster.workers:
-        raise doc.error("input.batch_size", f"{batch} is not divisible by cluster.workers="
-                        f"{cluster.workers}, {replicas} of cluster.strategy: {name} (each "
-                        f"takes batch_size / {cluster.workers} rows of a step); use a multiple "
-                        f"of {cluster.workers}")
+        raise doc.error(
+            "input.batch_size",
+            f"{batch} is not divisible by cluster.workers="
+            f"{cluster.workers}, {replicas} of cluster.strategy: {name} (each "
+            f"takes batch_size / {cluster.workers} rows of a step); use a multiple "
+            f"of {cluster.workers}",
+        )
     dynamic = sorted(n for n, table in features.tables.items() if table.dynamic)
     if dynamic:
-        raise doc.error("cluster.strategy", f"{name} needs hashed tables, but table "
-                        f"{dynamic[0]!r} of {features.file} is kind: dynamic (its rows live "
-                        "on parameter servers); use cluster.strategy: parameter_server")
+        raise doc.error(
+            "cluster.strategy",
+            f"{name} needs hashed tables, but table "
+            f"{dynamic[0]!r} of {features.file} is kind: dynamic (its rows live "
+            "on parameter servers); use cluster.strategy: parameter_server",
+        )
     if name == "multi_worker_mirrored":
         _check_multi_worker(doc, parsed.train)
     slots = TABLE_SLOTS[parsed.train.embedding_optimizer.name]
@@ -68,23 +81,33 @@ def check_strategy(doc: LocatedYaml, parsed: Any, features: FeatureConfig,
     need = tables * (1 + slots) * copies
     available = available_memory() if available_bytes is None else available_bytes
     if available is not None and need > MEMORY_SHARE * available:
-        holders = (f"each of its {copies} replicas" if name == "mirrored" else
-                   f"each of its {copies} worker processes on this machine" if copies > 1
-                   else "each worker's machine")
-        raise doc.error("cluster.strategy", f"{name} keeps a copy of every table on "
-                        f"{holders}: {_gib(tables)} of tables x (1 + {slots} optimizer slots) "
-                        f"x {copies} = {_gib(need)}, more than {MEMORY_SHARE:.0%} of the "
-                        f"{_gib(available)} this machine has available; use "
-                        "cluster.strategy: parameter_server, which shards the tables over "
-                        "parameter servers")
+        holders = (
+            f"each of its {copies} replicas"
+            if name == "mirrored"
+            else f"each of its {copies} worker processes on this machine"
+            if copies > 1
+            else "each worker's machine"
+        )
+        raise doc.error(
+            "cluster.strategy",
+            f"{name} keeps a copy of every table on "
+            f"{holders}: {_gib(tables)} of tables x (1 + {slots} optimizer slots) "
+            f"x {copies} = {_gib(need)}, more than {MEMORY_SHARE:.0%} of the "
+            f"{_gib(available)} this machine has available; use "
+            "cluster.strategy: parameter_server, which shards the tables over "
+            "parameter servers",
+        )
 
 
 def _check_multi_worker(doc: LocatedYaml, train: Any) -> None:
     """What ``multi_worker_mirrored`` does not run: the dense-weight cache."""
     if train.dense_refresh_steps is not None:
-        raise doc.error("train.dense_refresh_steps", "has no effect under cluster.strategy: "
-                        "multi_worker_mirrored (every worker holds its own copy of the dense "
-                        "weights); remove it")
+        raise doc.error(
+            "train.dense_refresh_steps",
+            "has no effect under cluster.strategy: "
+            "multi_worker_mirrored (every worker holds its own copy of the dense "
+            "weights); remove it",
+        )
 
 
 def available_memory() -> int | None:

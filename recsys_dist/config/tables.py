@@ -56,8 +56,11 @@ def check_table(doc: LocatedYaml, table: TableSpec) -> None:
     path = f"tables.{table.name}"
     if not table.dynamic:
         if table.rows is None:
-            raise doc.error(path + ".rows", "missing required key; a hashed table needs its "
-                            "number of rows (or set kind: dynamic and capacity_per_shard)")
+            raise doc.error(
+                path + ".rows",
+                "missing required key; a hashed table needs its "
+                "number of rows (or set kind: dynamic and capacity_per_shard)",
+            )
         for key in ("capacity_per_shard", "evict_after_days"):
             if getattr(table, key) is not None:
                 raise doc.error(f"{path}.{key}", "only applies to kind: dynamic")
@@ -65,9 +68,15 @@ def check_table(doc: LocatedYaml, table: TableSpec) -> None:
             raise doc.error(f"{path}.admit_after", "only applies to kind: dynamic")
         return
     if table.rows is not None:
-        raise doc.error(path + ".rows", "does not apply to kind: dynamic (every admitted id "
-                        "gets its own row); set capacity_per_shard, the rows on each "
-                        "parameter server")
+        raise doc.error(
+            path + ".rows",
+            "does not apply to kind: dynamic (every admitted id "
+            "gets its own row); set capacity_per_shard, the rows on each "
+            "parameter server",
+        )
     if table.capacity_per_shard is None:
-        raise doc.error(path + ".capacity_per_shard", "missing required key; a dynamic table "
-                        "needs the number of rows it may hold on each parameter server")
+        raise doc.error(
+            path + ".capacity_per_shard",
+            "missing required key; a dynamic table "
+            "needs the number of rows it may hold on each parameter server",
+        )

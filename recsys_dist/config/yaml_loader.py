@@ -23,8 +23,9 @@ class LocatedYaml:
       lines: Maps a key path (``"a.b[2].c"``) to its 1-based line.
     """
 
-    def __init__(self, file: str, data: Any, lines: dict[str, int],
-                 overrides: dict[str, str] | None = None):
+    def __init__(
+        self, file: str, data: Any, lines: dict[str, int], overrides: dict[str, str] | None = None
+    ):
         self.file = file
         self.data = data
         self.lines = lines
@@ -68,7 +69,8 @@ class TextDatesLoader(yaml.SafeLoader):
 
 TextDatesLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _join(prefix: str, key: Any) -> str:
@@ -85,8 +87,12 @@ def _construct(node: yaml.Node, path: str, lines: dict[str, int], file: str) -> 
         for key_node, value_node in node.value:
             key = constructor.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)):
-                raise ConfigError(file, path, f"mapping keys must be scalars, got {key!r}",
-                                  key_node.start_mark.line + 1)
+                raise ConfigError(
+                    file,
+                    path,
+                    f"mapping keys must be scalars, got {key!r}",
+                    key_node.start_mark.line + 1,
+                )
             child = _join(path, key)
             if key in out:
                 raise ConfigError(file, child, "duplicate key", key_node.start_mark.line + 1)
@@ -111,9 +117,13 @@ def load_yaml(file: str | os.PathLike[str]) -> LocatedYaml:
     except FileNotFoundError:
         raise ConfigError(file, "", "config file not found") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(file, "", f"not a text file (byte {exc.object[exc.start]:#04x} at "
-                                    f"offset {exc.start} is not UTF-8); expected a YAML "
-                                    "config") from None
+        raise ConfigError(
+            file,
+            "",
+            f"not a text file (byte {exc.object[exc.start]:#04x} at "
+            f"offset {exc.start} is not UTF-8); expected a YAML "
+            "config",
+        ) from None
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read config file: {exc.strerror}") from None
     try:

@@ -15,8 +15,9 @@ import numpy as np
 from recsys_dist.config.features import FeatureConfig
 
 
-def distinct_rows_per_batch(pipeline, features: FeatureConfig, batches: int
-                            ) -> tuple[dict[str, float], int]:
+def distinct_rows_per_batch(
+    pipeline, features: FeatureConfig, batches: int
+) -> tuple[dict[str, float], int]:
     """Mean distinct rows per batch of each table of ``features``, over the first
     ``batches`` training batches of ``pipeline`` (an
     :class:`~recsys_dist.data.input_fn.InputPipeline`); the ids of every feature of a

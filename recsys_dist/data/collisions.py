@@ -83,22 +83,27 @@ class TableIds:
         """The report lines (``ids      table ...``, and a ``warning`` if any)."""
         head = f"ids      table {self.table}: "
         if self.dynamic:
-            lines = [head + f"dynamic, {self.distinct_ids:,} distinct ids (capacity "
-                     f"{self.capacity:,})"]
+            lines = [
+                head + f"dynamic, {self.distinct_ids:,} distinct ids (capacity {self.capacity:,})"
+            ]
             if self.distinct_ids > self.capacity:
-                lines.append(f"warning  dynamic table {self.table} would be full: "
-                             f"{self.distinct_ids:,} distinct ids > capacity "
-                             f"{self.capacity:,}; raise its capacity_per_shard")
+                lines.append(
+                    f"warning  dynamic table {self.table} would be full: "
+                    f"{self.distinct_ids:,} distinct ids > capacity "
+                    f"{self.capacity:,}; raise its capacity_per_shard"
+                )
             return lines
         text = head + f"{self.distinct_ids:,} distinct ids in {self.rows:,} rows"
         if self.lookups != self.rows:
             text += f" ({self.lookups:,} lookups)"
         # (compared as printed, so "1.0%" never comes with a suggestion)
         if round(self.shared * 100, 1) > SHARED_WARN * 100:
-            advice = ("extend the vocabulary or raise oov_buckets" if self.vocabulary else
-                      f"consider kind: dynamic or rows >= {_suggested_rows(self.distinct_ids):,}")
-            return [text + f"; {self.shared:.1%} of lookups share a row with another id: "
-                    + advice]
+            advice = (
+                "extend the vocabulary or raise oov_buckets"
+                if self.vocabulary
+                else f"consider kind: dynamic or rows >= {_suggested_rows(self.distinct_ids):,}"
+            )
+            return [text + f"; {self.shared:.1%} of lookups share a row with another id: " + advice]
         return [text + f"; {self.shared:.1%} share a row (fine)"]
 
 
@@ -124,8 +129,7 @@ class _Distinct:
         self._flush_at = flush_at
 
     def add(self, keys: np.ndarray, rows: np.ndarray) -> None:
-        self._pending.append((keys.astype(np.int64, copy=False), rows.astype(np.int64,
-                                                                             copy=False)))
+        self._pending.append((keys.astype(np.int64, copy=False), rows.astype(np.int64, copy=False)))
         self._pending_size += len(keys)
         if self._pending_size >= self._flush_at:
             self.flush()
@@ -135,13 +139,15 @@ class _Distinct:
             return
         keys = np.concatenate([self.keys] + [k for k, _ in self._pending])
         rows = np.concatenate([self.rows] + [r for _, r in self._pending])
-        counts = np.concatenate([self.counts] + [np.ones(len(k), np.int64)
-                                                 for k, _ in self._pending])
+        counts = np.concatenate(
+            [self.counts] + [np.ones(len(k), np.int64) for k, _ in self._pending]
+        )
         self._pending, self._pending_size = [], 0
         self.keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         self.rows = rows[first]
-        self.counts = np.bincount(inverse.reshape(-1), weights=counts,
-                                  minlength=len(self.keys)).astype(np.int64)
+        self.counts = np.bincount(
+            inverse.reshape(-1), weights=counts, minlength=len(self.keys)
+        ).astype(np.int64)
 
 
 def _row_ranges(plan) -> dict[int, list[tuple[int, int]]]:
@@ -162,8 +168,9 @@ def planned_batches(plan, columns: list[str], batch_rows: int):
         path = plan.files[file_index]
         with storage_io.open_file(path) as handle:
             offset = 0
-            for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows,
-                                                             columns=columns):
+            for batch in pq.ParquetFile(handle).iter_batches(
+                batch_size=batch_rows, columns=columns
+            ):
                 end = offset + batch.num_rows
                 for start, stop in spans:
                     lo, hi = max(start, offset), min(stop, end)
@@ -190,8 +197,14 @@ def _identity(values: tf.Tensor) -> np.ndarray:
     return tf.cast(values, tf.int64).numpy()
 
 
-def _tokens(array: pa.Array, read_dtype: str, separator: str, max_length: int,
-            newest_last: bool, weight_separator: str | None) -> tf.Tensor:
+def _tokens(
+    array: pa.Array,
+    read_dtype: str,
+    separator: str,
+    max_length: int,
+    newest_last: bool,
+    weight_separator: str | None,
+) -> tf.Tensor:
     """The ids a multi-valued feature looks up in a batch, nulls and empty tokens dropped,
     the first ``max_length`` of each row kept (the last ones with ``newest_last``)."""
     dtype, is_list = split_read_dtype(read_dtype)
@@ -232,14 +245,27 @@ class _Batch:
 
     def column(self, column: str) -> tuple[tf.Tensor, np.ndarray]:
         if column not in self._columns:
-            self._columns[column] = _scalar(self._batch.column(column),
-                                            self._scanner.dtypes[column])
+            self._columns[column] = _scalar(
+                self._batch.column(column), self._scanner.dtypes[column]
+            )
         return self._columns[column]
 
-    def tokens(self, column: str, separator: str, max_length: int, newest_last: bool = False,
-               weight_separator: str | None = None) -> tf.Tensor:
-        return _tokens(self._batch.column(column), self._scanner.dtypes[column], separator,
-                       max_length, newest_last, weight_separator)
+    def tokens(
+        self,
+        column: str,
+        separator: str,
+        max_length: int,
+        newest_last: bool = False,
+        weight_separator: str | None = None,
+    ) -> tf.Tensor:
+        return _tokens(
+            self._batch.column(column),
+            self._scanner.dtypes[column],
+            separator,
+            max_length,
+            newest_last,
+            weight_separator,
+        )
 
     def rows(self, name: str) -> np.ndarray:
         if self._rows is None:
@@ -268,24 +294,29 @@ class _Scanner:
         self.config: FeatureConfig = transform.config
         self.dtypes = transform.column_dtypes
         features = self.config.features
-        self.features = [n for n in transform.feature_names
-                         if features[n].scan_columns(self.config)]
+        self.features = [
+            n for n in transform.feature_names if features[n].scan_columns(self.config)
+        ]
         # single-valued features read the rows the transform gives them
         single = [n for n in self.features if not features[n].multi_valued]
-        self.single = FeatureTransform(self.config, [], self.dtypes, "skip", single) \
-            if single else None
-        self.prepared = {n: p for n in self.features
-                         if (p := features[n].prepare(self.config)) is not None}
-        self.columns = list(dict.fromkeys(
-            c for n in self.features for c in features[n].scan_columns(self.config)))
+        self.single = (
+            FeatureTransform(self.config, [], self.dtypes, "skip", single) if single else None
+        )
+        self.prepared = {
+            n: p for n in self.features if (p := features[n].prepare(self.config)) is not None
+        }
+        self.columns = list(
+            dict.fromkeys(c for n in self.features for c in features[n].scan_columns(self.config))
+        )
 
     def __call__(self, batch: pa.RecordBatch) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         view = _Batch(self, batch)
         return {name: self.config.features[name].scan_ids(view) for name in self.features}
 
 
-def table_ids(pipeline, shards: int, batch_rows: int = 65536,
-              max_rows: int | None = None) -> list[TableIds]:
+def table_ids(
+    pipeline, shards: int, batch_rows: int = 65536, max_rows: int | None = None
+) -> list[TableIds]:
     """Counts the ids of every table over the planned rows of ``pipeline``.
 
     Args:
@@ -324,27 +355,51 @@ def table_ids(pipeline, shards: int, batch_rows: int = 65536,
         lookups = sum(int(seen[n].counts.sum()) for n in names)
         # an id read by several features of the table (a history and its candidate) is
         # one id in one row
-        keys, first, inverse = np.unique(np.concatenate([seen[n].keys for n in names]),
-                                         return_index=True, return_inverse=True)
+        keys, first, inverse = np.unique(
+            np.concatenate([seen[n].keys for n in names]), return_index=True, return_inverse=True
+        )
         distinct = len(keys)
         if spec.dynamic:
-            report.append(TableIds(table, True, rows, lookups, distinct, distinct, 0,
-                                   capacity=spec.capacity_per_shard * shards))
+            report.append(
+                TableIds(
+                    table,
+                    True,
+                    rows,
+                    lookups,
+                    distinct,
+                    distinct,
+                    0,
+                    capacity=spec.capacity_per_shard * shards,
+                )
+            )
             continue
         table_rows = np.concatenate([seen[n].rows for n in names])[first]
-        counts = np.bincount(inverse.reshape(-1), weights=np.concatenate(
-            [seen[n].counts for n in names]), minlength=distinct).astype(np.int64)
-        used, inverse, ids_per_row = np.unique(table_rows, return_inverse=True,
-                                               return_counts=True)
+        counts = np.bincount(
+            inverse.reshape(-1),
+            weights=np.concatenate([seen[n].counts for n in names]),
+            minlength=distinct,
+        ).astype(np.int64)
+        used, inverse, ids_per_row = np.unique(table_rows, return_inverse=True, return_counts=True)
         shared = int(counts[ids_per_row[inverse.reshape(-1)] > 1].sum())
-        report.append(TableIds(table, False, rows, lookups, distinct, len(used), shared,
-                               table_rows=spec.rows,
-                               vocabulary=all(n in config.vocabularies for n in names)))
+        report.append(
+            TableIds(
+                table,
+                False,
+                rows,
+                lookups,
+                distinct,
+                len(used),
+                shared,
+                table_rows=spec.rows,
+                vocabulary=all(n in config.vocabularies for n in names),
+            )
+        )
     return report
 
 
-def collision_warnings(pipeline, shards: int, max_rows: int = SAMPLE_ROWS,
-                       alert: float = SHARED_ALERT) -> list[str]:
+def collision_warnings(
+    pipeline, shards: int, max_rows: int = SAMPLE_ROWS, alert: float = SHARED_ALERT
+) -> list[str]:
     """``warning`` lines for the tables of ``pipeline`` that a sample of its first
     ``max_rows`` rows shows too small: a hashed table whose lookups share a row with
     another id at least ``alert`` of the time, and a dynamic table the sample alone
@@ -363,19 +418,27 @@ def collision_warnings(pipeline, shards: int, max_rows: int = SAMPLE_ROWS,
     """
     lines = []
     for table in table_ids(pipeline, shards, max_rows=max_rows):
-        sample = (f"the first {table.rows:,} rows" if table.rows < pipeline.plan.total_rows
-                  else f"all {table.rows:,} rows")
+        sample = (
+            f"the first {table.rows:,} rows"
+            if table.rows < pipeline.plan.total_rows
+            else f"all {table.rows:,} rows"
+        )
         if table.dynamic:
             if table.distinct_ids > table.capacity:
                 lines.extend(table.lines()[1:])
             continue
         if table.shared < alert:
             continue
-        fix = ("extend the vocabulary or raise oov_buckets" if table.vocabulary else
-               f"use kind: dynamic (a row per id), or rows >= "
-               f"{_suggested_rows(table.distinct_ids):,}")
-        lines.append(f"warning  hashed table {table.table}: {table.shared:.1%} of lookups in "
-                     f"{sample} share a row with another id ({table.distinct_ids:,} "
-                     f"distinct ids in {table.table_rows:,} rows), which costs quality; "
-                     f"{fix} (validate --scan counts every row)")
+        fix = (
+            "extend the vocabulary or raise oov_buckets"
+            if table.vocabulary
+            else f"use kind: dynamic (a row per id), or rows >= "
+            f"{_suggested_rows(table.distinct_ids):,}"
+        )
+        lines.append(
+            f"warning  hashed table {table.table}: {table.shared:.1%} of lookups in "
+            f"{sample} share a row with another id ({table.distinct_ids:,} "
+            f"distinct ids in {table.table_rows:,} rows), which costs quality; "
+            f"{fix} (validate --scan counts every row)"
+        )
     return lines

@@ -53,10 +53,14 @@ def _discover_dates(root: str, dates: DateRange, partition_key: str) -> list[str
     if missing:
         check_bucket(root)
         available = _available_partitions(fs, stripped_root, partition_key)
-        hint = (f"; partitions present under {root}: {_summarise(available)}" if available
-                else f"; {root} holds no {partition_key}=YYYY-MM-DD partitions")
-        raise DataError(f"no Parquet files for {partition_key}={', '.join(missing)} "
-                        f"(date range {dates}){hint}")
+        hint = (
+            f"; partitions present under {root}: {_summarise(available)}"
+            if available
+            else f"; {root} holds no {partition_key}=YYYY-MM-DD partitions"
+        )
+        raise DataError(
+            f"no Parquet files for {partition_key}={', '.join(missing)} (date range {dates}){hint}"
+        )
     return files
 
 
@@ -65,7 +69,7 @@ def _available_partitions(fs, stripped_root: str, partition_key: str) -> list[st
         return []
     prefix = f"{partition_key}="
     names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(stripped_root, detail=False)]
-    return sorted(n[len(prefix):] for n in names if n.startswith(prefix))
+    return sorted(n[len(prefix) :] for n in names if n.startswith(prefix))
 
 
 def _summarise(days: list[str]) -> str:
@@ -93,14 +97,16 @@ def _check_partition_names(files: list[str], path: str, partition_key: str) -> N
     bad: dict[str, None] = {}
     for file in files:
         for part in file.split("/")[:-1]:
-            if part.startswith(prefix) and not _is_iso_date(part[len(prefix):]):
-                bad[file[:file.index(part) + len(part)]] = None
+            if part.startswith(prefix) and not _is_iso_date(part[len(prefix) :]):
+                bad[file[: file.index(part) + len(part)]] = None
     if bad:
         named = list(bad)
         more = f" and {len(named) - 3} more" if len(named) > 3 else ""
-        raise DataError(f"{', '.join(named[:3])}{more}: not a valid date partition (expected "
-                        f"{prefix}YYYY-MM-DD) under {path}; rename or move it, or point at "
-                        "the partitions to read")
+        raise DataError(
+            f"{', '.join(named[:3])}{more}: not a valid date partition (expected "
+            f"{prefix}YYYY-MM-DD) under {path}; rename or move it, or point at "
+            "the partitions to read"
+        )
 
 
 def _is_iso_date(text: str) -> bool:
@@ -126,8 +132,10 @@ def _discover_path(path: str) -> list[str]:
         raise DataError(f"{path}: no such file or directory")
     if not found:
         check_bucket(path)
-        raise DataError(f"no Parquet files matched {path} (data files end in .parquet; "
-                        "names starting with '_' or '.' are ignored)")
+        raise DataError(
+            f"no Parquet files matched {path} (data files end in .parquet; "
+            "names starting with '_' or '.' are ignored)"
+        )
     return [filesystems.full_path(path, p) for p in found]
 
 

@@ -39,10 +39,12 @@ class HistoryLengths:
             return f"history  {self.feature}: no rows"
         empty = np.count_nonzero(self.lengths == 0) / n
         cut = np.count_nonzero(self.lengths > self.max_length) / n
-        return (f"history  {self.feature}: length median {np.median(self.lengths):.0f}, mean "
-                f"{self.lengths.mean():.1f}, p90 {np.percentile(self.lengths, 90):.0f}, max "
-                f"{self.lengths.max():,} over {n:,} rows; {empty:.1%} empty, {cut:.1%} longer "
-                f"than max_length {self.max_length} (the newest {self.max_length} are read)")
+        return (
+            f"history  {self.feature}: length median {np.median(self.lengths):.0f}, mean "
+            f"{self.lengths.mean():.1f}, p90 {np.percentile(self.lengths, 90):.0f}, max "
+            f"{self.lengths.max():,} over {n:,} rows; {empty:.1%} empty, {cut:.1%} longer "
+            f"than max_length {self.max_length} (the newest {self.max_length} are read)"
+        )
 
 
 def _lengths(array: pa.Array, separator: str) -> np.ndarray:
@@ -51,8 +53,9 @@ def _lengths(array: pa.Array, separator: str) -> np.ndarray:
         counts = pc.list_value_length(pc.split_pattern(text, separator))
         counts = np.asarray(counts.to_numpy(zero_copy_only=False), np.int64)
         return np.where(np.asarray(pc.equal(text, "").to_numpy(zero_copy_only=False)), 0, counts)
-    return np.asarray(pc.list_value_length(array).fill_null(0).to_numpy(zero_copy_only=False),
-                      np.int64)
+    return np.asarray(
+        pc.list_value_length(array).fill_null(0).to_numpy(zero_copy_only=False), np.int64
+    )
 
 
 def history_lengths(pipeline, batch_rows: int = 65536) -> list[HistoryLengths]:
@@ -71,8 +74,12 @@ def history_lengths(pipeline, batch_rows: int = 65536) -> list[HistoryLengths]:
     found: dict[str, list[np.ndarray]] = {f.name: [] for f in feats}
     for batch in planned_batches(pipeline.plan, columns, batch_rows):
         for feat in feats:
-            found[feat.name].append(_lengths(batch.column(config.column_of(feat)),
-                                             feat.separator))
-    return [HistoryLengths(f.name, f.max_length,
-                           np.concatenate(found[f.name]) if found[f.name]
-                           else np.zeros(0, np.int64)) for f in feats]
+            found[feat.name].append(_lengths(batch.column(config.column_of(feat)), feat.separator))
+    return [
+        HistoryLengths(
+            f.name,
+            f.max_length,
+            np.concatenate(found[f.name]) if found[f.name] else np.zeros(0, np.int64),
+        )
+        for f in feats
+    ]

@@ -72,8 +72,9 @@ class InputPipeline:
 
     def single_worker(self) -> "InputPipeline":
         """The same units planned for one worker (to read everything in one process)."""
-        plan = dataclasses.replace(self.plan, workers=tuple(0 for _ in self.plan.units),
-                                   num_workers=1)
+        plan = dataclasses.replace(
+            self.plan, workers=tuple(0 for _ in self.plan.units), num_workers=1
+        )
         return dataclasses.replace(self, plan=plan)
 
     def work_items(self, max_rows: int) -> tuple[Unit, ...]:
@@ -84,14 +85,21 @@ class InputPipeline:
         """
         items = []
         for unit in self.plan.units:
-            items.extend(Unit(unit.file, a, b) for a, b in split_rows(unit.start, unit.stop,
-                                                                        max_rows))
+            items.extend(
+                Unit(unit.file, a, b) for a, b in split_rows(unit.start, unit.stop, max_rows)
+            )
         return tuple(items)
 
     # Plain TensorFlow: AutoGraph must not convert it (see Trainer._replica_step).
     @tf.autograph.experimental.do_not_convert
-    def item_dataset(self, file_index: tf.Tensor, start: tf.Tensor, stop: tf.Tensor,
-                     training: bool, batch_size: int | None = None) -> tf.data.Dataset:
+    def item_dataset(
+        self,
+        file_index: tf.Tensor,
+        start: tf.Tensor,
+        stop: tf.Tensor,
+        training: bool,
+        batch_size: int | None = None,
+    ) -> tf.data.Dataset:
         """The batches of rows ``[start, stop)`` of file ``file_index``, read in-graph on
         the worker that runs the closure building it (rows shuffled when training).
 
@@ -101,8 +109,7 @@ class InputPipeline:
         # item (tf.data runs a map function's ops one by one) made a 49-step closure take
         # 3.2 s instead of 1.0 s.
         element = self._unit_reader(training)(file_index, start, stop)
-        return tf.data.Dataset.from_tensors(element).rebatch(
-            batch_size or self.spec.batch_size)
+        return tf.data.Dataset.from_tensors(element).rebatch(batch_size or self.spec.batch_size)
 
     def per_worker_iterator(self, strategy, coordinator, training: bool, epochs: int = 1):
         """An iterator over every worker's own dataset, for closures the coordinator schedules.
@@ -125,8 +132,10 @@ class InputPipeline:
         plan, spec = self.plan, self.spec
         transform = self.transform.with_fused_kernels()  # workers load the op library
         extra, keep = self.extra_columns, self.keep_columns
-        read_dtypes = {c: split_read_dtype(transform.column_dtypes[c])
-                       for c in dict.fromkeys(list(transform.columns) + list(extra) + list(keep))}
+        read_dtypes = {
+            c: split_read_dtype(transform.column_dtypes[c])
+            for c in dict.fromkeys(list(transform.columns) + list(extra) + list(keep))
+        }
         dtypes = {c: tf.as_dtype(d) for c, (d, _) in read_dtypes.items()}
         ragged = frozenset(c for c, (_, is_list) in read_dtypes.items() if is_list)
         shuffle = training and spec.shuffle
@@ -138,19 +147,40 @@ class InputPipeline:
             raw, present = {}, {}
             for name, column in columns.items():
                 if name in ragged:
-                    raw[name], present[name] = column.ragged(), tf.RaggedTensor.from_row_splits(
-                        column.valid, column.row_splits, validate=False)
+                    raw[name], present[name] = (
+                        column.ragged(),
+                        tf.RaggedTensor.from_row_splits(
+                            column.valid, column.row_splits, validate=False
+                        ),
+                    )
                 else:
                     raw[name], present[name] = column.values, column.valid
-            source = tf.strings.join([path, " (rows ", tf.strings.as_string(start), "..",
-                                      tf.strings.as_string(stop), ")"])
+            source = tf.strings.join(
+                [
+                    path,
+                    " (rows ",
+                    tf.strings.as_string(start),
+                    "..",
+                    tf.strings.as_string(stop),
+                    ")",
+                ]
+            )
             features, labels, valid = transform(raw, source, start, present)
-            rows = tf.bitwise.bitwise_or(tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT),
-                                         tf.range(start, stop, dtype=tf.int64))
-            element = {"features": features, "labels": labels, "valid": valid, "row": rows,
-                       "extra": {c: tf.where(present[c], tf.cast(raw[c], tf.float32), float("nan"))
-                                 for c in extra},
-                       "keep": {c: raw[c] for c in keep}}
+            rows = tf.bitwise.bitwise_or(
+                tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT),
+                tf.range(start, stop, dtype=tf.int64),
+            )
+            element = {
+                "features": features,
+                "labels": labels,
+                "valid": valid,
+                "row": rows,
+                "extra": {
+                    c: tf.where(present[c], tf.cast(raw[c], tf.float32), float("nan"))
+                    for c in extra
+                },
+                "keep": {c: raw[c] for c in keep},
+            }
             if shuffle:
                 order = tf.random.shuffle(tf.range(stop - start), seed=spec.seed)
                 element = tf.nest.map_structure(lambda t: tf.gather(t, order), element)
@@ -158,8 +188,9 @@ class InputPipeline:
 
         return read_unit
 
-    def dataset_fn(self, training: bool, worker_index: int | None = None, epochs: int = 1
-                   ) -> Callable[..., tf.data.Dataset]:
+    def dataset_fn(
+        self, training: bool, worker_index: int | None = None, epochs: int = 1
+    ) -> Callable[..., tf.data.Dataset]:
         """Returns the dataset function for ``epochs`` passes over this worker's units.
 
         Args:
@@ -178,35 +209,45 @@ class InputPipeline:
             else:
                 index = tf.constant(worker_index)
             mine = tf.equal(tf.constant(plan.workers, tf.int32), tf.cast(index, tf.int32))
-            units = tuple(tf.boolean_mask(tf.constant(column, tf.int64), mine)
-                          for column in ([u.file for u in plan.units],
-                                         [u.start for u in plan.units],
-                                         [u.stop for u in plan.units]))
+            units = tuple(
+                tf.boolean_mask(tf.constant(column, tf.int64), mine)
+                for column in (
+                    [u.file for u in plan.units],
+                    [u.start for u in plan.units],
+                    [u.stop for u in plan.units],
+                )
+            )
             ds = tf.data.Dataset.from_tensor_slices(units)
             if shuffle:
                 ds = ds.shuffle(len(plan.units), seed=spec.seed, reshuffle_each_iteration=True)
             if epochs > 1:
                 ds = ds.repeat(epochs)
-            ds = ds.map(read_unit, num_parallel_calls=spec.read_parallelism,
-                        deterministic=not training)
+            ds = ds.map(
+                read_unit, num_parallel_calls=spec.read_parallelism, deterministic=not training
+            )
             ds = ds.rebatch(spec.batch_size)
             return ds.prefetch(spec.prefetch_batches)
 
         return dataset_fn
 
 
-def _split_files(config: ExperimentConfig,
-                 split: Literal["train", "eval", "validation"] | None) -> list[str]:
+def _split_files(
+    config: ExperimentConfig, split: Literal["train", "eval", "validation"] | None
+) -> list[str]:
     data = config.data
     if data is None:
-        raise ConfigError(config.file, "data", "no data section; pass --data PATH or add "
-                          "data: {path: ...}")
+        raise ConfigError(
+            config.file, "data", "no data section; pass --data PATH or add data: {path: ...}"
+        )
     chosen: DataSplit | None = getattr(data, split) if split else None
     if chosen is not None and _looks_like_root(data.path):
         return discovery.discover_split(data.path, chosen, data.partition_key)
     if chosen is None and split and not data.path_from_command_line:
-        raise ConfigError(config.file, f"data.{split}", f"missing; set data.{split}.dates "
-                          f"(FROM..TO) or data.{split}.glob, or pass --data PATH")
+        raise ConfigError(
+            config.file,
+            f"data.{split}",
+            f"missing; set data.{split}.dates (FROM..TO) or data.{split}.glob, or pass --data PATH",
+        )
     return discovery.discover_path(data.path, data.partition_key)
 
 
@@ -214,11 +255,15 @@ def _looks_like_root(path: str) -> bool:
     return not path.endswith(".parquet") and not any(c in path for c in "*?[")
 
 
-def prepare_input(config: ExperimentConfig, split: Literal["train", "eval", "validation"] | None,
-                  num_workers: int, spec: InputSpec | None = None,
-                  extra_columns: tuple[str, ...] = (),
-                  optional_extra_columns: tuple[str, ...] = (),
-                  keep_columns: dict[str, str] | None = None) -> InputPipeline:
+def prepare_input(
+    config: ExperimentConfig,
+    split: Literal["train", "eval", "validation"] | None,
+    num_workers: int,
+    spec: InputSpec | None = None,
+    extra_columns: tuple[str, ...] = (),
+    optional_extra_columns: tuple[str, ...] = (),
+    keep_columns: dict[str, str] | None = None,
+) -> InputPipeline:
     """Discovers, checks and plans a split on the coordinator.
 
     Args:
@@ -241,13 +286,17 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval", "val
     on_bad_row = config.data.on_bad_row if config.data else "fail"
     metas, skipped = read_footers(files, on_bad_file)
     if not metas:
-        raise DataError("no readable Parquet file left after skipping bad files: "
-                        + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5]))
+        raise DataError(
+            "no readable Parquet file left after skipping bad files: "
+            + "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5])
+        )
     feature_names = [n for group in config.inputs.values() for n in group]
     feature_names = list(dict.fromkeys(feature_names))
     extra_columns = tuple(extra_columns) + tuple(
-        c for c in optional_extra_columns
-        if c not in extra_columns and all(c in m.schema.names for m in metas))
+        c
+        for c in optional_extra_columns
+        if c not in extra_columns and all(c in m.schema.names for m in metas)
+    )
     needs = required_columns(config.features, config.labels)
     for column in extra_columns:
         if column not in needs:
@@ -255,16 +304,14 @@ def prepare_input(config: ExperimentConfig, split: Literal["train", "eval", "val
     keep_columns = dict(keep_columns or {})
     for column, user in keep_columns.items():
         if column in needs:
-            needs[column] = dataclasses.replace(needs[column],
-                                                users=needs[column].users + (user,))
+            needs[column] = dataclasses.replace(needs[column], users=needs[column].users + (user,))
         else:
             needs[column] = ColumnNeed(column, ("key",), (user,))
     column_dtypes = check_schemas(metas, needs)
-    transform = FeatureTransform(config.features, config.labels, column_dtypes, on_bad_row,
-                                 feature_names)
+    transform = FeatureTransform(
+        config.features, config.labels, column_dtypes, on_bad_row, feature_names
+    )
     spec = spec or config.input
-    label_columns = [config.features.column_of(config.features.labels[n])
-                     for n in config.labels]
-    plan = plan_shards(metas, num_workers, spec.max_unit_rows, on_bad_row, skipped,
-                       label_columns)
+    label_columns = [config.features.column_of(config.features.labels[n]) for n in config.labels]
+    plan = plan_shards(metas, num_workers, spec.max_unit_rows, on_bad_row, skipped, label_columns)
     return InputPipeline(plan, transform, spec, tuple(extra_columns), tuple(keep_columns))

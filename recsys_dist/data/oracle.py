@@ -21,5 +21,8 @@ def oracle_columns(labels: list[str], present: tuple[str, ...]) -> dict[str, str
 def oracle_candidates(labels: list[str]) -> tuple[str, ...]:
     """Columns that may hold a label's true logit (synthetic data): ``oracle_logit_<label>``,
     and ``oracle_logit`` for the first label (the layout of ``recsys-dist data synth``)."""
-    return tuple(c for i, label in enumerate(labels)
-                 for c in [f"oracle_logit_{label}"] + (["oracle_logit"] if i == 0 else []))
+    return tuple(
+        c
+        for i, label in enumerate(labels)
+        for c in [f"oracle_logit_{label}"] + (["oracle_logit"] if i == 0 else [])
+    )

@@ -95,8 +95,7 @@ def _read_file_meta(path: str) -> FileMeta:
         counts = []
         for g in range(meta.num_row_groups):
             stats = meta.row_group(g).column(index).statistics
-            counts.append(stats.null_count if stats is not None and stats.has_null_count
-                          else None)
+            counts.append(stats.null_count if stats is not None and stats.has_null_count else None)
         null_counts[name] = tuple(counts)
     return FileMeta(path, meta.num_rows, row_groups, schema, null_counts, size)
 
@@ -131,12 +130,14 @@ def _read_footer(fs, stripped: str, path: str) -> tuple[pq.FileMetaData, pa.Sche
             if recorded.failure is not None:  # storage failed the read: not the file's fault
                 raise recorded.failure from None
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise BadFileError(f"{path}: not a readable Parquet file, it may be corrupt or "
-                               f"truncated ({reason})") from None
+            raise BadFileError(
+                f"{path}: not a readable Parquet file, it may be corrupt or truncated ({reason})"
+            ) from None
 
 
-def read_footers(paths: list[str], on_bad_file: Literal["fail", "skip"],
-                 threads: int = 16) -> tuple[list[FileMeta], list[Skipped]]:
+def read_footers(
+    paths: list[str], on_bad_file: Literal["fail", "skip"], threads: int = 16
+) -> tuple[list[FileMeta], list[Skipped]]:
     """Reads every footer (in parallel threads) and applies the bad-file policy.
 
     Returns:
@@ -155,8 +156,9 @@ def read_footers(paths: list[str], on_bad_file: Literal["fail", "skip"],
         if isinstance(outcome, FileMeta):
             metas.append(outcome)
         elif on_bad_file == "fail":
-            raise BadFileError(f"{outcome}. Remove or rewrite it, or set data.on_bad_file: skip "
-                               "to skip bad files")
+            raise BadFileError(
+                f"{outcome}. Remove or rewrite it, or set data.on_bad_file: skip to skip bad files"
+            )
         else:
             skipped.append(Skipped(path, 0, str(outcome).removeprefix(f"{path}: ")))
     return metas, skipped

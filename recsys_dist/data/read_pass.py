@@ -36,6 +36,7 @@ class ReadPassResult:
       seconds: Wall time of the pass (after the first batch was requested).
       row_ids: Every row id read, when collected (see ``input_fn.row_id``).
     """
+
     rows: int
     skipped_rows: int
     rows_per_worker: list[int]
@@ -49,8 +50,9 @@ class ReadPassResult:
 
 def _pull(iterator, batches: int, collect_rows: bool):
     """Pulls up to ``batches`` batches; returns (rows, invalid rows, row ids)."""
-    row_ids = tf.TensorArray(tf.int64, size=0, dynamic_size=True, infer_shape=False,
-                             element_shape=tf.TensorShape([None]))
+    row_ids = tf.TensorArray(
+        tf.int64, size=0, dynamic_size=True, infer_shape=False, element_shape=tf.TensorShape([None])
+    )
     rows = tf.constant(0, tf.int64)
     invalid = tf.constant(0.0, tf.float32)
     for i in tf.range(batches):
@@ -66,9 +68,15 @@ def _pull(iterator, batches: int, collect_rows: bool):
     return rows, tf.cast(invalid, tf.int64), ids
 
 
-def read_pass_on_cluster(pipeline: InputPipeline, strategy, coordinator, *,
-                         collect_rows: bool = False, batches_per_call: int = 16,
-                         progress: Callable[[int, int], None] | None = None) -> ReadPassResult:
+def read_pass_on_cluster(
+    pipeline: InputPipeline,
+    strategy,
+    coordinator,
+    *,
+    collect_rows: bool = False,
+    batches_per_call: int = 16,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReadPassResult:
     """Reads one pass of ``pipeline`` on the cluster behind ``coordinator``.
 
     Args:
@@ -96,8 +104,7 @@ def read_pass_on_cluster(pipeline: InputPipeline, strategy, coordinator, *,
         return _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress)
 
 
-def _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress
-                ) -> ReadPassResult:
+def _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress) -> ReadPassResult:
     total = plan.total_rows
     rows = skipped = 0
     per_worker = [0] * plan.num_workers
@@ -105,8 +112,9 @@ def _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress
     empty_waves = 0
     start = time.perf_counter()
     while rows < total:
-        wave = [coordinator.schedule(read_step, args=(iterator,))
-                for _ in range(2 * plan.num_workers)]
+        wave = [
+            coordinator.schedule(read_step, args=(iterator,)) for _ in range(2 * plan.num_workers)
+        ]
         got = 0
         for remote in wave:
             n, bad, ids, worker = (np.asarray(v) for v in remote.fetch())
@@ -122,13 +130,17 @@ def _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress
         if progress is not None:
             progress(rows, total)
     seconds = time.perf_counter() - start
-    ids = np.concatenate(collected) if collect_rows and collected else (
-        np.zeros([0], np.int64) if collect_rows else None)
+    ids = (
+        np.concatenate(collected)
+        if collect_rows and collected
+        else (np.zeros([0], np.int64) if collect_rows else None)
+    )
     return ReadPassResult(rows, skipped, per_worker, seconds, ids)
 
 
-def read_pass_local(pipeline: InputPipeline, *, worker_index: int = 0,
-                    collect_rows: bool = False) -> ReadPassResult:
+def read_pass_local(
+    pipeline: InputPipeline, *, worker_index: int = 0, collect_rows: bool = False
+) -> ReadPassResult:
     """Reads the units of one worker of the plan in this process (no cluster)."""
     dataset = pipeline.dataset_fn(training=False, worker_index=worker_index)()
     rows = skipped = 0
@@ -166,8 +178,9 @@ def worker_errors_as_data_errors():
     except ClosureInputError as exc:  # a per-worker dataset could not be built
         original = exc.original_exception
         if isinstance(original, (tf.errors.InvalidArgumentError, tf.errors.NotFoundError)) or (
-                isinstance(original, tf.errors.FailedPreconditionError)
-                and STORAGE_FAILURE in original.message):
+            isinstance(original, tf.errors.FailedPreconditionError)
+            and STORAGE_FAILURE in original.message
+        ):
             raise bad_data_error(original) from None
         raise
 
@@ -189,7 +202,8 @@ def bad_data_error(exc: tf.errors.OpError) -> RecsysError:
             "Parquet op library. Start every worker and parameter server with "
             "`recsys-dist server` (or python -m recsys_dist.cluster.server), which loads it "
             "before serving, or call recsys_dist.ops.load() before starting a "
-            "tf.distribute.Server yourself")
+            "tf.distribute.Server yourself"
+        )
     marker = message.find("bad data:")
     if marker >= 0:
         text = message[marker:].split("\n")[0].replace("\\'", "'")
@@ -208,8 +222,12 @@ def check_exactly_once(plan: ShardPlan, row_ids: np.ndarray) -> None:
     Raises:
       DataError: naming how many rows were missed or read twice, with examples.
     """
-    expected = np.concatenate([np.arange(row_id(u.file, u.start), row_id(u.file, u.stop),
-                                         dtype=np.int64) for u in plan.units])
+    expected = np.concatenate(
+        [
+            np.arange(row_id(u.file, u.start), row_id(u.file, u.stop), dtype=np.int64)
+            for u in plan.units
+        ]
+    )
     got, counts = np.unique(row_ids, return_counts=True)
     twice = got[counts > 1]
     missing = np.setdiff1d(expected, got, assume_unique=True)

@@ -45,7 +45,7 @@ _EXPECTED_TEXT: dict[Need, str] = {
 def split_read_dtype(read_dtype: str) -> tuple[str, bool]:
     """``"list<int64>"`` -> ``("int64", True)``; ``"float32"`` -> ``("float32", False)``."""
     if read_dtype.startswith(LIST_PREFIX):
-        return read_dtype[len(LIST_PREFIX):-1], True
+        return read_dtype[len(LIST_PREFIX) : -1], True
     return read_dtype, False
 
 
@@ -64,8 +64,9 @@ class ColumnNeed:
     users: tuple[str, ...]
 
 
-def required_columns(features: FeatureConfig, labels: list[str] | None = None
-                     ) -> dict[str, ColumnNeed]:
+def required_columns(
+    features: FeatureConfig, labels: list[str] | None = None
+) -> dict[str, ColumnNeed]:
     """Returns every column the features and ``labels`` (default: all) read, in order."""
     wanted: dict[str, tuple[list[Need], list[str]]] = {}
 
@@ -90,8 +91,12 @@ def _scalar_family(arrow_type: pa.DataType) -> str:
         return "integer"
     if pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type):
         return "float"
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or \
-            pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+    if (
+        pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or pa.types.is_binary(arrow_type)
+        or pa.types.is_large_binary(arrow_type)
+    ):
         return "string"
     if pa.types.is_boolean(arrow_type):
         return "bool"
@@ -104,9 +109,13 @@ def _family(arrow_type: pa.DataType) -> str:
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         element = _scalar_family(arrow_type.value_type)
         return "unsupported" if element == "unsupported" else f"list<{element}>"
-    if pa.types.is_fixed_size_list(arrow_type) or pa.types.is_struct(arrow_type) or \
-            pa.types.is_map(arrow_type) or pa.types.is_list_view(arrow_type) or \
-            pa.types.is_large_list_view(arrow_type):
+    if (
+        pa.types.is_fixed_size_list(arrow_type)
+        or pa.types.is_struct(arrow_type)
+        or pa.types.is_map(arrow_type)
+        or pa.types.is_list_view(arrow_type)
+        or pa.types.is_large_list_view(arrow_type)
+    ):
         return "nested"
     return _scalar_family(arrow_type)
 
@@ -139,19 +148,25 @@ def check_file_schema(meta: FileMeta, needs: dict[str, ColumnNeed]) -> dict[str,
         users = ", ".join(need.users)
         if column not in names:
             shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
-            raise DataError(f"{meta.path}: column {column!r} (read by {users}) is missing."
-                            f"{did_you_mean(column, names)} The file has columns: {shown}")
+            raise DataError(
+                f"{meta.path}: column {column!r} (read by {users}) is missing."
+                f"{did_you_mean(column, names)} The file has columns: {shown}"
+            )
         arrow_type = meta.schema.field(column).type
         family = _family(arrow_type)
         if family == "nested":
-            raise DataError(f"{meta.path}: column {column!r} (read by {users}) is a nested "
-                            f"{arrow_type} column; recsys_dist reads scalar int, float, string "
-                            "and bool columns and list<...> of them, so flatten it")
+            raise DataError(
+                f"{meta.path}: column {column!r} (read by {users}) is a nested "
+                f"{arrow_type} column; recsys_dist reads scalar int, float, string "
+                "and bool columns and list<...> of them, so flatten it"
+            )
         for n in need.needs:
             if family not in _ACCEPTED[n]:
                 what = " (a list column)" if family.startswith(LIST_PREFIX) else ""
-                raise DataError(f"{meta.path}: column {column!r} has type {arrow_type}{what}, "
-                                f"but {users} needs {_EXPECTED_TEXT[n]}")
+                raise DataError(
+                    f"{meta.path}: column {column!r} has type {arrow_type}{what}, "
+                    f"but {users} needs {_EXPECTED_TEXT[n]}"
+                )
         dtypes[column] = _read_dtype(arrow_type, family, need.needs)
     return dtypes
 
@@ -172,7 +187,9 @@ def check_schemas(metas: list[FileMeta], needs: dict[str, ColumnNeed]) -> dict[s
             if column not in agreed:
                 agreed[column], first_file[column] = dtype, meta.path
             elif agreed[column] != dtype:
-                raise DataError(f"column {column!r} is stored as {agreed[column]} in "
-                                f"{first_file[column]} but as {dtype} in {meta.path}; every file "
-                                "of a job must store a column with the same type")
+                raise DataError(
+                    f"column {column!r} is stored as {agreed[column]} in "
+                    f"{first_file[column]} but as {dtype} in {meta.path}; every file "
+                    "of a job must store a column with the same type"
+                )
     return agreed

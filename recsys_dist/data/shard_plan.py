@@ -72,7 +72,7 @@ class ShardPlan:
 
 def _null_label(meta: FileMeta, group: int, label_columns: list[str]) -> str | None:
     for column in label_columns:
-        count = meta.null_counts.get(column, ())[group:group + 1]
+        count = meta.null_counts.get(column, ())[group : group + 1]
         if count and count[0]:
             return f"label column {column!r} has {count[0]} null(s) in row group {group}"
     return None
@@ -85,8 +85,12 @@ def split_rows(start: int, stop: int, max_rows: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-def plan_units(metas: list[FileMeta], max_unit_rows: int, on_bad_row: Literal["fail", "skip"],
-               label_columns: list[str] = ()) -> list[Unit]:
+def plan_units(
+    metas: list[FileMeta],
+    max_unit_rows: int,
+    on_bad_row: Literal["fail", "skip"],
+    label_columns: list[str] = (),
+) -> list[Unit]:
     """Cuts files into units; fails on a null label the statistics show under ``fail``."""
     units: list[Unit] = []
     for index, meta in enumerate(metas):
@@ -94,11 +98,14 @@ def plan_units(metas: list[FileMeta], max_unit_rows: int, on_bad_row: Literal["f
         for group, rows in enumerate(meta.row_groups):
             problem = _null_label(meta, group, list(label_columns))
             if problem is not None and on_bad_row == "fail":
-                raise DataError(f"{meta.path}: {problem}; every row needs a label. Fix the "
-                                "file, or set data.on_bad_row: skip to skip such rows")
+                raise DataError(
+                    f"{meta.path}: {problem}; every row needs a label. Fix the "
+                    "file, or set data.on_bad_row: skip to skip such rows"
+                )
             if rows > 0:
-                units.extend(Unit(index, a, b)
-                             for a, b in split_rows(offset, offset + rows, max_unit_rows))
+                units.extend(
+                    Unit(index, a, b) for a, b in split_rows(offset, offset + rows, max_unit_rows)
+                )
             offset += rows
     return units
 
@@ -118,9 +125,14 @@ def assign_units(units: list[Unit], num_workers: int) -> list[int]:
     return workers
 
 
-def plan_shards(metas: list[FileMeta], num_workers: int, max_unit_rows: int,
-                on_bad_row: Literal["fail", "skip"], skipped_files: list[Skipped] | None = None,
-                label_columns: list[str] = ()) -> ShardPlan:
+def plan_shards(
+    metas: list[FileMeta],
+    num_workers: int,
+    max_unit_rows: int,
+    on_bad_row: Literal["fail", "skip"],
+    skipped_files: list[Skipped] | None = None,
+    label_columns: list[str] = (),
+) -> ShardPlan:
     """Builds the plan for one pass over ``metas`` on ``num_workers`` workers.
 
     Raises:
@@ -130,9 +142,15 @@ def plan_shards(metas: list[FileMeta], num_workers: int, max_unit_rows: int,
     skipped = tuple(skipped_files or ())
     if not units:
         detail = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:5])
-        raise DataError("no rows left to read after skipping bad data"
-                        + (f" ({detail})" if detail else ""))
-    return ShardPlan(files=tuple(m.path for m in metas), file_rows=tuple(m.rows for m in metas),
-                     units=tuple(units), workers=tuple(assign_units(units, num_workers)),
-                     num_workers=num_workers, skipped=skipped,
-                     file_bytes=tuple(m.bytes for m in metas))
+        raise DataError(
+            "no rows left to read after skipping bad data" + (f" ({detail})" if detail else "")
+        )
+    return ShardPlan(
+        files=tuple(m.path for m in metas),
+        file_rows=tuple(m.rows for m in metas),
+        units=tuple(units),
+        workers=tuple(assign_units(units, num_workers)),
+        num_workers=num_workers,
+        skipped=skipped,
+        file_bytes=tuple(m.bytes for m in metas),
+    )

@@ -111,50 +111,36 @@ from recsys_dist.data.synth_random import (
     stream_key,
     unit_interval,
 )
-
-NUMERIC_FIELDS = [f"I{i}" for i in range(1, 14)]
-CATEGORICAL_FIELDS = [f"C{i}" for i in range(1, 27)]
-STRING_ID_FIELDS = CATEGORICAL_FIELDS[20:]
-
-CARDINALITIES = dict(zip(CATEGORICAL_FIELDS, [
-    1500, 600, 2_000_000, 1_000_000, 300, 24, 12_000, 600, 4, 90_000, 5_600, 1_500_000,
-    3_200, 27, 15_000, 1_200_000, 10, 5_600, 2_200, 4, 800_000, 18, 15, 280_000, 100,
-    140_000,
-]))
-"""Base number of ids per categorical field (new ids from drift come on top)."""
-
-NUMERIC_MISSING_RATES = dict(zip(NUMERIC_FIELDS, [
-    0.40, 0.0, 0.21, 0.22, 0.03, 0.22, 0.04, 0.005, 0.04, 0.40, 0.04, 0.35, 0.22,
-]))
-"""Probability that a numeric field is NaN (missing) in a row."""
-
-CATEGORICAL_MISSING_RATES = {f: 0.0 for f in CATEGORICAL_FIELDS} | {
-    "C12": 0.03, "C16": 0.03, "C19": 0.15, "C20": 0.15, "C22": 0.20, "C25": 0.12,
-    "C26": 0.12,
-}
-"""Probability that a categorical field is missing (id 0 or "") in a row."""
-
-SCHEMA = pa.schema(
-    [pa.field(f, pa.float32(), nullable=False) for f in NUMERIC_FIELDS]
-    + [pa.field(f, pa.int64(), nullable=False) for f in CATEGORICAL_FIELDS[:20]]
-    + [pa.field(f, pa.string(), nullable=False) for f in STRING_ID_FIELDS]
-    + [
-        pa.field("user_id", pa.int64(), nullable=False),
-        pa.field("tags", pa.list_(pa.field("item", pa.int64(), nullable=False)), nullable=False),
-        pa.field("topics", pa.string(), nullable=False),
-        pa.field("click", pa.int64(), nullable=False),
-        pa.field("conversion", pa.int64(), nullable=False),
-        pa.field("oracle_logit", pa.float32(), nullable=False),
-        pa.field("oracle_logit_conversion", pa.float32(), nullable=False),
-    ]
+from recsys_dist.data.synth_schema import (
+    CARDINALITIES,
+    CATEGORICAL_FIELDS,
+    CATEGORICAL_MISSING_RATES,
+    NUMERIC_FIELDS,
+    NUMERIC_MISSING_RATES,
+    SCHEMA,
+    STRING_ID_FIELDS,
 )
-"""Column names and types of every file :func:`synthesize` writes (no nulls)."""
 
-# Numeric fields: (mu, sigma) of the underlying lognormal; integer-valued unless listed.
-_NUMERIC_LOGNORMAL = dict(zip(NUMERIC_FIELDS, [
-    (0.5, 1.3), (1.5, 2.0), (2.0, 1.5), (1.5, 1.0), (7.5, 2.0), (3.5, 1.8), (1.5, 1.5),
-    (2.3, 1.0), (3.5, 1.5), (-0.5, 0.8), (0.5, 1.2), (-1.0, 1.5), (1.5, 1.2),
-]))
+_NUMERIC_LOGNORMAL = dict(
+    zip(
+        NUMERIC_FIELDS,
+        [
+            (0.5, 1.3),
+            (1.5, 2.0),
+            (2.0, 1.5),
+            (1.5, 1.0),
+            (7.5, 2.0),
+            (3.5, 1.8),
+            (1.5, 1.5),
+            (2.3, 1.0),
+            (3.5, 1.5),
+            (-0.5, 0.8),
+            (0.5, 1.2),
+            (-1.0, 1.5),
+            (1.5, 1.2),
+        ],
+    )
+)
 _CONTINUOUS_FIELDS = {"I12"}
 _I2_NEGATIVE_RATE = 0.03
 
@@ -162,12 +148,29 @@ _I2_NEGATIVE_RATE = 0.03
 _ZIPF_EXPONENTS = {f: 1.05 + 0.15 * ((7 * i) % 26) / 25 for i, f in enumerate(CATEGORICAL_FIELDS)}
 
 _CLICK_FIELD_SIGMAS = {
-    "C1": 0.25, "C2": 0.22, "C3": 0.22, "C4": 0.22, "C5": 0.18, "C6": 0.22, "C8": 0.18,
-    "C10": 0.22, "C11": 0.22, "C12": 0.22, "C13": 0.18, "C14": 0.22, "C16": 0.22,
-    "C17": 0.25, "C21": 0.22, "C24": 0.22,
+    "C1": 0.25,
+    "C2": 0.22,
+    "C3": 0.22,
+    "C4": 0.22,
+    "C5": 0.18,
+    "C6": 0.22,
+    "C8": 0.18,
+    "C10": 0.22,
+    "C11": 0.22,
+    "C12": 0.22,
+    "C13": 0.18,
+    "C14": 0.22,
+    "C16": 0.22,
+    "C17": 0.25,
+    "C21": 0.22,
+    "C24": 0.22,
 }
-CLICK_PAIR_SIGMAS = {("C2", "C17"): 0.38, ("C5", "C8"): 0.38, ("C6", "C14"): 0.42,
-                      ("C9", "C13"): 0.38}
+CLICK_PAIR_SIGMAS = {
+    ("C2", "C17"): 0.38,
+    ("C5", "C8"): 0.38,
+    ("C6", "C14"): 0.42,
+    ("C9", "C13"): 0.38,
+}
 _USER_SIGMA = 0.42
 _EFFECT_HEAD, _EFFECT_DECAY = 300.0, 0.5  # rare ids carry smaller effects
 _AFFINITY_RANK = 4  # latent dimensions of each pairwise interaction
@@ -247,12 +250,15 @@ class RowGenerator:
         self._seed, self._users = seed, users
         self._cdfs: dict[tuple[int, float, float], np.ndarray] = {}
         self._head_maps: dict[str, tuple[int, np.ndarray]] = {}  # field -> latest day
-        self._permutations = {name: self._permutation(name, n) for name, n in
-                              [*CARDINALITIES.items(), ("user_id", users), ("tags", _TAGS)]}
+        self._permutations = {
+            name: self._permutation(name, n)
+            for name, n in [*CARDINALITIES.items(), ("user_id", users), ("tags", _TAGS)]
+        }
         self._click_bias, self._cvr_bias = self._calibrate()
 
-    def clicks(self, day: int, file_index: int, n: int
-               ) -> tuple[_Batch, np.ndarray, np.ndarray, np.random.Generator]:
+    def clicks(
+        self, day: int, file_index: int, n: int
+    ) -> tuple[_Batch, np.ndarray, np.ndarray, np.random.Generator]:
         """The features, float32 click logits and click labels of file ``file_index`` of
         ``day`` (``n`` rows), and the file's random generator for what is drawn next."""
         rng = np.random.default_rng([self._seed, day, file_index])
@@ -300,21 +306,31 @@ class RowGenerator:
         tag_rows = np.repeat(np.arange(n, dtype=np.int64), tag_counts)
         tag_ranks = self._zipf(rng, tag_rows.size, _TAGS, _TAG_ZIPF)
         tag_rows, tag_ids = _distinct_per_row(
-            tag_rows, self._scramble("tags", tag_ranks, _TAGS) + 1, _TAGS + 1)
+            tag_rows, self._scramble("tags", tag_ranks, _TAGS) + 1, _TAGS + 1
+        )
         topic_counts = 1 + rng.choice(len(_TOPIC_COUNT_PROBS), size=n, p=_TOPIC_COUNT_PROBS)
         topic_rows = np.repeat(np.arange(n, dtype=np.int64), topic_counts)
         topic_rows, topic_ids = _distinct_per_row(
-            topic_rows, self._zipf(rng, topic_rows.size, _TOPICS, _TOPIC_ZIPF) + 1,
-            _TOPICS + 1)
+            topic_rows, self._zipf(rng, topic_rows.size, _TOPICS, _TOPIC_ZIPF) + 1, _TOPICS + 1
+        )
         raw = rng.gamma(1.0, size=topic_rows.size)
         share = raw / np.bincount(topic_rows, weights=raw, minlength=n)[topic_rows]
         topic_cents = np.clip(np.rint(share * 100), 1, 100).astype(np.int64)
-        return _Batch(n=n, numeric=numeric, categorical=categorical, slots=slots,
-                      user_id=user_id, user_slot=user_rank,
-                      tag_rows=tag_rows, tag_ids=tag_ids,
-                      tag_counts=np.bincount(tag_rows, minlength=n),
-                      topic_rows=topic_rows, topic_ids=topic_ids, topic_cents=topic_cents,
-                      topic_counts=np.bincount(topic_rows, minlength=n))
+        return _Batch(
+            n=n,
+            numeric=numeric,
+            categorical=categorical,
+            slots=slots,
+            user_id=user_id,
+            user_slot=user_rank,
+            tag_rows=tag_rows,
+            tag_ids=tag_ids,
+            tag_counts=np.bincount(tag_rows, minlength=n),
+            topic_rows=topic_rows,
+            topic_ids=topic_ids,
+            topic_cents=topic_cents,
+            topic_counts=np.bincount(topic_rows, minlength=n),
+        )
 
     @staticmethod
     def _numeric(field: str, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -328,8 +344,9 @@ class RowGenerator:
         value[rng.random(n) < NUMERIC_MISSING_RATES[field]] = np.nan
         return value.astype(np.float32)
 
-    def _categorical(self, field: str, day: int, rng: np.random.Generator,
-                     n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _categorical(
+        self, field: str, day: int, rng: np.random.Generator, n: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Ids of ``field`` on ``day`` (for string fields the 32-bit hex value) and each
         row's popularity slot (0 where the value is missing)."""
         cardinality = CARDINALITIES[field]
@@ -338,8 +355,13 @@ class RowGenerator:
         slot = np.where(rank < head.size, head[np.minimum(rank, head.size - 1)], rank)
         ids = self._scramble(field, slot, cardinality) + 1
         if day > 0:
-            birth = np.floor(unit_interval(hash64(stream_key(self._seed, "new", field), slot))
-                             / _NEW_ID_RATE_PER_DAY).astype(np.int64) + 1
+            birth = (
+                np.floor(
+                    unit_interval(hash64(stream_key(self._seed, "new", field), slot))
+                    / _NEW_ID_RATE_PER_DAY
+                ).astype(np.int64)
+                + 1
+            )
             new = (birth <= min(day, _NEW_ID_LIFETIME)) & (slot >= _NEW_ID_MIN_SLOT)
             latest_birth = birth + (day - birth) // _NEW_ID_LIFETIME * _NEW_ID_LIFETIME
             ids = np.where(new, ids + latest_birth * cardinality, ids)
@@ -350,8 +372,14 @@ class RowGenerator:
             return np.where(missing, _MISSING_HEX, value), slot
         return np.where(missing, 0, ids), slot
 
-    def _zipf(self, rng: np.random.Generator, n: int, cardinality: int, exponent: float,
-              offset: float = 0.0) -> np.ndarray:
+    def _zipf(
+        self,
+        rng: np.random.Generator,
+        n: int,
+        cardinality: int,
+        exponent: float,
+        offset: float = 0.0,
+    ) -> np.ndarray:
         """Draws 0-based ranks with P(r) proportional to (r + 1 + offset)^-exponent."""
         cache_key = (cardinality, exponent, offset)
         cdf = self._cdfs.get(cache_key)
@@ -371,8 +399,9 @@ class RowGenerator:
             rng = np.random.default_rng([self._seed, d, stream_key(0, "swap", field)])
             swaps = round(_SWAP_RATE * head.size)
             first = rng.integers(0, head.size, size=swaps)
-            second = np.minimum(first + rng.integers(1, _SWAP_MAX_DISTANCE + 1, swaps),
-                                head.size - 1)
+            second = np.minimum(
+                first + rng.integers(1, _SWAP_MAX_DISTANCE + 1, swaps), head.size - 1
+            )
             for a, b in zip(first.tolist(), second.tolist()):
                 head[a], head[b] = head[b], head[a]
         self._head_maps[field] = (day, head)
@@ -403,12 +432,15 @@ class RowGenerator:
         for (f, g), sigma in CLICK_PAIR_SIGMAS.items():
             scale = sigma * np.sqrt(_effect_scale(b.slots[f]) * _effect_scale(b.slots[g]))
             terms[f"{f} x {g}"] = IdTerm(
-                (b.categorical[f], b.categorical[g]), scale,
-                scale * _affinity(stream_key(seed, "click", f, g), b.categorical[f],
-                                  b.categorical[g]))
+                (b.categorical[f], b.categorical[g]),
+                scale,
+                scale
+                * _affinity(stream_key(seed, "click", f, g), b.categorical[f], b.categorical[g]),
+            )
         scale = _USER_SIGMA * _effect_scale(b.user_slot)
-        terms["user"] = IdTerm((b.user_id,), scale,
-                               scale * hashed_normal(stream_key(seed, "click", "user"), b.user_id))
+        terms["user"] = IdTerm(
+            (b.user_id,), scale, scale * hashed_normal(stream_key(seed, "click", "user"), b.user_id)
+        )
         return terms
 
     def click_terms(self, b: _Batch) -> dict[str, np.ndarray]:
@@ -416,18 +448,27 @@ class RowGenerator:
         :meth:`click_id_terms`, ``tags``, ``topics`` and ``num Ij`` per numeric field."""
         seed = self._seed
         terms = {name: term.effect for name, term in self.click_id_terms(b).items()}
-        tag_effect = np.bincount(b.tag_rows, minlength=b.n, weights=hashed_normal(
-            stream_key(seed, "click", "tag"), b.tag_ids))
-        terms["tags"] = np.where(b.tag_counts > 0,
-                                 _TAG_SIGMA * tag_effect / np.maximum(b.tag_counts, 1),
-                                 _NO_TAG_EFFECT)
-        terms["topics"] = _TOPIC_SIGMA * np.bincount(b.topic_rows, minlength=b.n, weights=(
-            b.topic_cents / 100 * hashed_normal(stream_key(seed, "click", "topic"), b.topic_ids)))
+        tag_effect = np.bincount(
+            b.tag_rows,
+            minlength=b.n,
+            weights=hashed_normal(stream_key(seed, "click", "tag"), b.tag_ids),
+        )
+        terms["tags"] = np.where(
+            b.tag_counts > 0, _TAG_SIGMA * tag_effect / np.maximum(b.tag_counts, 1), _NO_TAG_EFFECT
+        )
+        terms["topics"] = _TOPIC_SIGMA * np.bincount(
+            b.topic_rows,
+            minlength=b.n,
+            weights=(
+                b.topic_cents / 100 * hashed_normal(stream_key(seed, "click", "topic"), b.topic_ids)
+            ),
+        )
         for field, (effect, missing_effect) in _NUMERIC_EFFECTS.items():
             x = b.numeric[field].astype(np.float64)
             missing = np.isnan(x)
-            terms[f"num {field}"] = np.where(missing, missing_effect,
-                                             effect(np.where(missing, 0.0, x)))
+            terms[f"num {field}"] = np.where(
+                missing, missing_effect, effect(np.where(missing, 0.0, x))
+            )
         return terms
 
     def _click_logit(self, b: _Batch) -> np.ndarray:
@@ -442,10 +483,16 @@ class RowGenerator:
         seed = self._seed
         logit = np.zeros(b.n)
         for field, sigma in _CVR_FIELD_SIGMAS.items():
-            logit += (sigma * _effect_scale(b.slots[field])
-                      * hashed_normal(stream_key(seed, "cvr", field), b.categorical[field]))
-        logit += (_CVR_USER_SIGMA * _effect_scale(b.user_slot)
-                  * hashed_normal(stream_key(seed, "cvr", "user"), b.user_id))
+            logit += (
+                sigma
+                * _effect_scale(b.slots[field])
+                * hashed_normal(stream_key(seed, "cvr", field), b.categorical[field])
+            )
+        logit += (
+            _CVR_USER_SIGMA
+            * _effect_scale(b.user_slot)
+            * hashed_normal(stream_key(seed, "cvr", "user"), b.user_id)
+        )
         x6 = b.numeric["I6"].astype(np.float64)
         missing = np.isnan(x6)
         logit += np.where(missing, -0.3, 0.5 * np.tanh(np.log1p(np.where(missing, 0, x6)) - 3))
@@ -453,14 +500,16 @@ class RowGenerator:
 
     def _calibrate(self) -> tuple[float, float]:
         """Biases giving the target click and conversion rates on a day-0 pilot sample."""
-        batch = self._features(0, np.random.default_rng([self._seed, stream_key(0, "pilot")]),
-                               _PILOT_ROWS)
+        batch = self._features(
+            0, np.random.default_rng([self._seed, stream_key(0, "pilot")]), _PILOT_ROWS
+        )
         click_raw = self._click_logit(batch)
         click_bias = _solve_bias(lambda b: _sigmoid(click_raw + b).mean(), _TARGET_CLICK_RATE)
         p_click = _sigmoid(click_raw + click_bias)
         cvr_raw = self._cvr_logit(batch)
-        cvr_bias = _solve_bias(lambda b: (p_click * _sigmoid(cvr_raw + b)).mean(),
-                               _TARGET_CONVERSION_RATE)
+        cvr_bias = _solve_bias(
+            lambda b: (p_click * _sigmoid(cvr_raw + b)).mean(), _TARGET_CONVERSION_RATE
+        )
         return click_bias, cvr_bias
 
 
@@ -469,8 +518,9 @@ def _affinity(key: int, first: np.ndarray, second: np.ndarray) -> np.ndarray:
     vectors are standard normals hashed from ``key`` (unit variance, mean 0)."""
     total = np.zeros(first.shape)
     for k in range(_AFFINITY_RANK):
-        total += (hashed_normal(stream_key(key, "u", k), first)
-                  * hashed_normal(stream_key(key, "v", k), second))
+        total += hashed_normal(stream_key(key, "u", k), first) * hashed_normal(
+            stream_key(key, "v", k), second
+        )
     return total / math.sqrt(_AFFINITY_RANK)
 
 
@@ -504,8 +554,14 @@ def _g12(x: np.ndarray) -> np.ndarray:
 
 
 # Numeric field -> (effect of a present value, effect when missing).
-_NUMERIC_EFFECTS = {"I1": (_g1, -0.3), "I2": (_g2, 0.0), "I3": (_g3, 0.25),
-                    "I5": (_g5, -0.2), "I7": (_g7, 0.1), "I12": (_g12, -0.15)}
+_NUMERIC_EFFECTS = {
+    "I1": (_g1, -0.3),
+    "I2": (_g2, 0.0),
+    "I3": (_g3, 0.25),
+    "I5": (_g5, -0.2),
+    "I7": (_g7, 0.1),
+    "I12": (_g12, -0.15),
+}
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -528,8 +584,9 @@ def _solve_bias(mean_rate: Callable[[float], float], target: float) -> float:
     return 0.5 * (low + high)
 
 
-def _distinct_per_row(rows: np.ndarray, ids: np.ndarray,
-                      bound: int) -> tuple[np.ndarray, np.ndarray]:
+def _distinct_per_row(
+    rows: np.ndarray, ids: np.ndarray, bound: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Drops repeated ids within a row; ids (all < ``bound``) come out sorted per row."""
     unique = np.unique(rows * bound + ids)
     return unique // bound, unique % bound
@@ -562,5 +619,6 @@ def _hex_strings(values: np.ndarray) -> pa.Array:
     digits = _HEX_DIGITS[(values[present, None] >> shifts) & 0xF]
     offsets = np.zeros(values.size + 1, dtype=np.int32)
     np.cumsum(np.where(present, 8, 0), out=offsets[1:])
-    return pa.StringArray.from_buffers(values.size, pa.py_buffer(offsets),
-                                       pa.py_buffer(digits.tobytes()), null_count=0)
+    return pa.StringArray.from_buffers(
+        values.size, pa.py_buffer(offsets), pa.py_buffer(digits.tobytes()), null_count=0
+    )

@@ -42,15 +42,17 @@ INTERESTS = 4
 NULL_HISTORY_RATE = 0.02
 _CLICK_BIAS = -1.9
 
-SCHEMA = pa.schema([
-    pa.field("user_id", pa.int64(), nullable=False),
-    pa.field("item_id", pa.int64(), nullable=False),
-    pa.field("cate_id", pa.int64(), nullable=False),
-    pa.field("hist_item_id", pa.list_(pa.int64())),
-    pa.field("hist_cate_id", pa.list_(pa.int64())),
-    pa.field("click", pa.int64(), nullable=False),
-    pa.field("oracle_logit", pa.float32(), nullable=False),
-])
+SCHEMA = pa.schema(
+    [
+        pa.field("user_id", pa.int64(), nullable=False),
+        pa.field("item_id", pa.int64(), nullable=False),
+        pa.field("cate_id", pa.int64(), nullable=False),
+        pa.field("hist_item_id", pa.list_(pa.int64())),
+        pa.field("hist_cate_id", pa.list_(pa.int64())),
+        pa.field("click", pa.int64(), nullable=False),
+        pa.field("oracle_logit", pa.float32(), nullable=False),
+    ]
+)
 
 
 def category_of(items: np.ndarray) -> np.ndarray:
@@ -58,8 +60,9 @@ def category_of(items: np.ndarray) -> np.ndarray:
     return 1 + (np.asarray(items) - 1) // ITEMS_PER_CATEGORY
 
 
-def recent_matches(hist_cates: list[np.ndarray], cates: np.ndarray) -> tuple[np.ndarray,
-                                                                             np.ndarray]:
+def recent_matches(
+    hist_cates: list[np.ndarray], cates: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """``(m, r)`` of the label model: matches of each row's category among its newest
     :data:`HISTORY_SEEN` history categories (oldest first), and whether the newest one
     matches."""
@@ -75,9 +78,9 @@ class BehaviourGenerator:
     def __init__(self, seed: int, users: int = 100_000):
         self._seed, self._users = seed, users
         ranks = np.arange(1, ITEMS_PER_CATEGORY + 1, dtype=np.float64)
-        self._item_cdf = np.cumsum(ranks ** -1.1) / np.sum(ranks ** -1.1)
+        self._item_cdf = np.cumsum(ranks**-1.1) / np.sum(ranks**-1.1)
         cats = np.arange(1, CATEGORIES + 1, dtype=np.float64)
-        self._cate_cdf = np.cumsum(cats ** -0.8) / np.sum(cats ** -0.8)
+        self._cate_cdf = np.cumsum(cats**-0.8) / np.sum(cats**-0.8)
         user_ranks = np.arange(1, users + 1, dtype=np.float64)
         weights = (user_ranks + 20.0) ** -1.05
         self._user_cdf = np.cumsum(weights) / np.sum(weights)
@@ -111,24 +114,35 @@ class BehaviourGenerator:
         anywhere = self._draw(self._cate_cdf, rng.random(len(rows)))
         hist_cates = np.where(rng.random(len(rows)) < 0.8, pick, anywhere)
         hist_items = self._items_in(rng, hist_cates)
-        cand_cates = np.where(rng.random(n) < 0.4,
-                              interests[np.arange(n), rng.integers(0, INTERESTS, n)],
-                              self._draw(self._cate_cdf, rng.random(n)))
+        cand_cates = np.where(
+            rng.random(n) < 0.4,
+            interests[np.arange(n), rng.integers(0, INTERESTS, n)],
+            self._draw(self._cate_cdf, rng.random(n)),
+        )
         items = self._items_in(rng, cand_cates)
         splits = np.concatenate([[0], np.cumsum(lengths)])
-        per_row = [hist_cates[splits[i]:splits[i + 1]] for i in range(n)]
+        per_row = [hist_cates[splits[i] : splits[i + 1]] for i in range(n)]
         m, r = recent_matches(per_row, cand_cates)
-        logit = (_CLICK_BIAS + 0.4 * hashed_normal(stream_key(self._seed, "item"), items)
-                 + 0.3 * hashed_normal(stream_key(self._seed, "user"), users)
-                 + 2.4 * (1.0 - np.exp(-m / 2.0)) + 1.2 * r - 0.9).astype(np.float32)
+        logit = (
+            _CLICK_BIAS
+            + 0.4 * hashed_normal(stream_key(self._seed, "item"), items)
+            + 0.3 * hashed_normal(stream_key(self._seed, "user"), users)
+            + 2.4 * (1.0 - np.exp(-m / 2.0))
+            + 1.2 * r
+            - 0.9
+        ).astype(np.float32)
         click = rng.random(n) < 1.0 / (1.0 + np.exp(-logit.astype(np.float64)))
         offsets = pa.array(splits.astype(np.int32))
         mask = pa.array(null_history)
-        return pa.Table.from_arrays([
-            pa.array(users.astype(np.int64)), pa.array(items.astype(np.int64)),
-            pa.array(cand_cates.astype(np.int64)),
-            pa.ListArray.from_arrays(offsets, pa.array(hist_items.astype(np.int64)), mask=mask),
-            pa.ListArray.from_arrays(offsets, pa.array(hist_cates.astype(np.int64)), mask=mask),
-            pa.array(click.astype(np.int64)), pa.array(logit),
-        ], schema=SCHEMA)
-
+        return pa.Table.from_arrays(
+            [
+                pa.array(users.astype(np.int64)),
+                pa.array(items.astype(np.int64)),
+                pa.array(cand_cates.astype(np.int64)),
+                pa.ListArray.from_arrays(offsets, pa.array(hist_items.astype(np.int64)), mask=mask),
+                pa.ListArray.from_arrays(offsets, pa.array(hist_cates.astype(np.int64)), mask=mask),
+                pa.array(click.astype(np.int64)),
+                pa.array(logit),
+            ],
+            schema=SCHEMA,
+        )

@@ -52,11 +52,18 @@ def _check_counts(**counts: int) -> None:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: int = 0,
-               start_date: datetime.date = datetime.date(2026, 1, 1),
-               rows_per_file: int = 100_000, row_groups_per_file: int = 4,
-               progress: Callable[[str], None] | None = None,
-               users: int = USERS, generator_class: type | None = None) -> SynthReport:
+def synthesize(
+    out_dir: str | os.PathLike,
+    days: int,
+    rows_per_day: int,
+    seed: int = 0,
+    start_date: datetime.date = datetime.date(2026, 1, 1),
+    rows_per_file: int = 100_000,
+    row_groups_per_file: int = 4,
+    progress: Callable[[str], None] | None = None,
+    users: int = USERS,
+    generator_class: type | None = None,
+) -> SynthReport:
     """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
 
     Each day gets ``max(2, ceil(rows_per_day / rows_per_file))`` (never more than
@@ -88,8 +95,14 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
     Raises:
       ValueError: An argument is out of range; the message names it.
     """
-    _check_counts(days=days, rows_per_day=rows_per_day, rows_per_file=rows_per_file,
-                  row_groups_per_file=row_groups_per_file, seed=seed, users=users)
+    _check_counts(
+        days=days,
+        rows_per_day=rows_per_day,
+        rows_per_file=rows_per_file,
+        row_groups_per_file=row_groups_per_file,
+        seed=seed,
+        users=users,
+    )
     started = time.perf_counter()
     generator = (generator_class or RowGenerator)(int(seed), users=int(users))
     file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)
@@ -97,23 +110,43 @@ def synthesize(out_dir: str | os.PathLike, days: int, rows_per_day: int, seed: i
     clicks = conversions = 0
     for day in range(days):
         dt = (start_date + datetime.timedelta(days=day)).isoformat()
-        tables = _write_day(generator, day, os.path.join(os.fspath(out_dir), f"dt={dt}"),
-                            file_rows, row_groups_per_file, files, progress)
+        tables = _write_day(
+            generator,
+            day,
+            os.path.join(os.fspath(out_dir), f"dt={dt}"),
+            file_rows,
+            row_groups_per_file,
+            files,
+            progress,
+        )
         clicks += sum(int(np.sum(t["click"].to_numpy())) for t in tables)
-        conversions += sum(int(np.sum(t["conversion"].to_numpy())) for t in tables
-                           if "conversion" in t.column_names)
+        conversions += sum(
+            int(np.sum(t["conversion"].to_numpy()))
+            for t in tables
+            if "conversion" in t.column_names
+        )
         dts.append(dt)
     rows = days * rows_per_day
-    return SynthReport(out_dir=os.fspath(out_dir), days=dts, files=files, rows=rows,
-                       click_rate=clicks / rows,
-                       conversion_rate=(conversions / rows
-                                        if generator_class in (None, RowGenerator) else None),
-                       seconds=time.perf_counter() - started)
+    return SynthReport(
+        out_dir=os.fspath(out_dir),
+        days=dts,
+        files=files,
+        rows=rows,
+        click_rate=clicks / rows,
+        conversion_rate=(conversions / rows if generator_class in (None, RowGenerator) else None),
+        seconds=time.perf_counter() - started,
+    )
 
 
-def _write_day(generator, day: int, day_dir: str, file_rows: list[int],
-               row_groups_per_file: int, files: list[str],
-               progress: Callable[[str], None] | None) -> list[pa.Table]:
+def _write_day(
+    generator,
+    day: int,
+    day_dir: str,
+    file_rows: list[int],
+    row_groups_per_file: int,
+    files: list[str],
+    progress: Callable[[str], None] | None,
+) -> list[pa.Table]:
     """Writes one day's files (appending their paths to ``files``); returns their tables."""
     os.makedirs(day_dir, exist_ok=True)
     _remove_stale_parts(day_dir, keep=len(file_rows))
@@ -123,8 +156,7 @@ def _write_day(generator, day: int, day_dir: str, file_rows: list[int],
         name = f"part-{index:05d}.parquet"
         path = os.path.join(day_dir, name)
         _write_atomically(table, path, max(1, math.ceil(n / row_groups_per_file)))
-        tables.append(table.select([c for c in ("click", "conversion")
-                                    if c in table.column_names]))
+        tables.append(table.select([c for c in ("click", "conversion") if c in table.column_names]))
         files.append(path)
         if progress is not None:
             progress(f"{os.path.basename(day_dir)} {name} {n} rows")
@@ -142,8 +174,12 @@ def _remove_stale_parts(day_dir: str, keep: int) -> None:
     """Removes ``part-NNNNN.parquet`` files numbered ``keep`` or higher."""
     for name in os.listdir(day_dir):
         stem = name.removeprefix("part-").removesuffix(".parquet")
-        if name.startswith("part-") and name.endswith(".parquet") and stem.isdigit() \
-                and int(stem) >= keep:
+        if (
+            name.startswith("part-")
+            and name.endswith(".parquet")
+            and stem.isdigit()
+            and int(stem) >= keep
+        ):
             os.remove(os.path.join(day_dir, name))
 
 

@@ -23,8 +23,9 @@ from recsys_dist.evaluation.predict import predict_split
 from recsys_dist.models.zoo import build_from_config
 
 
-def evaluate_on_one_device(config, saved, pipeline, labels: list[str],
-                           oracle_columns: dict[str, str]) -> dict:
+def evaluate_on_one_device(
+    config, saved, pipeline, labels: list[str], oracle_columns: dict[str, str]
+) -> dict:
     """The metrics of checkpoint ``saved`` on ``pipeline``, scored by this process alone on
     one device: the model is built under a one-replica strategy of its own and restored
     from the checkpoint. How a ``multi_worker_mirrored`` chief scores (the other workers
@@ -36,10 +37,18 @@ def evaluate_on_one_device(config, saved, pipeline, labels: list[str],
     return evaluate_split(alone, model, pipeline, labels, oracle_columns)[0]
 
 
-def evaluate_split(runtime, model, pipeline, labels: list[str], oracle_columns: dict[str, str],
-                   group_column: str | None = None, slice_columns: tuple[str, ...] = (),
-                   progress=None, bins: int = 20, max_slices: int = 20
-                   ) -> tuple[dict, EvalData]:
+def evaluate_split(
+    runtime,
+    model,
+    pipeline,
+    labels: list[str],
+    oracle_columns: dict[str, str],
+    group_column: str | None = None,
+    slice_columns: tuple[str, ...] = (),
+    progress=None,
+    bins: int = 20,
+    max_slices: int = 20,
+) -> tuple[dict, EvalData]:
     """Scores ``pipeline``'s rows with ``model`` and computes the metrics.
 
     Args:
@@ -66,18 +75,29 @@ def evaluate_split(runtime, model, pipeline, labels: list[str], oracle_columns: 
         accumulator.add(
             labels={n: out["labels"][n] for n in labels},
             logits={n: out["logits"][n] for n in labels},
-            weights=out["valid"], row_ids=out["row"],
+            weights=out["valid"],
+            row_ids=out["row"],
             groups=_group_ids(out["keep"][group_column]) if group_column else None,
             slices={c: out["keep"][c] for c in slice_columns} or None,
-            oracle_logits={n: out["extra"][c] for n, c in oracle_columns.items()} or None)
+            oracle_logits={n: out["extra"][c] for n, c in oracle_columns.items()} or None,
+        )
 
-    predict_split(runtime.strategy, runtime.coordinator, runtime.num_workers, model, pipeline,
-                  labels, on_item, progress)
+    predict_split(
+        runtime.strategy,
+        runtime.coordinator,
+        runtime.num_workers,
+        model,
+        pipeline,
+        labels,
+        on_item,
+        progress,
+    )
     data = accumulator.finish()
     if data.rows == 0 or float(np.sum(data.weights)) == 0:
         raise DataError("the evaluation split has no valid rows")
-    return compute_metrics(data, labels, list(slice_columns), bins=bins,
-                           max_slices=max_slices), data
+    return compute_metrics(
+        data, labels, list(slice_columns), bins=bins, max_slices=max_slices
+    ), data
 
 
 def _group_ids(values: np.ndarray) -> np.ndarray:

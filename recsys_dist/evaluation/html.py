@@ -43,8 +43,7 @@ def escape(value: Any) -> str:
 
 def is_number(value: Any) -> bool:
     """True for a finite int or float (not a bool, not None, nan or inf)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
-        math.isfinite(value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -71,9 +70,13 @@ def fmt_delta(value: Any, metric: str | None = None) -> str:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], name_columns: int = 1) -> str:
     """An HTML table; cells are already-escaped HTML; the first ``name_columns`` align left."""
+
     def cells(tag: str, values: Sequence[str]) -> str:
-        return "".join(f'<{tag}{" class=name" if i < name_columns else ""}>{v}</{tag}>'
-                       for i, v in enumerate(values))
+        return "".join(
+            f"<{tag}{' class=name' if i < name_columns else ''}>{v}</{tag}>"
+            for i, v in enumerate(values)
+        )
+
     lines = ["<table>", f"<tr>{cells('th', [escape(h) for h in header])}</tr>"]
     lines += [f"<tr>{cells('td', row)}</tr>" for row in rows]
     lines.append("</table>")

@@ -79,8 +79,9 @@ def _load_predictions(path: str) -> dict[str, np.ndarray]:
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
-def _load_evaluation(metrics_path: str, labels: list[str]
-                     ) -> tuple[dict, dict[str, np.ndarray], np.ndarray | None]:
+def _load_evaluation(
+    metrics_path: str, labels: list[str]
+) -> tuple[dict, dict[str, np.ndarray], np.ndarray | None]:
     """(metrics, label -> logits, row ids) of an evaluate output (its metrics.json); the
     per-row parts are empty when no predictions.parquet lies next to it."""
     text = storage_io.read_text(metrics_path)
@@ -92,8 +93,7 @@ def _load_evaluation(metrics_path: str, labels: list[str]
     if not storage_io.exists(predictions):
         return metrics, {}, None
     columns = _load_predictions(predictions)
-    logits = {label: columns[f"logit_{label}"] for label in labels
-              if f"logit_{label}" in columns}
+    logits = {label: columns[f"logit_{label}"] for label in labels if f"logit_{label}" in columns}
     return metrics, logits, columns["row_id"]
 
 
@@ -101,23 +101,37 @@ def _aligned(row_ids: np.ndarray, other_ids: np.ndarray) -> tuple[np.ndarray, np
     """Indices pairing rows of two runs by row id; raises if they are not the same rows."""
     a, b = np.argsort(row_ids, kind="stable"), np.argsort(other_ids, kind="stable")
     if len(a) != len(b) or not np.array_equal(row_ids[a], other_ids[b]):
-        raise RecsysError("the baseline's predictions cover other rows than this evaluation "
-                          f"({len(other_ids):,} vs {len(row_ids):,} rows); evaluate both on "
-                          "the same data to compare them row by row")
+        raise RecsysError(
+            "the baseline's predictions cover other rows than this evaluation "
+            f"({len(other_ids):,} vs {len(row_ids):,} rows); evaluate both on "
+            "the same data to compare them row by row"
+        )
     return a, b
 
 
-def _bootstrap(config: ExperimentConfig, data: M.EvalData, base_logits: dict[str, np.ndarray],
-               base_ids: np.ndarray) -> dict:
+def _bootstrap(
+    config: ExperimentConfig,
+    data: M.EvalData,
+    base_logits: dict[str, np.ndarray],
+    base_ids: np.ndarray,
+) -> dict:
     mine, theirs = _aligned(data.row_ids, base_ids)
-    return {label: M.paired_bootstrap_auc_delta(
-        data.labels[label][mine], data.logits[label][mine], base_logits[label][theirs],
-        weights=data.weights[mine], replicates=config.evaluation.bootstrap_replicates)
-        for label in config.labels if label in base_logits}
+    return {
+        label: M.paired_bootstrap_auc_delta(
+            data.labels[label][mine],
+            data.logits[label][mine],
+            base_logits[label][theirs],
+            weights=data.weights[mine],
+            replicates=config.evaluation.bootstrap_replicates,
+        )
+        for label in config.labels
+        if label in base_logits
+    }
 
 
-def _baseline(config: ExperimentConfig, baseline: str | None
-              ) -> tuple[SavedCheckpoint | None, str | None]:
+def _baseline(
+    config: ExperimentConfig, baseline: str | None
+) -> tuple[SavedCheckpoint | None, str | None]:
     """``(checkpoint, None)`` for a baseline model to score, ``(None, metrics.json path)``
     for a baseline evaluation to compare with, or ``(None, None)``."""
     if baseline is None:
@@ -125,15 +139,15 @@ def _baseline(config: ExperimentConfig, baseline: str | None
     if baseline.endswith(".json"):
         return None, baseline
     if storage_io.exists(f"{baseline}/{METRICS}") and not storage_io.exists(
-            f"{baseline}/checkpoints"):
+        f"{baseline}/checkpoints"
+    ):
         return None, f"{baseline}/{METRICS}"
     saved = find_checkpoint(baseline)
     check_signature(saved, config, what=f"{config.file} (baseline {baseline})")
     return saved, None
 
 
-def _comparison(config: ExperimentConfig, metrics: dict, data: M.EvalData, base: tuple
-                ) -> dict:
+def _comparison(config: ExperimentConfig, metrics: dict, data: M.EvalData, base: tuple) -> dict:
     """Deltas against the baseline ``(metrics, logits, row ids, description)`` and, when
     the baseline has row ids, the paired bootstrap interval of the AUC delta."""
     base_metrics, base_logits, base_ids, description = base
@@ -141,9 +155,15 @@ def _comparison(config: ExperimentConfig, metrics: dict, data: M.EvalData, base:
     return M.build_comparison(description, metrics, base_metrics, boot)
 
 
-def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
-                   checkpoint: str | None = None, baseline: str | None = None,
-                   progress=None) -> EvaluationResult:
+def run_evaluation(
+    config: ExperimentConfig,
+    model_dir: str,
+    out_dir: str,
+    *,
+    checkpoint: str | None = None,
+    baseline: str | None = None,
+    progress=None,
+) -> EvaluationResult:
     """Evaluates a checkpoint of ``model_dir`` on the config's eval split (a ``--data``
     path: :meth:`~recsys_dist.config.experiment.ExperimentConfig.with_data_path`).
 
@@ -152,7 +172,6 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
       DataError: the split is empty or bad, or a slice/group column is missing.
     """
 
-
     saved = find_checkpoint(model_dir, checkpoint)
     check_signature(saved, config, what=config.file)
     base_saved, base_metrics_path = _baseline(config, baseline)
@@ -160,38 +179,71 @@ def run_evaluation(config: ExperimentConfig, model_dir: str, out_dir: str, *,
     keep = {c: f"evaluation.slice_columns ({c})" for c in spec.slice_columns}
     if spec.group_column:
         keep[spec.group_column] = f"evaluation.group_column ({spec.group_column})"
-    pipeline = prepare_input(config, "eval", config.cluster.workers,
-                             optional_extra_columns=oracle_candidates(config.labels),
-                             keep_columns=keep)
+    pipeline = prepare_input(
+        config,
+        "eval",
+        config.cluster.workers,
+        optional_extra_columns=oracle_candidates(config.labels),
+        keep_columns=keep,
+    )
     oracle = oracle_columns(config.labels, pipeline.extra_columns)
     # Fail now, naming the path, rather than after scoring every row.
     storage_io.check_writable(out_dir, "the evaluation report")
-    with cluster_failures_as_cluster_lost(), connect(
+    with (
+        cluster_failures_as_cluster_lost(),
+        connect(
             config.cluster, log_dir_for(out_dir), config.train.embedding_shard_bytes
-    ) as runtime:
+        ) as runtime,
+    ):
         model = _restored_model(config, runtime, saved)
         start = time.perf_counter()
-        metrics, data = evaluate_split(runtime, model, pipeline, config.labels, oracle,
-                                       spec.group_column, tuple(spec.slice_columns),
-                                       progress=progress, bins=spec.calibration_bins,
-                                       max_slices=spec.max_slices)
+        metrics, data = evaluate_split(
+            runtime,
+            model,
+            pipeline,
+            config.labels,
+            oracle,
+            spec.group_column,
+            tuple(spec.slice_columns),
+            progress=progress,
+            bins=spec.calibration_bins,
+            max_slices=spec.max_slices,
+        )
         seconds = time.perf_counter() - start
         base = None
         if base_saved is not None:
             base_model = _restored_model(config, runtime, base_saved)
             base_metrics, base_data = evaluate_split(
-                runtime, base_model, pipeline, config.labels, oracle, spec.group_column,
-                tuple(spec.slice_columns), bins=spec.calibration_bins,
-                max_slices=spec.max_slices)
+                runtime,
+                base_model,
+                pipeline,
+                config.labels,
+                oracle,
+                spec.group_column,
+                tuple(spec.slice_columns),
+                bins=spec.calibration_bins,
+                max_slices=spec.max_slices,
+            )
             base = (base_metrics, base_data.logits, base_data.row_ids, base_saved.directory)
     if base_metrics_path is not None:
         base = (*_load_evaluation(base_metrics_path, config.labels), base_metrics_path)
     comparison = _comparison(config, metrics, data, base) if base is not None else None
-    metrics = dict(metrics, checkpoint=saved.directory, step=saved.step,
-                   data=list(pipeline.plan.files), rows_per_second=data.rows / seconds)
+    metrics = dict(
+        metrics,
+        checkpoint=saved.directory,
+        step=saved.step,
+        data=list(pipeline.plan.files),
+        rows_per_second=data.rows / seconds,
+    )
     _save_predictions(storage_io.join(out_dir, PREDICTIONS), data, config.labels)
-    title = (f"{config.model.name} ({', '.join(config.labels)}) at step {saved.step:,} on "
-             f"{data.rows:,} rows")
+    title = (
+        f"{config.model.name} ({', '.join(config.labels)}) at step {saved.step:,} on "
+        f"{data.rows:,} rows"
+    )
     report = write_report(out_dir, metrics, M.curves(data, config.labels), title, comparison)
-    return EvaluationResult(metrics | ({"comparison": comparison} if comparison else {}),
-                            report, out_dir, data.rows / seconds)
+    return EvaluationResult(
+        metrics | ({"comparison": comparison} if comparison else {}),
+        report,
+        out_dir,
+        data.rows / seconds,
+    )

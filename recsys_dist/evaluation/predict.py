@@ -37,9 +37,16 @@ def _concat_replicas(strategy, value):
     return parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
 
 
-def predict_split(strategy, coordinator, num_workers: int, model, pipeline: InputPipeline,
-                  labels: list[str], on_item: Callable[[dict], None],
-                  progress: Callable[[int, int], None] | None = None) -> int:
+def predict_split(
+    strategy,
+    coordinator,
+    num_workers: int,
+    model,
+    pipeline: InputPipeline,
+    labels: list[str],
+    on_item: Callable[[dict], None],
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
     """Scores every row of ``pipeline``'s plan once; returns the rows scored.
 
     Args:
@@ -64,9 +71,14 @@ def predict_split(strategy, coordinator, num_workers: int, model, pipeline: Inpu
     def replica_predict(batch):
         batch = replica_slice(batch)
         logits = model(batch["features"], training=False)
-        return {"row": batch["row"], "valid": batch["valid"], "labels": batch["labels"],
-                "logits": {n: logits[n] for n in labels}, "extra": batch["extra"],
-                "keep": batch["keep"]}
+        return {
+            "row": batch["row"],
+            "valid": batch["valid"],
+            "labels": batch["labels"],
+            "logits": {n: logits[n] for n in labels},
+            "extra": batch["extra"],
+            "keep": batch["keep"],
+        }
 
     predict_item = _make_predict_item(strategy, pipeline, replica_predict)
 
@@ -95,14 +107,20 @@ def _make_predict_item(strategy, pipeline: InputPipeline, replica_predict):
 
     @tf.function
     def predict_item(file_index, start, stop):
-        dataset = pipeline.item_dataset(file_index, start, stop, training=False,
-                                        batch_size=max(PREDICT_BATCH_ROWS,
-                                                       pipeline.spec.batch_size))
+        dataset = pipeline.item_dataset(
+            file_index,
+            start,
+            stop,
+            training=False,
+            batch_size=max(PREDICT_BATCH_ROWS, pipeline.spec.batch_size),
+        )
         iterator = iter(dataset)
         first = strategy.run(replica_predict, args=(next(iterator),))
         flat_first = [_concat_replicas(strategy, t) for t in tf.nest.flatten(first)]
-        arrays = [tf.TensorArray(t.dtype, size=0, dynamic_size=True, infer_shape=False)
-                  .write(0, t) for t in flat_first]
+        arrays = [
+            tf.TensorArray(t.dtype, size=0, dynamic_size=True, infer_shape=False).write(0, t)
+            for t in flat_first
+        ]
         for batch in iterator:
             out = strategy.run(replica_predict, args=(batch,))
             flat = [_concat_replicas(strategy, t) for t in tf.nest.flatten(out)]

@@ -113,32 +113,40 @@ def _feature_names(config: ExperimentConfig) -> list[str]:
     return list(dict.fromkeys(n for group in config.inputs.values() for n in group))
 
 
-def _input_columns(saved: SavedCheckpoint, config: ExperimentConfig
-                   ) -> tuple[FeatureTransform, dict[str, str]]:
+def _input_columns(
+    saved: SavedCheckpoint, config: ExperimentConfig
+) -> tuple[FeatureTransform, dict[str, str]]:
     """The serving transform and its raw input columns (column -> dtype name)."""
     recorded = saved.state.get("feature_columns")
     if not isinstance(recorded, dict) or not recorded:
-        raise CheckpointError(f"{saved.directory}: its state.json records no 'feature_columns' "
-                              "(the raw columns and dtypes the features read), so the serving "
-                              "signature cannot be built; export a checkpoint written by a "
-                              "newer recsys-dist")
+        raise CheckpointError(
+            f"{saved.directory}: its state.json records no 'feature_columns' "
+            "(the raw columns and dtypes the features read), so the serving "
+            "signature cannot be built; export a checkpoint written by a "
+            "newer recsys-dist"
+        )
     try:
-        transform = FeatureTransform(config.features, [], recorded, "fail",
-                                     _feature_names(config))
+        transform = FeatureTransform(config.features, [], recorded, "fail", _feature_names(config))
     except ValueError as exc:
-        raise CheckpointError(f"{saved.directory}: the features of {config.features.file} read "
-                              f"columns the checkpoint's training did not: {exc}") from None
+        raise CheckpointError(
+            f"{saved.directory}: the features of {config.features.file} read "
+            f"columns the checkpoint's training did not: {exc}"
+        ) from None
     extra = sorted(set(recorded) - set(transform.columns))
     if extra:
-        raise CheckpointError(f"{saved.directory}: the checkpoint's features read column(s) "
-                              f"{extra} that the features of {config.file} do not; export "
-                              "with the config the model was trained with")
+        raise CheckpointError(
+            f"{saved.directory}: the checkpoint's features read column(s) "
+            f"{extra} that the features of {config.file} do not; export "
+            "with the config the model was trained with"
+        )
     inputs = {c: str(recorded[c]) for c in transform.columns}
     bad = [c for c in inputs if not _INPUT_NAME.match(c)]
     if bad:
-        raise ExportError(f"column name(s) {bad} cannot name a SavedModel signature input "
-                          "(TensorFlow allows ASCII letters, digits and _ . - / \\ >, but "
-                          "none of _ - / \\ > first); rename the column")
+        raise ExportError(
+            f"column name(s) {bad} cannot name a SavedModel signature input "
+            "(TensorFlow allows ASCII letters, digits and _ . - / \\ >, but "
+            "none of _ - / \\ > first); rename the column"
+        )
     return transform, inputs
 
 
@@ -155,23 +163,28 @@ def _input_specs(inputs: dict[str, str], nullable: bool) -> dict[str, tf.TensorS
         dtype, is_list = split_read_dtype(read_dtype)
         if is_list:
             spec[column] = tf.TensorSpec([None, None], tf.as_dtype(dtype), name=column)
-            spec[column + LENGTHS_SUFFIX] = tf.TensorSpec([None], tf.int64,
-                                                          name=column + LENGTHS_SUFFIX)
+            spec[column + LENGTHS_SUFFIX] = tf.TensorSpec(
+                [None], tf.int64, name=column + LENGTHS_SUFFIX
+            )
         else:
             spec[column] = tf.TensorSpec([None], tf.as_dtype(dtype), name=column)
             if nullable:
-                spec[column + VALID_SUFFIX] = tf.TensorSpec([None], tf.bool,
-                                                            name=column + VALID_SUFFIX)
+                spec[column + VALID_SUFFIX] = tf.TensorSpec(
+                    [None], tf.bool, name=column + VALID_SUFFIX
+                )
     clash = sorted((set(spec) - set(inputs)) & set(inputs))
     if clash:
-        raise ExportError(f"column(s) {clash} clash with the extra serving inputs of other "
-                          f"columns ({LENGTHS_SUFFIX!r} for list columns, {VALID_SUFFIX!r} for "
-                          "validity); rename the column")
+        raise ExportError(
+            f"column(s) {clash} clash with the extra serving inputs of other "
+            f"columns ({LENGTHS_SUFFIX!r} for list columns, {VALID_SUFFIX!r} for "
+            "validity); rename the column"
+        )
     return spec
 
 
-def build_serving_module(model: RankingModel, transform: FeatureTransform,
-                         inputs: dict[str, str], labels: list[str]) -> tf.Module:
+def build_serving_module(
+    model: RankingModel, transform: FeatureTransform, inputs: dict[str, str], labels: list[str]
+) -> tf.Module:
     """A ``tf.Module`` holding ``model``'s weights and the serving functions.
 
     ``serve(raw)`` takes the inputs of :func:`_input_specs` for every column of
@@ -196,39 +209,51 @@ def build_serving_module(model: RankingModel, transform: FeatureTransform,
     keep_live_rows_only([t for tables in model.dynamic_tables.values() for t in tables])
     module.model_variables = [v for v in model.variables if rows_in_use(v) is None]
     # A dynamic table's id -> row index (a hash table, not a variable).
-    module.id_tables = list({id(shard.index): shard.index
-                             for tables in model.dynamic_tables.values()
-                             for table in tables for shard in table.shards}.values())
+    module.id_tables = list(
+        {
+            id(shard.index): shard.index
+            for tables in model.dynamic_tables.values()
+            for table in tables
+            for shard in table.shards
+        }.values()
+    )
 
     def predict(request: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         raw, present = {}, {}
         for column, read_dtype in inputs.items():
             if split_read_dtype(read_dtype)[1]:
                 raw[column] = tf.RaggedTensor.from_tensor(
-                    request[column], lengths=request[column + LENGTHS_SUFFIX])
+                    request[column], lengths=request[column + LENGTHS_SUFFIX]
+                )
             else:
                 raw[column] = request[column]
                 if column + VALID_SUFFIX in request:
                     present[column] = request[column + VALID_SUFFIX]
-        features = transform.features_only(raw, tf.constant(SERVING_SOURCE),
-                                           tf.constant(0, tf.int64), present)
+        features = transform.features_only(
+            raw, tf.constant(SERVING_SOURCE), tf.constant(0, tf.int64), present
+        )
         logits = model(features, training=False)
-        return {label: tf.sigmoid(tf.cast(logits[label], tf.float32), name=label)
-                for label in labels}
+        return {
+            label: tf.sigmoid(tf.cast(logits[label], tf.float32), name=label) for label in labels
+        }
 
     # autograph=False: the transform and the model are plain TensorFlow (see
     # Trainer._replica_step), and converting them only slows the trace.
-    module.serve = tf.function(predict, input_signature=[_input_specs(inputs, False)],
-                               autograph=False)
-    module.serve_nullable = tf.function(predict, input_signature=[_input_specs(inputs, True)],
-                                        autograph=False)
+    module.serve = tf.function(
+        predict, input_signature=[_input_specs(inputs, False)], autograph=False
+    )
+    module.serve_nullable = tf.function(
+        predict, input_signature=[_input_specs(inputs, True)], autograph=False
+    )
     return module
 
 
 def signature_functions(module: tf.Module) -> dict:
     """The SavedModel signatures of a serving module, by key."""
-    return {SIGNATURE_KEY: module.serve.get_concrete_function(),
-            NULLABLE_SIGNATURE_KEY: module.serve_nullable.get_concrete_function()}
+    return {
+        SIGNATURE_KEY: module.serve.get_concrete_function(),
+        NULLABLE_SIGNATURE_KEY: module.serve_nullable.get_concrete_function(),
+    }
 
 
 def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel:
@@ -240,8 +265,10 @@ def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel
       CheckpointError: ``saved`` was written for another model, or lacks some weight.
     """
     if tf.distribute.has_strategy():
-        raise ExportError("export builds the model without a distribution strategy; do not "
-                          "call it inside strategy.scope()")
+        raise ExportError(
+            "export builds the model without a distribution strategy; do not "
+            "call it inside strategy.scope()"
+        )
     check_signature(saved, config, what=f"the export config {config.file}")
     model = build_from_config(config, saved_dynamic_shards(saved))
     restore_model(model, saved, config.file)
@@ -252,18 +279,22 @@ def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel
 def _check_out_dir(out_dir: str) -> None:
     if storage_io.exists(out_dir):
         if not storage_io.isdir(out_dir):
-            raise ExportError(f"{out_dir}: exists and is not a directory; choose another "
-                              "export directory")
+            raise ExportError(
+                f"{out_dir}: exists and is not a directory; choose another export directory"
+            )
         if storage_io.listdir(out_dir):
-            raise ExportError(f"{out_dir}: exists and is not empty; an export never overwrites "
-                              "one (choose a new directory, e.g. a new version number)")
+            raise ExportError(
+                f"{out_dir}: exists and is not empty; an export never overwrites "
+                "one (choose a new directory, e.g. a new version number)"
+            )
     if storage_io.is_remote(out_dir):  # a missing bucket fails here, before any work
         storage_io.check_writable(out_dir, "the export")
 
 
 def _write_info(directory: str, info: dict[str, Any]) -> None:
-    storage_io.write_text(storage_io.join(directory, EXPORT_INFO),
-                          json.dumps(info, indent=1) + "\n")
+    storage_io.write_text(
+        storage_io.join(directory, EXPORT_INFO), json.dumps(info, indent=1) + "\n"
+    )
 
 
 def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
@@ -277,20 +308,20 @@ def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
         signatures = signature_functions(module)
         if storage_io.is_remote(out_dir):  # TensorFlow writes local files only; no rename there
             with storage_io.StagedDir(out_dir) as staged:
-                with storage_io.space_named(staged.local, "write the export",
-                                            lambda: variable_bytes(module), staged=True):
+                with storage_io.space_named(
+                    staged.local, "write the export", lambda: variable_bytes(module), staged=True
+                ):
                     tf.saved_model.save(module, staged.local, signatures=signatures)
                     _write_info(staged.local, info)
                 staged.sync(last=[EXPORT_INFO])
             return
-        local = out_dir[len("file://"):] if out_dir.startswith("file://") else out_dir
+        local = out_dir[len("file://") :] if out_dir.startswith("file://") else out_dir
         local = local.rstrip("/") or "/"
         tmp = f"{local}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
-            with storage_io.space_named(local, "write the export",
-                                        lambda: variable_bytes(module)):
+            with storage_io.space_named(local, "write the export", lambda: variable_bytes(module)):
                 tf.saved_model.save(module, tmp, signatures=signatures)
                 _write_info(tmp, info)
             if os.path.isdir(local):
@@ -302,8 +333,9 @@ def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def export_model(config: ExperimentConfig, model_dir: str, out_dir: str,
-                 checkpoint: str | None = None) -> ExportResult:
+def export_model(
+    config: ExperimentConfig, model_dir: str, out_dir: str, checkpoint: str | None = None
+) -> ExportResult:
     """Exports a checkpoint of ``model_dir`` as a servable SavedModel in ``out_dir``.
 
     Args:
@@ -344,5 +376,6 @@ def export_model(config: ExperimentConfig, model_dir: str, out_dir: str,
         "exported_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     _save(build_serving_module(model, transform, inputs, labels), out_dir, info)
-    return ExportResult(out_dir=out_dir, step=saved.step, checkpoint=saved.directory,
-                        inputs=inputs, outputs=labels)
+    return ExportResult(
+        out_dir=out_dir, step=saved.step, checkpoint=saved.directory, inputs=inputs, outputs=labels
+    )

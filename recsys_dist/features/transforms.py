@@ -78,9 +78,15 @@ class FeatureTransform:
       ...                                     first_row=tf.constant(0, tf.int64))
     """
 
-    def __init__(self, features: FeatureConfig, labels: list[str],
-                 column_dtypes: dict[str, str], on_bad_row: Literal["fail", "skip"],
-                 feature_names: list[str] | None = None, fused: bool = False):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        labels: list[str],
+        column_dtypes: dict[str, str],
+        on_bad_row: Literal["fail", "skip"],
+        feature_names: list[str] | None = None,
+        fused: bool = False,
+    ):
         self.config = features
         self.fused = fused
         self.labels = list(labels)
@@ -89,15 +95,24 @@ class FeatureTransform:
         self.column_dtypes = dict(column_dtypes)
         self._by_kind = _group_by_kind([features.features[n] for n in self.feature_names])
         # (built eagerly here: a vocabulary lookup is made of numpy arrays)
-        self._prepared = {f.name: p for kind in self._by_kind.values() for f in kind
-                          if (p := f.prepare(features)) is not None}
-        self._int_hash_columns = [c for kind in self._by_kind.values() for f in kind
-                                  for c in f.int_hash_columns(features)]
+        self._prepared = {
+            f.name: p
+            for kind in self._by_kind.values()
+            for f in kind
+            if (p := f.prepare(features)) is not None
+        }
+        self._int_hash_columns = [
+            c for kind in self._by_kind.values() for f in kind for c in f.int_hash_columns(features)
+        ]
         reads = [features.features[n].column_reads(features) for n in self._needed_features()]
         # each feature's own column, then the extra ones (weights), then the labels
-        self.columns = list(dict.fromkeys(
-            [r[0].column for r in reads if r] + [c.column for r in reads for c in r[1:]]
-            + [features.column_of(features.labels[n]) for n in self.labels]))
+        self.columns = list(
+            dict.fromkeys(
+                [r[0].column for r in reads if r]
+                + [c.column for r in reads for c in r[1:]]
+                + [features.column_of(features.labels[n]) for n in self.labels]
+            )
+        )
         missing = [c for c in self.columns if c not in self.column_dtypes]
         if missing:
             raise ValueError(f"no read dtype for column(s) {missing}")
@@ -117,8 +132,9 @@ class FeatureTransform:
         return names
 
     # ---- the transform --------------------------------------------------------------
-    def __call__(self, raw: dict, source: tf.Tensor, first_row: tf.Tensor,
-                 present: dict | None = None) -> tuple[dict, dict[str, tf.Tensor], tf.Tensor]:
+    def __call__(
+        self, raw: dict, source: tf.Tensor, first_row: tf.Tensor, present: dict | None = None
+    ) -> tuple[dict, dict[str, tf.Tensor], tf.Tensor]:
         """Transforms one chunk.
 
         Args:
@@ -146,9 +162,15 @@ class FeatureTransform:
         ``[K, N]``, hashed integer categoricals stacked (whose hashes crosses reuse). A
         few ops over K columns cost less than the same ops per column, to run and to
         trace, and give the same values bit for bit."""
-        context = TransformContext(self.config, raw, present, checks,
-                                   IntHashes(raw, self._int_hash_columns), self._prepared,
-                                   ops if self.fused else None)
+        context = TransformContext(
+            self.config,
+            raw,
+            present,
+            checks,
+            IntHashes(raw, self._int_hash_columns),
+            self._prepared,
+            ops if self.fused else None,
+        )
         out: dict = {}
         for kind, features in self._by_kind.items():
             out.update(FEATURE_KINDS[kind].transform_all(features, context))
@@ -156,8 +178,10 @@ class FeatureTransform:
         for name in self.feature_names:
             for output in self.config.features[name].outputs():
                 if output not in out:
-                    raise ValueError(f"feature kind {self.config.features[name].kind!r} "
-                                     f"gave no model input {output!r}")
+                    raise ValueError(
+                        f"feature kind {self.config.features[name].kind!r} "
+                        f"gave no model input {output!r}"
+                    )
                 ordered[output] = out[output]
         return ordered
 
@@ -170,13 +194,11 @@ class FeatureTransform:
             bad = tf.logical_not(tf.logical_or(tf.equal(y, 0.0), tf.equal(y, 1.0)))
             if column in present:
                 bad = tf.logical_or(bad, tf.logical_not(present[column]))
-            checks.append((bad, f"label column {column!r} has a null or a value other than "
-                           "0 or 1"))
+            checks.append((bad, f"label column {column!r} has a null or a value other than 0 or 1"))
             labels[name] = tf.where(bad, 0.0, y)
         return labels
 
-    def _valid(self, raw: dict, checks: list, source: tf.Tensor,
-               first_row: tf.Tensor) -> tf.Tensor:
+    def _valid(self, raw: dict, checks: list, source: tf.Tensor, first_row: tf.Tensor) -> tf.Tensor:
         """The float row weight (0 for a skipped bad row) under ``on_bad_row: skip``;
         under ``fail``, all ones behind one assertion that names the first bad check's
         message and its first bad row.
@@ -189,20 +211,32 @@ class FeatureTransform:
         bad = tf.concat([b if b.shape.rank == 2 else b[tf.newaxis] for b, _ in checks], 0)
         if self.on_bad_row == "skip":
             return tf.cast(tf.logical_not(tf.reduce_any(bad, axis=0)), tf.float32)
-        messages = [m for _, message in checks
-                    for m in (message if isinstance(message, list) else [message])]
+        messages = [
+            m
+            for _, message in checks
+            for m in (message if isinstance(message, list) else [message])
+        ]
         check_bad = tf.reduce_any(bad, axis=1)
         which = tf.argmax(tf.cast(check_bad, tf.int32), output_type=tf.int32)
         first_bad = first_row + tf.argmax(tf.cast(bad[which], tf.int32), output_type=tf.int64)
-        text = tf.strings.join(["bad data: ", tf.gather(tf.constant(messages), which), " in ",
-                                source, " at row ", tf.strings.as_string(first_bad),
-                                " (set data.on_bad_row: skip to skip such rows)"])
+        text = tf.strings.join(
+            [
+                "bad data: ",
+                tf.gather(tf.constant(messages), which),
+                " in ",
+                source,
+                " at row ",
+                tf.strings.as_string(first_bad),
+                " (set data.on_bad_row: skip to skip such rows)",
+            ]
+        )
         ok = tf.debugging.Assert(tf.logical_not(tf.reduce_any(check_bad)), [text])
         with tf.control_dependencies([ok]):
             return tf.ones([rows], tf.float32)
 
-    def features_only(self, raw: dict, source: tf.Tensor, first_row: tf.Tensor,
-                      present: dict | None = None) -> dict:
+    def features_only(
+        self, raw: dict, source: tf.Tensor, first_row: tf.Tensor, present: dict | None = None
+    ) -> dict:
         """Transforms one chunk into model inputs only: no label columns needed.
 
         For serving, where requests carry the feature columns but no labels. Under
@@ -237,8 +271,10 @@ def _group_by_kind(features: list[FeatureKind]) -> dict[str, list[FeatureKind]]:
     groups: dict[str, list[FeatureKind]] = {}
     for feature in features:
         if FEATURE_KINDS.get(feature.kind) is not type(feature):
-            raise ValueError(f"feature {feature.name!r} has kind {feature.kind!r} "
-                             f"({type(feature).__qualname__}), which is not registered; "
-                             "registered kinds: " + ", ".join(FEATURE_KINDS))
+            raise ValueError(
+                f"feature {feature.name!r} has kind {feature.kind!r} "
+                f"({type(feature).__qualname__}), which is not registered; "
+                "registered kinds: " + ", ".join(FEATURE_KINDS)
+            )
         groups.setdefault(feature.kind, []).append(feature)
     return {kind: groups[kind] for kind in FEATURE_KINDS if kind in groups}

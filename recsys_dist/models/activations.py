@@ -51,8 +51,9 @@ class Dice(tf.keras.layers.Layer):
     def __init__(self, epsilon: float = 1e-8, momentum: float = 0.99, **kwargs: Any):
         super().__init__(**kwargs)
         if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or epsilon <= 0:
-            raise ValueError(f"Dice epsilon must be a positive number. "
-                             f"Received: epsilon={epsilon!r}")
+            raise ValueError(
+                f"Dice epsilon must be a positive number. Received: epsilon={epsilon!r}"
+            )
         if not isinstance(momentum, (int, float)) or not 0.0 <= momentum < 1.0:
             raise ValueError(f"Dice momentum must be in [0, 1). Received: momentum={momentum!r}")
         self.epsilon = float(epsilon)
@@ -62,33 +63,41 @@ class Dice(tf.keras.layers.Layer):
     def build(self, input_shape: tf.TensorShape) -> None:
         units = tf.TensorShape(input_shape)[-1]
         if units is None:
-            raise ValueError(f"Dice needs a known last dimension. "
-                             f"Received: input_shape={input_shape}")
+            raise ValueError(
+                f"Dice needs a known last dimension. Received: input_shape={input_shape}"
+            )
         units = int(units)
         self.alpha = self.add_weight(name="alpha", shape=[units], initializer="zeros")
         # The variables Keras BatchNormalization makes for its moving statistics.
-        stat_kwargs = dict(shape=[units], trainable=False, experimental_autocast=False,
-                           synchronization=tf.VariableSynchronization.ON_READ,
-                           aggregation=tf.VariableAggregation.MEAN)
-        self.moving_mean = self.add_weight(name="moving_mean", initializer="zeros",
-                                           **stat_kwargs)
-        self.moving_variance = self.add_weight(name="moving_variance", initializer="ones",
-                                               **stat_kwargs)
+        stat_kwargs = dict(
+            shape=[units],
+            trainable=False,
+            experimental_autocast=False,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.MEAN,
+        )
+        self.moving_mean = self.add_weight(name="moving_mean", initializer="zeros", **stat_kwargs)
+        self.moving_variance = self.add_weight(
+            name="moving_variance", initializer="ones", **stat_kwargs
+        )
         super().build(input_shape)
 
-    def _batch_moments(self, inputs: tf.Tensor, mask: tf.Tensor | None
-                       ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def _batch_moments(
+        self, inputs: tf.Tensor, mask: tf.Tensor | None
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         axes = list(range(inputs.shape.rank - 1))
         weight = tf.cast(bool_mask(mask, inputs), inputs.dtype)[..., tf.newaxis]
         count = tf.reduce_sum(weight * tf.ones_like(inputs), axis=axes)
         real = tf.where(weight > 0, inputs, tf.zeros_like(inputs))
         mean = tf.math.divide_no_nan(tf.reduce_sum(real, axis=axes), count)
         variance = tf.math.divide_no_nan(
-            tf.reduce_sum(weight * tf.square(real - mean), axis=axes), count)
+            tf.reduce_sum(weight * tf.square(real - mean), axis=axes), count
+        )
         return mean, variance, count
 
-    def call(self, inputs: tf.Tensor, training: bool | None = None,
-             mask: tf.Tensor | None = None) -> tf.Tensor:
+    def call(
+        self, inputs: tf.Tensor, training: bool | None = None, mask: tf.Tensor | None = None
+    ) -> tf.Tensor:
         def batch_statistics() -> tuple[tf.Tensor, tf.Tensor]:
             mean, variance, count = self._batch_moments(inputs, mask)
             decay = (1.0 - self.momentum) * tf.cast(count > 0, inputs.dtype)
@@ -97,11 +106,14 @@ class Dice(tf.keras.layers.Layer):
             return mean, variance
 
         def moving_statistics() -> tuple[tf.Tensor, tf.Tensor]:
-            return (tf.convert_to_tensor(self.moving_mean),
-                    tf.convert_to_tensor(self.moving_variance))
+            return (
+                tf.convert_to_tensor(self.moving_mean),
+                tf.convert_to_tensor(self.moving_variance),
+            )
 
         mean, variance = tf.__internal__.smart_cond.smart_cond(
-            False if training is None else training, batch_statistics, moving_statistics)
+            False if training is None else training, batch_statistics, moving_statistics
+        )
         p = tf.sigmoid((inputs - mean) * tf.math.rsqrt(variance + self.epsilon))
         return p * inputs + (1.0 - p) * self.alpha * inputs
 

@@ -91,16 +91,23 @@ class TargetAttention(tf.keras.layers.Layer):
       array([[3.]], dtype=float32)
     """
 
-    def __init__(self, hidden_units: tuple[int, ...] | list[int] = (80, 40),
-                 activation: str = "dice", normalization: str = "none",
-                 kernel_initializer: InitializerLike = "glorot_uniform",
-                 bias_initializer: InitializerLike = "zeros", seed: int | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        hidden_units: tuple[int, ...] | list[int] = (80, 40),
+        activation: str = "dice",
+        normalization: str = "none",
+        kernel_initializer: InitializerLike = "glorot_uniform",
+        bias_initializer: InitializerLike = "zeros",
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         units = list(hidden_units) if isinstance(hidden_units, (list, tuple)) else None
         if not units or not all(is_positive_int(u) for u in units):
-            raise ValueError(f"TargetAttention hidden_units must be a non-empty list of "
-                             f"positive integers. Received: hidden_units={hidden_units!r}")
+            raise ValueError(
+                f"TargetAttention hidden_units must be a non-empty list of "
+                f"positive integers. Received: hidden_units={hidden_units!r}"
+            )
         check_choice("TargetAttention ", "activation", activation, ACTIVATIONS)
         check_choice("TargetAttention ", "normalization", normalization, NORMALIZATIONS)
         self.hidden_units = units
@@ -112,46 +119,62 @@ class TargetAttention(tf.keras.layers.Layer):
         self.hidden: list[tuple[tf.keras.layers.Dense, tf.keras.layers.Layer]] = []
         for i, width in enumerate(units):
             dense = tf.keras.layers.Dense(
-                width, name=f"dense_{i}",
+                width,
+                name=f"dense_{i}",
                 kernel_initializer=seeded_initializer(kernel_initializer, derive_seed(seed, i)),
-                bias_initializer=tf.keras.initializers.get(bias_initializer))
+                bias_initializer=tf.keras.initializers.get(bias_initializer),
+            )
             self.hidden.append((dense, activation_layer(activation, name=f"{activation}_{i}")))
         self.score = tf.keras.layers.Dense(
-            1, name="score",
-            kernel_initializer=seeded_initializer(kernel_initializer,
-                                                  derive_seed(seed, "score")),
-            bias_initializer=tf.keras.initializers.get(bias_initializer))
+            1,
+            name="score",
+            kernel_initializer=seeded_initializer(kernel_initializer, derive_seed(seed, "score")),
+            bias_initializer=tf.keras.initializers.get(bias_initializer),
+        )
 
-    def call(self, query: tf.Tensor, keys: tf.Tensor, mask: tf.Tensor | None = None,
-             training: bool | None = None, return_weights: bool = False
-             ) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
+    def call(
+        self,
+        query: tf.Tensor,
+        keys: tf.Tensor,
+        mask: tf.Tensor | None = None,
+        training: bool | None = None,
+        return_weights: bool = False,
+    ) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
         if mask is None:
             mask = getattr(keys, "_keras_mask", None)
         query = tf.convert_to_tensor(query, self.compute_dtype)
         keys = tf.convert_to_tensor(keys, self.compute_dtype)
         if query.shape.rank != 2 or keys.shape.rank != 3:
-            raise ValueError(f"TargetAttention expects query [B, D] and keys [B, L, D]. "
-                             f"Received: query.shape={query.shape}, keys.shape={keys.shape}")
-        if (query.shape[-1] is not None and keys.shape[-1] is not None
-                and query.shape[-1] != keys.shape[-1]):
-            raise ValueError(f"TargetAttention query and keys must have the same dim D. "
-                             f"Received: query.shape={query.shape}, keys.shape={keys.shape}")
-        mask = bool_mask(mask, keys)                                      # [B, L]
+            raise ValueError(
+                f"TargetAttention expects query [B, D] and keys [B, L, D]. "
+                f"Received: query.shape={query.shape}, keys.shape={keys.shape}"
+            )
+        if (
+            query.shape[-1] is not None
+            and keys.shape[-1] is not None
+            and query.shape[-1] != keys.shape[-1]
+        ):
+            raise ValueError(
+                f"TargetAttention query and keys must have the same dim D. "
+                f"Received: query.shape={query.shape}, keys.shape={keys.shape}"
+            )
+        mask = bool_mask(mask, keys)  # [B, L]
         keys = tf.where(mask[..., tf.newaxis], keys, tf.zeros_like(keys))
         # The unit runs on the real positions only, one row per (example, position), so
         # Dice and PReLU keep one parameter per unit and padding costs nothing.
         dim = keys.shape[-1] if keys.shape[-1] is not None else tf.shape(keys)[-1]
-        real = tf.where(tf.reshape(mask, [-1]))[:, 0]                     # [R]
+        real = tf.where(tf.reshape(mask, [-1]))[:, 0]  # [R]
         length = tf.shape(keys, out_type=tf.int64)[1]
-        k = tf.gather(tf.reshape(keys, [-1, dim]), real)                   # [R, D]
-        q = tf.gather(query, real // length)                               # [R, D]
+        k = tf.gather(tf.reshape(keys, [-1, dim]), real)  # [R, D]
+        q = tf.gather(query, real // length)  # [R, D]
         x = tf.concat([q, k, q - k, q * k], axis=-1)
         for dense, act in self.hidden:
             x = dense(x)
             x = act(x, training=training) if isinstance(act, Dice) else act(x)
         cells = tf.size(mask, out_type=tf.int64)
-        scores = tf.reshape(tf.scatter_nd(real[:, tf.newaxis], self.score(x)[:, 0], [cells]),
-                            tf.shape(mask))                                # [B, L]
+        scores = tf.reshape(
+            tf.scatter_nd(real[:, tf.newaxis], self.score(x)[:, 0], [cells]), tf.shape(mask)
+        )  # [B, L]
         if self.normalization == "softmax":
             weights = masked_softmax(scores, mask)
         else:
@@ -163,10 +186,15 @@ class TargetAttention(tf.keras.layers.Layer):
         return None
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "hidden_units": self.hidden_units,
-                "activation": self.activation, "normalization": self.normalization,
-                "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer, "seed": self.seed}
+        return {
+            **super().get_config(),
+            "hidden_units": self.hidden_units,
+            "activation": self.activation,
+            "normalization": self.normalization,
+            "kernel_initializer": self.kernel_initializer,
+            "bias_initializer": self.bias_initializer,
+            "seed": self.seed,
+        }
 
 
 class TransformerEncoderLayer(tf.keras.layers.Layer):
@@ -212,23 +240,34 @@ class TransformerEncoderLayer(tf.keras.layers.Layer):
       TensorShape([3, 5, 8])
     """
 
-    def __init__(self, num_heads: int = 2, ffn_units: int | None = None, dropout: float = 0.1,
-                 ffn_activation: str = "leaky_relu", layer_norm_epsilon: float = 1e-6,
-                 kernel_initializer: InitializerLike = "glorot_uniform",
-                 bias_initializer: InitializerLike = "zeros", seed: int | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        num_heads: int = 2,
+        ffn_units: int | None = None,
+        dropout: float = 0.1,
+        ffn_activation: str = "leaky_relu",
+        layer_norm_epsilon: float = 1e-6,
+        kernel_initializer: InitializerLike = "glorot_uniform",
+        bias_initializer: InitializerLike = "zeros",
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         if not is_positive_int(num_heads):
-            raise ValueError(f"TransformerEncoderLayer num_heads must be a positive integer. "
-                             f"Received: num_heads={num_heads!r}")
+            raise ValueError(
+                f"TransformerEncoderLayer num_heads must be a positive integer. "
+                f"Received: num_heads={num_heads!r}"
+            )
         if ffn_units is not None and not is_positive_int(ffn_units):
-            raise ValueError(f"TransformerEncoderLayer ffn_units must be None or a positive "
-                             f"integer. Received: ffn_units={ffn_units!r}")
+            raise ValueError(
+                f"TransformerEncoderLayer ffn_units must be None or a positive "
+                f"integer. Received: ffn_units={ffn_units!r}"
+            )
         if not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"TransformerEncoderLayer dropout must be in [0, 1). "
-                             f"Received: dropout={dropout!r}")
-        check_choice("TransformerEncoderLayer ", "ffn_activation", ffn_activation,
-                      FFN_ACTIVATIONS)
+            raise ValueError(
+                f"TransformerEncoderLayer dropout must be in [0, 1). Received: dropout={dropout!r}"
+            )
+        check_choice("TransformerEncoderLayer ", "ffn_activation", ffn_activation, FFN_ACTIVATIONS)
         self.num_heads = num_heads
         self.ffn_units = ffn_units
         self.dropout = dropout
@@ -241,20 +280,27 @@ class TransformerEncoderLayer(tf.keras.layers.Layer):
 
     def _dense(self, units: int, name: str) -> tf.keras.layers.Dense:
         return tf.keras.layers.Dense(
-            units, name=name,
-            kernel_initializer=seeded_initializer(self.kernel_initializer,
-                                                  derive_seed(self.seed, name)),
-            bias_initializer=tf.keras.initializers.get(self.bias_initializer))
+            units,
+            name=name,
+            kernel_initializer=seeded_initializer(
+                self.kernel_initializer, derive_seed(self.seed, name)
+            ),
+            bias_initializer=tf.keras.initializers.get(self.bias_initializer),
+        )
 
     def build(self, input_shape: tf.TensorShape) -> None:
         input_shape = tf.TensorShape(input_shape)
         if input_shape.rank != 3 or input_shape[-1] is None:
-            raise ValueError(f"TransformerEncoderLayer expects inputs [B, L, D] with a known "
-                             f"D. Received: input_shape={input_shape}")
+            raise ValueError(
+                f"TransformerEncoderLayer expects inputs [B, L, D] with a known "
+                f"D. Received: input_shape={input_shape}"
+            )
         dim = int(input_shape[-1])
         if dim % self.num_heads:
-            raise ValueError(f"TransformerEncoderLayer input dim D={dim} must be divisible "
-                             f"by num_heads={self.num_heads}.")
+            raise ValueError(
+                f"TransformerEncoderLayer input dim D={dim} must be divisible "
+                f"by num_heads={self.num_heads}."
+            )
         self._dim = dim
         self.query_dense = self._dense(dim, "query")
         self.key_dense = self._dense(dim, "key")
@@ -263,20 +309,25 @@ class TransformerEncoderLayer(tf.keras.layers.Layer):
         self.ffn_inner = self._dense(self.ffn_units or 4 * dim, "ffn_inner")
         self.ffn_outer = self._dense(dim, "ffn_outer")
         self.attention_norm = tf.keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="attention_norm")
+            epsilon=self.layer_norm_epsilon, name="attention_norm"
+        )
         self.ffn_norm = tf.keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="ffn_norm")
+            epsilon=self.layer_norm_epsilon, name="ffn_norm"
+        )
         self.attention_dropout = tf.keras.layers.Dropout(
-            self.dropout, seed=derive_seed(self.seed, "dropout", "attention"),
-            name="attention_dropout")
+            self.dropout,
+            seed=derive_seed(self.seed, "dropout", "attention"),
+            name="attention_dropout",
+        )
         self.ffn_dropout = tf.keras.layers.Dropout(
-            self.dropout, seed=derive_seed(self.seed, "dropout", "ffn"), name="ffn_dropout")
+            self.dropout, seed=derive_seed(self.seed, "dropout", "ffn"), name="ffn_dropout"
+        )
         super().build(input_shape)
 
     def _split_heads(self, x: tf.Tensor) -> tf.Tensor:
         batch, length = tf.shape(x)[0], tf.shape(x)[1]
         x = tf.reshape(x, [batch, length, self.num_heads, self._dim // self.num_heads])
-        return tf.transpose(x, [0, 2, 1, 3])                               # [B, H, L, D/H]
+        return tf.transpose(x, [0, 2, 1, 3])  # [B, H, L, D/H]
 
     def _activate(self, x: tf.Tensor) -> tf.Tensor:
         if self.ffn_activation == "leaky_relu":
@@ -285,18 +336,20 @@ class TransformerEncoderLayer(tf.keras.layers.Layer):
             return tf.nn.gelu(x)
         return tf.nn.relu(x)
 
-    def call(self, inputs: tf.Tensor, mask: tf.Tensor | None = None,
-             training: bool | None = None) -> tf.Tensor:
-        mask = bool_mask(mask, inputs)                                    # [B, L]
+    def call(
+        self, inputs: tf.Tensor, mask: tf.Tensor | None = None, training: bool | None = None
+    ) -> tf.Tensor:
+        mask = bool_mask(mask, inputs)  # [B, L]
         real = mask[..., tf.newaxis]
         x = tf.where(real, inputs, tf.zeros_like(inputs))
         query = self._split_heads(self.query_dense(x))
         key = self._split_heads(self.key_dense(x))
         value = self._split_heads(self.value_dense(x))
         scores = tf.matmul(query, key, transpose_b=True) / math.sqrt(
-            self._dim // self.num_heads)                                   # [B, H, L, L]
+            self._dim // self.num_heads
+        )  # [B, H, L, L]
         weights = masked_softmax(scores, mask[:, tf.newaxis, tf.newaxis, :])
-        heads = tf.transpose(tf.matmul(weights, value), [0, 2, 1, 3])      # [B, L, H, D/H]
+        heads = tf.transpose(tf.matmul(weights, value), [0, 2, 1, 3])  # [B, L, H, D/H]
         attended = self.output_dense(tf.reshape(heads, tf.shape(x)))
         x = self.attention_norm(x + self.attention_dropout(attended, training=training))
         ffn = self.ffn_outer(self._activate(self.ffn_inner(x)))
@@ -307,12 +360,17 @@ class TransformerEncoderLayer(tf.keras.layers.Layer):
         return tf.TensorShape(input_shape)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "num_heads": self.num_heads,
-                "ffn_units": self.ffn_units, "dropout": self.dropout,
-                "ffn_activation": self.ffn_activation,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer, "seed": self.seed}
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "ffn_units": self.ffn_units,
+            "dropout": self.dropout,
+            "ffn_activation": self.ffn_activation,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "kernel_initializer": self.kernel_initializer,
+            "bias_initializer": self.bias_initializer,
+            "seed": self.seed,
+        }
 
 
 class PositionEmbedding(tf.keras.layers.Layer):
@@ -342,13 +400,20 @@ class PositionEmbedding(tf.keras.layers.Layer):
              [0., 0.]], dtype=float32)
     """
 
-    def __init__(self, max_length: int, dim: int, initializer: InitializerLike = "uniform",
-                 seed: int | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        max_length: int,
+        dim: int,
+        initializer: InitializerLike = "uniform",
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         for key, value in (("max_length", max_length), ("dim", dim)):
             if not is_positive_int(value):
-                raise ValueError(f"PositionEmbedding {key} must be a positive integer. "
-                                 f"Received: {key}={value!r}")
+                raise ValueError(
+                    f"PositionEmbedding {key} must be a positive integer. Received: {key}={value!r}"
+                )
         self.max_length = max_length
         self.dim = dim
         self.initializer = _serialize(initializer)
@@ -358,21 +423,29 @@ class PositionEmbedding(tf.keras.layers.Layer):
     def build(self, input_shape: tf.TensorShape) -> None:
         input_shape = tf.TensorShape(input_shape)
         if input_shape.rank != 3 or input_shape[-1] != self.dim:
-            raise ValueError(f"PositionEmbedding expects inputs [B, L, dim={self.dim}]. "
-                             f"Received: input_shape={input_shape}")
+            raise ValueError(
+                f"PositionEmbedding expects inputs [B, L, dim={self.dim}]. "
+                f"Received: input_shape={input_shape}"
+            )
         if input_shape[1] is not None and input_shape[1] > self.max_length:
-            raise ValueError(f"PositionEmbedding inputs are longer than max_length="
-                             f"{self.max_length}. Received: input_shape={input_shape}")
+            raise ValueError(
+                f"PositionEmbedding inputs are longer than max_length="
+                f"{self.max_length}. Received: input_shape={input_shape}"
+            )
         self.table = self.add_weight(
-            name="table", shape=[self.max_length, self.dim],
-            initializer=seeded_initializer(self.initializer, derive_seed(self.seed, "table")))
+            name="table",
+            shape=[self.max_length, self.dim],
+            initializer=seeded_initializer(self.initializer, derive_seed(self.seed, "table")),
+        )
         super().build(input_shape)
 
     def call(self, inputs: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
         length = tf.shape(inputs)[1]
         check = tf.debugging.assert_less_equal(
-            length, self.max_length,
-            message=f"PositionEmbedding inputs are longer than max_length={self.max_length}")
+            length,
+            self.max_length,
+            message=f"PositionEmbedding inputs are longer than max_length={self.max_length}",
+        )
         with tf.control_dependencies([check]):
             outputs = inputs + self.table[tf.newaxis, :length]
         if mask is None:
@@ -384,5 +457,10 @@ class PositionEmbedding(tf.keras.layers.Layer):
         return tf.TensorShape(input_shape)
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "max_length": self.max_length, "dim": self.dim,
-                "initializer": self.initializer, "seed": self.seed}
+        return {
+            **super().get_config(),
+            "max_length": self.max_length,
+            "dim": self.dim,
+            "initializer": self.initializer,
+            "seed": self.seed,
+        }

@@ -45,29 +45,40 @@ class History:
     mask: tf.Tensor
 
 
-def check_histories(features: FeatureConfig, names: list[str], model: str
-                    ) -> list[SequenceGroup]:
+def check_histories(features: FeatureConfig, names: list[str], model: str) -> list[SequenceGroup]:
     """The histories among ``names``, each with a target for every sequence, all among
     ``names``; raises ValueError naming the feature and the fix otherwise."""
-    sides = [n for n in names if getattr(features.features[n], "side_of", None)
-             and features.features[n].side_of not in names]
+    sides = [
+        n
+        for n in names
+        if getattr(features.features[n], "side_of", None)
+        and features.features[n].side_of not in names
+    ]
     if sides:
-        raise ValueError(f"model {model!r}: sequence {sides[0]!r} is side_of "
-                         f"{features.features[sides[0]].side_of!r}, which is not among the "
-                         "model's inputs")
+        raise ValueError(
+            f"model {model!r}: sequence {sides[0]!r} is side_of "
+            f"{features.features[sides[0]].side_of!r}, which is not among the "
+            "model's inputs"
+        )
     groups = features.sequence_groups(names)
     if not groups:
-        raise ValueError(f"model {model!r} compares a behaviour sequence with the candidate; "
-                         f"its inputs {names} hold no feature of kind: sequence")
+        raise ValueError(
+            f"model {model!r} compares a behaviour sequence with the candidate; "
+            f"its inputs {names} hold no feature of kind: sequence"
+        )
     for group in groups:
         for sequence, target in zip(group.sequences, group.targets):
             if target is None:
-                raise ValueError(f"model {model!r} compares sequence {sequence!r} with its "
-                                 f"candidate: set features.{sequence}.target in "
-                                 f"{features.file} to the candidate's feature")
+                raise ValueError(
+                    f"model {model!r} compares sequence {sequence!r} with its "
+                    f"candidate: set features.{sequence}.target in "
+                    f"{features.file} to the candidate's feature"
+                )
             if target not in names:
-                raise ValueError(f"model {model!r}: the target {target!r} of sequence "
-                                 f"{sequence!r} is not among the model's inputs {names}")
+                raise ValueError(
+                    f"model {model!r}: the target {target!r} of sequence "
+                    f"{sequence!r} is not among the model's inputs {names}"
+                )
     return groups
 
 
@@ -95,20 +106,29 @@ class BehaviourInputs(tf.keras.layers.Layer):
         its main sequence among them.
     """
 
-    def __init__(self, features: FeatureConfig, feature_names: list[str], seed: int | None,
-                 model: str, name: str = "behaviour_inputs", **kwargs: Any):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        feature_names: list[str],
+        seed: int | None,
+        model: str,
+        name: str = "behaviour_inputs",
+        **kwargs: Any,
+    ):
         super().__init__(name=name, **kwargs)
         self.groups = check_histories(features, list(feature_names), model)
-        self.embeddings = FeatureEmbeddings(features, list(feature_names), seed=seed,
-                                            keep_sequences=True, name="embeddings")
+        self.embeddings = FeatureEmbeddings(
+            features, list(feature_names), seed=seed, keep_sequences=True, name="embeddings"
+        )
         in_history = {n for group in self.groups for n in group.sequences}
-        self.other_names = [n for n in self.embeddings.sparse_feature_names
-                            if n not in in_history]
-        self.history_dims = [sum(self.embeddings.embedding_dims[n] for n in group.sequences)
-                             for group in self.groups]
+        self.other_names = [n for n in self.embeddings.sparse_feature_names if n not in in_history]
+        self.history_dims = [
+            sum(self.embeddings.embedding_dims[n] for n in group.sequences) for group in self.groups
+        ]
 
-    def call(self, features: dict[str, Any], training: bool | None = None
-             ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None, list[History]]:
+    def call(
+        self, features: dict[str, Any], training: bool | None = None
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None, list[History]]:
         sparse, dense = self.embeddings(features, training=training)
         histories = []
         for group in self.groups:

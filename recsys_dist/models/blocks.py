@@ -40,8 +40,9 @@ def derive_seed(seed: int | None, *path: object) -> int | None:
     return zlib.crc32("/".join(str(p) for p in (seed, *path)).encode())
 
 
-def seeded_initializer(identifier: InitializerLike, seed: int | None
-                       ) -> tf.keras.initializers.Initializer:
+def seeded_initializer(
+    identifier: InitializerLike, seed: int | None
+) -> tf.keras.initializers.Initializer:
     """Returns the Keras initializer ``identifier`` with its seed set to ``seed``.
 
     Initializers without randomness (``"zeros"``, ``"ones"``) come back unchanged. A
@@ -95,16 +96,24 @@ class MLP(tf.keras.layers.Layer):
       array([[6.]], dtype=float32)
     """
 
-    def __init__(self, units: list[int], activation: str = "relu", dropout: float = 0.0,
-                 batch_norm: bool = False, final_activation: str | None = "relu",
-                 kernel_initializer: InitializerLike = "glorot_uniform",
-                 bias_initializer: InitializerLike = "zeros", seed: int | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        units: list[int],
+        activation: str = "relu",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        final_activation: str | None = "relu",
+        kernel_initializer: InitializerLike = "glorot_uniform",
+        bias_initializer: InitializerLike = "zeros",
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         units = list(units)
         if not units or any(not isinstance(u, int) or u < 1 for u in units):
-            raise ValueError(f"MLP units must be a non-empty list of positive integers. "
-                             f"Received: units={units}")
+            raise ValueError(
+                f"MLP units must be a non-empty list of positive integers. Received: units={units}"
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"MLP dropout must be in [0, 1). Received: dropout={dropout}")
         self.units = units
@@ -120,20 +129,31 @@ class MLP(tf.keras.layers.Layer):
             last = i == len(units) - 1
             linear = last and final_activation is None
             normalize = batch_norm and not linear
-            self.stack.append(tf.keras.layers.Dense(
-                width, use_bias=not normalize, name=f"dense_{i}",
-                kernel_initializer=seeded_initializer(kernel_initializer, derive_seed(seed, i)),
-                bias_initializer=tf.keras.initializers.get(bias_initializer)))
+            self.stack.append(
+                tf.keras.layers.Dense(
+                    width,
+                    use_bias=not normalize,
+                    name=f"dense_{i}",
+                    kernel_initializer=seeded_initializer(kernel_initializer, derive_seed(seed, i)),
+                    bias_initializer=tf.keras.initializers.get(bias_initializer),
+                )
+            )
             if linear:
                 continue
             if normalize:
                 self.stack.append(tf.keras.layers.BatchNormalization(name=f"batch_norm_{i}"))
             name = final_activation if last else activation
-            self.stack.append(name(f"activation_{i}") if callable(name) else
-                              tf.keras.layers.Activation(name, name=f"activation_{i}"))
+            self.stack.append(
+                name(f"activation_{i}")
+                if callable(name)
+                else tf.keras.layers.Activation(name, name=f"activation_{i}")
+            )
             if dropout > 0.0:
-                self.stack.append(tf.keras.layers.Dropout(
-                    dropout, seed=derive_seed(seed, "dropout", i), name=f"dropout_{i}"))
+                self.stack.append(
+                    tf.keras.layers.Dropout(
+                        dropout, seed=derive_seed(seed, "dropout", i), name=f"dropout_{i}"
+                    )
+                )
 
     def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         x = inputs
@@ -142,19 +162,30 @@ class MLP(tf.keras.layers.Layer):
         return x
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "units": self.units,
-                "activation": self.activation if not callable(self.activation) else None,
-                "dropout": self.dropout, "batch_norm": self.batch_norm,
-                "final_activation": self.final_activation,
-                "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer, "seed": self.seed}
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "activation": self.activation if not callable(self.activation) else None,
+            "dropout": self.dropout,
+            "batch_norm": self.batch_norm,
+            "final_activation": self.final_activation,
+            "kernel_initializer": self.kernel_initializer,
+            "bias_initializer": self.bias_initializer,
+            "seed": self.seed,
+        }
 
 
 class _CrossLayer(tf.keras.layers.Layer):
     """One DCN-v2 cross layer: ``x0 * (W x + b) + x`` with W full or ``U V^T``."""
 
-    def __init__(self, low_rank: int | None, kernel_initializer: InitializerLike,
-                 bias_initializer: InitializerLike, seed: int | None, **kwargs: Any):
+    def __init__(
+        self,
+        low_rank: int | None,
+        kernel_initializer: InitializerLike,
+        bias_initializer: InitializerLike,
+        seed: int | None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.low_rank = low_rank
         self.kernel_initializer = kernel_initializer
@@ -166,14 +197,21 @@ class _CrossLayer(tf.keras.layers.Layer):
         self.down = None
         if self.low_rank is not None:
             self.down = tf.keras.layers.Dense(
-                self.low_rank, use_bias=False, name="v",
-                kernel_initializer=seeded_initializer(self.kernel_initializer,
-                                                      derive_seed(self.seed, "v")))
+                self.low_rank,
+                use_bias=False,
+                name="v",
+                kernel_initializer=seeded_initializer(
+                    self.kernel_initializer, derive_seed(self.seed, "v")
+                ),
+            )
         self.up = tf.keras.layers.Dense(
-            width, name="w" if self.low_rank is None else "u",
-            kernel_initializer=seeded_initializer(self.kernel_initializer,
-                                                  derive_seed(self.seed, "w")),
-            bias_initializer=tf.keras.initializers.get(self.bias_initializer))
+            width,
+            name="w" if self.low_rank is None else "u",
+            kernel_initializer=seeded_initializer(
+                self.kernel_initializer, derive_seed(self.seed, "w")
+            ),
+            bias_initializer=tf.keras.initializers.get(self.bias_initializer),
+        )
         super().build(input_shape)
 
     def call(self, x0: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
@@ -206,25 +244,41 @@ class CrossNetwork(tf.keras.layers.Layer):
       array([[0.16, 0.32, 0.48]], dtype=float32)
     """
 
-    def __init__(self, num_layers: int, low_rank: int | None = None,
-                 kernel_initializer: InitializerLike = "glorot_uniform",
-                 bias_initializer: InitializerLike = "zeros", seed: int | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        num_layers: int,
+        low_rank: int | None = None,
+        kernel_initializer: InitializerLike = "glorot_uniform",
+        bias_initializer: InitializerLike = "zeros",
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         if not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"CrossNetwork num_layers must be a positive integer. "
-                             f"Received: num_layers={num_layers}")
+            raise ValueError(
+                f"CrossNetwork num_layers must be a positive integer. "
+                f"Received: num_layers={num_layers}"
+            )
         if low_rank is not None and (not isinstance(low_rank, int) or low_rank < 1):
-            raise ValueError(f"CrossNetwork low_rank must be None or a positive integer. "
-                             f"Received: low_rank={low_rank}")
+            raise ValueError(
+                f"CrossNetwork low_rank must be None or a positive integer. "
+                f"Received: low_rank={low_rank}"
+            )
         self.num_layers = num_layers
         self.low_rank = low_rank
         self.kernel_initializer = _serialize(kernel_initializer)
         self.bias_initializer = _serialize(bias_initializer)
         self.seed = seed
         self.cross_layers = [
-            _CrossLayer(low_rank, kernel_initializer, bias_initializer, derive_seed(seed, i),
-                        name=f"cross_{i}") for i in range(num_layers)]
+            _CrossLayer(
+                low_rank,
+                kernel_initializer,
+                bias_initializer,
+                derive_seed(seed, i),
+                name=f"cross_{i}",
+            )
+            for i in range(num_layers)
+        ]
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         x = inputs
@@ -233,9 +287,14 @@ class CrossNetwork(tf.keras.layers.Layer):
         return x
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "num_layers": self.num_layers,
-                "low_rank": self.low_rank, "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer, "seed": self.seed}
+        return {
+            **super().get_config(),
+            "num_layers": self.num_layers,
+            "low_rank": self.low_rank,
+            "kernel_initializer": self.kernel_initializer,
+            "bias_initializer": self.bias_initializer,
+            "seed": self.seed,
+        }
 
 
 class FactorizationMachine(tf.keras.layers.Layer):
@@ -286,8 +345,10 @@ class DotInteraction(tf.keras.layers.Layer):
 
     def build(self, input_shape: tf.TensorShape) -> None:
         if input_shape.rank != 3 or input_shape[1] is None:
-            raise ValueError(f"DotInteraction expects inputs of shape [B, F, D] with a known "
-                             f"F. Received: input_shape={input_shape}")
+            raise ValueError(
+                f"DotInteraction expects inputs of shape [B, F, D] with a known "
+                f"F. Received: input_shape={input_shape}"
+            )
         fields = int(input_shape[1])
         rows, cols = np.triu_indices(fields, k=0 if self.self_interaction else 1)
         self._fields = fields
@@ -328,16 +389,25 @@ class MixtureOfExperts(tf.keras.layers.Layer):
       A list of T tensors ``[B, H]``, one per task.
     """
 
-    def __init__(self, num_experts: int, expert_units: list[int], num_tasks: int,
-                 activation: str = "relu", dropout: float = 0.0, batch_norm: bool = False,
-                 kernel_initializer: InitializerLike = "glorot_uniform",
-                 bias_initializer: InitializerLike = "zeros", seed: int | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        num_experts: int,
+        expert_units: list[int],
+        num_tasks: int,
+        activation: str = "relu",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        kernel_initializer: InitializerLike = "glorot_uniform",
+        bias_initializer: InitializerLike = "zeros",
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         for key, value in (("num_experts", num_experts), ("num_tasks", num_tasks)):
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"MixtureOfExperts {key} must be a positive integer. "
-                                 f"Received: {key}={value}")
+                raise ValueError(
+                    f"MixtureOfExperts {key} must be a positive integer. Received: {key}={value}"
+                )
         self.num_experts = num_experts
         self.expert_units = list(expert_units)
         self.num_tasks = num_tasks
@@ -348,26 +418,48 @@ class MixtureOfExperts(tf.keras.layers.Layer):
         self.bias_initializer = _serialize(bias_initializer)
         self.seed = seed
         self.experts = [
-            MLP(self.expert_units, activation, dropout, batch_norm, final_activation=activation,
-                kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
-                seed=derive_seed(seed, "expert", e), name=f"expert_{e}")
-            for e in range(num_experts)]
+            MLP(
+                self.expert_units,
+                activation,
+                dropout,
+                batch_norm,
+                final_activation=activation,
+                kernel_initializer=kernel_initializer,
+                bias_initializer=bias_initializer,
+                seed=derive_seed(seed, "expert", e),
+                name=f"expert_{e}",
+            )
+            for e in range(num_experts)
+        ]
         self.gates = [
             tf.keras.layers.Dense(
-                num_experts, activation="softmax", name=f"gate_{t}",
-                kernel_initializer=seeded_initializer(kernel_initializer,
-                                                      derive_seed(seed, "gate", t)),
-                bias_initializer=tf.keras.initializers.get(bias_initializer))
-            for t in range(num_tasks)]
+                num_experts,
+                activation="softmax",
+                name=f"gate_{t}",
+                kernel_initializer=seeded_initializer(
+                    kernel_initializer, derive_seed(seed, "gate", t)
+                ),
+                bias_initializer=tf.keras.initializers.get(bias_initializer),
+            )
+            for t in range(num_tasks)
+        ]
 
     def call(self, inputs: tf.Tensor, training: bool | None = None) -> list[tf.Tensor]:
-        experts = tf.stack([expert(inputs, training=training) for expert in self.experts],
-                           axis=1)  # [B, E, H]
+        experts = tf.stack(
+            [expert(inputs, training=training) for expert in self.experts], axis=1
+        )  # [B, E, H]
         return [tf.einsum("be,beh->bh", gate(inputs), experts) for gate in self.gates]
 
     def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "num_experts": self.num_experts,
-                "expert_units": self.expert_units, "num_tasks": self.num_tasks,
-                "activation": self.activation, "dropout": self.dropout,
-                "batch_norm": self.batch_norm, "kernel_initializer": self.kernel_initializer,
-                "bias_initializer": self.bias_initializer, "seed": self.seed}
+        return {
+            **super().get_config(),
+            "num_experts": self.num_experts,
+            "expert_units": self.expert_units,
+            "num_tasks": self.num_tasks,
+            "activation": self.activation,
+            "dropout": self.dropout,
+            "batch_norm": self.batch_norm,
+            "kernel_initializer": self.kernel_initializer,
+            "bias_initializer": self.bias_initializer,
+            "seed": self.seed,
+        }

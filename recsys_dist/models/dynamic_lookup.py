@@ -42,8 +42,7 @@ def stock_rows_in_force() -> bool:
     return getattr(_stock, "rows", False)
 
 
-def lookup_tables(tables: list, keys: list[tf.Tensor], training: bool
-                  ) -> list[tf.Tensor]:
+def lookup_tables(tables: list, keys: list[tf.Tensor], training: bool) -> list[tf.Tensor]:
     """``[N_t, dim_t]`` vectors of each table's 1-D int64 ``keys``.
 
     The tables share their shard count and group (one model's or one layer's tables, see
@@ -71,7 +70,8 @@ def lookup_tables(tables: list, keys: list[tf.Tensor], training: bool
     order = sorted(range(len(tables)), key=index_of.__getitem__)  # grouped by index
     routed_index_of = [index_of[k] for k in order]
     packed, sizes, server, slot = library.route_keys(
-        [tf.reshape(keys[k], [-1]) for k in order], servers=count, index_of=routed_index_of)
+        [tf.reshape(keys[k], [-1]) for k in order], servers=count, index_of=routed_index_of
+    )
     flats = []
     for i in range(count):
         device = owners[0].shards[i].device
@@ -80,18 +80,32 @@ def lookup_tables(tables: list, keys: list[tf.Tensor], training: bool
                 rows = admit_ids([owner.shards[i] for owner in owners], packed[i], sizes[i])
             else:
                 rows = find_rows([owner.shards[i] for owner in owners], packed[i], sizes[i])
-        flats.append(packed_rows([[tables[k].shards[i] for k in order if index_of[k] == g]
-                                   for g in range(len(owners))], rows, sizes[i], device))
+        flats.append(
+            packed_rows(
+                [
+                    [tables[k].shards[i] for k in order if index_of[k] == g]
+                    for g in range(len(owners))
+                ],
+                rows,
+                sizes[i],
+                device,
+            )
+        )
     dims = [tables[k].dim for k in order]
 
     @tf.custom_gradient
     def unroute(*flat):
-        vectors = library.unroute_rows(list(flat), sizes, server, slot,
-                                       index_of=routed_index_of, dims=dims)
+        vectors = library.unroute_rows(
+            list(flat), sizes, server, slot, index_of=routed_index_of, dims=dims
+        )
 
         def grad(*upstream):
-            return list(library.route_row_grads(list(upstream), sizes, server, slot,
-                                                index_of=routed_index_of, dims=dims))
+            return list(
+                library.route_row_grads(
+                    list(upstream), sizes, server, slot, index_of=routed_index_of, dims=dims
+                )
+            )
+
         return vectors, grad
 
     vectors: list = [None] * len(tables)
@@ -108,8 +122,7 @@ def find_rows(shards: list, keys: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
     return found[0] if len(found) == 1 else tf.concat(found, 0)
 
 
-def lookup_tables_stock(tables: list, keys: list[tf.Tensor]
-                         ) -> list[tf.Tensor]:
+def lookup_tables_stock(tables: list, keys: list[tf.Tensor]) -> list[tf.Tensor]:
     """:func:`lookup_tables` in evaluation, in stock ops only (an export's serving
     functions): ``tf.unique``, the shard hash and ``tf.dynamic_partition`` per index on the
     worker, :func:`packed_rows_stock` on each server, then ``tf.split``,
@@ -122,11 +135,20 @@ def lookup_tables_stock(tables: list, keys: list[tf.Tensor]
         members = [k for k, t in enumerate(tables) if t.index_owner is owner]
         flat = [tf.reshape(keys[k], [-1]) for k in members]
         unique, position = tf.unique(flat[0] if len(flat) == 1 else tf.concat(flat, 0))
-        positions = [position] if len(flat) == 1 else tf.split(
-            position, [tf.size(f) for f in flat], num=len(flat))
+        positions = (
+            [position]
+            if len(flat) == 1
+            else tf.split(position, [tf.size(f) for f in flat], num=len(flat))
+        )
         shard = owner.shard_of(unique)
-        plans.append((members, positions, tf.dynamic_partition(unique, shard, count),
-                      tf.dynamic_partition(tf.range(tf.size(unique)), shard, count)))
+        plans.append(
+            (
+                members,
+                positions,
+                tf.dynamic_partition(unique, shard, count),
+                tf.dynamic_partition(tf.range(tf.size(unique)), shard, count),
+            )
+        )
     # The packed vectors of a shard hold the tables in this order; the worker splits them
     # by each table's dim times the number of its index's keys on that shard.
     order = [k for plan in plans for k in plan[0]]
@@ -140,12 +162,14 @@ def lookup_tables_stock(tables: list, keys: list[tf.Tensor]
         device = owners[0].shards[i].device
         with on_server(device):
             rows = find_rows([owner.shards[i] for owner in owners], packed, sizes)
-        flat = packed_rows_stock([[tables[k].shards[i] for k in plan[0]] for plan in plans],
-                                  rows, sizes, device)
+        flat = packed_rows_stock(
+            [[tables[k].shards[i] for k in plan[0]] for plan in plans], rows, sizes, device
+        )
         lengths = tf.gather(sizes, index_of_table) * tf.constant(dims, tf.int32)
         split = [flat] if len(order) == 1 else tf.split(flat, lengths, num=len(order))
-        on_shards.append({k: tf.reshape(part, [-1, dim])
-                          for k, part, dim in zip(order, split, dims)})
+        on_shards.append(
+            {k: tf.reshape(part, [-1, dim]) for k, part, dim in zip(order, split, dims)}
+        )
     vectors: list = [None] * len(tables)
     for members, positions, _, places in plans:
         for k, position in zip(members, positions):
@@ -161,17 +185,27 @@ def admit_ids(shards: list, keys: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
     run's first pass) and give those seen ``admit_after`` times the next rows while the
     shard has room, counting the others as ``dropped_full``; mark every row as seen
     today; count the lookups without a row as ``waiting``."""
-    state = [[s.index.resource_handle for s in shards], [s.counts.resource_handle for s in shards],
-             *([getattr(s, name).handle for s in shards]
-               for name in ("next_row", "last_seen", "dropped_full", "waiting", "day")),
-             [s._counting.on.handle for s in shards]]  # noqa: SLF001
-    return ops.load().admit_ids(*state, keys=keys, sizes=sizes,
-                                capacity=[s.capacity for s in shards],
-                                admit_after=[s.admit_after for s in shards])
+    state = [
+        [s.index.resource_handle for s in shards],
+        [s.counts.resource_handle for s in shards],
+        *(
+            [getattr(s, name).handle for s in shards]
+            for name in ("next_row", "last_seen", "dropped_full", "waiting", "day")
+        ),
+        [s._counting.on.handle for s in shards],
+    ]  # noqa: SLF001
+    return ops.load().admit_ids(
+        *state,
+        keys=keys,
+        sizes=sizes,
+        capacity=[s.capacity for s in shards],
+        admit_after=[s.admit_after for s in shards],
+    )
 
 
-def packed_rows(groups: list[list], rows: tf.Tensor, sizes: tf.Tensor,
-                 device: str | None) -> tf.Tensor:
+def packed_rows(
+    groups: list[list], rows: tf.Tensor, sizes: tf.Tensor, device: str | None
+) -> tf.Tensor:
     """The vectors of each shard of ``groups[g]`` (the shards of one server that share
     index g) at index g's rows (``rows``: every index's rows one after another, ``sizes``
     their counts; -1: a zero vector), flattened and concatenated in that order; built on
@@ -186,8 +220,7 @@ def packed_rows(groups: list[list], rows: tf.Tensor, sizes: tf.Tensor,
     owner = [g for g, group in enumerate(groups) for _ in group]
     with on_server(device):
         live = library.live_rows(rows, sizes, N=len(groups))
-        found = [tf.gather(shard.emb, live[g])
-                 for g, group in enumerate(groups) for shard in group]
+        found = [tf.gather(shard.emb, live[g]) for g, group in enumerate(groups) for shard in group]
     dims = [int(f.shape[1]) for f in found]
 
     @tf.custom_gradient
@@ -197,15 +230,20 @@ def packed_rows(groups: list[list], rows: tf.Tensor, sizes: tf.Tensor,
 
         def grad(upstream):
             with on_server(device):
-                return list(library.unpack_row_grads(upstream, rows, sizes, T=len(dims),
-                                                     owner=owner, dims=dims))
+                return list(
+                    library.unpack_row_grads(
+                        upstream, rows, sizes, T=len(dims), owner=owner, dims=dims
+                    )
+                )
+
         return packed, grad
 
     return pack(*found)
 
 
-def packed_rows_stock(groups: list[list], rows: tf.Tensor, sizes: tf.Tensor,
-                       device: str | None) -> tf.Tensor:
+def packed_rows_stock(
+    groups: list[list], rows: tf.Tensor, sizes: tf.Tensor, device: str | None
+) -> tf.Tensor:
     """:func:`packed_rows` in stock ops (masks, one gather per table, scatters), for a
     SavedModel that plain TensorFlow serves. Same values, and through the stock gradients
     the same gradients, as the kernels (tests/unit/ops/test_dynamic_rows.py)."""

@@ -106,8 +106,7 @@ class RowsBeyondCapacity(ValueError):
     """A checkpoint holds more rows in use on a shard than the table's capacity now."""
 
 
-def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable, table: str,
-                     shard: int) -> None:
+def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable, table: str, shard: int) -> None:
     """Makes checkpoints of ``variable`` (``[capacity_per_shard, ...]``) hold only its first
     ``in_use`` rows, the rows that have an id (rows are handed out in order, and eviction
     moves the kept ones to the front): a checkpoint grows with the live ids, not with the
@@ -130,8 +129,7 @@ def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable, table: str,
             return tf.identity(rows)
 
     def serialize() -> dict:
-        return {key: tensor_callable.Callable(read, dtype=variable.dtype,
-                                              device=variable.device)}
+        return {key: tensor_callable.Callable(read, dtype=variable.dtype, device=variable.device)}
 
     def restore(restored: dict):
         saved = restored[key]
@@ -140,7 +138,8 @@ def save_rows_in_use(variable: tf.Variable, in_use: tf.Variable, table: str,
             raise RowsBeyondCapacity(
                 f"dynamic table {table!r} holds {held:,} rows in use on shard {shard} in the "
                 f"checkpoint, more than its capacity_per_shard {capacity:,} now; raise "
-                f"tables.{table}.capacity_per_shard to at least {held:,}")
+                f"tables.{table}.capacity_per_shard to at least {held:,}"
+            )
         with tf.device(variable.device):
             rows = tf.range(tf.shape(saved, out_type=tf.int64)[0])
             return variable.scatter_update(tf.IndexedSlices(tf.identity(saved), rows))
@@ -201,8 +200,10 @@ class ShardGroup:
         if shared.group is None:
             shared.group = cls(devices)
         if shared.group.devices != list(devices):
-            raise ValueError(f"dynamic tables of one model on different servers: "
-                             f"{shared.group.devices} and {list(devices)}")
+            raise ValueError(
+                f"dynamic tables of one model on different servers: "
+                f"{shared.group.devices} and {list(devices)}"
+            )
         return shared.group
 
 
@@ -231,8 +232,15 @@ def shared_across_layers() -> Iterator[None]:
         _model_scope.shared = previous
 
 
-def dynamic_table(table: TableSpec, dim: int, shards: int, initializer: InitializerLike,
-                  seed: int | None, name: str, group: ShardGroup) -> "DynamicTable":
+def dynamic_table(
+    table: TableSpec,
+    dim: int,
+    shards: int,
+    initializer: InitializerLike,
+    seed: int | None,
+    name: str,
+    group: ShardGroup,
+) -> "DynamicTable":
     """A layer's :class:`DynamicTable` for ``table``: inside :func:`shared_across_layers`,
     the second and later layers that read ``table`` share the first one's id index."""
     shared = getattr(_model_scope, "shared", None)
@@ -273,9 +281,17 @@ class DynamicShard(tf.Module):
     shares that shard's index, counts, last-seen days and counters, and has only its own
     rows."""
 
-    def __init__(self, table: TableSpec, dim: int, index: int, device: str | None,
-                 initializer: InitializerLike, seed: int | None, name: str,
-                 index_of: "DynamicShard | None" = None):
+    def __init__(
+        self,
+        table: TableSpec,
+        dim: int,
+        index: int,
+        device: str | None,
+        initializer: InitializerLike,
+        seed: int | None,
+        name: str,
+        index_of: "DynamicShard | None" = None,
+    ):
         super().__init__(name=name)
         self.capacity, self.admit_after = table.capacity_per_shard, table.admit_after
         self.device = device
@@ -286,8 +302,10 @@ class DynamicShard(tf.Module):
             setattr(self.emb, UNIQUE_ROWS, True)
             if index_of is not None:
                 if (index_of.device, index_of.capacity) != (device, self.capacity):
-                    raise ValueError(f"{name}: shares the id index of {index_of.name} but "
-                                     f"not its server and capacity")
+                    raise ValueError(
+                        f"{name}: shares the id index of {index_of.name} but "
+                        f"not its server and capacity"
+                    )
                 self.index, self.counts = index_of.index, index_of.counts
                 self.last_seen, self.next_row = index_of.last_seen, index_of.next_row
                 self.day, self.dropped_full = index_of.day, index_of.dropped_full
@@ -295,19 +313,28 @@ class DynamicShard(tf.Module):
                 save_rows_in_use(self.emb, self.next_row, table.name, index)
                 return
             self.index = tf.lookup.experimental.MutableHashTable(
-                tf.int64, tf.int64, default_value=-1, name=f"{name}_index")
+                tf.int64, tf.int64, default_value=-1, name=f"{name}_index"
+            )
             self.counts = tf.lookup.experimental.MutableHashTable(
-                tf.int64, tf.int64, default_value=0, name=f"{name}_counts")
-            self.last_seen = tf.Variable(tf.zeros([self.capacity], tf.int64), trainable=False,
-                                         name=f"{name}_last_seen")
-            self.next_row = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                        name=f"{name}_next_row")
-            self.day = tf.Variable(tf.constant(day_number(datetime.date.today()), tf.int64),
-                                   trainable=False, name=f"{name}_day")
-            self.dropped_full = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                            name=f"{name}_dropped_full")
-            self.waiting = tf.Variable(tf.constant(0, tf.int64), trainable=False,
-                                       name=f"{name}_waiting")
+                tf.int64, tf.int64, default_value=0, name=f"{name}_counts"
+            )
+            self.last_seen = tf.Variable(
+                tf.zeros([self.capacity], tf.int64), trainable=False, name=f"{name}_last_seen"
+            )
+            self.next_row = tf.Variable(
+                tf.constant(0, tf.int64), trainable=False, name=f"{name}_next_row"
+            )
+            self.day = tf.Variable(
+                tf.constant(day_number(datetime.date.today()), tf.int64),
+                trainable=False,
+                name=f"{name}_day",
+            )
+            self.dropped_full = tf.Variable(
+                tf.constant(0, tf.int64), trainable=False, name=f"{name}_dropped_full"
+            )
+            self.waiting = tf.Variable(
+                tf.constant(0, tf.int64), trainable=False, name=f"{name}_waiting"
+            )
             self._counting = _Counting(f"{name}_counting")
             for rows in (self.emb, self.last_seen):
                 save_rows_in_use(rows, self.next_row, table.name, index)
@@ -317,9 +344,12 @@ class DynamicShard(tf.Module):
         with on_server(self.device):
             return tf.reshape(self.index.lookup(keys), [-1])
 
-    def evict(self, oldest_day: int, slots: list[tuple[tf.Variable, float]],
-              sharing: list[tuple["DynamicShard", list[tuple[tf.Variable, float]]]] = ()
-              ) -> tuple[int, int]:
+    def evict(
+        self,
+        oldest_day: int,
+        slots: list[tuple[tf.Variable, float]],
+        sharing: list[tuple["DynamicShard", list[tuple[tf.Variable, float]]]] = (),
+    ) -> tuple[int, int]:
         """Drops the ids last seen before day number ``oldest_day`` and compacts the rows
         (see the module docstring); ``slots`` are the optimizer slots of ``emb`` with the
         value a fresh row starts from, ``sharing`` the shards that share this one's index,
@@ -367,21 +397,41 @@ class DynamicTable(tf.Module):
         shares: an id then has the same row in both, and this table holds only its rows.
     """
 
-    def __init__(self, table: TableSpec, dim: int, shards: int = 1,
-                 initializer: InitializerLike = "random_uniform", seed: int | None = None,
-                 name: str = "dynamic", group: ShardGroup | None = None,
-                 index_of: "DynamicTable | None" = None):
+    def __init__(
+        self,
+        table: TableSpec,
+        dim: int,
+        shards: int = 1,
+        initializer: InitializerLike = "random_uniform",
+        seed: int | None = None,
+        name: str = "dynamic",
+        group: ShardGroup | None = None,
+        index_of: "DynamicTable | None" = None,
+    ):
         super().__init__(name=name)
         devices = shard_devices(shards)
-        if index_of is not None and (index_of.spec != table
-                                     or len(index_of.shards) != len(devices)):
-            raise ValueError(f"dynamic table {name} cannot share the id index of "
-                             f"{index_of.name}: another spec or number of shards")
+        if index_of is not None and (
+            index_of.spec != table or len(index_of.shards) != len(devices)
+        ):
+            raise ValueError(
+                f"dynamic table {name} cannot share the id index of "
+                f"{index_of.name}: another spec or number of shards"
+            )
         self.spec, self.dim = table, dim
         self._index_of = _Untracked(index_of)
-        self.shards = [DynamicShard(table, dim, i, device, initializer, seed, f"{name}_{i}",
-                                    index_of.shards[i] if index_of is not None else None)
-                       for i, device in enumerate(devices)]
+        self.shards = [
+            DynamicShard(
+                table,
+                dim,
+                i,
+                device,
+                initializer,
+                seed,
+                f"{name}_{i}",
+                index_of.shards[i] if index_of is not None else None,
+            )
+            for i, device in enumerate(devices)
+        ]
         self.group = group or ShardGroup(devices)
 
     @property
@@ -415,21 +465,26 @@ class DynamicTable(tf.Module):
         for shard in self.shards:
             shard.day.assign(day_number(day))
 
-    def evict(self, oldest_day: datetime.date, optimizers: list,
-              sharing: list["DynamicTable"] = ()) -> dict[str, int]:
+    def evict(
+        self, oldest_day: datetime.date, optimizers: list, sharing: list["DynamicTable"] = ()
+    ) -> dict[str, int]:
         """Drops the ids last seen before ``oldest_day`` on every shard (see
         :meth:`DynamicShard.evict`); ``optimizers`` are the live ones, whose slots of the
         rows move with them. ``sharing``: every table that shares this one's index (their
         rows move too; :func:`evict_tables` finds them). Returns ``{"kept": ...,
         "evicted": ...}`` over the shards."""
         if self.index_owner is not self:
-            raise ValueError(f"{self.name} shares the id index of {self.index_owner.name}: "
-                             "evict through that table")
+            raise ValueError(
+                f"{self.name} shares the id index of {self.index_owner.name}: "
+                "evict through that table"
+            )
         kept = evicted = 0
         for i, shard in enumerate(self.shards):
-            k, e = shard.evict(day_number(oldest_day), _row_slots(shard.emb, optimizers),
-                               [(t.shards[i], _row_slots(t.shards[i].emb, optimizers))
-                                for t in sharing])
+            k, e = shard.evict(
+                day_number(oldest_day),
+                _row_slots(shard.emb, optimizers),
+                [(t.shards[i], _row_slots(t.shards[i].emb, optimizers)) for t in sharing],
+            )
             kept, evicted = kept + k, evicted + e
         return {"kept": kept, "evicted": evicted}
 
@@ -444,8 +499,7 @@ class DynamicTable(tf.Module):
             "fullest_shard": round(max(live) / self.spec.capacity_per_shard, 4),
             "dropped_full": int(sum(int(s.dropped_full.numpy()) for s in self.shards)),
             "lookups_without_row": int(sum(int(s.waiting.numpy()) for s in self.shards)),
-            "counted_not_admitted": int(sum(int(s.counts.size().numpy())
-                                            for s in self.shards)),
+            "counted_not_admitted": int(sum(int(s.counts.size().numpy()) for s in self.shards)),
             "shards": len(self.shards),
         }
 
@@ -466,8 +520,9 @@ def _row_slots(rows: tf.Variable, optimizers: list) -> list[tuple[tf.Variable, f
     return found
 
 
-def evict_tables(tables: list[DynamicTable], oldest_day: datetime.date,
-                 optimizers: list) -> dict[str, dict[str, int]]:
+def evict_tables(
+    tables: list[DynamicTable], oldest_day: datetime.date, optimizers: list
+) -> dict[str, dict[str, int]]:
     """:meth:`DynamicTable.evict` of ``tables``, each id index once with every table that
     shares it. Returns the result by table name (the same for tables sharing an index)."""
     done: dict[str, dict[str, int]] = {}
@@ -476,4 +531,3 @@ def evict_tables(tables: list[DynamicTable], oldest_day: datetime.date,
         result = owner.evict(oldest_day, optimizers, sharing)
         done.update((t.name, result) for t in [owner, *sharing])
     return done
-

@@ -130,8 +130,9 @@ class StackedTable:
     def assign(self, value) -> None:
         value = tf.convert_to_tensor(value, self.stack.variable.dtype)
         if value.shape != self.shape:
-            raise ValueError(f"table of shape {self.shape} cannot take a value of shape "
-                             f"{value.shape}")
+            raise ValueError(
+                f"table of shape {self.shape} cannot take a value of shape {value.shape}"
+            )
         for shard, a, _, i, j in self._pieces():
             assign_shard_rows(shard, a, value[i:j])
 
@@ -144,8 +145,9 @@ class _StackInitializer(tf.keras.initializers.Initializer):
     each part from a seed derived from where the part starts.
     """
 
-    def __init__(self, initializer: InitializerLike, seed: int | None,
-                 layout: dict[str, tuple[int, int]]):
+    def __init__(
+        self, initializer: InitializerLike, seed: int | None, layout: dict[str, tuple[int, int]]
+    ):
         self._initializer, self._seed, self._layout = initializer, seed, layout
 
     def __call__(self, shape, dtype=None, **kwargs):
@@ -156,8 +158,9 @@ class _StackInitializer(tf.keras.initializers.Initializer):
             a, b = max(first, start), min(first + rows, start + count)
             if a < b:
                 seed = derive_seed(self._seed, table, *([a - start] if a > start else []))
-                pieces.append(seeded_initializer(self._initializer, seed)(
-                    (b - a, shape[1]), dtype=dtype))
+                pieces.append(
+                    seeded_initializer(self._initializer, seed)((b - a, shape[1]), dtype=dtype)
+                )
         return tf.concat(pieces, axis=0)
 
 
@@ -171,12 +174,12 @@ def _present(ids: tf.Tensor, weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, 
     """The ``[B, L]`` ids a pooled feature reads (weight != 0), their ``[row, position]``
     and weights. Padding is never looked up (a dynamic table would admit its id)."""
     present = tf.not_equal(weights, 0.0)
-    return (tf.boolean_mask(ids, present), tf.where(present),
-            tf.boolean_mask(weights, present))
+    return (tf.boolean_mask(ids, present), tf.where(present), tf.boolean_mask(weights, present))
 
 
-def _pool(vectors: tf.Tensor, where: tf.Tensor, kept_weights: tf.Tensor, weights: tf.Tensor,
-          combiner: str) -> tf.Tensor:
+def _pool(
+    vectors: tf.Tensor, where: tf.Tensor, kept_weights: tf.Tensor, weights: tf.Tensor, combiner: str
+) -> tf.Tensor:
     """Pools the looked-up ``vectors`` of :func:`_present` into ``[B, D]``, or with
     combiner ``keep`` puts them back at their positions, ``[B, L, D]`` (zeros at padding).
 
@@ -184,11 +187,13 @@ def _pool(vectors: tf.Tensor, where: tf.Tensor, kept_weights: tf.Tensor, weights
     a row whose divisor is 0 pools to zeros.
     """
     if combiner == "keep":
-        shape = tf.concat([tf.shape(weights, out_type=tf.int64),
-                           tf.shape(vectors, out_type=tf.int64)[1:]], 0)
+        shape = tf.concat(
+            [tf.shape(weights, out_type=tf.int64), tf.shape(vectors, out_type=tf.int64)[1:]], 0
+        )
         return tf.scatter_nd(where, vectors, shape)
-    total = tf.math.unsorted_segment_sum(vectors * kept_weights[:, None], where[:, 0],
-                                         num_segments=tf.shape(weights)[0])
+    total = tf.math.unsorted_segment_sum(
+        vectors * kept_weights[:, None], where[:, 0], num_segments=tf.shape(weights)[0]
+    )
     if combiner == "sum":
         return total
     if combiner == "mean":
@@ -239,28 +244,44 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
       (TensorShape([32, 16]), TensorShape([32, 1]))
     """
 
-    def __init__(self, features: FeatureConfig, feature_names: list[str],
-                 dim_override: int | None = None,
-                 initializer: InitializerLike = "random_uniform",
-                 seed: int | None = None, keep_sequences: bool = False,
-                 name: str = "feature_embeddings", **kwargs: Any):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        feature_names: list[str],
+        dim_override: int | None = None,
+        initializer: InitializerLike = "random_uniform",
+        seed: int | None = None,
+        keep_sequences: bool = False,
+        name: str = "feature_embeddings",
+        **kwargs: Any,
+    ):
         super().__init__(name=name, **kwargs)
         self._placement = current_placement()  # how a replica reads the tables
         feature_names = list(feature_names)
         check_feature_names(features, feature_names)
         if dim_override is not None and (not isinstance(dim_override, int) or dim_override < 1):
-            raise ValueError(f"dim_override must be None or a positive integer. "
-                             f"Received: dim_override={dim_override}")
-        self._feature_tables = {n: t for n in feature_names
-                                if (t := features.features[n].table_name) is not None}
-        self._combiners = {n: c for n in self._feature_tables
-                           if (c := features.features[n].embedding_combiner(keep_sequences))
-                           is not None}
+            raise ValueError(
+                f"dim_override must be None or a positive integer. "
+                f"Received: dim_override={dim_override}"
+            )
+        self._feature_tables = {
+            n: t for n in feature_names if (t := features.features[n].table_name) is not None
+        }
+        self._combiners = {
+            n: c
+            for n in self._feature_tables
+            if (c := features.features[n].embedding_combiner(keep_sequences)) is not None
+        }
         # a dense feature's inputs: its own, and e.g. a numeric's "<name>.missing"
-        self._dense_names = [output for n in feature_names if n not in self._feature_tables
-                             for output in features.features[n].outputs()]
-        self._dims = {t: dim_override or features.tables[t].dim
-                      for t in self._feature_tables.values()}
+        self._dense_names = [
+            output
+            for n in feature_names
+            if n not in self._feature_tables
+            for output in features.features[n].outputs()
+        ]
+        self._dims = {
+            t: dim_override or features.tables[t].dim for t in self._feature_tables.values()
+        }
         layouts: dict[int, dict[str, tuple[int, int]]] = {}
         dynamic = {t: d for t, d in self._dims.items() if features.tables[t].dynamic}
         for table, dim in self._dims.items():
@@ -275,16 +296,26 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
             for dim, layout in layouts.items():
                 name = f"embedding/stack_d{dim}"
                 variable = self.add_weight(
-                    name=name, shape=(sum(rows for _, rows in layout.values()), dim),
-                    dtype=tf.float32, trainable=True,
-                    initializer=_StackInitializer(initializer, seed, layout))
+                    name=name,
+                    shape=(sum(rows for _, rows in layout.values()), dim),
+                    dtype=tf.float32,
+                    trainable=True,
+                    initializer=_StackInitializer(initializer, seed, layout),
+                )
                 self._stacks[dim] = TableStack(f"{self.name}/{name}", variable, layout)
             group = ShardGroup.for_layer(shard_devices(dynamic_shards())) if dynamic else None
             self._dynamic_tables = {
-                table: dynamic_table(features.tables[table], dim, dynamic_shards(),
-                                     initializer, derive_seed(seed, table),
-                                     f"{self.name}_{table}", group)
-                for table, dim in dynamic.items()}
+                table: dynamic_table(
+                    features.tables[table],
+                    dim,
+                    dynamic_shards(),
+                    initializer,
+                    derive_seed(seed, table),
+                    f"{self.name}_{table}",
+                    group,
+                )
+                for table, dim in dynamic.items()
+            }
 
     @property
     def sparse_feature_names(self) -> list[str]:
@@ -309,8 +340,11 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
     @property
     def tables(self) -> dict[str, StackedTable]:
         """Hashed table name -> its rows inside its stack (readable and assignable)."""
-        return {table: StackedTable(self._stacks[dim], table)
-                for table, dim in self._dims.items() if table not in self._dynamic_tables}
+        return {
+            table: StackedTable(self._stacks[dim], table)
+            for table, dim in self._dims.items()
+            if table not in self._dynamic_tables
+        }
 
     @property
     def dynamic_tables(self) -> dict[str, DynamicTable]:
@@ -322,8 +356,9 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         """The shard group every dynamic table of this layer shares (None without one)."""
         return next(iter(self._dynamic_tables.values())).group if self._dynamic_tables else None
 
-    def call(self, features: dict[str, Any], training: bool | None = None
-             ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
+    def call(
+        self, features: dict[str, Any], training: bool | None = None
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
         missing = [n for n in (*self._feature_tables, *self._dense_names) if n not in features]
         if missing:
             raise KeyError(f"the batch has no feature(s) {missing}; it has {sorted(features)}")
@@ -331,18 +366,23 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         for stack in self._stacks.values():
             names = [n for n, t in self._feature_tables.items() if t in stack.layout]
             offsets = [stack.layout[self._feature_tables[n]][0] for n in names]
-            sparse.update(self._gather(features, names, offsets,
-                                       lambda ids, stack=stack: _lookup(
-                                           self._placement.local_copy(stack.variable), ids)))
+            sparse.update(
+                self._gather(
+                    features,
+                    names,
+                    offsets,
+                    lambda ids, stack=stack: _lookup(
+                        self._placement.local_copy(stack.variable), ids
+                    ),
+                )
+            )
         if self._dynamic_tables:
             sparse.update(self._dynamic_lookup(features, bool(training)))
         sparse = {name: sparse[name] for name in self._feature_tables}
         dense = None
         if self._dense_names:
-            dense = tf.stack([tf.cast(features[n], tf.float32) for n in self._dense_names],
-                             axis=1)
+            dense = tf.stack([tf.cast(features[n], tf.float32) for n in self._dense_names], axis=1)
         return sparse, dense
-
 
     def _dynamic_lookup(self, features: dict[str, Any], training: bool) -> dict[str, tf.Tensor]:
         """``[B, D]`` per feature of a dynamic table: every dynamic table resolved at once
@@ -364,11 +404,16 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         tables = list(self._dynamic_tables)
         names = {t: [n for n, u in self._feature_tables.items() if u == t] for t in tables}
         prepared = {t: self._prepare(features, names[t], [0] * len(names[t])) for t in tables}
-        return DynamicPlan([self._dynamic_tables[t] for t in tables],
-                           [prepared[t][0] for t in tables], names, prepared)
+        return DynamicPlan(
+            [self._dynamic_tables[t] for t in tables],
+            [prepared[t][0] for t in tables],
+            names,
+            prepared,
+        )
 
-    def _gather(self, features: dict[str, Any], names: list[str], offsets: list[int],
-                lookup) -> dict[str, tf.Tensor]:
+    def _gather(
+        self, features: dict[str, Any], names: list[str], offsets: list[int], lookup
+    ) -> dict[str, tf.Tensor]:
         """``[B, D]`` per feature of one table source: the ids of ``names`` (each shifted
         by its offset) read with one ``lookup`` call, multi-valued ones pooled."""
         ids, sizes, pooling = self._prepare(features, names, offsets)
@@ -388,12 +433,17 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                 ids.append(value + offset)
         return tf.concat(ids, axis=0), [tf.shape(i)[0] for i in ids], pooling
 
-    def _finish(self, names: list[str], vectors: tf.Tensor, sizes: list, pooling: dict
-                ) -> dict[str, tf.Tensor]:
+    def _finish(
+        self, names: list[str], vectors: tf.Tensor, sizes: list, pooling: dict
+    ) -> dict[str, tf.Tensor]:
         """Splits one lookup's vectors back into features, pooling multi-valued ones."""
         split = tf.split(vectors, sizes, num=len(names))
-        return {name: _pool(vector, *pooling[name], self._combiners[name])
-                if name in pooling else vector for name, vector in zip(names, split)}
+        return {
+            name: _pool(vector, *pooling[name], self._combiners[name])
+            if name in pooling
+            else vector
+            for name, vector in zip(names, split)
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -408,24 +458,31 @@ class DynamicPlan:
 
 
 @contextlib.contextmanager
-def dynamic_tables_resolved_together(layers: list["FeatureEmbeddings"], features: dict,
-                                     training: bool) -> Iterator[None]:
+def dynamic_tables_resolved_together(
+    layers: list["FeatureEmbeddings"], features: dict, training: bool
+) -> Iterator[None]:
     """Resolves the dynamic tables of every layer in ``layers`` for ``features`` in one
     :func:`lookup_tables` call (one admission per server, not one per layer and
     server), for the layers' calls inside to use. Layers with a shard group of their own
     (built outside :func:`shared_across_layers`) resolve on their own as before."""
     layers = [layer for layer in layers if layer.dynamic_tables]
-    shared = [layer for layer in layers
-              if layer.dynamic_tables_group is layers[0].dynamic_tables_group] if layers else []
+    shared = (
+        [layer for layer in layers if layer.dynamic_tables_group is layers[0].dynamic_tables_group]
+        if layers
+        else []
+    )
     if len(shared) < 2:
         yield
         return
     plans = [layer.dynamic_plan(features) for layer in shared]
-    vectors = lookup_tables([t for plan in plans for t in plan.tables],
-                            [k for plan in plans for k in plan.keys], training)
+    vectors = lookup_tables(
+        [t for plan in plans for t in plan.tables],
+        [k for plan in plans for k in plan.keys],
+        training,
+    )
     start = 0
     for layer, plan in zip(shared, plans):
-        layer._resolved = (plan, vectors[start:start + len(plan.tables)])
+        layer._resolved = (plan, vectors[start : start + len(plan.tables)])
         start += len(plan.tables)
     try:
         yield
@@ -440,9 +497,12 @@ def check_feature_names(features: FeatureConfig, feature_names: list[str]) -> No
         raise ValueError("a feature group needs at least one feature; got none")
     for name in feature_names:
         if name not in features.features:
-            raise ValueError(f"unknown feature {name!r}; {features.file} defines "
-                             + ", ".join(features.features) + "."
-                             + did_you_mean(name, features.features))
+            raise ValueError(
+                f"unknown feature {name!r}; {features.file} defines "
+                + ", ".join(features.features)
+                + "."
+                + did_you_mean(name, features.features)
+            )
     repeated = sorted({n for n in feature_names if feature_names.count(n) > 1})
     if repeated:
         raise ValueError(f"feature(s) {repeated} listed more than once in one group")
@@ -468,18 +528,35 @@ class FeatureLinear(tf.keras.layers.Layer):
       ``[B, T]`` logits.
     """
 
-    def __init__(self, features: FeatureConfig, feature_names: list[str], num_outputs: int,
-                 name: str = "linear", **kwargs: Any):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        feature_names: list[str],
+        num_outputs: int,
+        name: str = "linear",
+        **kwargs: Any,
+    ):
         super().__init__(name=name, **kwargs)
-        self.embeddings = FeatureEmbeddings(features, feature_names, dim_override=num_outputs,
-                                            initializer="zeros", name=f"{name}_embeddings")
+        self.embeddings = FeatureEmbeddings(
+            features,
+            feature_names,
+            dim_override=num_outputs,
+            initializer="zeros",
+            name=f"{name}_embeddings",
+        )
         self.dense = None
         if self.embeddings.dense_feature_names:
-            self.dense = tf.keras.layers.Dense(num_outputs, use_bias=False,
-                                               kernel_initializer="zeros", name="dense")
+            self.dense = tf.keras.layers.Dense(
+                num_outputs, use_bias=False, kernel_initializer="zeros", name="dense"
+            )
         with tf.name_scope(self.name):
-            self.bias = self.add_weight(name="bias", shape=(num_outputs,), dtype=tf.float32,
-                                        initializer="zeros", trainable=True)
+            self.bias = self.add_weight(
+                name="bias",
+                shape=(num_outputs,),
+                dtype=tf.float32,
+                initializer="zeros",
+                trainable=True,
+            )
 
     def call(self, features: dict[str, Any], training: bool | None = None) -> tf.Tensor:
         sparse, dense = self.embeddings(features, training=training)
@@ -489,8 +566,9 @@ class FeatureLinear(tf.keras.layers.Layer):
         return tf.add_n(terms) + self.bias
 
 
-def example_features(features: FeatureConfig, feature_names: list[str],
-                     batch_size: int = 1) -> dict[str, Any]:
+def example_features(
+    features: FeatureConfig, feature_names: list[str], batch_size: int = 1
+) -> dict[str, Any]:
     """A batch of zeros shaped like the input pipeline's output for ``feature_names``.
 
     Calling a model on it creates every variable, e.g. under ``strategy.scope()``.

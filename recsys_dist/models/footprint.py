@@ -131,11 +131,13 @@ def model_footprint(config: ExperimentConfig) -> ModelFootprint:
     from recsys_dist.models.embedding import FeatureEmbeddings, FeatureLinear
     from recsys_dist.models.zoo import build_from_config
 
-    tiny = {name: dataclasses.replace(t, rows=None if t.dynamic else 1,
-                                      capacity_per_shard=1 if t.dynamic else None)
-            for name, t in config.features.tables.items()}
-    small = dataclasses.replace(config, features=dataclasses.replace(config.features,
-                                                                     tables=tiny))
+    tiny = {
+        name: dataclasses.replace(
+            t, rows=None if t.dynamic else 1, capacity_per_shard=1 if t.dynamic else None
+        )
+        for name, t in config.features.tables.items()
+    }
+    small = dataclasses.replace(config, features=dataclasses.replace(config.features, tables=tiny))
     created: list = []
 
     def record(next_creator, **kwargs):
@@ -152,33 +154,52 @@ def model_footprint(config: ExperimentConfig) -> ModelFootprint:
         uses = _table_uses(config, layer)
         for stack in layer.stacks:
             name = f"{layer.name}/stack_d{int(stack.variable.shape[1])}"
-            stacks.append(StackFootprint(name, int(stack.variable.shape[1]),
-                                         tuple(uses[t] for t in stack.layout),
-                                         id(layer) in linear))
+            stacks.append(
+                StackFootprint(
+                    name,
+                    int(stack.variable.shape[1]),
+                    tuple(uses[t] for t in stack.layout),
+                    id(layer) in linear,
+                )
+            )
             stack_of[stack.variable.ref()] = name
         for table_name, table in layer.dynamic_tables.items():
-            dynamic.append(DynamicFootprint(f"{layer.name}/{table_name}", table.dim,
-                                            uses[table_name], id(layer) in linear))
-    shards = [shard for tables in model.dynamic_tables.values() for table in tables
-              for shard in table.shards]
+            dynamic.append(
+                DynamicFootprint(
+                    f"{layer.name}/{table_name}", table.dim, uses[table_name], id(layer) in linear
+                )
+            )
+    shards = [
+        shard
+        for tables in model.dynamic_tables.values()
+        for table in tables
+        for shard in table.shards
+    ]
     colocated = {v.ref() for shard in shards for v in shard.variables}
     # a shard's admission switch is held outside its tracked variables: known by its name
     prefixes = tuple(f"{shard.name}_" for shard in shards)
     dense = {v.ref() for v in model.dense_variables}
     placed = []
     for variable in created:
-        if (variable.ref() in colocated
-                or variable.name.split(":")[0].rsplit("/", 1)[-1].startswith(prefixes)):
+        if variable.ref() in colocated or variable.name.split(":")[0].rsplit("/", 1)[-1].startswith(
+            prefixes
+        ):
             continue
         if variable.ref() in stack_of:
             placed.append(PlacedVariable(stack_of[variable.ref()], 0, True))
         else:
-            placed.append(PlacedVariable(variable.name.split(":")[0],
-                                         int(variable.shape.num_elements()),
-                                         variable.ref() in dense))
+            placed.append(
+                PlacedVariable(
+                    variable.name.split(":")[0],
+                    int(variable.shape.num_elements()),
+                    variable.ref() in dense,
+                )
+            )
     stack_rows = {s.name: s.rows * s.dim for s in stacks}
-    placed = [dataclasses.replace(v, parameters=stack_rows[v.name]) if v.name in stack_rows
-              else v for v in placed]
+    placed = [
+        dataclasses.replace(v, parameters=stack_rows[v.name]) if v.name in stack_rows else v
+        for v in placed
+    ]
     return ModelFootprint(tuple(stacks), tuple(dynamic), tuple(placed))
 
 

@@ -16,8 +16,10 @@ def is_positive_int(value: object) -> bool:
 def check_choice(where: str, name: str, value: object, allowed: tuple[str, ...]) -> None:
     """Raises ValueError naming ``where``'s argument ``name`` unless ``value`` is allowed."""
     if value not in allowed:
-        raise ValueError(f"{where}{name} must be one of {', '.join(map(repr, allowed))}. "
-                         f"Received: {name}={value!r}")
+        raise ValueError(
+            f"{where}{name} must be one of {', '.join(map(repr, allowed))}. "
+            f"Received: {name}={value!r}"
+        )
 
 
 def bool_mask(mask: tf.Tensor | None, like: tf.Tensor) -> tf.Tensor:

@@ -46,7 +46,8 @@ class TablePartitioner:
 
     def __init__(self, min_shard_bytes: int, max_shards: int):
         self._tables = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=min_shard_bytes, max_shards=max_shards)
+            min_shard_bytes=min_shard_bytes, max_shards=max_shards
+        )
 
     def __call__(self, shape, dtype, axis: int = 0) -> list[int]:
         if getattr(_scope, "depth", 0) == 0:

@@ -68,8 +68,9 @@ class Column:
 
 # Plain TensorFlow: AutoGraph must not convert it (nor the library loading it calls).
 @tf.autograph.experimental.do_not_convert
-def read_rows(path, start, stop, dtypes: dict[str, tf.DType],
-              ragged: set[str] | frozenset[str] = frozenset()) -> dict[str, Column]:
+def read_rows(
+    path, start, stop, dtypes: dict[str, tf.DType], ragged: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Column]:
     """Rows ``[start, stop)`` of the named columns of one Parquet file.
 
     Args:
@@ -91,24 +92,35 @@ def read_rows(path, start, stop, dtypes: dict[str, tf.DType],
     module = load()
     names = list(dtypes)
     values, valid, splits = module.parquet_read_rows(
-        path=path, start=tf.cast(start, tf.int64), stop=tf.cast(stop, tf.int64),
-        columns=names, dtypes=[tf.as_dtype(dtypes[n]) for n in names],
-        ragged=[n in ragged for n in names], N=len(names))
+        path=path,
+        start=tf.cast(start, tf.int64),
+        stop=tf.cast(stop, tf.int64),
+        columns=names,
+        dtypes=[tf.as_dtype(dtypes[n]) for n in names],
+        ragged=[n in ragged for n in names],
+        N=len(names),
+    )
     # The generated wrapper returns a namedtuple, which tf.data would not unpack.
-    return {n: Column(values[i], valid[i], splits[i] if n in ragged else None)
-            for i, n in enumerate(names)}
+    return {
+        n: Column(values[i], valid[i], splits[i] if n in ragged else None)
+        for i, n in enumerate(names)
+    }
 
 
 # ---- fused feature transforms (see feature_transforms.cc) ------------------------------
-def hash_int_ids(values: tf.Tensor, present: tf.Tensor | None, buckets: list[int],
-                 missing_rows: list[int]) -> tuple[tf.Tensor, tf.Tensor]:
+def hash_int_ids(
+    values: tf.Tensor, present: tf.Tensor | None, buckets: list[int], missing_rows: list[int]
+) -> tuple[tf.Tensor, tf.Tensor]:
     """``(ids, hashes)`` of ``[K, N]`` int64 ids: ``mix64(id) % buckets[k]``, or
     ``missing_rows[k]`` where ``present`` (``[K, N]`` bool, or None) is false; the
     uint64 ``mix64`` hashes."""
     if present is None:
         present = tf.zeros([0, 0], tf.bool)
-    return tuple(load().hash_int_ids(values=values, present=present, buckets=list(buckets),
-                                     missing_rows=list(missing_rows)))
+    return tuple(
+        load().hash_int_ids(
+            values=values, present=present, buckets=list(buckets), missing_rows=list(missing_rows)
+        )
+    )
 
 
 def bucketize_rows(x: tf.Tensor, edges) -> tf.Tensor:
@@ -116,20 +128,33 @@ def bucketize_rows(x: tf.Tensor, edges) -> tf.Tensor:
     return load().bucketize_rows(x=x, edges=tf.constant(edges, tf.float32))
 
 
-def delimited_ids(strings: tf.Tensor, separator: str, weight_separator: str | None,
-                  buckets: int, max_length: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def delimited_ids(
+    strings: tf.Tensor, separator: str, weight_separator: str | None, buckets: int, max_length: int
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """``(ids [N, L], weights [N, L], bad [N])`` of delimited strings such as
     ``"3:0.7|15:0.3"``: the first ``max_length`` non-empty tokens, ids hashed as
     ``tf.strings.to_hash_bucket_fast(id, buckets)``, weight 1 when ``weight_separator``
     is None; ``bad``: a row with a weight that is not a number (it reads 0)."""
-    return tuple(load().delimited_ids(strings=strings, separator=separator,
-                                      weight_separator=weight_separator or "",
-                                      buckets=buckets, max_length=max_length))
+    return tuple(
+        load().delimited_ids(
+            strings=strings,
+            separator=separator,
+            weight_separator=weight_separator or "",
+            buckets=buckets,
+            max_length=max_length,
+        )
+    )
 
 
-def list_ids(values: tf.Tensor, row_splits: tf.Tensor, valid: tf.Tensor | None,
-             weights: tf.RaggedTensor | None, weights_valid: tf.Tensor | None,
-             buckets: int, max_length: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def list_ids(
+    values: tf.Tensor,
+    row_splits: tf.Tensor,
+    valid: tf.Tensor | None,
+    weights: tf.RaggedTensor | None,
+    weights_valid: tf.Tensor | None,
+    buckets: int,
+    max_length: int,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """``(ids [N, L], weights [N, L], bad [N])`` of a list column (int64 or string
     values, ``[N + 1]`` row splits): the first ``max_length`` non-null elements, hashed as
     a categorical feature's ids; with a ``weights`` list column (float32 values), each
@@ -137,10 +162,15 @@ def list_ids(values: tf.Tensor, row_splits: tf.Tensor, valid: tf.Tensor | None,
     length (they read no ids)."""
     empty_bool, empty_float = tf.zeros([0], tf.bool), tf.zeros([0], tf.float32)
     empty_splits = tf.zeros([0], tf.int64)
-    return tuple(load().list_ids(
-        values=values, row_splits=row_splits,
-        valid=valid if valid is not None else empty_bool,
-        weights=weights.flat_values if weights is not None else empty_float,
-        weights_splits=weights.row_splits if weights is not None else empty_splits,
-        weights_valid=weights_valid if weights_valid is not None else empty_bool,
-        buckets=buckets, max_length=max_length))
+    return tuple(
+        load().list_ids(
+            values=values,
+            row_splits=row_splits,
+            valid=valid if valid is not None else empty_bool,
+            weights=weights.flat_values if weights is not None else empty_float,
+            weights_splits=weights.row_splits if weights is not None else empty_splits,
+            weights_valid=weights_valid if weights_valid is not None else empty_bool,
+            buckets=buckets,
+            max_length=max_length,
+        )
+    )

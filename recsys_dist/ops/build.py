@@ -31,9 +31,16 @@ from recsys_dist.errors import RecsysError
 
 #: The op library's C++ sources: the Parquet reader, the fused feature transforms and
 #: the dynamic tables' admission.
-SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-           for name in ("parquet_read_rows.cc", "feature_transforms.cc",
-                         "dynamic_admission.cc", "dynamic_rows.cc", "dynamic_routing.cc")]
+SOURCES = [
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    for name in (
+        "parquet_read_rows.cc",
+        "feature_transforms.cc",
+        "dynamic_admission.cc",
+        "dynamic_rows.cc",
+        "dynamic_routing.cc",
+    )
+]
 #: Headers the sources include (part of the build key, not compiled on their own).
 HEADERS = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "mix64.h")]
 NAME = "parquet_ops"
@@ -41,7 +48,8 @@ COMPILER_ADVICE = (
     "recsys_dist compiles its Parquet reader (a TensorFlow op on Arrow C++) on first use "
     "and needs a C++20 compiler for that: g++ 10 or newer (Debian/Ubuntu: "
     "`apt-get install g++`; RHEL/Fedora: `dnf install gcc-c++`), or set CXX to another "
-    "C++20 compiler such as clang++ 12 or newer")
+    "C++20 compiler such as clang++ 12 or newer"
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +70,24 @@ def _compiler() -> str:
 
 def _compiler_version(cxx: str) -> str:
     try:
-        return subprocess.run([cxx, "--version"], capture_output=True, text=True,
-                              timeout=30).stdout.splitlines()[0]
+        return subprocess.run(
+            [cxx, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError) as exc:
-        raise OpBuildError(f"cannot run the C++ compiler {cxx}: {exc}. "
-                           f"{COMPILER_ADVICE}") from None
+        raise OpBuildError(f"cannot run the C++ compiler {cxx}: {exc}. {COMPILER_ADVICE}") from None
 
 
 def _shared_library(directory: str, stem: str) -> str:
     """The versioned file name of ``lib<stem>.so.NNNN`` in ``directory`` (never a
     hard-coded version)."""
-    names = sorted(os.path.basename(p)
-                   for p in glob.glob(os.path.join(directory, f"lib{stem}.so*")))
+    names = sorted(
+        os.path.basename(p) for p in glob.glob(os.path.join(directory, f"lib{stem}.so*"))
+    )
     if not names:
-        raise OpBuildError(f"pyarrow ships no lib{stem}.so in {directory}; reinstall pyarrow "
-                           "(pip install --force-reinstall 'pyarrow>=24')")
+        raise OpBuildError(
+            f"pyarrow ships no lib{stem}.so in {directory}; reinstall pyarrow "
+            "(pip install --force-reinstall 'pyarrow>=24')"
+        )
     # The shortest versioned name (libarrow.so.2500) is the one the loader wants.
     return min(names, key=len)
 
@@ -87,20 +98,31 @@ def compile_command(cxx: str, sources: list[str], output: str) -> list[str]:
     import tensorflow as tf
 
     arrow_dirs = pyarrow.get_library_dirs()
-    arrow_dir = next((d for d in arrow_dirs if glob.glob(os.path.join(d, "libarrow.so*"))),
-                     arrow_dirs[0])
+    arrow_dir = next(
+        (d for d in arrow_dirs if glob.glob(os.path.join(d, "libarrow.so*"))), arrow_dirs[0]
+    )
     tf_flags = [f for f in tf.sysconfig.get_compile_flags() if not f.startswith("--std")]
     tf_link = tf.sysconfig.get_link_flags()
     tf_dirs = [f[2:] for f in tf_link if f.startswith("-L")]
-    libs = [f"-l:{_shared_library(arrow_dir, 'arrow')}",
-            f"-l:{_shared_library(arrow_dir, 'parquet')}"]
+    libs = [
+        f"-l:{_shared_library(arrow_dir, 'arrow')}",
+        f"-l:{_shared_library(arrow_dir, 'parquet')}",
+    ]
     if glob.glob(os.path.join(arrow_dir, "libarrow_s3.so*")):  # pyarrow >= 26 split S3 out
-        libs += ["-Wl,--no-as-needed", f"-l:{_shared_library(arrow_dir, 'arrow_s3')}",
-                 "-Wl,--as-needed"]
-    return ([cxx, "-O2", "-shared", "-fPIC", "-std=c++20", "-w", *sources, "-o", output]
-            + tf_flags + [f"-I{pyarrow.get_include()}"] + tf_link
-            + [f"-L{arrow_dir}"] + libs
-            + [f"-Wl,-rpath,{d}" for d in tf_dirs + [arrow_dir]])
+        libs += [
+            "-Wl,--no-as-needed",
+            f"-l:{_shared_library(arrow_dir, 'arrow_s3')}",
+            "-Wl,--as-needed",
+        ]
+    return (
+        [cxx, "-O2", "-shared", "-fPIC", "-std=c++20", "-w", *sources, "-o", output]
+        + tf_flags
+        + [f"-I{pyarrow.get_include()}"]
+        + tf_link
+        + [f"-L{arrow_dir}"]
+        + libs
+        + [f"-Wl,-rpath,{d}" for d in tf_dirs + [arrow_dir]]
+    )
 
 
 def build_key(cxx_version: str) -> str:
@@ -112,15 +134,22 @@ def build_key(cxx_version: str) -> str:
     for path in SOURCES + HEADERS:
         with open(path, "rb") as handle:
             sources.append(handle.read())
-    parts = [*sources, tf.__version__.encode(), tf.sysconfig.get_lib().encode(),
-             pyarrow.__version__.encode(), pyarrow.get_include().encode(),
-             sysconfig.get_config_var("SOABI").encode(), cxx_version.encode()]
+    parts = [
+        *sources,
+        tf.__version__.encode(),
+        tf.sysconfig.get_lib().encode(),
+        pyarrow.__version__.encode(),
+        pyarrow.get_include().encode(),
+        sysconfig.get_config_var("SOABI").encode(),
+        cxx_version.encode(),
+    ]
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
 
 
 def build_dir() -> str:
     return os.environ.get("RECSYS_DIST_OPS_DIR") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "_build")
+        os.path.dirname(os.path.abspath(__file__)), "_build"
+    )
 
 
 def library_path(quiet: bool = True) -> str:
@@ -139,9 +168,11 @@ def library_path(quiet: bool = True) -> str:
         os.makedirs(directory, exist_ok=True)
         lock = open(os.path.join(directory, ".lock"), "w")
     except OSError as exc:
-        raise OpBuildError(f"cannot write the Parquet op library to {directory}: "
-                           f"{exc.strerror}; set RECSYS_DIST_OPS_DIR to a writable "
-                           "directory") from None
+        raise OpBuildError(
+            f"cannot write the Parquet op library to {directory}: "
+            f"{exc.strerror}; set RECSYS_DIST_OPS_DIR to a writable "
+            "directory"
+        ) from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(target):  # another process built it while we waited
@@ -149,17 +180,22 @@ def library_path(quiet: bool = True) -> str:
         temporary = f"{target}.{os.getpid()}.tmp"
         command = compile_command(cxx, SOURCES, temporary)
         if not quiet:
-            log.info("recsys_dist: building the Parquet op library (%s) for the installed "
-                     "TensorFlow and pyarrow, about a minute ...", os.path.basename(target))
+            log.info(
+                "recsys_dist: building the Parquet op library (%s) for the installed "
+                "TensorFlow and pyarrow, about a minute ...",
+                os.path.basename(target),
+            )
         began = time.monotonic()
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             if os.path.exists(temporary):
                 os.remove(temporary)
             tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-25:])
-            raise OpBuildError(f"compiling {', '.join(SOURCES)} failed (exit "
-                               f"{result.returncode}):\n"
-                               f"{' '.join(command)}\n{tail}")
+            raise OpBuildError(
+                f"compiling {', '.join(SOURCES)} failed (exit "
+                f"{result.returncode}):\n"
+                f"{' '.join(command)}\n{tail}"
+            )
         os.replace(temporary, target)
         for old in glob.glob(os.path.join(directory, f"{NAME}-*.so")):
             if old != target:

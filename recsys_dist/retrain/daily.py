@@ -77,9 +77,13 @@ def _windows(config: ExperimentConfig, date: datetime.date):
 def _code_version() -> str:
     version = recsys_dist.__version__
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10,
-                                cwd=os.path.dirname(os.path.dirname(recsys_dist.__file__)))
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=os.path.dirname(os.path.dirname(recsys_dist.__file__)),
+        )
         if commit.returncode == 0:
             version += f"+g{commit.stdout.strip()}"
     except OSError:
@@ -99,17 +103,22 @@ def _gate(config: ExperimentConfig, new: dict, old: dict | None) -> tuple[bool, 
     gate = config.retrain.gate
     label = gate.label or config.labels[0]
     if label not in new["labels"]:
-        raise ConfigError(config.file, "retrain.gate.label", f"unknown label {label!r}; the "
-                          f"model predicts {', '.join(config.labels)}")
+        raise ConfigError(
+            config.file,
+            "retrain.gate.label",
+            f"unknown label {label!r}; the model predicts {', '.join(config.labels)}",
+        )
     mine = new["labels"][label][gate.metric]
     if old is None:
         return True, f"first model: {gate.metric}/{label} {mine:.4f}, nothing to compare with"
     theirs = old["labels"][label][gate.metric]
     worse = theirs - mine if gate.metric == "auc" else mine - theirs
     verdict = worse <= gate.max_drop
-    return verdict, (f"{gate.metric}/{label} {mine:.4f} vs previous {theirs:.4f}: "
-                     + ("better" if worse <= 0 else f"worse by {worse:.4f}")
-                     + f" (max_drop {gate.max_drop})")
+    return verdict, (
+        f"{gate.metric}/{label} {mine:.4f} vs previous {theirs:.4f}: "
+        + ("better" if worse <= 0 else f"worse by {worse:.4f}")
+        + f" (max_drop {gate.max_drop})"
+    )
 
 
 def _write_json(path: str, value: dict) -> None:
@@ -126,8 +135,11 @@ def _read_json(path: str) -> dict:
 def _held(pubs: Publications, date: datetime.date) -> bool:
     """``date`` finished training but was neither published nor gated."""
     run_dir = pubs.run_dir(date)
-    return (not pubs.is_published(date) and storage_io.exists(f"{run_dir}/train_result.json")
-            and not storage_io.exists(f"{run_dir}/{DECISION}"))
+    return (
+        not pubs.is_published(date)
+        and storage_io.exists(f"{run_dir}/train_result.json")
+        and not storage_io.exists(f"{run_dir}/{DECISION}")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +160,13 @@ class _DayPlan:
         return self.pubs.run_dir(self.date)
 
 
-def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
-                data_path: str | None = None, finish_held: bool = True) -> DayOutcome:
+def retrain_day(
+    config_path: str,
+    overrides: list[str],
+    date: datetime.date,
+    data_path: str | None = None,
+    finish_held: bool = True,
+) -> DayOutcome:
     """Runs (or recognises as done) the retraining of ``date``: plan, train, gate,
     publish; first finishes the day before if it was held for its held-out partition
     (``finish_held``).
@@ -174,13 +191,20 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
     day = {"data.train": {"dates": train_range}, "data.eval": {"dates": eval_range}}
     if data_path is not None:
         day["data.path"] = data_path
-    plan = _plan(load_config(config_path, overrides, day, source=f"retrain {date}"), pubs,
-                 date, train_range, eval_range)
+    plan = _plan(
+        load_config(config_path, overrides, day, source=f"retrain {date}"),
+        pubs,
+        date,
+        train_range,
+        eval_range,
+    )
     step, warm = _train(plan)
     if not plan.eval_present and base.retrain.missing_eval == "hold":
-        message = (f"{date} trained (step {step:,}) but not published: the held-out "
-                   f"partition {eval_range} is not there yet; rerun the same command once it "
-                   "lands")
+        message = (
+            f"{date} trained (step {step:,}) but not published: the held-out "
+            f"partition {eval_range} is not there yet; rerun the same command once it "
+            "lands"
+        )
         log.info(f"held\t{message}")
         return DayOutcome(date, "held", message)
     new_metrics, comparison, gate_message = None, None, "ungated"
@@ -194,20 +218,32 @@ def retrain_day(config_path: str, overrides: list[str], date: datetime.date,
 
 def _check_retrain_config(config: ExperimentConfig) -> ExperimentConfig:
     if config.retrain is None:
-        raise ConfigError(config.file, "retrain", "missing; add retrain: {root: DIR} (and "
-                          "optionally train_dates, eval_dates, gate) to retrain daily")
+        raise ConfigError(
+            config.file,
+            "retrain",
+            "missing; add retrain: {root: DIR} (and "
+            "optionally train_dates, eval_dates, gate) to retrain daily",
+        )
     if config.data is None:
-        raise ConfigError(config.file, "data", "missing; retrain needs data.path with date "
-                          "partitions")
+        raise ConfigError(
+            config.file, "data", "missing; retrain needs data.path with date partitions"
+        )
     if config.train.early_stopping is not None:
-        raise ConfigError(config.file, "train.early_stopping", "retrain does not stop early: "
-                          "its validation split would have to move with --date. Choose "
-                          "train.epochs offline (train with early_stopping on past days) and "
-                          "remove it, or --set train.early_stopping=null")
+        raise ConfigError(
+            config.file,
+            "train.early_stopping",
+            "retrain does not stop early: "
+            "its validation split would have to move with --date. Choose "
+            "train.epochs offline (train with early_stopping on past days) and "
+            "remove it, or --set train.early_stopping=null",
+        )
     label = config.retrain.gate.label
     if label is not None and label not in config.labels:
-        raise ConfigError(config.file, "retrain.gate.label", f"unknown label {label!r}; the "
-                          f"model predicts {', '.join(config.labels)}")
+        raise ConfigError(
+            config.file,
+            "retrain.gate.label",
+            f"unknown label {label!r}; the model predicts {', '.join(config.labels)}",
+        )
     return config
 
 
@@ -223,18 +259,32 @@ def _already_done(pubs: Publications, date: datetime.date) -> DayOutcome | None:
     decision = _read_json(decision_path)
     message = f"{date} was already decided: {decision['message']}; nothing to do"
     log.info(f"done\t{message}")
-    return DayOutcome(date, "already_" + decision["status"], message,
-                      decision.get("exit_code", 0))
+    return DayOutcome(date, "already_" + decision["status"], message, decision.get("exit_code", 0))
 
 
-def _plan(config: ExperimentConfig, pubs: Publications, date: datetime.date,
-          train_range: str, eval_range: str) -> _DayPlan:
+def _plan(
+    config: ExperimentConfig,
+    pubs: Publications,
+    date: datetime.date,
+    train_range: str,
+    eval_range: str,
+) -> _DayPlan:
     parent = pubs.latest_before(date)
-    plan = _DayPlan(date, config, pubs, train_range, eval_range, _eval_present(config),
-                    parent, pubs.manifest(parent) if parent else None)
-    log.info(f"retrain\t{date}: train on {train_range}, hold out {eval_range}"
-          + ("" if plan.eval_present else " (not there yet)")
-          + f"; previous published model: {parent or 'none'}")
+    plan = _DayPlan(
+        date,
+        config,
+        pubs,
+        train_range,
+        eval_range,
+        _eval_present(config),
+        parent,
+        pubs.manifest(parent) if parent else None,
+    )
+    log.info(
+        f"retrain\t{date}: train on {train_range}, hold out {eval_range}"
+        + ("" if plan.eval_present else " (not there yet)")
+        + f"; previous published model: {parent or 'none'}"
+    )
     return plan
 
 
@@ -244,16 +294,27 @@ def _train(plan: _DayPlan) -> tuple[int, dict | None]:
     spec, run_dir = plan.config.retrain, plan.run_dir
     parent_checkpoint = None
     if plan.parent_manifest is not None and spec.warm_start:
-        parent_checkpoint = find_checkpoint(plan.pubs.run_dir(plan.parent),
-                                            plan.parent_manifest["checkpoint"])
+        parent_checkpoint = find_checkpoint(
+            plan.pubs.run_dir(plan.parent), plan.parent_manifest["checkpoint"]
+        )
     warm_path = f"{run_dir}/{WARM_START}"
     if parent_checkpoint is not None and CheckpointManager(run_dir).latest() is None:
         storage_io.makedirs(run_dir)  # a fresh run: record what it starts from
-        _write_json(warm_path, {"from": parent_checkpoint.directory,
-                                "parent": str(plan.parent), "step": parent_checkpoint.step})
-    outcome = train_run(plan.config, run_dir, evaluate=False,
-                        warm_start_from=parent_checkpoint,
-                        on_table_resize=spec.on_table_resize)
+        _write_json(
+            warm_path,
+            {
+                "from": parent_checkpoint.directory,
+                "parent": str(plan.parent),
+                "step": parent_checkpoint.step,
+            },
+        )
+    outcome = train_run(
+        plan.config,
+        run_dir,
+        evaluate=False,
+        warm_start_from=parent_checkpoint,
+        on_table_resize=spec.on_table_resize,
+    )
     return outcome.step, _read_json(warm_path) if storage_io.exists(warm_path) else None
 
 
@@ -265,33 +326,46 @@ def _evaluate_and_gate(plan: _DayPlan) -> tuple[dict, bool, str]:
         try:  # (a remote publication's config is copied to local disk to be loaded)
             parent_config = load_config(
                 local_config(plan.pubs.directory(plan.parent), scratch),
-                values={"data.eval": {"dates": plan.eval_range},
-                        "data.path": plan.config.data.path},
-                source=f"retrain {plan.date}, previous model {plan.parent}")
-            old_metrics = run_evaluation(parent_config, plan.pubs.run_dir(plan.parent),
-                                         f"{run_dir}/eval_previous",
-                                         checkpoint=plan.parent_manifest["checkpoint"]).metrics
+                values={
+                    "data.eval": {"dates": plan.eval_range},
+                    "data.path": plan.config.data.path,
+                },
+                source=f"retrain {plan.date}, previous model {plan.parent}",
+            )
+            old_metrics = run_evaluation(
+                parent_config,
+                plan.pubs.run_dir(plan.parent),
+                f"{run_dir}/eval_previous",
+                checkpoint=plan.parent_manifest["checkpoint"],
+            ).metrics
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         baseline = f"{run_dir}/eval_previous/metrics.json"
-    new_metrics = run_evaluation(plan.config, run_dir, f"{run_dir}/eval",
-                                 baseline=baseline).metrics
+    new_metrics = run_evaluation(plan.config, run_dir, f"{run_dir}/eval", baseline=baseline).metrics
     passed, message = _gate(plan.config, new_metrics, old_metrics)
     return new_metrics, passed, message
 
 
 def _gated(plan: _DayPlan, gate_message: str, comparison: dict | None) -> DayOutcome:
-    message = (f"{plan.date} NOT published: {gate_message}; {plan.parent} stays current "
-               f"(report {plan.run_dir}/eval/report.html)")
-    _write_json(f"{plan.run_dir}/{DECISION}", {"status": "gated", "message": message,
-                                               "exit_code": GATED_EXIT,
-                                               "comparison": comparison})
+    message = (
+        f"{plan.date} NOT published: {gate_message}; {plan.parent} stays current "
+        f"(report {plan.run_dir}/eval/report.html)"
+    )
+    _write_json(
+        f"{plan.run_dir}/{DECISION}",
+        {"status": "gated", "message": message, "exit_code": GATED_EXIT, "comparison": comparison},
+    )
     log.info(f"gated\t{message}")
     return DayOutcome(plan.date, "gated", message, GATED_EXIT)
 
 
-def _publish(plan: _DayPlan, new_metrics: dict | None, comparison: dict | None,
-             gate_message: str, warm: dict | None) -> DayOutcome:
+def _publish(
+    plan: _DayPlan,
+    new_metrics: dict | None,
+    comparison: dict | None,
+    gate_message: str,
+    warm: dict | None,
+) -> DayOutcome:
     """Exports the day's model and publishes it (``_SUCCESS`` last, then ``CURRENT``)."""
     config, date = plan.config, plan.date
     saved = find_checkpoint(plan.run_dir)
@@ -299,16 +373,22 @@ def _publish(plan: _DayPlan, new_metrics: dict | None, comparison: dict | None,
     export_model(config, plan.run_dir, f"{directory}/export")
     texts = resolved_files(config)
     manifest = {
-        "date": date.isoformat(), "published_at": datetime.datetime.now(
-            datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model": config.model.name, "labels": config.labels,
-        "train_dates": plan.train_range, "eval_dates": plan.eval_range,
-        "metrics": {label: {k: v for k, v in m.items() if k not in ("slices", "calibration")}
-                    for label, m in (new_metrics or {}).get("labels", {}).items()},
-        "gate": gate_message, "comparison": comparison,
+        "date": date.isoformat(),
+        "published_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "model": config.model.name,
+        "labels": config.labels,
+        "train_dates": plan.train_range,
+        "eval_dates": plan.eval_range,
+        "metrics": {
+            label: {k: v for k, v in m.items() if k not in ("slices", "calibration")}
+            for label, m in (new_metrics or {}).get("labels", {}).items()
+        },
+        "gate": gate_message,
+        "comparison": comparison,
         "parent": plan.parent.isoformat() if plan.parent else None,
         "warm_started_from": warm["from"] if warm else None,
-        "checkpoint": saved.directory, "step": saved.step,
+        "checkpoint": saved.directory,
+        "step": saved.step,
         "config_sha256": hashlib.sha256("".join(texts.values()).encode()).hexdigest(),
         "code_version": _code_version(),
     }
@@ -318,8 +398,13 @@ def _publish(plan: _DayPlan, new_metrics: dict | None, comparison: dict | None,
     return DayOutcome(date, "published", message)
 
 
-def backfill(config_path: str, overrides: list[str], first: datetime.date,
-             last: datetime.date, data_path: str | None = None) -> list[DayOutcome]:
+def backfill(
+    config_path: str,
+    overrides: list[str],
+    first: datetime.date,
+    last: datetime.date,
+    data_path: str | None = None,
+) -> list[DayOutcome]:
     """Runs ``retrain_day`` for every date from ``first`` to ``last``, in order.
 
     A gated or held day does not stop the backfill (the next day warm-starts from the
@@ -329,6 +414,7 @@ def backfill(config_path: str, overrides: list[str], first: datetime.date,
         raise RecsysError(f"--to {last} is before --from {first}")
     outcomes = []
     for offset in range((last - first).days + 1):
-        outcomes.append(retrain_day(config_path, overrides, first + datetime.timedelta(offset),
-                                    data_path))
+        outcomes.append(
+            retrain_day(config_path, overrides, first + datetime.timedelta(offset), data_path)
+        )
     return outcomes

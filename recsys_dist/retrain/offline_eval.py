@@ -56,25 +56,34 @@ def _join(*parts: str) -> str:
     return posixpath.join(*parts)
 
 
-def _select(pubs: Publications, models: Sequence[str] | None,
-            last: int | None = None) -> list[str]:
+def _select(pubs: Publications, models: Sequence[str] | None, last: int | None = None) -> list[str]:
     complete, incomplete = ([d.isoformat() for d in dates] for dates in pubs.scan())
     if not complete:
-        extra = (f" ({len(incomplete)} incomplete publication(s) without {SUCCESS}: "
-                 f"{', '.join(incomplete)})" if incomplete else "")
-        raise OfflineEvalError(f"{pubs.published}: no published model (a complete "
-                               f"one has {SUCCESS}){extra}; run recsys-dist retrain first")
+        extra = (
+            f" ({len(incomplete)} incomplete publication(s) without {SUCCESS}: "
+            f"{', '.join(incomplete)})"
+            if incomplete
+            else ""
+        )
+        raise OfflineEvalError(
+            f"{pubs.published}: no published model (a complete "
+            f"one has {SUCCESS}){extra}; run recsys-dist retrain first"
+        )
     if not models:
         return complete[-last:] if last else complete
     wanted = sorted({m.strip() for m in models if m.strip()})
     if not wanted:
-        raise OfflineEvalError("--models is empty; give dates like 2026-01-05,2026-01-06 or "
-                               "leave it out to evaluate every published model")
+        raise OfflineEvalError(
+            "--models is empty; give dates like 2026-01-05,2026-01-06 or "
+            "leave it out to evaluate every published model"
+        )
     missing = [m for m in wanted if m not in complete]
     if missing:
         why = [f"{m} (incomplete: no {SUCCESS})" if m in incomplete else m for m in missing]
-        raise OfflineEvalError(f"not published under {pubs.published}: "
-                               f"{', '.join(why)}; published models: {', '.join(complete)}")
+        raise OfflineEvalError(
+            f"not published under {pubs.published}: "
+            f"{', '.join(why)}; published models: {', '.join(complete)}"
+        )
     return wanted[-last:] if last else wanted
 
 
@@ -83,8 +92,11 @@ def _publication(pubs: Publications, date: str, scratch: str) -> tuple[dict, str
     day = datetime.date.fromisoformat(date)
     try:
         manifest = pubs.manifest(day)
-        return (manifest, pubs.checkpoint(day, manifest),
-                local_config(pubs.directory(day), scratch))
+        return (
+            manifest,
+            pubs.checkpoint(day, manifest),
+            local_config(pubs.directory(day), scratch),
+        )
     except PublishError as exc:
         raise OfflineEvalError(str(exc)) from None
 
@@ -100,8 +112,9 @@ def _overlaps(train_dates: Any, evaluated: DateRange) -> bool | None:
     return trained.first <= evaluated.last and evaluated.first <= trained.last
 
 
-def _model_entry(date: str, manifest: dict, metrics: dict, current: str | None,
-                 evaluated: DateRange) -> dict:
+def _model_entry(
+    date: str, manifest: dict, metrics: dict, current: str | None, evaluated: DateRange
+) -> dict:
     labels = {}
     comparison = (metrics.get("comparison") or {}).get("labels") or {}
     for label, entry in metrics["labels"].items():
@@ -136,8 +149,7 @@ def _model_entry(date: str, manifest: dict, metrics: dict, current: str | None,
     }
 
 
-def _plan(pubs: Publications, date: str, scratch: str, values: dict,
-          evaluated: DateRange) -> tuple:
+def _plan(pubs: Publications, date: str, scratch: str, values: dict, evaluated: DateRange) -> tuple:
     """``(date, manifest, checkpoint, config)`` of one publication, its config loaded with
     the evaluation ``values``."""
     manifest, checkpoint, config_path = _publication(pubs, date, scratch)
@@ -145,8 +157,13 @@ def _plan(pubs: Publications, date: str, scratch: str, values: dict,
     return date, manifest, checkpoint, config
 
 
-def _evaluate_plans(plans: list[tuple], out_dir: str, current: str | None,
-                    evaluated: DateRange, log: Callable[[str], None] | None) -> list[dict]:
+def _evaluate_plans(
+    plans: list[tuple],
+    out_dir: str,
+    current: str | None,
+    evaluated: DateRange,
+    log: Callable[[str], None] | None,
+) -> list[dict]:
     """Scores each planned publication into ``out_dir/<date>/``; the first is the
     reference the others are compared with."""
     reference = plans[0][0]
@@ -154,18 +171,31 @@ def _evaluate_plans(plans: list[tuple], out_dir: str, current: str | None,
     entries = []
     for index, (date, manifest, checkpoint, config) in enumerate(plans):
         if log is not None:
-            log(f"evaluate {date} ({index + 1} of {len(plans)}): step "
+            log(
+                f"evaluate {date} ({index + 1} of {len(plans)}): step "
                 f"{manifest.get('step', '?')} on {evaluated}"
-                + ("" if index == 0 else f", vs reference {reference}"))
+                + ("" if index == 0 else f", vs reference {reference}")
+            )
         run_dir = posixpath.dirname(posixpath.dirname(checkpoint))
-        result = run_evaluation(config, run_dir, _join(out_dir, date), checkpoint=checkpoint,
-                                baseline=None if index == 0 else reference_metrics)
+        result = run_evaluation(
+            config,
+            run_dir,
+            _join(out_dir, date),
+            checkpoint=checkpoint,
+            baseline=None if index == 0 else reference_metrics,
+        )
         entries.append(_model_entry(date, manifest, result.metrics, current, evaluated))
     return entries
 
 
-def _comparison(root: str, evaluated: DateRange, reference: str, current: str | None,
-                entries: list[dict], out_dir: str) -> dict:
+def _comparison(
+    root: str,
+    evaluated: DateRange,
+    reference: str,
+    current: str | None,
+    entries: list[dict],
+    out_dir: str,
+) -> dict:
     """What ``comparison.json`` holds (see :func:`evaluate_published`)."""
     return {
         "root": root,
@@ -179,9 +209,16 @@ def _comparison(root: str, evaluated: DateRange, reference: str, current: str | 
     }
 
 
-def evaluate_published(root: str, dates: str, out_dir: str, models: list[str] | None = None,
-                       data_path: str | None = None, *, last: int | None = None,
-                       log: Callable[[str], None] | None = None) -> dict:
+def evaluate_published(
+    root: str,
+    dates: str,
+    out_dir: str,
+    models: list[str] | None = None,
+    data_path: str | None = None,
+    *,
+    last: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict:
     """Scores published models on the same dates and writes one comparison report.
 
     Args:

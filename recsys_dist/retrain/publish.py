@@ -87,8 +87,9 @@ class Publications:
         except ValueError as exc:
             raise PublishError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(manifest, dict) or not manifest.get("checkpoint"):
-            raise PublishError(f"{path}: has no 'checkpoint' (the training checkpoint the "
-                               "model was exported from)")
+            raise PublishError(
+                f"{path}: has no 'checkpoint' (the training checkpoint the model was exported from)"
+            )
         return manifest
 
     def checkpoint(self, date: datetime.date, manifest: dict) -> str:
@@ -108,10 +109,12 @@ class Publications:
         for candidate in candidates:
             if storage_io.exists(candidate):
                 return candidate
-        raise PublishError(f"{_join(self.directory(date), MANIFEST)}: checkpoint {path} of "
-                           f"published model {date} does not exist (was its run directory "
-                           f"under {_join(self.root, 'runs')} removed?); the offline "
-                           "evaluation scores training checkpoints")
+        raise PublishError(
+            f"{_join(self.directory(date), MANIFEST)}: checkpoint {path} of "
+            f"published model {date} does not exist (was its run directory "
+            f"under {_join(self.root, 'runs')} removed?); the offline "
+            "evaluation scores training checkpoints"
+        )
 
     def current(self) -> str | None:
         path = _join(self.root, CURRENT)
@@ -150,8 +153,9 @@ def local_config(directory: str, scratch: str) -> str:
     """
     for name in (CONFIG, FEATURES):
         if not storage_io.exists(_join(directory, name)):
-            raise PublishError(f"{_join(directory, name)}: missing; {directory} is not a "
-                               "complete publication")
+            raise PublishError(
+                f"{_join(directory, name)}: missing; {directory} is not a complete publication"
+            )
     if not storage_io.is_remote(directory):
         return _join(directory, CONFIG)
     local = os.path.join(scratch, posixpath.basename(directory.rstrip("/")))

@@ -13,8 +13,10 @@ _TERM = re.compile(r"^\{date(?:([+-])(\d+))?\}$")
 def _day(term: str, date: datetime.date) -> datetime.date:
     match = _TERM.match(term.strip())
     if not match:
-        raise ValueError(f"{term!r} is not a date term; write {{date}}, {{date-N}} or "
-                         "{date+N}, e.g. \"{date-6}..{date}\"")
+        raise ValueError(
+            f"{term!r} is not a date term; write {{date}}, {{date-N}} or "
+            '{date+N}, e.g. "{date-6}..{date}"'
+        )
     sign, days = match.group(1), int(match.group(2) or 0)
     return date + datetime.timedelta(days=-days if sign == "-" else days)
 

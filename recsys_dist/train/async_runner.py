@@ -19,8 +19,13 @@ from recsys_dist.train.dense_cache import DenseWeightCache
 from recsys_dist.train.step import ReplicaStep
 
 
-def async_train_item(strategy, pipeline: InputPipeline, replica: ReplicaStep,
-                     global_step: tf.Variable, dense_refresh_steps: int | None):
+def async_train_item(
+    strategy,
+    pipeline: InputPipeline,
+    replica: ReplicaStep,
+    global_step: tf.Variable,
+    dense_refresh_steps: int | None,
+):
     """``train_item(file_index, start, stop, max_steps) -> (loss sum, weight, rows,
     steps, first step's end)``: trains rows ``[start, stop)`` of file ``file_index`` on
     the worker it runs on, at most ``max_steps`` steps, and advances ``global_step``."""
@@ -36,8 +41,11 @@ def async_train_item(strategy, pipeline: InputPipeline, replica: ReplicaStep,
         # An explicit iterator keeps the steps in this function's own while loop; a
         # `for batch in dataset` would run them inside tf.data's reduce (4x slower).
         iterator = iter(pipeline.item_dataset(file_index, start, stop, training=True))
-        cache = (DenseWeightCache(replica.model.dense_variables, dense_refresh_steps)
-                 if dense_refresh_steps is not None else None)
+        cache = (
+            DenseWeightCache(replica.model.dense_variables, dense_refresh_steps)
+            if dense_refresh_steps is not None
+            else None
+        )
         with cache.scope() if cache else contextlib.nullcontext([]) as dense_copies:
             for step in tf.range(max_steps):
                 if cache:
@@ -46,7 +54,8 @@ def async_train_item(strategy, pipeline: InputPipeline, replica: ReplicaStep,
                 if not optional.has_value():
                     break
                 step_loss, step_weight, step_rows = strategy.run(
-                    replica.run, args=(optional.get_value(), dense_copies))
+                    replica.run, args=(optional.get_value(), dense_copies)
+                )
                 loss_sum += total(step_loss)
                 weight += total(step_weight)
                 rows += total(step_rows)

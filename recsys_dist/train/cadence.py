@@ -36,10 +36,13 @@ class Cadence:
 
     def checkpoint_due(self, now: float, step: int) -> bool:
         train = self.train
-        return ((train.checkpoint_every_steps is not None
-                 and step - self._last_save_step >= train.checkpoint_every_steps)
-                or (train.checkpoint_every_seconds is not None
-                    and now - self._last_save >= train.checkpoint_every_seconds))
+        return (
+            train.checkpoint_every_steps is not None
+            and step - self._last_save_step >= train.checkpoint_every_steps
+        ) or (
+            train.checkpoint_every_seconds is not None
+            and now - self._last_save >= train.checkpoint_every_seconds
+        )
 
     def saved(self, step: int) -> None:
         """A checkpoint of ``step`` was just written (the next is due counting from now)."""

@@ -39,13 +39,17 @@ def relative_paths(files: tuple[str, ...]) -> list[str]:
     return ["/".join(p[depth:]) for p in parts]
 
 
-def items_fingerprint(files: tuple[str, ...], items: tuple[Unit, ...],
-                      file_bytes: tuple[int, ...] = ()) -> str:
+def items_fingerprint(
+    files: tuple[str, ...], items: tuple[Unit, ...], file_bytes: tuple[int, ...] = ()
+) -> str:
     """Identifies the data a position counts: the files relative to their common root,
     their sizes, and the item boundaries (rows from the footers' row groups)."""
     digest = hashlib.sha256()
-    digest.update(json.dumps([relative_paths(files), list(file_bytes),
-                              [[u.file, u.start, u.stop] for u in items]]).encode())
+    digest.update(
+        json.dumps(
+            [relative_paths(files), list(file_bytes), [[u.file, u.start, u.stop] for u in items]]
+        ).encode()
+    )
     return digest.hexdigest()[:16]
 
 
@@ -68,8 +72,15 @@ class DataPosition:
       file_bytes: Size of each file (part of the fingerprint).
     """
 
-    def __init__(self, files: tuple[str, ...], items: tuple[Unit, ...], epochs: int,
-                 shuffle: bool, seed: int, file_bytes: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        files: tuple[str, ...],
+        items: tuple[Unit, ...],
+        epochs: int,
+        shuffle: bool,
+        seed: int,
+        file_bytes: tuple[int, ...] = (),
+    ):
         self.files = files
         self.items = items
         self.epochs = epochs
@@ -115,9 +126,15 @@ class DataPosition:
 
     # ---- persistence --------------------------------------------------------------------
     def to_json(self) -> dict:
-        return {"fingerprint": self.fingerprint, "epochs": self.epochs,
-                "items": len(self.items), "done": list(self.done), "stopped": self.stopped,
-                "finished_rows": self.finished_rows, "total_rows": self.total_rows}
+        return {
+            "fingerprint": self.fingerprint,
+            "epochs": self.epochs,
+            "items": len(self.items),
+            "done": list(self.done),
+            "stopped": self.stopped,
+            "finished_rows": self.finished_rows,
+            "total_rows": self.total_rows,
+        }
 
     def restore(self, state: dict, source: str) -> None:
         """Takes over the finished passes of a checkpoint's position.
@@ -135,6 +152,7 @@ class DataPosition:
                 "files (their paths under the data root, their sizes, their row groups), "
                 "input.max_unit_rows, input.batch_size or train.steps_per_call changed). "
                 "Resume with the same data and settings, or "
-                "train into a new --model-dir")
+                "train into a new --model-dir"
+            )
         self.done = [int(d) for d in state["done"]]
         self.stopped = bool(state.get("stopped", False))

@@ -42,9 +42,12 @@ def check_dense_refresh(config_file: str, refresh_steps: int | None, replicas: i
     built for one replica per worker (a CPU worker); several GPUs per worker are not
     supported (nor testable on this project's machines)."""
     if refresh_steps is not None and replicas > 1:
-        raise ConfigError(config_file, "train.dense_refresh_steps",
-                          f"{refresh_steps} is not supported with {replicas} replicas per "
-                          "worker (one per GPU); set it to null")
+        raise ConfigError(
+            config_file,
+            "train.dense_refresh_steps",
+            f"{refresh_steps} is not supported with {replicas} replicas per "
+            "worker (one per GPU); set it to null",
+        )
 
 
 def caching_variable(variable: tf.Variable) -> ps_values.CachingVariable:
@@ -57,8 +60,10 @@ def caching_variable(variable: tf.Variable) -> ps_values.CachingVariable:
     if isinstance(variable, ps_values.AggregatingVariable):
         variable = variable.get()
     if not isinstance(variable, ps_values.CachingVariable):
-        raise ValueError(f"train.dense_refresh_steps needs ParameterServerStrategy variables; "
-                         f"{variable.name} is a {type(variable).__name__}")
+        raise ValueError(
+            f"train.dense_refresh_steps needs ParameterServerStrategy variables; "
+            f"{variable.name} is a {type(variable).__name__}"
+        )
     return variable
 
 
@@ -99,11 +104,15 @@ class DenseWeightCache:
         fresh read when ``step`` is a positive multiple of ``refresh_steps`` (step 0 uses
         the read :meth:`scope` made). The model's reads of the variables return the result
         until the next call."""
+
         def read():
             return [tf.identity(v.get().read_value()) for v in self._variables]
 
-        copies = tf.cond((step > 0) & (step % self._refresh_steps == 0), read,
-                         lambda: [tf.identity(c) for c in copies])
+        copies = tf.cond(
+            (step > 0) & (step % self._refresh_steps == 0),
+            read,
+            lambda: [tf.identity(c) for c in copies],
+        )
         for variable, copy in zip(self._variables, copies):
             variable._cache = copy  # noqa: SLF001  (what the variable's reads return)
         return copies

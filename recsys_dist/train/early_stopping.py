@@ -70,13 +70,20 @@ class EarlyStopping:
         line = f"validate epoch {last['epoch']}: {self.metric}/{self.label} {last['value']:.4f}"
         if best is last:
             return line + " (best so far)"
-        return line + (f" (best: epoch {best['epoch']}, {best['value']:.4f}; "
-                       f"{self.passes_since_best} of {self.spec.patience} epoch(s) "
-                       "without a gain)")
+        return line + (
+            f" (best: epoch {best['epoch']}, {best['value']:.4f}; "
+            f"{self.passes_since_best} of {self.spec.patience} epoch(s) "
+            "without a gain)"
+        )
 
     def to_json(self) -> dict:
-        return {"label": self.label, "metric": self.metric, "history": list(self.history),
-                "best": self.best, "stopped": self.stopped}
+        return {
+            "label": self.label,
+            "metric": self.metric,
+            "history": list(self.history),
+            "best": self.best,
+            "stopped": self.stopped,
+        }
 
     def restore(self, state: dict | None) -> None:
         """Takes over a checkpoint's record (none: a checkpoint written without early
@@ -85,6 +92,5 @@ class EarlyStopping:
             return
         self.history = [dict(entry) for entry in state.get("history", [])]
         best = state.get("best")
-        self.best = next((e for e in self.history if best and e["epoch"] == best["epoch"]),
-                         None)
+        self.best = next((e for e in self.history if best and e["epoch"] == best["epoch"]), None)
         self.stopped = bool(state.get("stopped", False))

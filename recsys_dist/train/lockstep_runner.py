@@ -40,8 +40,15 @@ class LockstepRunner:
       worker: This worker's index.
     """
 
-    def __init__(self, strategy, pipeline: InputPipeline, replica: ReplicaStep,
-                 global_step: tf.Variable, workers: int, worker: int):
+    def __init__(
+        self,
+        strategy,
+        pipeline: InputPipeline,
+        replica: ReplicaStep,
+        global_step: tf.Variable,
+        workers: int,
+        worker: int,
+    ):
         self.strategy, self.pipeline, self.replica = strategy, pipeline, replica
         self.global_step, self.workers, self.worker = global_step, workers, worker
         self.batch = pipeline.spec.batch_size
@@ -57,19 +64,26 @@ class LockstepRunner:
             totals += self._step(rows)
             first_step_at = first_step_at or time.time()
         self.global_step.assign_add(steps)
-        trained = sum(min(b - a, steps * self.share)
-                      for a, b in (worker_rows(start, stop, w, self.workers)
-                                   for w in range(self.workers)))
-        return (totals[0], totals[1], tf.constant(float(trained)),
-                tf.constant(steps, tf.int64), tf.constant(first_step_at, tf.float64))
+        trained = sum(
+            min(b - a, steps * self.share)
+            for a, b in (worker_rows(start, stop, w, self.workers) for w in range(self.workers))
+        )
+        return (
+            totals[0],
+            totals[1],
+            tf.constant(float(trained)),
+            tf.constant(steps, tf.int64),
+            tf.constant(first_step_at, tf.float64),
+        )
 
     def _synchronous_step(self):
         """``step(rows) -> [loss sum, weight]`` over all workers: one synchronous step."""
         strategy = self.strategy
         with tf.Graph().as_default():  # the batches' structure
             zero = tf.constant(0, tf.int64)
-            spec = self.pipeline.item_dataset(zero, zero, zero, training=True,
-                                              batch_size=self.share).element_spec
+            spec = self.pipeline.item_dataset(
+                zero, zero, zero, training=True, batch_size=self.share
+            ).element_spec
         # Batch dimension unknown: one trace for every batch size, so every worker makes
         # the same collectives in the same order.
         spec = tf.nest.map_structure(lambda s: s._unbatch()._batch(None), spec)  # noqa: SLF001
@@ -80,22 +94,26 @@ class LockstepRunner:
 
         @tf.function(input_signature=[spec])
         def step(rows):
-            return strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                   strategy.run(replica_totals, args=(rows,)), axis=None)
+            return strategy.reduce(
+                tf.distribute.ReduceOp.SUM, strategy.run(replica_totals, args=(rows,)), axis=None
+            )
 
         return step
 
     def _batches(self, file_index: int, start: int, stop: int, steps: int) -> Iterator[dict]:
         """``steps`` batches of this worker's share of rows ``[start, stop)``: its own
         rows, then (when they run out first) the item's first row with weight 0."""
+
         def read(a: int, b: int, batch_size: int) -> tf.data.Dataset:
-            return self.pipeline.item_dataset(*(tf.constant(v, tf.int64)
-                                                for v in (file_index, a, b)),
-                                              training=True, batch_size=batch_size)
+            return self.pipeline.item_dataset(
+                *(tf.constant(v, tf.int64) for v in (file_index, a, b)),
+                training=True,
+                batch_size=batch_size,
+            )
 
         lo, hi = worker_rows(start, stop, self.worker, self.workers)
         taken = 0
-        for rows in (read(lo, hi, self.share) if hi > lo else ()):
+        for rows in read(lo, hi, self.share) if hi > lo else ():
             if taken == steps:
                 return
             yield rows

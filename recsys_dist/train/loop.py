@@ -42,8 +42,12 @@ class TrainingLoop:
         runtime = trainer.runtime
         self.cadence = Cadence(trainer.config.train, trainer.step)
         self.attempt = Attempt(trainer.step, max(8, 4 * runtime.num_workers), self.cadence)
-        self.in_flight = InFlight(runtime.coordinator, trainer.train_item,
-                                  2 * runtime.num_workers, stalled=runtime.worker_lost)
+        self.in_flight = InFlight(
+            runtime.coordinator,
+            trainer.train_item,
+            2 * runtime.num_workers,
+            stalled=runtime.worker_lost,
+        )
 
     def run(self) -> TrainResult:
         trainer, attempt, in_flight = self.trainer, self.attempt, self.in_flight
@@ -133,8 +137,11 @@ class TrainingLoop:
         if attempt.first is None:
             attempt.first = (now, attempt.counters.rows)
         attempt.window.append((now, attempt.counters.rows))
-        due = (cadence.log_due(now), cadence.summary_due(now),
-               cadence.checkpoint_due(now, attempt.step))
+        due = (
+            cadence.log_due(now),
+            cadence.summary_due(now),
+            cadence.checkpoint_due(now, attempt.step),
+        )
         if trainer.runtime.worker_lost():
             # A checkpoint waits for every closure in flight, one of which may be stuck on
             # the lost worker; a summary's or the log line's ops on this process waited too
@@ -158,8 +165,14 @@ class TrainingLoop:
 
     def _summaries(self, rate: float) -> None:
         trainer = self.trainer
-        write_summaries(self.writer, self.attempt.step, rate, self.attempt.mean_loss(),
-                        trainer.auc, trainer.bookkeeping.stats())
+        write_summaries(
+            self.writer,
+            self.attempt.step,
+            rate,
+            self.attempt.mean_loss(),
+            trainer.auc,
+            trainer.bookkeeping.stats(),
+        )
 
     def _finish(self) -> TrainResult:
         """Ends the last pass, writes the final summaries and checkpoint; the figures."""
@@ -174,18 +187,33 @@ class TrainingLoop:
         self.writer.flush()
         end = time.perf_counter()  # the rates leave out the final checkpoint
         # Never rewrite the restored checkpoint, nor one this attempt just wrote.
-        if changed or ((counters.steps or trainer.restored is None)
-                       and attempt.saved_at != attempt.step):
+        if changed or (
+            (counters.steps or trainer.restored is None) and attempt.saved_at != attempt.step
+        ):
             trainer.checkpoint(attempt)
         self.sync_summaries()
-        warm = ((counters.rows - attempt.first[1]) / (end - attempt.first[0])
-                if attempt.first and end > attempt.first[0] else float("nan"))
+        warm = (
+            (counters.rows - attempt.first[1]) / (end - attempt.first[0])
+            if attempt.first and end > attempt.first[0]
+            else float("nan")
+        )
         # The last pass's AUC (a stop between passes has already reset the metrics).
-        auc = (attempt.epochs[-1]["auc"] if attempt.epochs
-               else {n: float(m.result()) for n, m in trainer.auc.items()})
+        auc = (
+            attempt.epochs[-1]["auc"]
+            if attempt.epochs
+            else {n: float(m.result()) for n, m in trainer.auc.items()}
+        )
         stopping = trainer.early_stopping
-        return TrainResult(counters.steps, counters.rows, counters.skipped, seconds,
-                           attempt.mean_loss(), auc, warm, attempt.epochs,
-                           trainer.bookkeeping.stats(),
-                           stopping.record.to_json() if stopping else None,
-                           attempt.first_step_at)
+        return TrainResult(
+            counters.steps,
+            counters.rows,
+            counters.skipped,
+            seconds,
+            attempt.mean_loss(),
+            auc,
+            warm,
+            attempt.epochs,
+            trainer.bookkeeping.stats(),
+            stopping.record.to_json() if stopping else None,
+            attempt.first_step_at,
+        )

@@ -95,21 +95,27 @@ def _with_unique_rows(base: type) -> type:
 _legacy = tf.keras.optimizers.legacy
 #: The optimizer class of each name. Plain SGD applies sparse gradients with a scatter-add,
 #: which needs no de-duplication, so it stays as it is.
-OPTIMIZERS = {"adagrad": _with_unique_rows(_legacy.Adagrad),
-              "ftrl": _with_unique_rows(_legacy.Ftrl), "sgd": _legacy.SGD,
-              "adam": _with_unique_rows(_legacy.Adam)}
+OPTIMIZERS = {
+    "adagrad": _with_unique_rows(_legacy.Adagrad),
+    "ftrl": _with_unique_rows(_legacy.Ftrl),
+    "sgd": _legacy.SGD,
+    "adam": _with_unique_rows(_legacy.Adam),
+}
 
 
-def make_optimizer(spec: OptimizerSpec,
-                   learning_rate: float | _schedules.LearningRateSchedule):
+def make_optimizer(spec: OptimizerSpec, learning_rate: float | _schedules.LearningRateSchedule):
     """Builds the legacy tf-keras optimizer ``spec`` names (call under strategy.scope());
     ``learning_rate`` is a rate or a schedule of it."""
     cls = OPTIMIZERS[spec.name]
     if spec.name == "adagrad":
         return cls(learning_rate, initial_accumulator_value=spec.initial_accumulator_value)
     if spec.name == "ftrl":
-        return cls(learning_rate, initial_accumulator_value=spec.initial_accumulator_value,
-                   l1_regularization_strength=spec.l1, l2_regularization_strength=spec.l2)
+        return cls(
+            learning_rate,
+            initial_accumulator_value=spec.initial_accumulator_value,
+            l1_regularization_strength=spec.l1,
+            l2_regularization_strength=spec.l2,
+        )
     if spec.name == "sgd":
         return cls(learning_rate)
     return cls(learning_rate, beta_1=spec.beta_1, beta_2=spec.beta_2, epsilon=spec.epsilon)
@@ -130,8 +136,9 @@ class ModelOptimizers:
     slot at once (before any restore: ``checkpoint/store.py``).
     """
 
-    def __init__(self, model, train: TrainSpec, batch_size: int,
-                 steps_per_epoch: int | None = None):
+    def __init__(
+        self, model, train: TrainSpec, batch_size: int, steps_per_epoch: int | None = None
+    ):
         decay = train.lr_decay_per_epoch
         decays = decay is not None and decay < 1.0
         if decays and not steps_per_epoch:
@@ -150,18 +157,21 @@ class ModelOptimizers:
         self.tables = model.embedding_variables
         linear = {v.ref() for v in model.linear_variables} if self.linear else set()
         #: (optimizer, indices into ``tables``) of each group of tables.
-        self.table_groups = [(self.embedding, [i for i, v in enumerate(self.tables)
-                                               if v.ref() not in linear])]
+        self.table_groups = [
+            (self.embedding, [i for i, v in enumerate(self.tables) if v.ref() not in linear])
+        ]
         if self.linear:
-            self.table_groups.append((self.linear, [i for i, v in enumerate(self.tables)
-                                                    if v.ref() in linear]))
+            self.table_groups.append(
+                (self.linear, [i for i, v in enumerate(self.tables) if v.ref() in linear])
+            )
         self.dense_variables = model.dense_variables
         for optimizer, indices in self.table_groups:
             create_slots(optimizer, [self.tables[i] for i in indices])
         create_slots(self.dense, self.dense_variables)
         # a dynamic table's slots are checkpointed as its rows are: the rows in use only
-        save_slots_of_rows_in_use([t for tables in model.dynamic_tables.values() for t in tables],
-                                  self.all)
+        save_slots_of_rows_in_use(
+            [t for tables in model.dynamic_tables.values() for t in tables], self.all
+        )
 
     @property
     def all(self) -> list:

@@ -18,12 +18,18 @@ log = logging.getLogger(__name__)
 AUC_SHOWN_AFTER = 20
 
 #: The dynamic tables' figures written as summaries.
-DYNAMIC_SCALARS = ("live_ids", "admitted_this_run", "dropped_full", "lookups_without_row",
-                   "counted_not_admitted")
+DYNAMIC_SCALARS = (
+    "live_ids",
+    "admitted_this_run",
+    "dropped_full",
+    "lookups_without_row",
+    "counted_not_admitted",
+)
 
 
-def progress_line(attempt: Attempt, position: DataPosition, auc: dict, rows_in_flight: int
-                  ) -> str | None:
+def progress_line(
+    attempt: Attempt, position: DataPosition, auc: dict, rows_in_flight: int
+) -> str | None:
     """``step N | rate | loss | AUCs | done% | ETA``, or None before there is a rate.
 
     The AUC's counts live on the parameter servers and are read while workers add to
@@ -43,27 +49,39 @@ def progress_line(attempt: Attempt, position: DataPosition, auc: dict, rows_in_f
         aucs = " ".join(f"auc/{n} (pass starting)" for n in auc)
     if position.epochs > 1 and attempt.epoch is not None:
         aucs += f" (epoch {attempt.epoch + 1}/{position.epochs})"
-    return (f"step {attempt.step:,} | {rate:,.0f} ex/s | loss {attempt.mean_loss():.4f} | "
-            f"{aucs} | {100 * done / max(total, 1):.0f}% | ETA {eta:.0f}s")
+    return (
+        f"step {attempt.step:,} | {rate:,.0f} ex/s | loss {attempt.mean_loss():.4f} | "
+        f"{aucs} | {100 * done / max(total, 1):.0f}% | ETA {eta:.0f}s"
+    )
 
 
 def log_pass(epoch: int, epochs: int, aucs: dict[str, float]) -> None:
     """The line of pass ``epoch`` (from 0) that has just ended, when there are several."""
     if epochs > 1:
-        log.info("epoch %d/%d done: %s", epoch + 1, epochs,
-                 ", ".join(f"train auc/{n} {v:.4f}" for n, v in aucs.items()))
+        log.info(
+            "epoch %d/%d done: %s",
+            epoch + 1,
+            epochs,
+            ", ".join(f"train auc/{n} {v:.4f}" for n, v in aucs.items()),
+        )
 
 
 def log_checkpoint(saved: SavedCheckpoint, position: DataPosition) -> None:
     upload = saved.state.get("upload_seconds")
-    log.info("checkpoint\tstep %s: %s of %s rows done, saved in %.1fs%s to %s",
-             f"{saved.step:,}", f"{position.finished_rows:,}", f"{position.total_rows:,}",
-             saved.state["save_seconds"],
-             f" and uploaded in {upload:.1f}s" if upload is not None else "", saved.directory)
+    log.info(
+        "checkpoint\tstep %s: %s of %s rows done, saved in %.1fs%s to %s",
+        f"{saved.step:,}",
+        f"{position.finished_rows:,}",
+        f"{position.total_rows:,}",
+        saved.state["save_seconds"],
+        f" and uploaded in {upload:.1f}s" if upload is not None else "",
+        saved.directory,
+    )
 
 
-def write_summaries(writer, step: int, rate: float, loss: float, auc: dict,
-                    dynamic_tables: dict[str, dict]) -> None:
+def write_summaries(
+    writer, step: int, rate: float, loss: float, auc: dict, dynamic_tables: dict[str, dict]
+) -> None:
     """The loss, rate, training AUCs and dynamic tables' figures at global ``step``."""
     with writer.as_default(step=step):
         _scalar("loss", loss)
@@ -79,7 +97,8 @@ def write_summaries(writer, step: int, rate: float, loss: float, auc: dict,
 #: What ``tf.summary.scalar`` attaches to a scalar (TensorBoard's scalars plugin, data
 #: version 0, which serializes to no bytes).
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+)
 
 
 def _scalar(name: str, value) -> None:

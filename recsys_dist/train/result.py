@@ -60,8 +60,7 @@ class TrainResult:
     @property
     def seconds_to_first_step(self) -> float | None:
         """Seconds from the command's start to the first step's end (start-up)."""
-        return (self.first_step_at - COMMAND_STARTED_AT
-                if self.first_step_at is not None else None)
+        return self.first_step_at - COMMAND_STARTED_AT if self.first_step_at is not None else None
 
 
 def write_config_files(config: ExperimentConfig, model_dir: str) -> None:
@@ -75,7 +74,9 @@ def write_result_file(model_dir: str, result: TrainResult, eval_metrics: dict | 
     """Writes the run's figures into ``model_dir``: ``train_result.json``."""
     summary = dataclasses.asdict(result) | {
         "examples_per_second": result.examples_per_second,
-        "seconds_to_first_step": result.seconds_to_first_step, "eval": eval_metrics}
+        "seconds_to_first_step": result.seconds_to_first_step,
+        "eval": eval_metrics,
+    }
     storage_io.write_text(storage_io.join(model_dir, RESULT_FILE), json.dumps(summary, indent=2))
 
 

@@ -40,6 +40,7 @@ class RunOutcome:
       warm_started_from: Checkpoint directory it was seeded from, if any.
       metrics: Held-out metrics, when evaluated.
     """
+
     already_complete: bool
     step: int
     resumed_from: str | None = None
@@ -52,8 +53,7 @@ def log_eval(labels: list[str], metrics: dict) -> None:
         m = metrics["labels"][label]
         line = f"eval\t{label}: AUC {m['auc']:.4f}, logloss {m['logloss']:.4f}"
         if "oracle" in m:
-            line += (f" | oracle AUC {m['oracle']['auc']:.4f}, logloss "
-                     f"{m['oracle']['logloss']:.4f}")
+            line += f" | oracle AUC {m['oracle']['auc']:.4f}, logloss {m['oracle']['logloss']:.4f}"
         log.info("%s (%s rows)", line, f"{metrics['rows']:,}")
 
 
@@ -64,21 +64,25 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     lockstep = config.cluster.strategy == "multi_worker_mirrored"
     if not lockstep or (collective_task() or (None, 0))[1] == 0:  # one process warns
         _warn_collisions_on_first_run(config, model_dir, train_input)
-    log.info(f"train	{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
-          f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
-          f"{', '.join(config.labels)}, model_dir {model_dir}")
+    log.info(
+        f"train	{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
+        f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
+        f"{', '.join(config.labels)}, model_dir {model_dir}"
+    )
     eval_input, oracle = None, {}
     if evaluate and config.data is not None and config.data.eval is not None:
-        eval_input = prepare_input(config, "eval", workers,
-                                   optional_extra_columns=oracle_candidates(config.labels))
+        eval_input = prepare_input(
+            config, "eval", workers, optional_extra_columns=oracle_candidates(config.labels)
+        )
         oracle = oracle_columns(config.labels, eval_input.extra_columns)
-        log.info(f"eval\t{len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
-              + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else ""))
+        log.info(
+            f"eval\t{len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
+            + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else "")
+        )
     return train_input, eval_input, oracle
 
 
-def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str,
-                                  train_input) -> None:
+def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str, train_input) -> None:
     """On a model dir's first run (no checkpoint yet), logs a warning for each table
     a sample of ``train_input``'s rows shows too small
     (:func:`~recsys_dist.data.collisions.collision_warnings`), before any server starts."""
@@ -88,8 +92,12 @@ def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str,
     lines = collision_warnings(train_input, config.cluster.ps)
     log_lines(lines)
     if lines:
-        log.info("tables\tchecked on the first %s training rows in %.1fs (only on a model "
-                 "dir's first run)", f"{SAMPLE_ROWS:,}", time.perf_counter() - started)
+        log.info(
+            "tables\tchecked on the first %s training rows in %.1fs (only on a model "
+            "dir's first run)",
+            f"{SAMPLE_ROWS:,}",
+            time.perf_counter() - started,
+        )
 
 
 def _plan_validation(config: ExperimentConfig):
@@ -98,28 +106,34 @@ def _plan_validation(config: ExperimentConfig):
         return None
     validation = prepare_input(config, "validation", config.cluster.workers)
     spec = config.train.early_stopping
-    log.info(f"validate\t{len(validation.plan.files)} files, {validation.plan.total_rows:,} rows "
-          f"after every epoch; stop after {spec.patience} epoch(s) without a gain in "
-          f"{spec.metric}")
+    log.info(
+        f"validate\t{len(validation.plan.files)} files, {validation.plan.total_rows:,} rows "
+        f"after every epoch; stop after {spec.patience} epoch(s) without a gain in "
+        f"{spec.metric}"
+    )
     return validation
 
 
 def result_lines(result) -> list[str]:
     """What ``train`` prints of a :class:`~recsys_dist.train.trainer.TrainResult`."""
-    lines = [f"trained  {result.steps:,} steps, {result.examples:,} examples in "
-             f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
-             f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
-             f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}"
-                                               for k, v in result.auc.items())]
+    lines = [
+        f"trained  {result.steps:,} steps, {result.examples:,} examples in "
+        f"{result.seconds:.1f}s ({result.examples_per_second:,.0f} ex/s, "
+        f"{result.warm_examples_per_second:,.0f} ex/s after warm-up); final loss "
+        f"{result.loss:.4f}; " + ", ".join(f"train auc/{k} {v:.4f}" for k, v in result.auc.items())
+    ]
     if result.seconds_to_first_step is not None:
-        lines.append(f"start-up first step {result.seconds_to_first_step:.1f}s after the "
-                     "command started")
+        lines.append(
+            f"start-up first step {result.seconds_to_first_step:.1f}s after the command started"
+        )
     stopping = result.early_stopping
     if stopping and stopping["best"]:
         best, last = stopping["best"], stopping["history"][-1]
-        lines.append(f"best     epoch {best['epoch']} of {last['epoch']} trained: validation "
-                     f"{stopping['metric']}/{stopping['label']} {best['value']:.4f}"
-                     + ("; stopped early" if stopping["stopped"] else ""))
+        lines.append(
+            f"best     epoch {best['epoch']} of {last['epoch']} trained: validation "
+            f"{stopping['metric']}/{stopping['label']} {best['value']:.4f}"
+            + ("; stopped early" if stopping["stopped"] else "")
+        )
     lines.extend(dynamic_table_lines(result.dynamic_tables))
     return lines
 
@@ -137,9 +151,11 @@ def log_lines(lines: list[str]) -> None:
 #: A dynamic table whose fullest shard uses this share of its capacity gets a warning.
 NEARLY_FULL = 0.9
 #: What raising a dynamic table's capacity takes, said in those warnings.
-RAISING = (" (a resumed run, an evaluation, an export or a warm start takes the new capacity; "
-           "checkpoints and exports hold the live rows only, so room costs memory on the "
-           "servers alone)")
+RAISING = (
+    " (a resumed run, an evaluation, an export or a warm start takes the new capacity; "
+    "checkpoints and exports hold the live rows only, so room costs memory on the "
+    "servers alone)"
+)
 
 
 def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
@@ -147,28 +163,43 @@ def dynamic_table_lines(stats: dict[str, dict]) -> list[str]:
     whose fullest shard is :data:`NEARLY_FULL`."""
     lines = []
     for name, s in stats.items():
-        admitted = (f", {s['admitted_this_run']:,} admitted by this run"
-                    if "admitted_this_run" in s else "")
-        lines.append(f"table    {name}: {s['live_ids']:,} ids of capacity {s['capacity']:,} "
-                     f"({s['shards']} shards){admitted}; {s['counted_not_admitted']:,} ids "
-                     f"seen but not admitted yet; {s['lookups_without_row']:,} lookups read "
-                     "zeros"
-                     + (f"; {s['evicted_at_start']:,} evicted before training"
-                        if "evicted_at_start" in s else ""))
+        admitted = (
+            f", {s['admitted_this_run']:,} admitted by this run" if "admitted_this_run" in s else ""
+        )
+        lines.append(
+            f"table    {name}: {s['live_ids']:,} ids of capacity {s['capacity']:,} "
+            f"({s['shards']} shards){admitted}; {s['counted_not_admitted']:,} ids "
+            f"seen but not admitted yet; {s['lookups_without_row']:,} lookups read "
+            "zeros"
+            + (
+                f"; {s['evicted_at_start']:,} evicted before training"
+                if "evicted_at_start" in s
+                else ""
+            )
+        )
         if s["dropped_full"]:
-            lines.append(f"warning  dynamic table {name} is full: {s['dropped_full']:,} ids "
-                         f"were refused a row and read zeros; raise its capacity_per_shard"
-                         f"{RAISING}")
+            lines.append(
+                f"warning  dynamic table {name} is full: {s['dropped_full']:,} ids "
+                f"were refused a row and read zeros; raise its capacity_per_shard"
+                f"{RAISING}"
+            )
         elif s.get("fullest_shard", 0) >= NEARLY_FULL:
-            lines.append(f"warning  dynamic table {name} is nearly full: its fullest shard "
-                         f"uses {s['fullest_shard']:.0%} of capacity_per_shard; raise it "
-                         f"before new ids are refused{RAISING}")
+            lines.append(
+                f"warning  dynamic table {name} is nearly full: its fullest shard "
+                f"uses {s['fullest_shard']:.0%} of capacity_per_shard; raise it "
+                f"before new ids are refused{RAISING}"
+            )
     return lines
 
 
-def train_run(config: ExperimentConfig, model_dir: str, *,
-              evaluate: bool = True, warm_start_from: SavedCheckpoint | None = None,
-              on_table_resize: Literal["fail", "reinitialize"] = "fail") -> RunOutcome:
+def train_run(
+    config: ExperimentConfig,
+    model_dir: str,
+    *,
+    evaluate: bool = True,
+    warm_start_from: SavedCheckpoint | None = None,
+    on_table_resize: Literal["fail", "reinitialize"] = "fail",
+) -> RunOutcome:
     """Trains ``config`` into ``model_dir``: resumes its own checkpoint if it has one,
     else starts from ``warm_start_from`` (if given), else from scratch.
 
@@ -183,47 +214,60 @@ def train_run(config: ExperimentConfig, model_dir: str, *,
     done = completed_run(config, train_input, model_dir)
     if done is not None:
         saved, position = done
-        log.info(f"done\t{model_dir} already holds a complete run (checkpoint step "
-              f"{saved.step:,}, {position.finished_rows:,} of {position.total_rows:,} rows); "
-              "nothing to do. Train into a new --model-dir, or raise train.epochs or "
-              "train.max_steps to go on")
+        log.info(
+            f"done\t{model_dir} already holds a complete run (checkpoint step "
+            f"{saved.step:,}, {position.finished_rows:,} of {position.total_rows:,} rows); "
+            "nothing to do. Train into a new --model-dir, or raise train.epochs or "
+            "train.max_steps to go on"
+        )
         return RunOutcome(True, saved.step)
     # Fail now, naming the path, rather than at the first checkpoint.
     storage_io.check_writable(model_dir, "the run's checkpoints")
     synchronous = config.cluster.strategy == "multi_worker_mirrored"
-    with cluster_failures_as_cluster_lost(synchronous), connect(
+    with (
+        cluster_failures_as_cluster_lost(synchronous),
+        connect(
             config.cluster, log_dir_for(model_dir), config.train.embedding_shard_bytes
-    ) as runtime:
+        ) as runtime,
+    ):
         log.info(f"cluster\t{runtime.describe()}")
         trainer = Trainer(config, runtime, train_input, model_dir, validation)
         resumed = trainer.resume()
         warm = None
         if resumed is not None:
             position = trainer.position
-            log.info(f"resume\tfrom {resumed.directory}: step {resumed.step:,}, "
-                  f"{position.finished_rows:,} of {position.total_rows:,} rows done")
+            log.info(
+                f"resume\tfrom {resumed.directory}: step {resumed.step:,}, "
+                f"{position.finished_rows:,} of {position.total_rows:,} rows done"
+            )
             if warm_start_from is not None:
-                log.info(f"warm\tstart from {warm_start_from.directory} skipped: this model "
-                      "dir's own checkpoint goes on")
+                log.info(
+                    f"warm\tstart from {warm_start_from.directory} skipped: this model "
+                    "dir's own checkpoint goes on"
+                )
         elif warm_start_from is not None:
             report = trainer.warm_start(warm_start_from, on_table_resize)
             warm = warm_start_from.directory
-            log.info(f"warm\tstart from {warm}: step {trainer.step:,}, "
-                  f"{len(report.restored)} variables restored")
+            log.info(
+                f"warm\tstart from {warm}: step {trainer.step:,}, "
+                f"{len(report.restored)} variables restored"
+            )
             for line in report.warnings():
                 log.warning("%s", line)
             for name, done in trainer.evict_unseen().items():
-                log.info(f"evict\ttable {name}: {done['evicted']:,} ids last seen before "
-                      f"{done['oldest_day']} dropped, {done['kept']:,} kept")
+                log.info(
+                    f"evict\ttable {name}: {done['evicted']:,} ids last seen before "
+                    f"{done['oldest_day']} dropped, {done['kept']:,} kept"
+                )
         result = trainer.fit()
         log_lines(result_lines(result))
         metrics = _finish(config, runtime, trainer, result, eval_input, oracle)
-        return RunOutcome(False, trainer.step, resumed.directory if resumed else None, warm,
-                          metrics)
+        return RunOutcome(
+            False, trainer.step, resumed.directory if resumed else None, warm, metrics
+        )
 
 
-def _finish(config: ExperimentConfig, runtime, trainer, result, eval_input, oracle
-            ) -> dict | None:
+def _finish(config: ExperimentConfig, runtime, trainer, result, eval_input, oracle) -> dict | None:
     """Evaluates (on the chief) and writes the run's files; the held-out metrics."""
     metrics = None
     if eval_input is not None and runtime.is_chief:
@@ -241,24 +285,30 @@ def _evaluate(config: ExperimentConfig, runtime, trainer, eval_input, oracle) ->
     """The held-out metrics of the trained model. A ``multi_worker_mirrored`` chief scores
     its final checkpoint alone, on one device of its own."""
     if runtime.lockstep:
-        return evaluate_on_one_device(config, trainer.checkpoints.latest(), eval_input,
-                                      config.labels, oracle)
+        return evaluate_on_one_device(
+            config, trainer.checkpoints.latest(), eval_input, config.labels, oracle
+        )
     return evaluate_split(runtime, trainer.model, eval_input, config.labels, oracle)[0]
 
 
-def _launch_workers(config: ExperimentConfig, model_dir: str, evaluate: bool,
-                    warm_start_from: SavedCheckpoint | None, on_table_resize: str
-                    ) -> RunOutcome:
+def _launch_workers(
+    config: ExperimentConfig,
+    model_dir: str,
+    evaluate: bool,
+    warm_start_from: SavedCheckpoint | None,
+    on_table_resize: str,
+) -> RunOutcome:
     """A local ``multi_worker_mirrored`` run: starts ``cluster.workers`` worker processes
     that each run :func:`train_run` (``cluster/collective.py``) and waits for them."""
 
-
     cluster = config.cluster
     if cluster.mode != "local":
-        raise ClusterError(f"cluster.strategy: multi_worker_mirrored with cluster.mode: "
-                           f"{cluster.mode} needs TF_CONFIG with task.type 'worker' in every "
-                           "process (run recsys-dist train on each machine); TF_CONFIG is not "
-                           "set")
+        raise ClusterError(
+            f"cluster.strategy: multi_worker_mirrored with cluster.mode: "
+            f"{cluster.mode} needs TF_CONFIG with task.type 'worker' in every "
+            "process (run recsys-dist train on each machine); TF_CONFIG is not "
+            "set"
+        )
     storage_io.check_writable(model_dir, "the run's checkpoints")
     log_dir = log_dir_for(model_dir)
     config_dir = os.path.join(log_dir, "collective_config")
@@ -266,12 +316,17 @@ def _launch_workers(config: ExperimentConfig, model_dir: str, evaluate: bool,
     for name, text in resolved_files(config).items():
         with open(os.path.join(config_dir, name), "w", encoding="utf-8") as handle:
             handle.write(text)
-    log.info(f"cluster\t{cluster.workers} worker processes (multi_worker_mirrored, synchronous); "
-          f"worker 0's output follows, the others log in {log_dir}")
+    log.info(
+        f"cluster\t{cluster.workers} worker processes (multi_worker_mirrored, synchronous); "
+        f"worker 0's output follows, the others log in {log_dir}"
+    )
     data = config.data
-    run = CollectiveRun(os.path.join(config_dir, CONFIG_FILE),
-                        data.path if data is not None and data.path_from_command_line else None,
-                        model_dir, evaluate,
-                        warm_start_from.directory if warm_start_from else None,
-                        on_table_resize)
+    run = CollectiveRun(
+        os.path.join(config_dir, CONFIG_FILE),
+        data.path if data is not None and data.path_from_command_line else None,
+        model_dir,
+        evaluate,
+        warm_start_from.directory if warm_start_from else None,
+        on_table_resize,
+    )
     return RunOutcome(**launch(run, cluster.workers, log_dir, "recsys_dist.collective_worker"))

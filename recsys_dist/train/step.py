@@ -19,9 +19,14 @@ from recsys_dist.train.optimizers import ModelOptimizers
 AUC_THRESHOLDS = 2000
 
 
-def replica_loss(logits: dict, labels: dict, valid: tf.Tensor, names: list[str],
-                 replicas: int, extra_losses: list | None = None
-                 ) -> tuple[tf.Tensor, tf.Tensor]:
+def replica_loss(
+    logits: dict,
+    labels: dict,
+    valid: tf.Tensor,
+    names: list[str],
+    replicas: int,
+    extra_losses: list | None = None,
+) -> tuple[tf.Tensor, tf.Tensor]:
     """One replica's loss, scaled so the replicas' summed gradients are the step's mean.
 
     With several replicas every one divides its weighted sum by the weight of the whole
@@ -40,12 +45,18 @@ def replica_loss(logits: dict, labels: dict, valid: tf.Tensor, names: list[str],
       ``(loss, per_example)``: the scalar to differentiate, and the weighted ``[B]``
       cross-entropy (for reporting).
     """
-    per_example = tf.add_n([tf.nn.sigmoid_cross_entropy_with_logits(
-        labels=labels[name], logits=logits[name]) for name in names]) * valid
+    per_example = (
+        tf.add_n(
+            [
+                tf.nn.sigmoid_cross_entropy_with_logits(labels=labels[name], logits=logits[name])
+                for name in names
+            ]
+        )
+        * valid
+    )
     weight = tf.reduce_sum(valid)
     if replicas > 1:
-        weight = tf.distribute.get_replica_context().all_reduce(
-            tf.distribute.ReduceOp.SUM, weight)
+        weight = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, weight)
     loss = tf.reduce_sum(per_example) / tf.maximum(weight, 1.0)
     if extra_losses:
         loss += tf.add_n(extra_losses) / replicas
@@ -63,15 +74,20 @@ def require_gradients(variables: list, grads: list) -> None:
     """
     untrained = [v.name for v, g in zip(variables, grads) if g is None]
     if untrained:
-        raise RuntimeError(f"no gradient reaches the embedding variables {untrained}; "
-                           "every table of the model is read by the loss")
+        raise RuntimeError(
+            f"no gradient reaches the embedding variables {untrained}; "
+            "every table of the model is read by the loss"
+        )
 
 
 def training_auc(labels: list[str]) -> dict[str, tf.keras.metrics.AUC]:
     """The streaming training AUC of each label (create under the strategy's scope)."""
-    return {label: tf.keras.metrics.AUC(num_thresholds=AUC_THRESHOLDS, from_logits=True,
-                                        name=f"auc_{label}")
-            for label in labels}
+    return {
+        label: tf.keras.metrics.AUC(
+            num_thresholds=AUC_THRESHOLDS, from_logits=True, name=f"auc_{label}"
+        )
+        for label in labels
+    }
 
 
 class ReplicaStep:
@@ -88,8 +104,15 @@ class ReplicaStep:
         asynchronous runner); a lockstep replica is given its rows already.
     """
 
-    def __init__(self, model, optimizers: ModelOptimizers, auc: dict, labels: list[str],
-                 replicas: int, slice_batch: bool):
+    def __init__(
+        self,
+        model,
+        optimizers: ModelOptimizers,
+        auc: dict,
+        labels: list[str],
+        replicas: int,
+        slice_batch: bool,
+    ):
         self.model, self.optimizers, self.auc = model, optimizers, auc
         self.labels, self.replicas, self.slice_batch = labels, replicas, slice_batch
 
@@ -109,15 +132,20 @@ class ReplicaStep:
             if dense_copies:
                 tape.watch(dense_sources)
             logits = model(batch["features"], training=True)
-            loss, per_example = replica_loss(logits, batch["labels"], valid, labels,
-                                             self.replicas, model.losses)
+            loss, per_example = replica_loss(
+                logits, batch["labels"], valid, labels, self.replicas, model.losses
+            )
         grads = tape.gradient(loss, embedding_vars + list(dense_sources))
-        require_gradients(embedding_vars, grads[:len(embedding_vars)])
-        self.optimizers.apply(grads[:len(embedding_vars)], grads[len(embedding_vars):])
+        require_gradients(embedding_vars, grads[: len(embedding_vars)])
+        self.optimizers.apply(grads[: len(embedding_vars)], grads[len(embedding_vars) :])
         for name in labels:
             self.auc[name].update_state(batch["labels"][name], logits[name], sample_weight=valid)
         # The sums come after the gradients, so they mark the step's end (first_step_at).
-        with tf.control_dependencies([g.values if isinstance(g, tf.IndexedSlices) else g
-                                      for g in grads if g is not None]):
-            return (tf.reduce_sum(per_example), tf.reduce_sum(valid),
-                    tf.cast(tf.size(valid), tf.float32))
+        with tf.control_dependencies(
+            [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads if g is not None]
+        ):
+            return (
+                tf.reduce_sum(per_example),
+                tf.reduce_sum(valid),
+                tf.cast(tf.size(valid), tf.float32),
+            )

@@ -69,8 +69,9 @@ class TableBookkeeping(Hook):
         for table in self.tables:
             stats = found[table.name] = table.stats()
             if self.live_at_start is not None and table.name in self.live_at_start:
-                stats["admitted_this_run"] = max(0, stats["live_ids"]
-                                                 - self.live_at_start[table.name])
+                stats["admitted_this_run"] = max(
+                    0, stats["live_ids"] - self.live_at_start[table.name]
+                )
             if table.name in self.evicted:
                 stats["evicted_at_start"] = self.evicted[table.name]["evicted"]
         return found

@@ -77,8 +77,14 @@ def data_position(config: ExperimentConfig, pipeline: InputPipeline) -> DataPosi
     """A fresh data position over ``pipeline``'s items (one closure each)."""
     train = config.train
     items = pipeline.work_items(train.steps_per_call * pipeline.spec.batch_size)
-    return DataPosition(pipeline.plan.files, items, train.epochs, pipeline.spec.shuffle,
-                        train.seed, pipeline.plan.file_bytes)
+    return DataPosition(
+        pipeline.plan.files,
+        items,
+        train.epochs,
+        pipeline.spec.shuffle,
+        train.seed,
+        pipeline.plan.file_bytes,
+    )
 
 
 def _complete(config: ExperimentConfig, position: DataPosition, step: int) -> bool:
@@ -86,8 +92,9 @@ def _complete(config: ExperimentConfig, position: DataPosition, step: int) -> bo
     return position.finished or (max_steps is not None and step >= max_steps)
 
 
-def completed_run(config: ExperimentConfig, pipeline: InputPipeline, model_dir: str
-                  ) -> tuple[SavedCheckpoint, DataPosition] | None:
+def completed_run(
+    config: ExperimentConfig, pipeline: InputPipeline, model_dir: str
+) -> tuple[SavedCheckpoint, DataPosition] | None:
     """The newest checkpoint of ``model_dir`` if it already completes this run, else None.
 
     Needs no cluster, so a finished run is recognised before any server starts.
@@ -113,22 +120,32 @@ class Trainer:
         ``train.early_stopping`` is set (required then).
     """
 
-    def __init__(self, config: ExperimentConfig, runtime: Runtime, pipeline: InputPipeline,
-                 model_dir: str, validation: InputPipeline | None = None):
-        self.config, self.runtime, self.pipeline, self.model_dir = (config, runtime, pipeline,
-                                                                    model_dir)
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        runtime: Runtime,
+        pipeline: InputPipeline,
+        model_dir: str,
+        validation: InputPipeline | None = None,
+    ):
+        self.config, self.runtime, self.pipeline, self.model_dir = (
+            config,
+            runtime,
+            pipeline,
+            model_dir,
+        )
         train = config.train
         self.checkpoints = CheckpointManager(model_dir, train.keep_checkpoints)
         self._build(pipeline)
         self.checkpoint_object = tf.train.Checkpoint(
-            model=self.model, global_step=self.global_step,
-            **self.optimizers.checkpoint_objects())
+            model=self.model, global_step=self.global_step, **self.optimizers.checkpoint_objects()
+        )
         # Workers 1.. of a multi_worker_mirrored job save too (saving takes part in
         # collectives), into a scratch directory nobody reads.
-        self._scratch = (None if runtime.is_chief
-                         else scratch_dir(model_dir, runtime.task_index))
-        self._saves = (self.checkpoints if self._scratch is None
-                       else CheckpointManager(self._scratch, 1))
+        self._scratch = None if runtime.is_chief else scratch_dir(model_dir, runtime.task_index)
+        self._saves = (
+            self.checkpoints if self._scratch is None else CheckpointManager(self._scratch, 1)
+        )
         self.position = data_position(config, pipeline)
         self.items = self.position.items
         self.restored: SavedCheckpoint | None = None
@@ -137,10 +154,12 @@ class Trainer:
         self.bookkeeping = TableBookkeeping(self.model, config.data, self.optimizers.all)
         if train.early_stopping is not None and validation is None:
             raise ValueError("train.early_stopping needs the validation split's pipeline")
-        self.early_stopping = (EarlyStoppingHook(self, validation)
-                               if train.early_stopping is not None else None)
+        self.early_stopping = (
+            EarlyStoppingHook(self, validation) if train.early_stopping is not None else None
+        )
         self.hooks: list[Hook] = [self.bookkeeping] + (
-            [self.early_stopping] if self.early_stopping else [])
+            [self.early_stopping] if self.early_stopping else []
+        )
 
     def _build(self, pipeline: InputPipeline) -> None:
         """The model, its optimizers, the training AUCs and the global step, on the
@@ -150,16 +169,19 @@ class Trainer:
             # a model dir keeps the dynamic tables' shard count it started with (placed
             # round-robin on however many servers this run has; a warm start re-shards)
             dynamic = any(t.dynamic for t in config.features.tables.values())
-            self.dynamic_shards = ((dynamic and model_dir_dynamic_shards(self.checkpoints))
-                                   or new_run_dynamic_shards(config.cluster.ps))
+            self.dynamic_shards = (
+                dynamic and model_dir_dynamic_shards(self.checkpoints)
+            ) or new_run_dynamic_shards(config.cluster.ps)
             self.model = build_from_config(config, self.dynamic_shards)
             # Slots exist before any restore (checkpoint/store.py says why).
             self.optimizers = ModelOptimizers(
-                self.model, config.train, pipeline.spec.batch_size,
-                steps_per_epoch=math.ceil(pipeline.plan.total_rows / pipeline.spec.batch_size))
+                self.model,
+                config.train,
+                pipeline.spec.batch_size,
+                steps_per_epoch=math.ceil(pipeline.plan.total_rows / pipeline.spec.batch_size),
+            )
             self.auc = training_auc(config.labels)
-            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                           name="global_step")
+            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
 
     def _runner(self):
         """``train_item(file_index, start, stop, max_steps)`` of the strategy's family."""
@@ -169,19 +191,36 @@ class Trainer:
         check_dense_refresh(self.config.file, refresh_steps, replicas)
         # Under multi_worker_mirrored every worker runs the loop (cluster/collective.py)
         # and reads its replica's rows only.
-        replica = ReplicaStep(self.model, self.optimizers, self.auc, self.config.labels,
-                              replicas, slice_batch=not runtime.lockstep)
+        replica = ReplicaStep(
+            self.model,
+            self.optimizers,
+            self.auc,
+            self.config.labels,
+            replicas,
+            slice_batch=not runtime.lockstep,
+        )
         if runtime.lockstep:
-            return LockstepRunner(runtime.strategy, self.pipeline, replica, self.global_step,
-                                  runtime.num_workers, runtime.task_index).train_item
-        return async_train_item(runtime.strategy, self.pipeline, replica, self.global_step,
-                                refresh_steps)
+            return LockstepRunner(
+                runtime.strategy,
+                self.pipeline,
+                replica,
+                self.global_step,
+                runtime.num_workers,
+                runtime.task_index,
+            ).train_item
+        return async_train_item(
+            runtime.strategy, self.pipeline, replica, self.global_step, refresh_steps
+        )
 
     @property
     def rows_in_flight(self) -> int:
         """Rows the closures in flight can hold at most."""
-        return (2 * self.runtime.num_workers * self.config.train.steps_per_call
-                * self.pipeline.spec.batch_size)
+        return (
+            2
+            * self.runtime.num_workers
+            * self.config.train.steps_per_call
+            * self.pipeline.spec.batch_size
+        )
 
     # ---- checkpoints --------------------------------------------------------------------
     def resume(self) -> SavedCheckpoint | None:
@@ -208,14 +247,17 @@ class Trainer:
                 continue
             for damage in damaged if self.runtime.is_chief else ():  # once a good one is found
                 self.checkpoints.mark_damaged(damage)
-                log.warning("%s: marked %s, resuming from %s", damage.directory, DAMAGED,
-                            saved.directory)
+                log.warning(
+                    "%s: marked %s, resuming from %s", damage.directory, DAMAGED, saved.directory
+                )
             self._take_state(saved)
             return saved
         if damaged:
-            raise CheckpointError(f"{self.checkpoints.root}: every complete checkpoint is "
-                                  f"damaged ({'; '.join(str(d) for d in damaged)}); train "
-                                  "into a new --model-dir, or remove them to start afresh")
+            raise CheckpointError(
+                f"{self.checkpoints.root}: every complete checkpoint is "
+                f"damaged ({'; '.join(str(d) for d in damaged)}); train "
+                "into a new --model-dir, or remove them to start afresh"
+            )
         return None
 
     def _take_state(self, saved: SavedCheckpoint) -> None:
@@ -226,15 +268,21 @@ class Trainer:
             hook.restore(saved.state.get(hook.state_key))
         self.restored = saved
 
-    def warm_start(self, saved: SavedCheckpoint,
-                   on_table_resize: Literal["fail", "reinitialize"] = "fail") -> WarmStartReport:
+    def warm_start(
+        self, saved: SavedCheckpoint, on_table_resize: Literal["fail", "reinitialize"] = "fail"
+    ) -> WarmStartReport:
         """Seeds weights, slots and step from another run's checkpoint (not its data
         position); see ``checkpoint/warm_start.py`` for how feature drift is handled."""
         with local_prefix(saved) as prefix:  # downloaded first when remote
-            return warm_start(self.checkpoint_object, prefix, self._stacks(),
-                              saved.state.get("embedding_stacks", {}),
-                              self.optimizers.all,
-                              on_table_resize, source=saved.directory)
+            return warm_start(
+                self.checkpoint_object,
+                prefix,
+                self._stacks(),
+                saved.state.get("embedding_stacks", {}),
+                self.optimizers.all,
+                on_table_resize,
+                source=saved.directory,
+            )
 
     def evict_unseen(self) -> dict[str, dict]:
         """Eviction of daily retraining (after the warm start, before any step); see
@@ -247,8 +295,12 @@ class Trainer:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _stacks(self) -> list[TableStack]:
-        return [stack for module in self.model.submodules
-                if isinstance(module, FeatureEmbeddings) for stack in module.stacks]
+        return [
+            stack
+            for module in self.model.submodules
+            if isinstance(module, FeatureEmbeddings)
+            for stack in module.stacks
+        ]
 
     @property
     def step(self) -> int:
@@ -262,16 +314,19 @@ class Trainer:
         """Saves weights, slots, step and data position (call with no closure in flight)."""
         transform, features = self.pipeline.transform, self.config.features
         label_columns = {features.column_of(features.labels[n]) for n in self.config.labels}
-        state = {"position": self.position.to_json(),
-                 "signature": model_signature(self.config, self.dynamic_shards),
-                 # where each table sits in its stack (a warm start finds rows by table)
-                 "embedding_stacks": stack_layouts(self._stacks()),
-                 # the raw columns the features read, as the Parquet files store them
-                 # (an export's serving signature takes exactly these)
-                 "feature_columns": {c: transform.column_dtypes[c] for c in transform.columns
-                                     if c not in label_columns},
-                 "rows_trained": self._rows_before + rows_this_attempt,
-                 "complete": self.is_complete()}
+        state = {
+            "position": self.position.to_json(),
+            "signature": model_signature(self.config, self.dynamic_shards),
+            # where each table sits in its stack (a warm start finds rows by table)
+            "embedding_stacks": stack_layouts(self._stacks()),
+            # the raw columns the features read, as the Parquet files store them
+            # (an export's serving signature takes exactly these)
+            "feature_columns": {
+                c: transform.column_dtypes[c] for c in transform.columns if c not in label_columns
+            },
+            "rows_trained": self._rows_before + rows_this_attempt,
+            "complete": self.is_complete(),
+        }
         for hook in self.hooks:
             kept = hook.state()
             if kept:
@@ -296,10 +351,13 @@ class Trainer:
             write_config_files(self.config, self.model_dir)
         # TensorFlow writes the summaries locally; for a remote model dir they are staged
         # and uploaded at each checkpoint and at the end.
-        with worker_errors_as_data_errors(), \
-                cluster_failures_as_cluster_lost(self.runtime.lockstep), \
-                storage_io.StagedDir(storage_io.join(self._scratch or self.model_dir,
-                                                     "train")) as summaries:
+        with (
+            worker_errors_as_data_errors(),
+            cluster_failures_as_cluster_lost(self.runtime.lockstep),
+            storage_io.StagedDir(
+                storage_io.join(self._scratch or self.model_dir, "train")
+            ) as summaries,
+        ):
             writer = tf.summary.create_file_writer(summaries.local)
             try:
                 return TrainingLoop(self, writer, summaries.sync).run()

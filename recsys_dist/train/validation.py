@@ -55,9 +55,15 @@ class EarlyStoppingHook(Hook):
         if stop:
             trainer.position.stopped = attempt.stopped = True
             if epoch < trainer.position.epochs:
-                log.info("early\tstop after epoch %d of %d: %d epoch(s) without a gain of more "
-                         "than %s in validation %s", epoch, trainer.position.epochs,
-                         record.spec.patience, record.spec.min_delta, record.metric)
+                log.info(
+                    "early\tstop after epoch %d of %d: %d epoch(s) without a gain of more "
+                    "than %s in validation %s",
+                    epoch,
+                    trainer.position.epochs,
+                    record.spec.patience,
+                    record.spec.min_delta,
+                    record.metric,
+                )
         self.pin_best()
         trainer.checkpoint(attempt)
         attempt.saved(trainer.step)
@@ -75,8 +81,9 @@ class EarlyStoppingHook(Hook):
         trainer.checkpoint(attempt)
         figures = (0.0, 0.0)
         if runtime.is_chief:
-            metrics = evaluate_on_one_device(trainer.config, trainer.checkpoints.latest(),
-                                             self.validation, labels, {})
+            metrics = evaluate_on_one_device(
+                trainer.config, trainer.checkpoints.latest(), self.validation, labels, {}
+            )
             figures = (metrics["labels"][label]["auc"], metrics["labels"][label]["logloss"])
         auc, logloss = from_chief(runtime.strategy, figures, runtime.is_chief)
         return {"auc": auc, "logloss": logloss}
@@ -94,15 +101,21 @@ class EarlyStoppingHook(Hook):
             return False
         saved = trainer.checkpoints.at_step(best["step"])
         if saved is None:
-            raise CheckpointError(f"{trainer.checkpoints.root}: the checkpoint of the best "
-                                  f"epoch ({best['epoch']}, step {best['step']:,}) is gone; "
-                                  "it is kept for early stopping, so it was removed by hand")
+            raise CheckpointError(
+                f"{trainer.checkpoints.root}: the checkpoint of the best "
+                f"epoch ({best['epoch']}, step {best['step']:,}) is gone; "
+                "it is kept for early stopping, so it was removed by hand"
+            )
         step = trainer.step
         restore(trainer.checkpoint_object, saved)
         trainer.global_step.assign(step)
-        log.info("best\tepoch %d (validation %s %.4f): its weights, from %s, are the run's "
-                 "final model", best["epoch"], self.record.metric, best["value"],
-                 saved.directory)
+        log.info(
+            "best\tepoch %d (validation %s %.4f): its weights, from %s, are the run's final model",
+            best["epoch"],
+            self.record.metric,
+            best["value"],
+            saved.directory,
+        )
         return True
 
     def state(self) -> dict:

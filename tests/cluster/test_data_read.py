@@ -15,10 +15,24 @@ pytestmark = pytest.mark.cluster
 
 def test_data_read_checks_exactly_once_on_a_local_cluster(synth_dir):
     result = subprocess.run(
-        [CLI, "data", "read",
-         "--config", DEMO_CONFIG, "--data", str(synth_dir), "--split", "train", "--check",
-         "--set", "input.batch_size=128"],
-        capture_output=True, text=True, timeout=300)
+        [
+            CLI,
+            "data",
+            "read",
+            "--config",
+            DEMO_CONFIG,
+            "--data",
+            str(synth_dir),
+            "--split",
+            "train",
+            "--check",
+            "--set",
+            "input.batch_size=128",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "cluster  2 workers + 2 ps (in_process: servers inside this process)" in result.stdout
     assert "read     6,000 rows" in result.stdout

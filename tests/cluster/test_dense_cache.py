@@ -25,8 +25,7 @@ def data(tmp_path_factory):
     from recsys_dist.data.synth_files import synthesize
 
     out = tmp_path_factory.mktemp("dense_cache_data")
-    synthesize(out, days=3, rows_per_day=4_000, seed=9, rows_per_file=2_000,
-               row_groups_per_file=2)
+    synthesize(out, days=3, rows_per_day=4_000, seed=9, rows_per_file=2_000, row_groups_per_file=2)
     return out
 
 
@@ -44,8 +43,12 @@ def _train(tmp_path, data, runtime, refresh_steps):
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.train.trainer import Trainer
 
-    overrides = ["input.shuffle=false", "train.max_steps=24", "train.steps_per_call=8",
-                 f"train.dense_refresh_steps={'null' if refresh_steps is None else refresh_steps}"]
+    overrides = [
+        "input.shuffle=false",
+        "train.max_steps=24",
+        "train.steps_per_call=8",
+        f"train.dense_refresh_steps={'null' if refresh_steps is None else refresh_steps}",
+    ]
     config = load_config(write_config(tmp_path, data, "dcn_v2"), overrides)
     pipeline = prepare_input(config, "train", 1)
     trainer = Trainer(config, runtime, pipeline, str(tmp_path / f"model_{refresh_steps}"))
@@ -59,7 +62,8 @@ def _weights(trainer):
 
 
 def test_refresh_every_step_equals_the_uncached_step_and_every_4_steps_differs(
-        tmp_path, data, runtime):
+    tmp_path, data, runtime
+):
     plain = _weights(_train(tmp_path, data, runtime, None))
     every_step = _train(tmp_path, data, runtime, 1)
     cached = _weights(every_step)

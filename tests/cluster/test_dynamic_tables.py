@@ -32,36 +32,49 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     data = tmp_path / "data"
     synthesize(data, days=2, rows_per_day=20_000, seed=5, rows_per_file=5_000)
     features = {
-        "tables": {"user": {"kind": "dynamic", "dim": 8, "capacity_per_shard": 20_000},
-                   "c2": {"rows": 1200, "dim": 8}},
-        "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
-                     "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"},
-                     "I1": {"kind": "numeric", "transform": "log1p",
-                            "nan_means_missing": True}},
+        "tables": {
+            "user": {"kind": "dynamic", "dim": 8, "capacity_per_shard": 20_000},
+            "c2": {"rows": 1200, "dim": 8},
+        },
+        "features": {
+            "user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
+            "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"},
+            "I1": {"kind": "numeric", "transform": "log1p", "nan_means_missing": True},
+        },
         "labels": {"click": {}},
     }
     (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
     config = {
         "features": "features.yaml",
-        "data": {"path": str(data), "train": {"dates": "2026-01-01"},
-                 "eval": {"dates": "2026-01-02"}},
+        "data": {
+            "path": str(data),
+            "train": {"dates": "2026-01-01"},
+            "eval": {"dates": "2026-01-02"},
+        },
         "input": {"batch_size": 256},
         "model": {"name": "deepfm", "labels": ["click"], "params": {"hidden_units": [16]}},
-        "train": {"embedding_optimizer": {"name": "adagrad", "learning_rate": 0.1},
-                  "dense_optimizer": {"name": "adam", "learning_rate": 0.003},
-                  "steps_per_call": 5, "log_every_seconds": 0},
+        "train": {
+            "embedding_optimizer": {"name": "adagrad", "learning_rate": 0.1},
+            "dense_optimizer": {"name": "adam", "learning_rate": 0.003},
+            "steps_per_call": 5,
+            "log_every_seconds": 0,
+        },
         "cluster": {"mode": "local", "workers": 2, "ps": 2},
     }
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config))
     run = tmp_path / "run"
-    trained = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
-                              "--model-dir", str(run)], capture_output=True, text=True,
-                             timeout=600)
+    trained = subprocess.run(
+        [str(BIN / "recsys-dist"), "train", "--config", str(config_file), "--model-dir", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert trained.returncode == 0, trained.stdout + trained.stderr
     assert "table    embeddings_user:" in trained.stdout
-    users = set(pq.read_table(data / "dt=2026-01-01", columns=["user_id"])
-                .column("user_id").to_pylist())
+    users = set(
+        pq.read_table(data / "dt=2026-01-01", columns=["user_id"]).column("user_id").to_pylist()
+    )
     result = json.loads((run / "train_result.json").read_text())
     # deepfm reads the table twice: its embeddings and its linear part
     for layer in ("embeddings_user", "linear_embeddings_user"):
@@ -73,12 +86,17 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     used_rows = []
     for shard in range(2):
         # the two layers share the table's id index: the checkpoint holds it once
-        found = [k for k in saved if k.endswith(
-            f"_dynamic_tables/user/shards/{shard}/index/.ATTRIBUTES/table-keys")]
+        found = [
+            k
+            for k in saved
+            if k.endswith(f"_dynamic_tables/user/shards/{shard}/index/.ATTRIBUTES/table-keys")
+        ]
         assert len(found) == 1, found
         for layer in ("embeddings", "linear/embeddings"):
-            assert f"model/{layer}/_dynamic_tables/user/shards/{shard}/emb/.ATTRIBUTES/" \
+            assert (
+                f"model/{layer}/_dynamic_tables/user/shards/{shard}/emb/.ATTRIBUTES/"
                 "VARIABLE_VALUE" in saved
+            )
         base = found[0].rsplit("/index/", 1)[0]
         stored = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-keys")
         rows = reader.get_tensor(f"{base}/index/.ATTRIBUTES/table-values")
@@ -99,22 +117,47 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     # round-robin on the servers there are, and score the same
     scores = []
     for ps in (2, 3, 1):
-        evaluated = subprocess.run([str(BIN / "recsys-dist"), "evaluate", "--model-dir",
-                                    str(run), "--out", str(tmp_path / f"eval{ps}"), "--quiet",
-                                    "--set", f"cluster.ps={ps}"],
-                                   capture_output=True, text=True, timeout=600)
+        evaluated = subprocess.run(
+            [
+                str(BIN / "recsys-dist"),
+                "evaluate",
+                "--model-dir",
+                str(run),
+                "--out",
+                str(tmp_path / f"eval{ps}"),
+                "--quiet",
+                "--set",
+                f"cluster.ps={ps}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert evaluated.returncode == 0, evaluated.stderr
         metrics = json.loads((tmp_path / f"eval{ps}" / "metrics.json").read_text())
         click = metrics["labels"]["click"]
         scores.append((click["auc"], click["logloss"]))
     assert scores[1][0] == scores[2][0] == scores[0][0], scores
     assert abs(scores[1][1] - scores[0][1]) < 1e-6 and abs(scores[2][1] - scores[0][1]) < 1e-6
-    exported = subprocess.run([str(BIN / "recsys-dist"), "export", "--model-dir", str(run),
-                               "--out", str(tmp_path / "export"), "--set", "cluster.ps=3"],
-                              capture_output=True, text=True, timeout=600)
+    exported = subprocess.run(
+        [
+            str(BIN / "recsys-dist"),
+            "export",
+            "--model-dir",
+            str(run),
+            "--out",
+            str(tmp_path / "export"),
+            "--set",
+            "cluster.ps=3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert exported.returncode == 0, exported.stderr
     served_shapes = tf.train.load_checkpoint(
-        str(tmp_path / "export" / "variables" / "variables")).get_variable_to_shape_map()
+        str(tmp_path / "export" / "variables" / "variables")
+    ).get_variable_to_shape_map()
     # the export holds the live ids' rows (two layers, two shards), not the capacity
     exported_rows = collections.Counter(tuple(s) for s in served_shapes.values())
     for used in used_rows:
@@ -127,9 +170,11 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
         "ids = tf.constant([%d, -12345], tf.int64)\n"
         "out = f(user_id=ids, C2=tf.constant([1, 1], tf.int64),\n"
         "        I1=tf.constant([1.0, 1.0]))['click'].numpy()\n"
-        "print(out[0], out[1])\n" % next(iter(users)))
-    served = subprocess.run([sys.executable, "-c", serve], capture_output=True, text=True,
-                            timeout=300)
+        "print(out[0], out[1])\n" % next(iter(users))
+    )
+    served = subprocess.run(
+        [sys.executable, "-c", serve], capture_output=True, text=True, timeout=300
+    )
     assert served.returncode == 0, served.stderr[-2000:]
     known, unknown = map(float, served.stdout.split())
     assert 0 < known < 1 and 0 < unknown < 1 and known != unknown
@@ -139,15 +184,32 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     # in a row of its own
     features["tables"]["user"]["capacity_per_shard"] = 30_000
     (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
-    resumed = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
-                              "--model-dir", str(run), "--set", "train.epochs=2",
-                              "--set", "cluster.ps=3"], capture_output=True, text=True,
-                             timeout=600)
+    resumed = subprocess.run(
+        [
+            str(BIN / "recsys-dist"),
+            "train",
+            "--config",
+            str(config_file),
+            "--model-dir",
+            str(run),
+            "--set",
+            "train.epochs=2",
+            "--set",
+            "cluster.ps=3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "2 workers + 3 ps" in resumed.stdout and "resume   from" in resumed.stdout
     assert "table    embeddings_user: " in resumed.stdout
-    assert json.loads((run / "train_result.json").read_text())["dynamic_tables"][
-        "embeddings_user"]["capacity"] == 60_000
+    assert (
+        json.loads((run / "train_result.json").read_text())["dynamic_tables"]["embeddings_user"][
+            "capacity"
+        ]
+        == 60_000
+    )
     newest = sorted((run / "checkpoints").glob("ckpt-*"))[-1]
     assert json.loads((newest / "state.json").read_text())["signature"]["dynamic_shards"] == 2
     reader = tf.train.load_checkpoint(str(newest / "variables"))
@@ -160,17 +222,22 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
         assert np.all(routing.shard_of(tf.constant(stored)).numpy() == shard)
 
 
-def write_user_run(tmp_path: pathlib.Path, data_root: pathlib.Path, user_table: dict,
-                   **config: dict) -> pathlib.Path:
+def write_user_run(
+    tmp_path: pathlib.Path, data_root: pathlib.Path, user_table: dict, **config: dict
+) -> pathlib.Path:
     """Writes a small DCN-v2 run over the synthetic ``user_id`` (dynamic table ``user``, dim
     8, plus ``user_table``'s keys) and ``C2``: 1 worker and 2 parameter servers inside the
     command's process (real servers; no fault is tested with it). ``config`` adds or
     replaces top-level sections. Returns the config file."""
     features = {
-        "tables": {"user": {"kind": "dynamic", "dim": 8, **user_table},
-                   "c2": {"rows": 1200, "dim": 8}},
-        "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
-                     "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"}},
+        "tables": {
+            "user": {"kind": "dynamic", "dim": 8, **user_table},
+            "c2": {"rows": 1200, "dim": 8},
+        },
+        "features": {
+            "user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
+            "C2": {"kind": "categorical", "dtype": "int64", "table": "c2"},
+        },
         "labels": {"click": {}},
     }
     (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
@@ -178,8 +245,11 @@ def write_user_run(tmp_path: pathlib.Path, data_root: pathlib.Path, user_table: 
         "features": "features.yaml",
         "data": {"path": str(data_root)},
         "input": {"batch_size": 256},
-        "model": {"name": "dcn_v2", "labels": ["click"],
-                  "params": {"cross_layers": 1, "low_rank": 4, "hidden_units": [16]}},
+        "model": {
+            "name": "dcn_v2",
+            "labels": ["click"],
+            "params": {"cross_layers": 1, "low_rank": 4, "hidden_units": [16]},
+        },
         "train": {"steps_per_call": 5, "log_every_seconds": 1000},
         "cluster": {"mode": "in_process", "workers": 1, "ps": 2},
     } | config
@@ -200,34 +270,55 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
 
     data = tmp_path / "data"
     synthesize(data, days=4, rows_per_day=4_000, seed=6, rows_per_file=2_000, users=3_000)
-    users = [set(pq.read_table(data / f"dt=2026-01-0{day}", columns=["user_id"])
-                 .column("user_id").to_pylist()) for day in (1, 2, 3)]
+    users = [
+        set(
+            pq.read_table(data / f"dt=2026-01-0{day}", columns=["user_id"])
+            .column("user_id")
+            .to_pylist()
+        )
+        for day in (1, 2, 3)
+    ]
     # publish every day, so each day warm-starts from the one before
     config_file = write_user_run(
-        tmp_path, data, {"capacity_per_shard": 5_000, "evict_after_days": 1},
-        retrain={"root": str(tmp_path / "root"), "gate": {"max_drop": 1.0}})
+        tmp_path,
+        data,
+        {"capacity_per_shard": 5_000, "evict_after_days": 1},
+        retrain={"root": str(tmp_path / "root"), "gate": {"max_drop": 1.0}},
+    )
     outputs = []
     for day in (1, 2, 3):
-        done = subprocess.run([str(BIN / "recsys-dist"), "retrain", "--config",
-                               str(config_file), "--date", f"2026-01-0{day}",
-                               *(["--set", "cluster.ps=3"] if day == 3 else [])],
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                str(BIN / "recsys-dist"),
+                "retrain",
+                "--config",
+                str(config_file),
+                "--date",
+                f"2026-01-0{day}",
+                *(["--set", "cluster.ps=3"] if day == 3 else []),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         outputs.append(done.stdout)
     assert "evict    table embeddings_user: 0 ids last seen before 2026-01-01" in outputs[1]
     dropped, kept = len(users[0] - users[1]), len(users[1])
     assert dropped > 0
-    assert (f"evict    table embeddings_user: {dropped:,} ids last seen before 2026-01-02 "
-            f"dropped, {kept:,} kept") in outputs[2], outputs[2][-3000:]
-    result = json.loads((tmp_path / "root" / "runs" / "2026-01-03" / "train_result.json")
-                        .read_text())
+    assert (
+        f"evict    table embeddings_user: {dropped:,} ids last seen before 2026-01-02 "
+        f"dropped, {kept:,} kept"
+    ) in outputs[2], outputs[2][-3000:]
+    result = json.loads(
+        (tmp_path / "root" / "runs" / "2026-01-03" / "train_result.json").read_text()
+    )
     stats = result["dynamic_tables"]["embeddings_user"]
     assert stats["evicted_at_start"] == dropped
     assert stats["live_ids"] == len(users[1] | users[2]) and stats["shards"] == 3
     assert stats["admitted_this_run"] == len(users[2] - users[1])  # after the eviction
     run = tmp_path / "root" / "runs" / "2026-01-03"
-    reader = tf.train.load_checkpoint(str(sorted(run.glob("checkpoints/ckpt-*"))[-1]
-                                          / "variables"))
+    reader = tf.train.load_checkpoint(str(sorted(run.glob("checkpoints/ckpt-*"))[-1] / "variables"))
     routing = DynamicTable(TableSpec("user", 8, "dynamic", capacity_per_shard=1), 8, shards=3)
     stored_ids = set()
     for shard in range(3):
@@ -256,15 +347,34 @@ def test_train_warm_start_moves_a_dynamic_table_to_more_servers(tmp_path):
 
     data = tmp_path / "data"
     synthesize(data, days=2, rows_per_day=4_000, seed=8, rows_per_file=2_000, users=3_000)
-    users = [set(pq.read_table(data / f"dt=2026-01-0{day}", columns=["user_id"])
-                 .column("user_id").to_pylist()) for day in (1, 2)]
+    users = [
+        set(
+            pq.read_table(data / f"dt=2026-01-0{day}", columns=["user_id"])
+            .column("user_id")
+            .to_pylist()
+        )
+        for day in (1, 2)
+    ]
     config_file = write_user_run(tmp_path, data, {"capacity_per_shard": 5_000})
 
     def train(day: int, model_dir: str, *extra: str) -> str:
-        done = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
-                               "--data", str(data / f"dt=2026-01-0{day}"), "--model-dir",
-                               str(tmp_path / model_dir), "--no-eval", *extra],
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                str(BIN / "recsys-dist"),
+                "train",
+                "--config",
+                str(config_file),
+                "--data",
+                str(data / f"dt=2026-01-0{day}"),
+                "--model-dir",
+                str(tmp_path / model_dir),
+                "--no-eval",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done.stdout
 
@@ -273,8 +383,9 @@ def test_train_warm_start_moves_a_dynamic_table_to_more_servers(tmp_path):
         state = json.loads((newest / "state.json").read_text())
         assert state["signature"]["dynamic_shards"] == shards
         reader = tf.train.load_checkpoint(str(newest / "variables"))
-        routing = DynamicTable(TableSpec("user", 8, "dynamic", capacity_per_shard=1), 8,
-                               shards=shards)
+        routing = DynamicTable(
+            TableSpec("user", 8, "dynamic", capacity_per_shard=1), 8, shards=shards
+        )
         vectors = {}
         for shard in range(shards):
             base = f"model/embeddings/_dynamic_tables/user/shards/{shard}"
@@ -298,11 +409,22 @@ def test_train_warm_start_moves_a_dynamic_table_to_more_servers(tmp_path):
     same = sum(np.array_equal(vector, second[key]) for key, vector in first.items())
     assert same == len(users[0] - users[1]), (same, len(users[0] - users[1]))
     # a model dir with a checkpoint of its own resumes it, and says the warm start is skipped
-    out = train(2, "day2", "--warm-start", str(tmp_path / "day1"), "--set", "cluster.ps=3",
-                "--set", "train.epochs=2")
+    out = train(
+        2,
+        "day2",
+        "--warm-start",
+        str(tmp_path / "day1"),
+        "--set",
+        "cluster.ps=3",
+        "--set",
+        "train.epochs=2",
+    )
     source = sorted((tmp_path / "day1").glob("checkpoints/ckpt-*"))[-1]
-    assert "resume   from" in out and (f"warm     start from {source} skipped: this model "
-                                       "dir's own checkpoint goes on") in out, out[-3000:]
+    assert (
+        "resume   from" in out
+        and (f"warm     start from {source} skipped: this model dir's own checkpoint goes on")
+        in out
+    ), out[-3000:]
 
 
 def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
@@ -320,13 +442,27 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
     repeated, once = int(np.sum(counts >= 2)), int(np.sum(counts == 1))
     assert repeated > 0 and once > repeated  # a long tail: the bound below can be broken
     config_file = write_user_run(
-        tmp_path, data, {"capacity_per_shard": 20_000, "admit_after": 2},
+        tmp_path,
+        data,
+        {"capacity_per_shard": 20_000, "admit_after": 2},
         data={"path": str(data), "train": {"dates": "2026-01-01"}},
-        train={"epochs": 3, "steps_per_call": 5, "log_every_seconds": 1000})
+        train={"epochs": 3, "steps_per_call": 5, "log_every_seconds": 1000},
+    )
     run = tmp_path / "run"
-    trained = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
-                              "--model-dir", str(run), "--no-eval"],
-                             capture_output=True, text=True, timeout=600)
+    trained = subprocess.run(
+        [
+            str(BIN / "recsys-dist"),
+            "train",
+            "--config",
+            str(config_file),
+            "--model-dir",
+            str(run),
+            "--no-eval",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     stats = json.loads((run / "train_result.json").read_text())["dynamic_tables"]
     (user,) = stats.values()
@@ -334,9 +470,22 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
     assert 0 < user["live_ids"] <= repeated, (user, repeated, once)
     assert user["admitted_this_run"] == user["live_ids"]
     # one more pass resumes the run: it still counts the ids admitted since it began
-    resumed = subprocess.run([str(BIN / "recsys-dist"), "train", "--config", str(config_file),
-                              "--model-dir", str(run), "--no-eval", "--set", "train.epochs=4"],
-                             capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [
+            str(BIN / "recsys-dist"),
+            "train",
+            "--config",
+            str(config_file),
+            "--model-dir",
+            str(run),
+            "--no-eval",
+            "--set",
+            "train.epochs=4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resume   from" in resumed.stdout
     (after,) = json.loads((run / "train_result.json").read_text())["dynamic_tables"].values()
@@ -432,8 +581,9 @@ def test_parameter_servers_train_dynamic_rows_as_one_process_does():
     server: every row read gets the update it gets without servers (a gradient lost on
     the way, e.g. to a variable wrapper of the strategy, would leave rows untrained). A
     checkpoint of the servers' rows in use restores into new tables on them."""
-    done = subprocess.run([sys.executable, "-c", PSS_STEP_SCRIPT], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PSS_STEP_SCRIPT], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == "18"  # 9 distinct ids, a row each in both layers
     assert "restored 9" in done.stdout  # and a checkpoint from the servers restores them
@@ -451,24 +601,48 @@ def test_a_tf_config_cluster_gives_a_dynamic_table_a_shard_per_server(tmp_path):
 
     data = tmp_path / "data"
     synthesize(data, days=1, rows_per_day=3_000, seed=9, rows_per_file=1_500, users=2_000)
-    config_file = write_user_run(tmp_path, data, {"capacity_per_shard": 5_000},
-                                 cluster={"mode": "tf_config", "workers": 1, "ps": 1})
+    config_file = write_user_run(
+        tmp_path,
+        data,
+        {"capacity_per_shard": 5_000},
+        cluster={"mode": "tf_config", "workers": 1, "ps": 1},
+    )
     chief, worker, *ps = (f"127.0.0.1:{port}" for port in free_ports(4))
     spec = {"chief": [chief], "worker": [worker], "ps": ps}
 
     def env(job: str, index: int) -> dict[str, str]:
-        return subprocess_env(TF_CONFIG=json.dumps({"cluster": spec,
-                                                    "task": {"type": job, "index": index}}))
+        return subprocess_env(
+            TF_CONFIG=json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
+        )
 
-    servers = [subprocess.Popen([str(BIN / "recsys-dist"), "server"], env=env(job, index),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-               for job, index in (("worker", 0), ("ps", 0), ("ps", 1))]
+    servers = [
+        subprocess.Popen(
+            [str(BIN / "recsys-dist"), "server"],
+            env=env(job, index),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for job, index in (("worker", 0), ("ps", 0), ("ps", 1))
+    ]
     try:
-        trained = subprocess.run([str(BIN / "recsys-dist"), "train", "--config",
-                                  str(config_file), "--data", str(data), "--model-dir",
-                                  str(tmp_path / "run"), "--no-eval"], env=env("chief", 0),
-                                 capture_output=True,
-                                 text=True, timeout=600)
+        trained = subprocess.run(
+            [
+                str(BIN / "recsys-dist"),
+                "train",
+                "--config",
+                str(config_file),
+                "--data",
+                str(data),
+                "--model-dir",
+                str(tmp_path / "run"),
+                "--no-eval",
+            ],
+            env=env("chief", 0),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
         assert "1 workers + 2 ps" in trained.stdout, trained.stdout[-2000:]
     finally:
@@ -480,7 +654,17 @@ def test_a_tf_config_cluster_gives_a_dynamic_table_a_shard_per_server(tmp_path):
     assert json.loads((newest / "state.json").read_text())["signature"]["dynamic_shards"] == 2
     saved = tf.train.load_checkpoint(str(newest / "variables")).get_variable_to_shape_map()
     assert {k.split("/shards/")[1].split("/")[0] for k in saved if "/shards/" in k} == {"0", "1"}
-    exported = subprocess.run([str(BIN / "recsys-dist"), "export", "--model-dir",
-                               str(tmp_path / "run"), "--out", str(tmp_path / "export")],
-                              capture_output=True, text=True, timeout=600)
+    exported = subprocess.run(
+        [
+            str(BIN / "recsys-dist"),
+            "export",
+            "--model-dir",
+            str(tmp_path / "run"),
+            "--out",
+            str(tmp_path / "export"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert exported.returncode == 0, exported.stderr[-3000:]

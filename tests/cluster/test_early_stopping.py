@@ -33,10 +33,18 @@ def _config(tmp_path, data) -> str:
     config["data"]["validation"] = {"dates": "2026-01-03"}
     config["data"]["eval"] = {"dates": "2026-01-04"}
     # A large table step overfits these 12k rows within a few passes.
-    config["train"].update({
-        "embedding_optimizer": {"name": "adagrad", "learning_rate": 0.5,
-                                "initial_accumulator_value": 0.0001},
-        "early_stopping": {"patience": 1}, "keep_checkpoints": 1, "log_every_seconds": 0})
+    config["train"].update(
+        {
+            "embedding_optimizer": {
+                "name": "adagrad",
+                "learning_rate": 0.5,
+                "initial_accumulator_value": 0.0001,
+            },
+            "early_stopping": {"patience": 1},
+            "keep_checkpoints": 1,
+            "log_every_seconds": 0,
+        }
+    )
     with open(path, "w") as handle:
         yaml.safe_dump(config, handle)
     return path
@@ -66,9 +74,21 @@ def test_a_killed_run_resumes_its_record_stops_and_ends_with_the_best_pass(tmp_p
     assert f"ckpt-{best['step']:012d}" in kept and len(kept) == 2, kept
 
     scored = subprocess.run(
-        [CLI, "evaluate", "--model-dir", str(model_dir), "--out", str(tmp_path / "eval"),
-         "--set", "data.eval={dates: 2026-01-03}", "--quiet"],
-        capture_output=True, text=True, timeout=300)
+        [
+            CLI,
+            "evaluate",
+            "--model-dir",
+            str(model_dir),
+            "--out",
+            str(tmp_path / "eval"),
+            "--set",
+            "data.eval={dates: 2026-01-03}",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert scored.returncode == 0, scored.stdout[-2000:] + scored.stderr[-2000:]
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["labels"]["click"]["auc"] == pytest.approx(best["value"], abs=1e-6)

@@ -34,14 +34,24 @@ pytestmark = pytest.mark.cluster
 MODELS = ("dcn_v2", "mmoe")
 ROWS = 500
 
-COLUMNS = {"I1": "float32", "I5": "float32", "C3": "int64", "C4": "int64", "C2": "int64",
-           "C17": "int64", "C21": "string", "user_id": "int64", "tags": "list<int64>"}
+COLUMNS = {
+    "I1": "float32",
+    "I5": "float32",
+    "C3": "int64",
+    "C4": "int64",
+    "C2": "int64",
+    "C17": "int64",
+    "C21": "string",
+    "user_id": "int64",
+    "tags": "list<int64>",
+}
 #: Rows of the nullable request that mark C3 and I1 as null.
 NULL_ROWS = 5
 
 
-def write_config(directory: pathlib.Path, data: pathlib.Path, model: str,
-                 features: dict = ZOO_FEATURES) -> str:
+def write_config(
+    directory: pathlib.Path, data: pathlib.Path, model: str, features: dict = ZOO_FEATURES
+) -> str:
     """The zoo's config of ``model``: one epoch on an in-process cluster."""
     return zoo_config(directory, data, model, epochs=1, mode="in_process", features=features)
 
@@ -56,18 +66,30 @@ def trained(tmp_path_factory, s3_server):
     in-process cluster (the MMoE's model dir on S3)."""
     root = tmp_path_factory.mktemp("export")
     data = root / "data"
-    synthesize(data, days=3, rows_per_day=6_000, seed=5, rows_per_file=3_000,
-               row_groups_per_file=3)
+    synthesize(data, days=3, rows_per_day=6_000, seed=5, rows_per_file=3_000, row_groups_per_file=3)
     runs, processes = {}, {}
     for model in MODELS:
         config = write_config(root / model, data, model)
-        model_dir = (f"s3://{s3_server['bucket']}/export-test/{model}/run" if model == ON_S3
-                     else root / model / "run")
+        model_dir = (
+            f"s3://{s3_server['bucket']}/export-test/{model}/run"
+            if model == ON_S3
+            else root / model / "run"
+        )
         runs[model] = (config, str(model_dir))
         processes[model] = subprocess.Popen(
-            [str(BIN / "recsys-dist"), "train", "--config", config, "--model-dir",
-             str(model_dir), "--no-eval"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True)
+            [
+                str(BIN / "recsys-dist"),
+                "train",
+                "--config",
+                config,
+                "--model-dir",
+                str(model_dir),
+                "--no-eval",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     for model, process in processes.items():
         out, err = process.communicate(timeout=600)
         assert process.returncode == 0, f"{model}:\n{out[-2000:]}\n{err[-3000:]}"
@@ -85,8 +107,11 @@ def exported(trained, s3_server):
     out = {}
     for model, (config, model_dir) in trained["runs"].items():
         directory = trained["root"] / "exports" / model / "1"
-        given = (f"s3://{s3_server['bucket']}/export-test/exports/{model}/1" if model == ON_S3
-                 else str(directory))
+        given = (
+            f"s3://{s3_server['bucket']}/export-test/exports/{model}/1"
+            if model == ON_S3
+            else str(directory)
+        )
         result = export_model(load_config(config), model_dir, given)
         if given != str(directory):
             storage_io.download_dir(given, str(directory))
@@ -117,8 +142,9 @@ def raw_arrays(table) -> dict[str, np.ndarray]:
     return out
 
 
-def reference_predictions(config_path: str, model_dir: str, table, nulls: bool = False
-                          ) -> dict[str, np.ndarray]:
+def reference_predictions(
+    config_path: str, model_dir: str, table, nulls: bool = False
+) -> dict[str, np.ndarray]:
     """What the trained model predicts: built without a strategy, the same checkpoint
     (with ``nulls``, C3 and I1 of the first NULL_ROWS rows read as nulls)."""
     import tensorflow as tf
@@ -136,10 +162,15 @@ def reference_predictions(config_path: str, model_dir: str, table, nulls: bool =
     dtypes = dict(COLUMNS, click="int64", conversion="int64")
     names = list(dict.fromkeys(n for group in config.inputs.values() for n in group))
     transform = FeatureTransform(config.features, config.labels, dtypes, "fail", names)
-    raw = {c: tf.ragged.constant(table[c].to_pylist(), tf.int64, row_splits_dtype=tf.int64)
-           if d.startswith("list<") else
-           tf.constant(table[c].to_numpy(zero_copy_only=False).astype(
-               object if d == "string" else d), tf.as_dtype(d)) for c, d in dtypes.items()}
+    raw = {
+        c: tf.ragged.constant(table[c].to_pylist(), tf.int64, row_splits_dtype=tf.int64)
+        if d.startswith("list<")
+        else tf.constant(
+            table[c].to_numpy(zero_copy_only=False).astype(object if d == "string" else d),
+            tf.as_dtype(d),
+        )
+        for c, d in dtypes.items()
+    }
     present = {}
     if nulls:
         valid_rows = np.arange(table.num_rows) >= NULL_ROWS
@@ -150,7 +181,9 @@ def reference_predictions(config_path: str, model_dir: str, table, nulls: bool =
     return {label: tf.sigmoid(logits[label]).numpy() for label in config.labels}
 
 
-SERVE_SCRIPT = ONLY_TENSORFLOW + r"""
+SERVE_SCRIPT = (
+    ONLY_TENSORFLOW
+    + r"""
 import json
 import numpy as np
 import tensorflow as tf
@@ -203,6 +236,7 @@ result["tf_keras_imported"] = "tf_keras" in sys.modules
 with open(out_file, "w") as handle:
     json.dump(result, handle)
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -213,9 +247,20 @@ def served(exported, rows, tmp_path_factory):
     (work / "serve.py").write_text(SERVE_SCRIPT)
     exports = {model: str(directory) for model, (_, directory, _) in exported.items()}
     result = subprocess.run(
-        [sys.executable, "serve.py", json.dumps(exports), "rows.npz", "result.json",
-         str(NULL_ROWS)],
-        cwd=work, env=serving_env(), capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "serve.py",
+            json.dumps(exports),
+            "rows.npz",
+            "result.json",
+            str(NULL_ROWS),
+        ],
+        cwd=work,
+        env=serving_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads((work / "result.json").read_text())
 
@@ -250,9 +295,11 @@ def test_export_holds_the_table_stack_as_one_plain_variable(exported):
     # In training the stack of the 4 tables of dim 8 (4000 + 300 + 500 + 2000 rows) was
     # split over both parameter servers.
     reader = tf.train.load_checkpoint(str(exported["dcn_v2"][1] / "variables" / "variables"))
-    shapes = collections.Counter(tuple(shape) for key, shape in
-                                 reader.get_variable_to_shape_map().items()
-                                 if key.endswith("VARIABLE_VALUE") and shape[0] >= 300)
+    shapes = collections.Counter(
+        tuple(shape)
+        for key, shape in reader.get_variable_to_shape_map().items()
+        if key.endswith("VARIABLE_VALUE") and shape[0] >= 300
+    )
     assert shapes == {(6800, 8): 1}, shapes
 
 
@@ -274,8 +321,9 @@ def test_nullable_signature_reads_nulls_as_training_does(trained, served, rows):
     config, model_dir = trained["runs"]["dcn_v2"]
     for key, nulls in (("nullable_all_valid", False), ("nullable_with_nulls", True)):
         expected = reference_predictions(config, model_dir, rows, nulls=nulls)["click"]
-        np.testing.assert_allclose(np.asarray(served[key]["click"], np.float32), expected,
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(served[key]["click"], np.float32), expected, atol=1e-5
+        )
     with_nulls = np.asarray(served["nullable_with_nulls"]["click"])
     all_valid = np.asarray(served["nullable_all_valid"]["click"])
     assert np.all(with_nulls[NULL_ROWS:] == all_valid[NULL_ROWS:])
@@ -285,19 +333,35 @@ def test_nullable_signature_reads_nulls_as_training_does(trained, served, rows):
 def test_saved_model_cli_lists_raw_columns_and_labels(exported):
     directory = exported["mmoe"][1]
     result = subprocess.run(
-        [str(BIN / "saved_model_cli"), "show", "--dir", str(directory), "--tag_set", "serve",
-         "--signature_def", "serving_default"],
-        env=serving_env(), capture_output=True, text=True, timeout=300)
+        [
+            str(BIN / "saved_model_cli"),
+            "show",
+            "--dir",
+            str(directory),
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "serving_default",
+        ],
+        env=serving_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     text = result.stdout
-    pattern = (r"(inputs|outputs)\['([^']+)'\] tensor_info:\s+dtype: (DT_\w+)\s+"
-               r"shape: \(([-\d, ]+)\)")
+    pattern = (
+        r"(inputs|outputs)\['([^']+)'\] tensor_info:\s+dtype: (DT_\w+)\s+"
+        r"shape: \(([-\d, ]+)\)"
+    )
     found = {(kind, name): (dtype, shape) for kind, name, dtype, shape in re.findall(pattern, text)}
     tf_names = {"float32": "DT_FLOAT", "int64": "DT_INT64", "string": "DT_STRING"}
-    expected = {("inputs", c): (tf_names[d], "-1") for c, d in COLUMNS.items()
-                if not d.startswith("list<")}
-    expected.update({("inputs", "tags"): ("DT_INT64", "-1, -1"),
-                     ("inputs", "tags_lengths"): ("DT_INT64", "-1")})
+    expected = {
+        ("inputs", c): (tf_names[d], "-1") for c, d in COLUMNS.items() if not d.startswith("list<")
+    }
+    expected.update(
+        {("inputs", "tags"): ("DT_INT64", "-1, -1"), ("inputs", "tags_lengths"): ("DT_INT64", "-1")}
+    )
     expected.update({("outputs", label): ("DT_FLOAT", "-1") for label in ("click", "conversion")})
     assert found == expected, text
     assert "Method name is: tensorflow/serving/predict" in text
@@ -312,19 +376,23 @@ def test_request_missing_a_feature_is_refused_naming_it(served):
 def test_request_with_a_wrong_dtype_is_refused(served):
     errors = served["errors"]
     # The signature checks each input's dtype against its TensorSpec.
-    assert re.search(r"expected to be a int64 tensor but is a double tensor",
-                     errors["int_as_float"]), errors["int_as_float"]
-    assert re.search(r"expected to be a string tensor but is a int(32|64) tensor",
-                     errors["string_as_int"]), errors["string_as_int"]
+    assert re.search(
+        r"expected to be a int64 tensor but is a double tensor", errors["int_as_float"]
+    ), errors["int_as_float"]
+    assert re.search(
+        r"expected to be a string tensor but is a int(32|64) tensor", errors["string_as_int"]
+    ), errors["string_as_int"]
     # The module's `serve` function names the column too.
-    assert ("dtype=tf.float64, name='C3') to TensorSpec(shape=(None,), dtype=tf.int64, "
-            "name='C3')") in errors["serve_fn_int_as_float"], errors["serve_fn_int_as_float"]
+    assert (
+        "dtype=tf.float64, name='C3') to TensorSpec(shape=(None,), dtype=tf.int64, name='C3')"
+    ) in errors["serve_fn_int_as_float"], errors["serve_fn_int_as_float"]
 
 
 def test_bad_value_in_a_request_raises_the_transform_error(served):
     message = served["errors"]["infinite"].replace("\\'", "'")  # TF escapes quotes
-    assert ("numeric column 'I1' (feature 'I1') has an infinite value in the serving "
-            "request at row 7") in message, message
+    assert (
+        "numeric column 'I1' (feature 'I1') has an infinite value in the serving request at row 7"
+    ) in message, message
 
 
 # ---- refusals ---------------------------------------------------------------------------
@@ -333,8 +401,12 @@ def test_export_refuses_a_checkpoint_of_other_table_sizes(trained, tmp_path):
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
 
-    config = write_config(tmp_path / "other", trained["data"], "dcn_v2",
-                          changed(ZOO_FEATURES, {"tables.big.rows": 5000}))
+    config = write_config(
+        tmp_path / "other",
+        trained["data"],
+        "dcn_v2",
+        changed(ZOO_FEATURES, {"tables.big.rows": 5000}),
+    )
     with pytest.raises(CheckpointError) as info:
         export_model(load_config(config), trained["runs"]["dcn_v2"][1], str(tmp_path / "out"))
     message = str(info.value)
@@ -350,8 +422,11 @@ def test_export_refuses_a_checkpoint_of_other_model_params(trained, tmp_path):
 
     config, model_dir = trained["runs"]["dcn_v2"]
     with pytest.raises(CheckpointError) as info:
-        export_model(load_config(config, ["model.params.hidden_units=[64, 16]"]), model_dir,
-                     str(tmp_path / "out"))
+        export_model(
+            load_config(config, ["model.params.hidden_units=[64, 16]"]),
+            model_dir,
+            str(tmp_path / "out"),
+        )
     message = str(info.value)
     assert "does not fit the model of" in message, message
     assert "dcn_v2/deep/dense_0/kernel:0 [66, 64]" in message, message
@@ -365,8 +440,7 @@ def test_export_refuses_a_model_dir_without_a_checkpoint(trained, tmp_path):
     empty = tmp_path / "never_trained"
     empty.mkdir()
     with pytest.raises(CheckpointError, match="no complete checkpoint") as info:
-        export_model(load_config(trained["runs"]["dcn_v2"][0]), str(empty),
-                     str(tmp_path / "out"))
+        export_model(load_config(trained["runs"]["dcn_v2"][0]), str(empty), str(tmp_path / "out"))
     assert str(empty) in str(info.value)
 
 
@@ -385,8 +459,12 @@ def test_export_refuses_an_incomplete_checkpoint(trained, tmp_path):
             export_model(load_config(config), model_dir, str(tmp_path / "out"), checkpoint=given)
         assert str(torn) in str(info.value)
     with pytest.raises(CheckpointError, match="no such checkpoint"):
-        export_model(load_config(config), model_dir, str(tmp_path / "out"),
-                     checkpoint=str(tmp_path / "nowhere" / "ckpt-000000000001"))
+        export_model(
+            load_config(config),
+            model_dir,
+            str(tmp_path / "out"),
+            checkpoint=str(tmp_path / "nowhere" / "ckpt-000000000001"),
+        )
 
 
 def test_explicit_checkpoint_directory_or_prefix_is_found(trained):
@@ -398,7 +476,10 @@ def test_explicit_checkpoint_directory_or_prefix_is_found(trained):
     for given in (latest.directory, latest.directory + "/", latest.prefix):
         found = find_checkpoint(model_dir, given)
         assert (found.directory, found.step, found.state) == (
-            latest.directory, latest.step, latest.state)
+            latest.directory,
+            latest.step,
+            latest.state,
+        )
 
 
 def test_export_refuses_a_non_empty_out_dir(trained, exported):
@@ -420,36 +501,56 @@ def test_export_from_and_to_s3(trained, exported, s3_server):
 
     config, model_dir = trained["runs"][ON_S3]
     result, directory, given = exported[ON_S3]
-    listing = s3_server["client"].list_objects_v2(Bucket=s3_server["bucket"],
-                                                  Prefix=f"export-test/exports/{ON_S3}/")
+    listing = s3_server["client"].list_objects_v2(
+        Bucket=s3_server["bucket"], Prefix=f"export-test/exports/{ON_S3}/"
+    )
     keys = {o["Key"].split(f"/{ON_S3}/", 1)[1] for o in listing["Contents"]}
-    assert {"1/saved_model.pb", "1/variables/variables.index", "1/fingerprint.pb",
-            "1/assets.extra/export.json"} <= keys and all(k.startswith("1/") for k in keys)
-    assert {f"1/{p.relative_to(directory).as_posix()}" for p in directory.rglob("*")
-            if p.is_file()} == keys  # the download is the whole export
+    assert {
+        "1/saved_model.pb",
+        "1/variables/variables.index",
+        "1/fingerprint.pb",
+        "1/assets.extra/export.json",
+    } <= keys and all(k.startswith("1/") for k in keys)
+    assert {
+        f"1/{p.relative_to(directory).as_posix()}" for p in directory.rglob("*") if p.is_file()
+    } == keys  # the download is the whole export
     saved = CheckpointManager(model_dir).latest()
     assert saved.directory.startswith(f"{model_dir}/checkpoints/ckpt-")
     info = json.loads((directory / "assets.extra" / "export.json").read_text())
     assert (result.out_dir, result.checkpoint) == (given, saved.directory)
     assert (info["checkpoint"], info["step"], info["model_dir"]) == (
-        saved.directory, saved.step, model_dir)
-    command = [str(BIN / "recsys-dist"), "export", "--config", config, "--model-dir",
-               model_dir, "--out"]
+        saved.directory,
+        saved.step,
+        model_dir,
+    )
+    command = [
+        str(BIN / "recsys-dist"),
+        "export",
+        "--config",
+        config,
+        "--model-dir",
+        model_dir,
+        "--out",
+    ]
     again = subprocess.run([*command, given], capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr[-2000:]
     assert f"error: {given}: exists and is not empty" in again.stderr
     missing = "s3://no-such-bucket-export/1"
     nowhere = subprocess.run([*command, missing], capture_output=True, text=True, timeout=300)
     assert nowhere.returncode == 2 and "Traceback" not in nowhere.stderr, nowhere.stderr[-2000:]
-    assert (f"error: {missing}: cannot write the export there: The specified bucket does not "
-            "exist") in nowhere.stderr
+    assert (
+        f"error: {missing}: cannot write the export there: The specified bucket does not exist"
+    ) in nowhere.stderr
 
 
 def test_export_without_config_reads_the_runs_own(trained, tmp_path):
     _, model_dir = trained["runs"]["dcn_v2"]
     out = tmp_path / "1"
-    result = subprocess.run([str(BIN / "recsys-dist"), "export", "--model-dir", model_dir,
-                             "--out", str(out)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(BIN / "recsys-dist"), "export", "--model-dir", model_dir, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads((out / "assets.extra" / "export.json").read_text())["model_dir"] == \
-        model_dir
+    assert json.loads((out / "assets.extra" / "export.json").read_text())["model_dir"] == model_dir

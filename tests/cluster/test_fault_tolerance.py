@@ -42,15 +42,15 @@ IN_FLIGHT = 4 * 10  # 2 closures per worker x 2 workers x steps_per_call
 AUC_TOLERANCE = 0.01  # measured scatter: see the module docstring
 
 
-
 def final_state(model_dir: pathlib.Path) -> dict:
     complete = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))
     return json.loads((complete[-1].parent / "state.json").read_text())
 
 
 def held_out_auc(model_dir: pathlib.Path) -> float:
-    return json.loads((model_dir / "train_result.json").read_text()
-                      )["eval"]["labels"]["click"]["auc"]
+    return json.loads((model_dir / "train_result.json").read_text())["eval"]["labels"]["click"][
+        "auc"
+    ]
 
 
 def assert_complete(model_dir: pathlib.Path) -> None:
@@ -63,7 +63,9 @@ def assert_complete(model_dir: pathlib.Path) -> None:
 def assert_complete_and_close(model_dir: pathlib.Path, baseline: float) -> None:
     assert_complete(model_dir)
     assert abs(held_out_auc(model_dir) - baseline) <= AUC_TOLERANCE, (
-        held_out_auc(model_dir), baseline)
+        held_out_auc(model_dir),
+        baseline,
+    )
 
 
 def assert_no_servers_left(pids: list[int]) -> None:
@@ -94,8 +96,9 @@ def wait_for_a_save_in_progress(run: TrainRun, model_dir: pathlib.Path) -> pathl
 def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ft")
     data = tmp / "data"
-    synthesize(data, days=3, rows_per_day=12_000, seed=7, rows_per_file=6_000,
-               row_groups_per_file=2)
+    synthesize(
+        data, days=3, rows_per_day=12_000, seed=7, rows_per_file=6_000, row_groups_per_file=2
+    )
     config = write_config(tmp, data)
     run = TrainRun(config, tmp / "baseline")
     assert run.finish() == 0, run.output[-3000:]
@@ -190,8 +193,7 @@ def test_resume_with_a_different_number_of_parameter_servers(setup, tmp_path):
     assert_complete_and_close(tmp_path / "run", baseline)
 
 
-def test_a_damaged_newest_checkpoint_is_named_and_resume_takes_the_previous_one(setup,
-                                                                                tmp_path):
+def test_a_damaged_newest_checkpoint_is_named_and_resume_takes_the_previous_one(setup, tmp_path):
     config, baseline = setup
     model_dir = tmp_path / "run"
     first = TrainRun(config, model_dir)
@@ -205,20 +207,30 @@ def test_a_damaged_newest_checkpoint_is_named_and_resume_takes_the_previous_one(
     size = data.stat().st_size
     with open(data, "r+b") as handle:  # cut after the save: a disk or copy error
         handle.truncate(size // 2)
-    damage = (f"{newest}: damaged checkpoint: {data.name} is {size // 2:,} bytes, {size:,} "
-              "when it was written (truncated or changed after the save)")
-    for command in (["evaluate", "--out", str(tmp_path / "eval")],
-                    ["export", "--out", str(tmp_path / "export")]):
-        refused = subprocess.run([CLI, *command, "--model-dir", str(model_dir)],
-                                 capture_output=True, text=True, timeout=300)
-        assert refused.returncode == 2 and refused.stderr == f"error: {damage}\n", \
-            refused.stderr[-2000:]
+    damage = (
+        f"{newest}: damaged checkpoint: {data.name} is {size // 2:,} bytes, {size:,} "
+        "when it was written (truncated or changed after the save)"
+    )
+    for command in (
+        ["evaluate", "--out", str(tmp_path / "eval")],
+        ["export", "--out", str(tmp_path / "export")],
+    ):
+        refused = subprocess.run(
+            [CLI, *command, "--model-dir", str(model_dir)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert refused.returncode == 2 and refused.stderr == f"error: {damage}\n", refused.stderr[
+            -2000:
+        ]
     rerun = TrainRun(config, model_dir)
     restored = resumed_step(rerun)
     assert rerun.finish() == 0, rerun.output[-3000:]
     assert f"warning  {damage}; trying the previous complete checkpoint" in rerun.output
-    assert (f"warning  {newest}: marked _DAMAGED, resuming from {previous}"
-            in rerun.output), rerun.output[-3000:]
+    assert f"warning  {newest}: marked _DAMAGED, resuming from {previous}" in rerun.output, (
+        rerun.output[-3000:]
+    )
     assert f"ckpt-{restored:012d}" == previous.name
     assert_complete_and_close(model_dir, baseline)
 
@@ -257,7 +269,8 @@ def test_sigterm_during_a_checkpoint_write_exits_143_and_tears_nothing(setup, tm
     for directory in complete:  # every checkpoint marked complete is whole
         files = json.loads((directory / "state.json").read_text())["files"]
         assert {n: (directory / n).stat().st_size for n in files} == {
-            n: f["bytes"] for n, f in files.items()}
+            n: f["bytes"] for n, f in files.items()
+        }
     complete = [p.name for p in complete]
     rerun = TrainRun(config, model_dir)
     restored = resumed_step(rerun)

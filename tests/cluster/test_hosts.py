@@ -36,8 +36,9 @@ from tests.support.train_run import TrainRun
 pytestmark = pytest.mark.cluster
 
 UNAVAILABLE = host_support.unavailable_reason()
-needs_namespaces = pytest.mark.skipif(UNAVAILABLE is not None,
-                                      reason=f"network namespaces: {UNAVAILABLE}")
+needs_namespaces = pytest.mark.skipif(
+    UNAVAILABLE is not None, reason=f"network namespaces: {UNAVAILABLE}"
+)
 
 IN_FLIGHT = 4 * 10  # 2 closures per worker x 2 workers x steps_per_call
 AUC_TOLERANCE = 0.01
@@ -54,8 +55,9 @@ def net(tmp_path_factory):
         storage = HostCluster(network, 2, 2, network.logs)
         storage.start_storage()
         data = base / "data"
-        synthesize(data, days=3, rows_per_day=12_000, seed=7, rows_per_file=6_000,
-                   row_groups_per_file=2)
+        synthesize(
+            data, days=3, rows_per_day=12_000, seed=7, rows_per_file=6_000, row_groups_per_file=2
+        )
         network.data_url = storage.upload(data, "data")
         yield network
     assert leftovers(network.prefix) == []
@@ -118,7 +120,8 @@ def test_hosts_are_removed_after_their_owner_is_sigkilled(tmp_path):
         f"net = HostNetwork(['a', 'b'], pathlib.Path({str(tmp_path)!r})).__enter__()\n"
         "net.run('a', ['sleep', '600'])\n"
         "print(net.prefix, net.pids('a')[0], flush=True)\n"
-        "time.sleep(600)\n")
+        "time.sleep(600)\n"
+    )
     owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     prefix, sleeper = owner.stdout.readline().split()
     assert leftovers(prefix), "the hosts were not made"
@@ -140,7 +143,8 @@ def pathlib_root():
 
 
 def test_four_hosts_train_resume_after_the_chief_restarts_evaluate_export_and_restore_on_three_servers(  # noqa: E501
-        net, baseline, cluster):
+    net, baseline, cluster
+):
     model_dir = f"s3://{BUCKET}/chief_restart"
     first = cluster.train(config(net), model_dir)
     saved = step_of(r"^checkpoint step ([\d,]+)", first, count=2)
@@ -157,11 +161,11 @@ def test_four_hosts_train_resume_after_the_chief_restarts_evaluate_export_and_re
     for host in ("worker0", "worker1", "ps0", "ps1"):
         assert not list(net.hosts[host].directory.glob("**/recsys_dist_stage_*")), host
 
-    evaluated = cluster.command("evaluate", "--model-dir", model_dir, "--out",
-                                f"{model_dir}/eval", "--quiet")
+    evaluated = cluster.command(
+        "evaluate", "--model-dir", model_dir, "--out", f"{model_dir}/eval", "--quiet"
+    )
     assert evaluated.returncode == 0, evaluated.stdout[-2000:] + evaluated.stderr[-2000:]
-    exported = cluster.command("export", "--model-dir", model_dir, "--out",
-                               f"{model_dir}/export")
+    exported = cluster.command("export", "--model-dir", model_dir, "--out", f"{model_dir}/export")
     assert exported.returncode == 0, exported.stderr[-2000:]
     assert any(k.endswith("export/saved_model.pb") for k in cluster.keys(f"{model_dir}/"))
 
@@ -169,15 +173,17 @@ def test_four_hosts_train_resume_after_the_chief_restarts_evaluate_export_and_re
     three = HostCluster(net, 2, 3, net.logs)
     three.start_servers()
     try:
-        again = three.command("evaluate", "--model-dir", model_dir, "--out",
-                              f"{model_dir}/eval3", "--quiet")
+        again = three.command(
+            "evaluate", "--model-dir", model_dir, "--out", f"{model_dir}/eval3", "--quiet"
+        )
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     finally:
         three.stop_servers()
     first_auc = cluster.read_json(f"{model_dir}/eval/metrics.json")
     three_auc = cluster.read_json(f"{model_dir}/eval3/metrics.json")
     assert first_auc["labels"]["click"]["auc"] == pytest.approx(
-        three_auc["labels"]["click"]["auc"], abs=1e-6)
+        three_auc["labels"]["click"]["auc"], abs=1e-6
+    )
 
 
 def cut_for(net, host: str, seconds: float) -> float:
@@ -197,37 +203,54 @@ def test_a_ps_link_and_then_a_worker_link_cut_for_30_s(net, baseline, cluster):
     run.wait_for(r"^checkpoint step")
     cut = cut_for(net, "ps0", 30)
     address = cluster.spec["ps"][0]
-    run.wait_for(rf"^lost +ps 0 \({re.escape(address)}\): unreachable for \d+ s; training "
-                 "waits for it", timeout=60)
-    run.wait_for(r"^back +ps 0 .* answers again after \d+ s unreachable; training goes on",
-                 timeout=90)
+    run.wait_for(
+        rf"^lost +ps 0 \({re.escape(address)}\): unreachable for \d+ s; training "
+        "waits for it",
+        timeout=60,
+    )
+    run.wait_for(
+        r"^back +ps 0 .* answers again after \d+ s unreachable; training goes on", timeout=90
+    )
     ps_back_after = time.monotonic() - cut
     count = sum(bool(re.match(r"checkpoint step", line)) for line in run.lines)
     run.wait_for(r"^checkpoint step", count=count + 1, timeout=120)
     cut = cut_for(net, "worker1", 30)
     address = cluster.spec["worker"][1]
-    run.wait_for(rf"^lost +worker 1 \({re.escape(address)}\): unreachable for \d+ s; its "
-                 "work goes to the other workers", timeout=60)
+    run.wait_for(
+        rf"^lost +worker 1 \({re.escape(address)}\): unreachable for \d+ s; its "
+        "work goes to the other workers",
+        timeout=60,
+    )
     lost_after = time.monotonic() - cut
     before = run.last_step()  # no progress lines while a worker is lost
-    run.wait_for(r"^back +worker 1 .* answers again after \d+ s unreachable; it takes work",
-                 timeout=90)
+    run.wait_for(
+        r"^back +worker 1 .* answers again after \d+ s unreachable; it takes work", timeout=90
+    )
     back_after = time.monotonic() - cut
     lines = len(run.lines)
-    after = int(run.wait_for(r"^(?:checkpoint )?step ([\d,]+)", count=sum(
-        bool(re.match(r"(?:checkpoint )?step", line)) for line in run.lines[:lines]) + 1
-    ).group(1).replace(",", ""))
+    after = int(
+        run.wait_for(
+            r"^(?:checkpoint )?step ([\d,]+)",
+            count=sum(bool(re.match(r"(?:checkpoint )?step", line)) for line in run.lines[:lines])
+            + 1,
+        )
+        .group(1)
+        .replace(",", "")
+    )
     assert after >= before  # how far the other worker got meanwhile is printed
     assert run.finish() == 0, run.output[-3000:]
-    print(f"worker cut: named after {lost_after:.1f} s, back after {back_after:.1f} s, "
-          f"steps {before} -> {after} meanwhile; ps cut: back after {ps_back_after:.1f} s")
+    print(
+        f"worker cut: named after {lost_after:.1f} s, back after {back_after:.1f} s, "
+        f"steps {before} -> {after} meanwhile; ps cut: back after {ps_back_after:.1f} s"
+    )
     assert run.output.count("restart  lost a task") <= 1, run.output[-3000:]
     assert_complete(cluster, model_dir)
     assert abs(held_out_auc(cluster, model_dir) - baseline) <= AUC_TOLERANCE
 
 
 def test_a_link_that_never_returns_ends_the_run_in_the_set_time_naming_the_task(
-        net, baseline, cluster):
+    net, baseline, cluster
+):
     model_dir = f"s3://{BUCKET}/never"
     run = cluster.train(config(net), model_dir, "--set", "cluster.give_up_after_seconds=20")
     run.wait_for(r"^checkpoint step")
@@ -240,7 +263,8 @@ def test_a_link_that_never_returns_ends_the_run_in_the_set_time_naming_the_task(
     assert run.lines[-1] == (
         f"error: ps 1 ({address}) has been unreachable for 20 s "
         "(cluster.give_up_after_seconds = 20); the run stops. Bring the task back, then run "
-        "the command again to resume from the last checkpoint\n"), run.output[-3000:]
+        "the command again to resume from the last checkpoint\n"
+    ), run.output[-3000:]
     print(f"a link cut for good: the run ended {took:.1f} s after the cut")
     # (a rerun resumes from the last checkpoint as after any lost task: see the tests of
     # the chief's restart and of a killed parameter-server host)

@@ -66,13 +66,13 @@ def test_cluster_spec_and_processes(cluster):
     assert len(set(spec["worker"] + spec["ps"])) == 3
     assert cluster.alive() == {"worker": [True, True], "ps": [True]}
     threads = shared_intra_op_threads(3)  # the cores split between its 3 tasks
-    assert (f"recsys_dist server ps:0 serving on {spec['ps'][0]} (pid "
-            in logged(cluster, "ps", 0, "serving on"))
+    assert f"recsys_dist server ps:0 serving on {spec['ps'][0]} (pid " in logged(
+        cluster, "ps", 0, "serving on"
+    )
     assert f"intra-op threads {threads})" in logged(cluster, "worker", 1, "serving on")
 
 
-def logged(cluster, job: str, index: int, text: str, times: int = 1,
-           timeout: float = 30) -> str:
+def logged(cluster, job: str, index: int, text: str, times: int = 1, timeout: float = 30) -> str:
     """The task's log once it holds ``text`` ``times`` times: a task accepts connections
     (which is when the cluster counts it as started) just before it prints its line, and
     under load the line came after the test read the log (an empty worker log failed CI
@@ -111,14 +111,26 @@ def test_worker_runs_the_parquet_op_on_nulls_and_lists(coordinator, tmp_path):
     from recsys_dist import ops
 
     path = str(tmp_path / "x.parquet")
-    pq.write_table(pa.table({"x": pa.array([1, None, 3], pa.int64()),
-                             "l": pa.array([[1, None], None, [4]], pa.list_(pa.int64()))}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "x": pa.array([1, None, 3], pa.int64()),
+                "l": pa.array([[1, None], None, [4]], pa.list_(pa.int64())),
+            }
+        ),
+        path,
+    )
 
     @tf.function
     def read():
         columns = ops.read_rows(path, 0, 3, {"x": tf.int64, "l": tf.int64}, ragged={"l"})
-        return (columns["x"].values, columns["x"].valid, columns["l"].values,
-                columns["l"].valid, columns["l"].row_splits)
+        return (
+            columns["x"].values,
+            columns["x"].valid,
+            columns["l"].values,
+            columns["l"].valid,
+            columns["l"].row_splits,
+        )
 
     result = coordinator.schedule(read)
     coordinator.join()
@@ -156,25 +168,36 @@ def test_a_worker_without_the_parquet_op_gets_a_clear_error(tmp_path, small_conf
     write_parquet(tmp_path / "data" / "dt=2026-01-01" / "a.parquet", small_table(50))
     config = small_config(train={"dates": "2026-01-01"})
     spec = {"worker": [f"127.0.0.1:{free_port()}"], "ps": [f"127.0.0.1:{free_port()}"]}
-    bare = ("import json, sys, tensorflow as tf; spec = json.loads(sys.argv[1]); "
-            "tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=sys.argv[2], "
-            "task_index=0, config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)"
-            ").join()")
-    servers = [subprocess.Popen([sys.executable, "-c", bare, json.dumps(spec), job],
-                                env=subprocess_env(), stderr=subprocess.DEVNULL)
-               for job in ("worker", "ps")]
+    bare = (
+        "import json, sys, tensorflow as tf; spec = json.loads(sys.argv[1]); "
+        "tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=sys.argv[2], "
+        "task_index=0, config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)"
+        ").join()"
+    )
+    servers = [
+        subprocess.Popen(
+            [sys.executable, "-c", bare, json.dumps(spec), job],
+            env=subprocess_env(),
+            stderr=subprocess.DEVNULL,
+        )
+        for job in ("worker", "ps")
+    ]
     try:
         result = subprocess.run(
             [sys.executable, "-c", BARE_COORDINATOR, json.dumps(spec), config],
-            env=subprocess_env(GRPC_FAIL_FAST="use_caller"), capture_output=True, text=True,
-            timeout=300)
+            env=subprocess_env(GRPC_FAIL_FAST="use_caller"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         for server in servers:
             server.kill()
             server.wait()
-    assert ("error: a worker cannot run the ParquetReadRows op: its process never loaded "
-            "recsys_dist's Parquet op library. Start every worker") in result.stdout, (
-        result.stdout[-2000:] + result.stderr[-3000:])
+    assert (
+        "error: a worker cannot run the ParquetReadRows op: its process never loaded "
+        "recsys_dist's Parquet op library. Start every worker"
+    ) in result.stdout, result.stdout[-2000:] + result.stderr[-3000:]
 
 
 def _workers_that_ran(coordinator, fn, closures: int) -> set[int]:
@@ -217,8 +240,9 @@ def test_killed_worker_restarts_on_same_port_and_serves(cluster, coordinator):
     deadline = time.monotonic() + 60
     while 0 not in _workers_that_ran(coordinator, step, closures=4):
         assert time.monotonic() < deadline, "the restarted worker 0 ran no closure in 60 s"
-    assert logged(cluster, "worker", 0, f"serving on {address}", 2).count(
-        f"serving on {address}") == 2
+    assert (
+        logged(cluster, "worker", 0, f"serving on {address}", 2).count(f"serving on {address}") == 2
+    )
 
 
 def test_supervisor_restarts_a_killed_worker_and_reports_it(tmp_path):
@@ -232,15 +256,20 @@ def test_supervisor_restarts_a_killed_worker_and_reports_it(tmp_path):
             assert time.monotonic() < deadline, f"no restart in 90 s: {messages}"
             time.sleep(0.1)
         new_pid = cluster.pid("worker", 0)
-        assert messages == ["worker 0 exited with code -9; restarting it",
-                            f"worker 0 is back (pid {new_pid})"]
+        assert messages == [
+            "worker 0 exited with code -9; restarting it",
+            f"worker 0 is back (pid {new_pid})",
+        ]
         assert new_pid != old_pid
         assert cluster.alive() == {"worker": [True], "ps": [True]}
         assert [(job, index, code) for _, job, index, code in cluster.restarts] == [
-            ("worker", 0, -9)]
+            ("worker", 0, -9)
+        ]
         address = cluster.cluster_spec["worker"][0]
-        assert logged(cluster, "worker", 0, f"serving on {address}", 2).count(
-            f"serving on {address}") == 2
+        assert (
+            logged(cluster, "worker", 0, f"serving on {address}", 2).count(f"serving on {address}")
+            == 2
+        )
 
 
 COORDINATOR_SCRIPT = textwrap.dedent(

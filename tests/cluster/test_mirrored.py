@@ -39,14 +39,14 @@ ONE_WORKER = ("--set", "cluster.workers=1", "--set", "cluster.ps=1")
 SHARDED = ("--set", "cluster.workers=1", "--set", "cluster.ps=2")
 
 
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mirrored")
     # Day 5 is only the held-out day of the fourth day of retraining.
     synthesize(tmp / "data", days=5, rows_per_day=4000, seed=3, rows_per_file=2000)
-    config = small_run_config(tmp, tmp / "data", "in_process",
-                              changes={"input.shuffle": False, "train.epochs": 1})
+    config = small_run_config(
+        tmp, tmp / "data", "in_process", changes={"input.shuffle": False, "train.epochs": 1}
+    )
     output = train(config, tmp / "mirrored", *MIRRORED)
     assert "2 replicas in this process (mirrored, synchronous: CPU:0, CPU:1)" in output
     train(config, tmp / "one_worker", *ONE_WORKER)
@@ -78,16 +78,29 @@ def test_a_run_resumes_under_the_other_strategy_both_ways(runs):
 def test_a_killed_mirrored_run_resumes_from_its_checkpoint(runs):
     config, tmp = runs
     model_dir = tmp / "killed"
-    run = TrainRun(config, model_dir, *MIRRORED, "--set", "train.epochs=2",
-                   "--set", "train.checkpoint_every_steps=20")
+    run = TrainRun(
+        config,
+        model_dir,
+        *MIRRORED,
+        "--set",
+        "train.epochs=2",
+        "--set",
+        "train.checkpoint_every_steps=20",
+    )
     saved = int(run.wait_for(r"^checkpoint step ([\d,]*\d)").group(1).replace(",", ""))
     run.process.send_signal(signal.SIGKILL)
     run.finish()
     assert run.process.returncode == -signal.SIGKILL
-    second = TrainRun(config, model_dir, *MIRRORED, "--set", "train.epochs=2",
-                      "--set", "train.checkpoint_every_steps=20")
-    restored = int(second.wait_for(r"^resume +from .*: step ([\d,]*\d)").group(1)
-                   .replace(",", ""))
+    second = TrainRun(
+        config,
+        model_dir,
+        *MIRRORED,
+        "--set",
+        "train.epochs=2",
+        "--set",
+        "train.checkpoint_every_steps=20",
+    )
+    restored = int(second.wait_for(r"^resume +from .*: step ([\d,]*\d)").group(1).replace(",", ""))
     assert second.finish() == 0, second.output[-3000:]
     assert restored >= saved
     newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
@@ -105,19 +118,36 @@ def test_daily_retraining_warm_starts_across_the_switch_both_ways(runs):
     root = tmp / "retrain"
     # (the parameter-server days in one process: the switch is what is tested here)
     in_process = (*SHARDED, "--set", "cluster.mode=in_process")
-    days = (("2026-01-01", in_process), ("2026-01-02", MIRRORED), ("2026-01-03", COLLECTIVE),
-            ("2026-01-04", in_process))
+    days = (
+        ("2026-01-01", in_process),
+        ("2026-01-02", MIRRORED),
+        ("2026-01-03", COLLECTIVE),
+        ("2026-01-04", in_process),
+    )
     for n, (day, strategy) in enumerate(days):
-        result = subprocess.run([CLI, "retrain", "--config", config, "--date", day,
-                                 "--set", f"retrain.root={root}", *strategy],
-                                capture_output=True, text=True, timeout=400)
+        result = subprocess.run(
+            [
+                CLI,
+                "retrain",
+                "--config",
+                config,
+                "--date",
+                day,
+                "--set",
+                f"retrain.root={root}",
+                *strategy,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert ("2 replicas in this process" in result.stdout) == (strategy is MIRRORED)
-        assert ("worker 0 of 2 (multi_worker_mirrored" in result.stdout) == (
-            strategy is COLLECTIVE)
+        assert ("worker 0 of 2 (multi_worker_mirrored" in result.stdout) == (strategy is COLLECTIVE)
         if n:
-            restored = re.search(r"^warm +start from .*, ([\d,]+) variables restored",
-                                 result.stdout, re.M)
+            restored = re.search(
+                r"^warm +start from .*, ([\d,]+) variables restored", result.stdout, re.M
+            )
             assert restored and int(restored.group(1).replace(",", "")) >= 20, result.stdout
         published = root / "published" / day
         assert (published / "_SUCCESS").exists()

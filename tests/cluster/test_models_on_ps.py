@@ -90,9 +90,13 @@ def test_models_train_with_sharded_tables_on_parameter_servers(tmp_path):
     features = write_yaml(tmp_path / "features.yaml", TINY_FEATURES)
     script = tmp_path / "pss.py"
     script.write_text(PSS_SCRIPT.format(features=features))
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=300, cwd=PROJECT_ROOT,
-                            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT),
-                                 "GRPC_FAIL_FAST": "use_caller"})
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "GRPC_FAIL_FAST": "use_caller"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [line.split()[0] for line in result.stdout.splitlines()] == list(MODELS)

@@ -44,19 +44,34 @@ from tests.support.train_run import train_without_eval as train
 
 pytestmark = pytest.mark.cluster
 
-ONE_WORKER = ("--set", "cluster.mode=in_process", "--set", "cluster.workers=1",
-              "--set", "cluster.ps=1")
-SHARDED = ("--set", "cluster.mode=in_process", "--set", "cluster.workers=1",
-           "--set", "cluster.ps=2")
-
+ONE_WORKER = (
+    "--set",
+    "cluster.mode=in_process",
+    "--set",
+    "cluster.workers=1",
+    "--set",
+    "cluster.ps=1",
+)
+SHARDED = (
+    "--set",
+    "cluster.mode=in_process",
+    "--set",
+    "cluster.workers=1",
+    "--set",
+    "cluster.ps=2",
+)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("multi_worker")
     synthesize(tmp / "data", days=3, rows_per_day=4000, seed=3, rows_per_file=2000)
-    config = small_run_config(tmp, tmp / "data", "local", changes={
-        "input.shuffle": False, "train.epochs": 1, "train.steps_per_call": 1})
+    config = small_run_config(
+        tmp,
+        tmp / "data",
+        "local",
+        changes={"input.shuffle": False, "train.epochs": 1, "train.steps_per_call": 1},
+    )
     output = train(config, tmp / "collective", *COLLECTIVE)
     assert "cluster  worker 0 of 2 (multi_worker_mirrored, synchronous" in output
     train(config, tmp / "one_worker", *ONE_WORKER)
@@ -81,18 +96,39 @@ def test_batch_norm_and_early_stopping_end_as_two_mirrored_replicas_do(runs):
     figures to the other worker. So both strategies keep the same record of validation
     scores and end at the same state, moving statistics included."""
     config, tmp = runs
-    settings = ("--set", "model.params.batch_norm=true",
-                "--set", "data.validation={dates: 2026-01-03}", "--set", "train.epochs=3",
-                "--set", "train.early_stopping={patience: 1}", "--set", "train.max_steps=72")
+    settings = (
+        "--set",
+        "model.params.batch_norm=true",
+        "--set",
+        "data.validation={dates: 2026-01-03}",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.early_stopping={patience: 1}",
+        "--set",
+        "train.max_steps=72",
+    )
     output = train(config, tmp / "bn_collective", *COLLECTIVE, *settings)
     assert "validate epoch 1: auc/click" in output, output[-3000:]
-    train(config, tmp / "bn_mirrored", "--set", "cluster.strategy=mirrored",
-          "--set", "cluster.mode=in_process", "--set", "cluster.workers=2", *settings)
-    ours, theirs = [json.loads((tmp / d / "train_result.json").read_text())["early_stopping"]
-                    for d in ("bn_collective", "bn_mirrored")]
+    train(
+        config,
+        tmp / "bn_mirrored",
+        "--set",
+        "cluster.strategy=mirrored",
+        "--set",
+        "cluster.mode=in_process",
+        "--set",
+        "cluster.workers=2",
+        *settings,
+    )
+    ours, theirs = [
+        json.loads((tmp / d / "train_result.json").read_text())["early_stopping"]
+        for d in ("bn_collective", "bn_mirrored")
+    ]
     assert len(ours["history"]) >= 2, ours
     assert [(e["epoch"], e["step"]) for e in ours["history"]] == [
-        (e["epoch"], e["step"]) for e in theirs["history"]]
+        (e["epoch"], e["step"]) for e in theirs["history"]
+    ]
     for a, b in zip(ours["history"], theirs["history"]):
         assert abs(a["value"] - b["value"]) < 1e-4, (ours, theirs)
     assert ours["best"]["epoch"] == theirs["best"]["epoch"]
@@ -108,8 +144,9 @@ def test_a_run_resumes_under_the_other_strategy_both_ways(runs):
     shutil.copytree(tmp / "one_worker", tmp / "ps_then_collective")
     output = train(config, tmp / "ps_then_collective", *COLLECTIVE, *two_epochs)
     assert "resume   from" in output and "step 32" in output
-    shutil.copytree(tmp / "collective", tmp / "collective_then_ps",
-                    ignore=shutil.ignore_patterns("logs"))
+    shutil.copytree(
+        tmp / "collective", tmp / "collective_then_ps", ignore=shutil.ignore_patterns("logs")
+    )
     output = train(config, tmp / "collective_then_ps", *SHARDED, *two_epochs)
     assert "resume   from" in output and "2 ps" in output
     assert_same_state(tmp / "ps_then_collective", tmp / "collective_then_ps")
@@ -121,8 +158,17 @@ def test_a_killed_worker_restarts_the_job_from_its_last_checkpoint(runs):
     model_dir = tmp / "killed"
     # --data reaches the workers (the resolved config they read keeps the file's data.path)
     synthesize(tmp / "other", days=3, rows_per_day=3000, seed=4, rows_per_file=1500)
-    run = TrainRun(config, model_dir, *COLLECTIVE, "--data", str(tmp / "other"),
-                   "--set", "train.epochs=3", "--set", "train.checkpoint_every_steps=20")
+    run = TrainRun(
+        config,
+        model_dir,
+        *COLLECTIVE,
+        "--data",
+        str(tmp / "other"),
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.checkpoint_every_steps=20",
+    )
     saved = int(run.wait_for(r"^checkpoint step ([\d,]*\d)").group(1).replace(",", ""))
     workers = run.collective_workers()
     assert len(workers) == 2
@@ -133,8 +179,9 @@ def test_a_killed_worker_restarts_the_job_from_its_last_checkpoint(runs):
     assert restored >= saved
     assert run.collective_workers() == []  # no worker outlives the run
     digest = hashlib.sha1(str(model_dir).encode()).hexdigest()[:12]
-    assert not list(pathlib.Path(tempfile.gettempdir()).glob(
-        f"recsys_dist_worker_{digest}_*")), "worker 1's scratch checkpoints were left behind"
+    assert not list(pathlib.Path(tempfile.gettempdir()).glob(f"recsys_dist_worker_{digest}_*")), (
+        "worker 1's scratch checkpoints were left behind"
+    )
     newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
     state = json.loads((newest / "state.json").read_text())
     assert state["complete"] and state["position"]["finished_rows"] == 3 * 6000
@@ -146,9 +193,17 @@ def test_tf_config_workers_restart_from_the_checkpoint_when_one_is_lost(runs):
     config, tmp = runs
     model_dir = tmp / "tf_config"
     spec = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    args = ("--no-eval", "--set", "cluster.strategy=multi_worker_mirrored",
-            "--set", "cluster.mode=tf_config", "--set", "train.epochs=3",
-            "--set", "train.checkpoint_every_steps=20")
+    args = (
+        "--no-eval",
+        "--set",
+        "cluster.strategy=multi_worker_mirrored",
+        "--set",
+        "cluster.mode=tf_config",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.checkpoint_every_steps=20",
+    )
 
     def worker(index: int) -> TrainRun:
         tf_config = {"cluster": spec, "task": {"type": "worker", "index": index}}
@@ -158,8 +213,10 @@ def test_tf_config_workers_restart_from_the_checkpoint_when_one_is_lost(runs):
     chief.wait_for(r"^checkpoint step")
     other.process.send_signal(signal.SIGKILL)
     other.finish()
-    chief.wait_for(r"^restart +lost a task of the cluster .*a worker of the synchronous job "
-                   r"is gone, so training must restart from the last checkpoint")
+    chief.wait_for(
+        r"^restart +lost a task of the cluster .*a worker of the synchronous job "
+        r"is gone, so training must restart from the last checkpoint"
+    )
     again = worker(1)  # what an orchestrator does with a lost pod
     assert again.finish() == 0, again.output[-3000:]
     assert chief.finish() == 0, chief.output[-3000:]
@@ -181,16 +238,35 @@ def test_bad_data_on_the_second_worker_stops_the_job_with_its_error(runs):
     table = pq.read_table(path)
     values = table["I1"].to_numpy(zero_copy_only=False).copy()
     values[200] = np.inf  # item rows 0..250 (a row group): worker 1 reads rows 125..250
-    table = table.set_column(table.schema.get_field_index("I1"), pa.field("I1", pa.float32()),
-                             pa.array(values, pa.float32()))
+    table = table.set_column(
+        table.schema.get_field_index("I1"),
+        pa.field("I1", pa.float32()),
+        pa.array(values, pa.float32()),
+    )
     pq.write_table(table, path)
-    result = subprocess.run([CLI, "train", "--config", config, "--data", str(bad),
-                             "--model-dir", str(tmp / "bad_run"), "--no-eval", *COLLECTIVE],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            CLI,
+            "train",
+            "--config",
+            config,
+            "--data",
+            str(bad),
+            "--model-dir",
+            str(tmp / "bad_run"),
+            "--no-eval",
+            *COLLECTIVE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith("error: worker 1 of 2 (multi_worker_mirrored) stopped with "
-                                    "exit code 3; last lines of "), result.stderr
-    assert (f"error: numeric column 'I1' (feature 'I1') has an infinite value in {path} "
-            "(rows 125..250) at row 200 (set data.on_bad_row: skip to skip such rows)\n"
-            ) in result.stderr
+    assert result.stderr.startswith(
+        "error: worker 1 of 2 (multi_worker_mirrored) stopped with exit code 3; last lines of "
+    ), result.stderr
+    assert (
+        f"error: numeric column 'I1' (feature 'I1') has an infinite value in {path} "
+        "(rows 125..250) at row 200 (set data.on_bad_row: skip to skip such rows)\n"
+    ) in result.stderr

@@ -33,36 +33,55 @@ pytestmark = pytest.mark.cluster
 MODELS = {"2026-01-01": "2026-01-01", "2026-01-02": "2026-01-01..2026-01-02"}
 # Small batches and brisk learning rates: one epoch on 4,000-8,000 rows learns enough
 # for an AUC clearly above 0.5 on the held-out day.
-TRAIN_SETTINGS = ["train.epochs=1", "input.batch_size=64", "train.checkpoint_every_steps=1000",
-                  "train.dense_optimizer={name: adam, learning_rate: 0.01}",
-                  "train.embedding_optimizer={name: adagrad, learning_rate: 0.3}"]
+TRAIN_SETTINGS = [
+    "train.epochs=1",
+    "input.batch_size=64",
+    "train.checkpoint_every_steps=1000",
+    "train.dense_optimizer={name: adam, learning_rate: 0.01}",
+    "train.embedding_optimizer={name: adagrad, learning_rate: 0.3}",
+]
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory, s3_server):
     tmp = tmp_path_factory.mktemp("offline_eval")
     data = tmp / "data"
-    synthesize(data, days=4, rows_per_day=4000, seed=3, rows_per_file=2000,
-               row_groups_per_file=2)
+    synthesize(data, days=4, rows_per_day=4000, seed=3, rows_per_file=2000, row_groups_per_file=2)
     # The fault-tolerance config's 2M-row table only makes checkpoints slow here.
-    config = write_config(tmp, data, mode="in_process",
-                          features=changed(FEATURES, {"tables.huge.rows": 20000}))
+    config = write_config(
+        tmp, data, mode="in_process", features=changed(FEATURES, {"tables.huge.rows": 20000})
+    )
     root = tmp / "root"
     parent = None
     for date, window in MODELS.items():
         run = root / "runs" / date
-        settings = [x for s in [f"data.train={{dates: '{window}'}}", *TRAIN_SETTINGS]
-                    for x in ("--set", s)]
-        result = subprocess.run([CLI, "train", "--config", config, "--no-eval", "--model-dir",
-                                 str(run), *settings], capture_output=True, text=True,
-                                timeout=600)
+        settings = [
+            x for s in [f"data.train={{dates: '{window}'}}", *TRAIN_SETTINGS] for x in ("--set", s)
+        ]
+        result = subprocess.run(
+            [CLI, "train", "--config", config, "--no-eval", "--model-dir", str(run), *settings],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         checkpoint = sorted(run.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
         step = json.loads((checkpoint / "state.json").read_text()).get("step")
-        publish(root, date, {"date": date, "model": "dcn_v2", "labels": ["click"],
-                             "train_dates": window, "eval_dates": "2026-01-03",
-                             "checkpoint": str(checkpoint), "step": step, "parent": parent},
-                run)
+        publish(
+            root,
+            date,
+            {
+                "date": date,
+                "model": "dcn_v2",
+                "labels": ["click"],
+                "train_dates": window,
+                "eval_dates": "2026-01-03",
+                "checkpoint": str(checkpoint),
+                "step": step,
+                "parent": parent,
+            },
+            run,
+        )
         parent = date
     # A publication cut short (no _SUCCESS) is never evaluated.
     (root / "published" / "2026-01-03").mkdir()
@@ -107,8 +126,7 @@ def test_offline_eval_compares_published_models_on_the_same_rows(root, tmp_path,
     assert first["labels"]["click"]["bootstrap"] is None
     delta = second["labels"]["click"]["delta"]["auc"]
     boot = second["labels"]["click"]["bootstrap"]
-    assert abs(delta - (second["labels"]["click"]["auc"] - first["labels"]["click"]["auc"])) \
-        < 1e-9
+    assert abs(delta - (second["labels"]["click"]["auc"] - first["labels"]["click"]["auc"])) < 1e-9
     assert abs(boot["delta"] - delta) < 1e-9
     assert boot["low"] <= boot["delta"] <= boot["high"] and boot["replicates"] > 0
     # The second model's own report compares it against the reference's metrics.json.
@@ -117,5 +135,5 @@ def test_offline_eval_compares_published_models_on_the_same_rows(root, tmp_path,
 
     html = (out / "comparison.html").read_text()
     assert html.count("data:image/png;base64,") == 1
-    assert 'src="http' not in html and "href=\"http" not in html
+    assert 'src="http' not in html and 'href="http' not in html
     assert "2026-01-01/report.html" in html and "2026-01-02/report.html" in html

@@ -22,8 +22,7 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def synth_data(tmp_path_factory):
     out = tmp_path_factory.mktemp("synth")
-    synthesize(out, days=2, rows_per_day=6_000, seed=3, rows_per_file=1_500,
-               row_groups_per_file=3)
+    synthesize(out, days=2, rows_per_day=6_000, seed=3, rows_per_file=1_500, row_groups_per_file=3)
     return out
 
 
@@ -44,8 +43,9 @@ def _one_pass(cluster, data_path: str):
     config = load_config(DEMO_CONFIG, ["input.batch_size=256"])
     pipeline = prepare_input(config.with_data_path(data_path), "train", num_workers=2)
     assert pipeline.plan.total_rows == 12_000 and len(pipeline.plan.units) == 24
-    result = read_pass_on_cluster(pipeline, strategy, coordinator, collect_rows=True,
-                                  batches_per_call=4)
+    result = read_pass_on_cluster(
+        pipeline, strategy, coordinator, collect_rows=True, batches_per_call=4
+    )
     return pipeline, result
 
 

@@ -33,8 +33,12 @@ pytestmark = pytest.mark.cluster
 PIPELINE = str(REPO / "pipelines" / "daily_retrain.py")
 
 
-def write_config(directory: pathlib.Path, data: pathlib.Path, root: pathlib.Path | None,
-                 features: dict = FEATURES) -> str:
+def write_config(
+    directory: pathlib.Path,
+    data: pathlib.Path,
+    root: pathlib.Path | None,
+    features: dict = FEATURES,
+) -> str:
     """The retraining config of these tests: the shared small run with one worker and one
     parameter server inside each command's process, one epoch, and ``retrain.root`` (no
     ``retrain:`` section when ``root`` is None). These tests are about the daily cycle
@@ -44,15 +48,19 @@ def write_config(directory: pathlib.Path, data: pathlib.Path, root: pathlib.Path
     changes = {"train.epochs": 1, "cluster.workers": 1, "cluster.ps": 1}
     if root is not None:
         changes["retrain"] = {"root": str(root), "gate": {"max_drop": 0.002}}
-    return small_run_config(directory, data, mode="in_process", features=features,
-                            changes=changes)
+    return small_run_config(directory, data, mode="in_process", features=features, changes=changes)
 
 
-def retrain(config: str, date: str, *extra: str, pipeline: bool = False
-            ) -> subprocess.CompletedProcess:
-    command = ([sys.executable, PIPELINE] if pipeline else [CLI, "retrain"])
-    return subprocess.run([*command, "--config", config, "--date", date, *extra],
-                          capture_output=True, text=True, timeout=600)
+def retrain(
+    config: str, date: str, *extra: str, pipeline: bool = False
+) -> subprocess.CompletedProcess:
+    command = [sys.executable, PIPELINE] if pipeline else [CLI, "retrain"]
+    return subprocess.run(
+        [*command, "--config", config, "--date", date, *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def snapshot(root: pathlib.Path) -> dict[str, bytes]:
@@ -66,8 +74,7 @@ def snapshot(root: pathlib.Path) -> dict[str, bytes]:
 def days(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("retrain")
     data = tmp / "data"
-    synthesize(data, days=4, rows_per_day=8_000, seed=4, rows_per_file=4_000,
-               row_groups_per_file=2)
+    synthesize(data, days=4, rows_per_day=8_000, seed=4, rows_per_file=4_000, row_groups_per_file=2)
     # Day 3 with its click labels inverted: a model trained on it learns the signal
     # backwards, so it is clearly worse on day 4 however weak the honest model is
     # (permuted labels were tried first: on 8k rows a day the honest model is close
@@ -84,8 +91,7 @@ def days(tmp_path_factory):
     outputs = {}
     outputs[1] = retrain(config, "2026-01-01")
     outputs[2] = retrain(config, "2026-01-02", pipeline=True)  # the pipeline script
-    outputs[3] = retrain(config, "2026-01-03", "--data", str(inverted),
-                         "--set", "train.epochs=3")
+    outputs[3] = retrain(config, "2026-01-03", "--data", str(inverted), "--set", "train.epochs=3")
     return tmp, config, root, inverted, outputs
 
 
@@ -137,15 +143,23 @@ def test_rerunning_a_day_changes_nothing(days):
 def test_backfill_runs_days_in_order_and_skips_what_is_done(days):
     _, config, root, _, _ = days
     before = snapshot(root)
-    result = subprocess.run([CLI, "backfill", "--config", config, "--from", "2026-01-01",
-                             "--to", "2026-01-02"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [CLI, "backfill", "--config", config, "--from", "2026-01-01", "--to", "2026-01-02"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.index("2026-01-01 is already published") < \
-        result.stdout.index("2026-01-02 is already published")
+    assert result.stdout.index("2026-01-01 is already published") < result.stdout.index(
+        "2026-01-02 is already published"
+    )
     assert "backfill 2026-01-01 already_published, 2026-01-02 already_published" in result.stdout
     assert snapshot(root) == before
-    backwards = subprocess.run([CLI, "backfill", "--config", config, "--from", "2026-01-03",
-                                "--to", "2026-01-01"], capture_output=True, text=True)
+    backwards = subprocess.run(
+        [CLI, "backfill", "--config", config, "--from", "2026-01-03", "--to", "2026-01-01"],
+        capture_output=True,
+        text=True,
+    )
     assert backwards.returncode == 2 and "before --from" in backwards.stderr
 
 
@@ -166,23 +180,31 @@ def test_feature_drift_new_table_fresh_removed_ignored_resized_refused(days, tmp
     drifted = tmp_path / "drift"
     drifted.mkdir()
     # table tag and its feature tags removed, table extra and its feature C5 new
-    features = changed(FEATURES, {
-        "tables.tag": DELETE, "tables.extra": {"rows": 700, "dim": 8},
-        "features.tags": DELETE,
-        "features.C5": {"kind": "categorical", "dtype": "int64", "table": "extra"}})
+    features = changed(
+        FEATURES,
+        {
+            "tables.tag": DELETE,
+            "tables.extra": {"rows": 700, "dim": 8},
+            "features.tags": DELETE,
+            "features.C5": {"kind": "categorical", "dtype": "int64", "table": "extra"},
+        },
+    )
     result = retrain(write_config(drifted, tmp / "data", drift_root, features), "2026-01-03")
     assert result.returncode in (0, 5), result.stdout[-3000:] + result.stderr
     assert re.search(r"^warning .*new and start fresh: .*table extra", result.stdout, re.M)
     assert re.search(r"^warning  ignored .*tag", result.stdout, re.M)
     resized = tmp_path / "resized"
     resized.mkdir()
-    resized_config = write_config(resized, tmp / "data", tmp_path / "root2",
-                                  changed(FEATURES, {"tables.big.rows": 5000}))
+    resized_config = write_config(
+        resized, tmp / "data", tmp_path / "root2", changed(FEATURES, {"tables.big.rows": 5000})
+    )
     shutil.copytree(root, tmp_path / "root2", ignore=fresh_day)
     refused = retrain(resized_config, "2026-01-03")
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr
-    assert ("table 'big' is 4000 x 8 in" in refused.stderr
-            and "set retrain.on_table_resize: reinitialize" in refused.stderr)
+    assert (
+        "table 'big' is 4000 x 8 in" in refused.stderr
+        and "set retrain.on_table_resize: reinitialize" in refused.stderr
+    )
     assert not (tmp_path / "root2/published/2026-01-03").exists()
 
 
@@ -193,8 +215,16 @@ def test_retrain_rejections_name_the_key(days, tmp_path):
     assert result.returncode == 2 and "retrain: missing" in result.stderr, result.stderr
     bad = retrain(config, "2026-01-02", "--set", "retrain.train_dates={day-1}")
     assert bad.returncode == 2 and "retrain.train_dates" in bad.stderr, bad.stderr
-    stopping = retrain(config, "2026-01-02", "--set", "data.validation={dates: 2026-01-03}",
-                       "--set", "train.epochs=3", "--set", "train.early_stopping={patience: 1}")
+    stopping = retrain(
+        config,
+        "2026-01-02",
+        "--set",
+        "data.validation={dates: 2026-01-03}",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.early_stopping={patience: 1}",
+    )
     assert stopping.returncode == 2, stopping.stderr
     assert "train.early_stopping: retrain does not stop early" in stopping.stderr
 
@@ -207,19 +237,26 @@ def test_a_held_day_is_gated_and_published_by_the_next_run(days):
     assert held.returncode == 0, held.stdout[-3000:] + held.stderr
     assert "held     2026-01-04 trained" in held.stdout
     assert not (root / "published/2026-01-04").exists()
-    synthesize(tmp / "data", days=1, rows_per_day=8_000, seed=4, rows_per_file=4_000,
-               row_groups_per_file=2, start_date=datetime.date(2026, 1, 5))  # it lands
+    synthesize(
+        tmp / "data",
+        days=1,
+        rows_per_day=8_000,
+        seed=4,
+        rows_per_file=4_000,
+        row_groups_per_file=2,
+        start_date=datetime.date(2026, 1, 5),
+    )  # it lands
     nxt = retrain(config, "2026-01-05")
     assert nxt.returncode == 0, nxt.stdout[-3000:] + nxt.stderr
     assert "finish   2026-01-04 was held" in nxt.stdout
-    decided = ((root / "published/2026-01-04/_SUCCESS").exists()
-               or (root / "runs/2026-01-04/decision.json").exists())
+    decided = (root / "published/2026-01-04/_SUCCESS").exists() or (
+        root / "runs/2026-01-04/decision.json"
+    ).exists()
     assert decided, nxt.stdout[-3000:]
     assert "held     2026-01-05 trained" in nxt.stdout  # and 2026-01-05 waits for 01-06
 
 
-def test_a_root_on_s3_publishes_warm_starts_and_reruns(days, s3_server, fault_proxy,
-                                                       monkeypatch):
+def test_a_root_on_s3_publishes_warm_starts_and_reruns(days, s3_server, fault_proxy, monkeypatch):
     """The whole daily cycle with ``retrain.root`` on S3 (moto, behind the fault proxy):
     runs, checkpoints, eval reports, publications and CURRENT are all written there; day 2
     warm-starts from day 1's S3 checkpoint and is gated against it (its config read back
@@ -239,14 +276,17 @@ def test_a_root_on_s3_publishes_warm_starts_and_reruns(days, s3_server, fault_pr
     assert throttled.returncode == 2, throttled.stdout[-3000:] + throttled.stderr
     assert throttled.stderr.strip().splitlines()[-1] == (
         f"error: {root}/published/2026-01-02/_SUCCESS: cannot write it: 503 SlowDown: Please "
-        "reduce your request rate. (after 3 attempts)"), throttled.stderr[-2000:]
+        "reduce your request rate. (after 3 attempts)"
+    ), throttled.stderr[-2000:]
     fault_proxy.faults = []
     assert storage_io.read_text(f"{root}/CURRENT") == "2026-01-01\n"
     assert not storage_io.exists(f"{root}/published/2026-01-02/_SUCCESS")
     second = retrain(config, "2026-01-02", *extra)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr
-    manifests = [json.loads(storage_io.read_text(f"{root}/published/{d}/manifest.json"))
-                 for d in ("2026-01-01", "2026-01-02")]
+    manifests = [
+        json.loads(storage_io.read_text(f"{root}/published/{d}/manifest.json"))
+        for d in ("2026-01-01", "2026-01-02")
+    ]
     assert manifests[0]["checkpoint"].startswith(f"{root}/runs/2026-01-01/checkpoints/ckpt-")
     assert manifests[1]["parent"] == "2026-01-01"
     assert manifests[1]["warm_started_from"] == manifests[0]["checkpoint"]
@@ -255,11 +295,16 @@ def test_a_root_on_s3_publishes_warm_starts_and_reruns(days, s3_server, fault_pr
     boot = manifests[1]["comparison"]["labels"]["click"]["bootstrap"]  # vs day 1, same rows
     assert boot["low"] <= boot["delta"] <= boot["high"]
     assert storage_io.read_text(f"{root}/CURRENT") == "2026-01-02\n"
-    for path in ("published/2026-01-02/_SUCCESS", "published/2026-01-02/config.yaml",
-                 "published/2026-01-02/export/saved_model.pb",
-                 "published/2026-01-02/export/assets.extra/export.json",
-                 "runs/2026-01-02/eval/report.html", "runs/2026-01-02/eval_previous/metrics.json",
-                 "runs/2026-01-02/warm_start.json", "runs/2026-01-02/train_result.json"):
+    for path in (
+        "published/2026-01-02/_SUCCESS",
+        "published/2026-01-02/config.yaml",
+        "published/2026-01-02/export/saved_model.pb",
+        "published/2026-01-02/export/assets.extra/export.json",
+        "runs/2026-01-02/eval/report.html",
+        "runs/2026-01-02/eval_previous/metrics.json",
+        "runs/2026-01-02/warm_start.json",
+        "runs/2026-01-02/train_result.json",
+    ):
         assert storage_io.exists(f"{root}/{path}"), path
     again = retrain(config, "2026-01-02", *extra)
     assert again.returncode == 0 and "already published" in again.stdout, again.stderr

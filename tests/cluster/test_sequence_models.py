@@ -52,16 +52,35 @@ MAX_LENGTH = 50  # hist_item_id's max_length in FEATURES
 #: The first run, published by hand as this day's model; retraining runs the day after.
 FIRST_DAY, NEXT_DAY = "2026-01-02", "2026-01-03"
 LIST_COLUMNS = ("hist_item_id", "hist_cate_id")
-INPUTS = {"user_id": "int64", "item_id": "int64", "cate_id": "int64",
-          "hist_item_id": "list<int64>", "hist_cate_id": "list<int64>"}
+INPUTS = {
+    "user_id": "int64",
+    "item_id": "int64",
+    "cate_id": "int64",
+    "hist_item_id": "list<int64>",
+    "hist_cate_id": "list<int64>",
+}
 # One epoch on 12,000 rows: small batches and brisk learning rates (Adagrad's accumulator
 # starting low, as in configs/amazon_din.yaml) give din a held-out AUC of about 0.60
 # against the oracle's 0.82, and bst about the same.
 MIN_AUC = 0.56
-BST = ("--set", "model.name=bst", "--set", "model.params.hidden_units=[16]",
-       "--set", "model.params.ffn_units=16", "--set", "model.params.attention_dropout=0.0")
-MIRRORED = ("--set", "cluster.strategy=mirrored", "--set", "cluster.mode=in_process",
-            "--set", "cluster.workers=2")
+BST = (
+    "--set",
+    "model.name=bst",
+    "--set",
+    "model.params.hidden_units=[16]",
+    "--set",
+    "model.params.ffn_units=16",
+    "--set",
+    "model.params.attention_dropout=0.0",
+)
+MIRRORED = (
+    "--set",
+    "cluster.strategy=mirrored",
+    "--set",
+    "cluster.mode=in_process",
+    "--set",
+    "cluster.workers=2",
+)
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -73,28 +92,45 @@ def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 def write_config(directory: pathlib.Path, data: pathlib.Path, features: str) -> str:
     """din on the first two days, held out on the third, 2 workers + 2 parameter servers
     in processes of their own; a mid-run checkpoint."""
-    return write_yaml(directory / "din.yaml", {
-        "features": features,
-        "data": {"path": str(data), "train": {"dates": "2026-01-01..2026-01-02"},
-                 "eval": {"dates": "2026-01-03"}},
-        "input": {"batch_size": 64},
-        "model": {"name": "din", "labels": ["click"],
-                  "params": {"hidden_units": [16], "attention_units": [8]}},
-        "train": {"embedding_optimizer": {"name": "adagrad", "learning_rate": 0.05,
-                                          "initial_accumulator_value": 0.0001},
-                  "dense_optimizer": {"name": "adam", "learning_rate": 0.01},
-                  "steps_per_call": 10, "epochs": 1, "checkpoint_every_steps": 100,
-                  "log_every_seconds": 1000},
-        "cluster": {"mode": "local", "workers": 2, "ps": 2, "strategy": "parameter_server"},
-    })
+    return write_yaml(
+        directory / "din.yaml",
+        {
+            "features": features,
+            "data": {
+                "path": str(data),
+                "train": {"dates": "2026-01-01..2026-01-02"},
+                "eval": {"dates": "2026-01-03"},
+            },
+            "input": {"batch_size": 64},
+            "model": {
+                "name": "din",
+                "labels": ["click"],
+                "params": {"hidden_units": [16], "attention_units": [8]},
+            },
+            "train": {
+                "embedding_optimizer": {
+                    "name": "adagrad",
+                    "learning_rate": 0.05,
+                    "initial_accumulator_value": 0.0001,
+                },
+                "dense_optimizer": {"name": "adam", "learning_rate": 0.01},
+                "steps_per_call": 10,
+                "epochs": 1,
+                "checkpoint_every_steps": 100,
+                "log_every_seconds": 1000,
+            },
+            "cluster": {"mode": "local", "workers": 2, "ps": 2, "strategy": "parameter_server"},
+        },
+    )
 
 
 def items_read(data: pathlib.Path, *dates: str) -> set[int]:
     """The item ids training reads on ``dates``: the candidates and the MAX_LENGTH newest
     items of every history (stored newest last)."""
-    table = pq.read_table([str(p) for d in dates
-                           for p in sorted((data / f"dt={d}").glob("*.parquet"))],
-                          columns=["item_id", "hist_item_id"])
+    table = pq.read_table(
+        [str(p) for d in dates for p in sorted((data / f"dt={d}").glob("*.parquet"))],
+        columns=["item_id", "hist_item_id"],
+    )
     items = set(table["item_id"].to_pylist())
     for history in table["hist_item_id"].to_pylist():
         items.update((history or [])[-MAX_LENGTH:])
@@ -120,8 +156,11 @@ def item_vectors(model_dir: pathlib.Path) -> dict[int, np.ndarray]:
     newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
     reader = tf.train.load_checkpoint(str(newest / "variables"))
     suffix = "/index/.ATTRIBUTES/table-keys"
-    bases = sorted(k[:-len(suffix)] for k in reader.get_variable_to_shape_map()
-                   if re.search(r"/_dynamic_tables/item/shards/\d+" + re.escape(suffix) + "$", k))
+    bases = sorted(
+        k[: -len(suffix)]
+        for k in reader.get_variable_to_shape_map()
+        if re.search(r"/_dynamic_tables/item/shards/\d+" + re.escape(suffix) + "$", k)
+    )
     assert len(bases) == 2, bases  # a shard per parameter server
     vectors = {}
     for base in bases:
@@ -146,9 +185,30 @@ def setup(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("sequence_models")
     data = tmp / "data"
-    assert main(["data", "synth", "--dataset", "behaviour", "--out", str(data), "--days", "4",
-                 "--rows-per-day", str(ROWS_PER_DAY), "--rows-per-file", "3000",
-                 "--users", "3000", "--seed", "11", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "synth",
+                "--dataset",
+                "behaviour",
+                "--out",
+                str(data),
+                "--days",
+                "4",
+                "--rows-per-day",
+                str(ROWS_PER_DAY),
+                "--rows-per-file",
+                "3000",
+                "--users",
+                "3000",
+                "--seed",
+                "11",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     config = write_config(tmp, data, str(FEATURES))
     run = TrainRun(config, tmp / "root" / "runs" / FIRST_DAY)
     # one process per server while it trains (the first checkpoint is mid-run)
@@ -164,27 +224,41 @@ def evaluated(setup):
     """``recsys-dist evaluate`` of the din run on day 3 (the run's own config)."""
     tmp = setup[0]
     out = tmp / "evaluate"
-    cli("evaluate", "--model-dir", str(tmp / "root" / "runs" / FIRST_DAY), "--out", str(out),
-        "--quiet")
+    cli(
+        "evaluate",
+        "--model-dir",
+        str(tmp / "root" / "runs" / FIRST_DAY),
+        "--out",
+        str(out),
+        "--quiet",
+    )
     return out
 
 
 def test_din_on_parameter_servers_trains_checkpoints_evaluates_and_gives_history_items_rows(
-        setup, evaluated):
+    setup, evaluated
+):
     tmp, data, _, output = setup
     model_dir = tmp / "root" / "runs" / FIRST_DAY
     assert "cluster  2 workers + 2 ps (local" in output, output[-3000:]
     assert sorted(p.name for p in (model_dir / "logs").iterdir()) == [
-        "ps-0.log", "ps-1.log", "worker-0.log", "worker-1.log"]
-    steps = [int(s.replace(",", "")) for s in re.findall(r"^checkpoint step ([\d,]+):", output,
-                                                         re.M)]
+        "ps-0.log",
+        "ps-1.log",
+        "worker-0.log",
+        "worker-1.log",
+    ]
+    steps = [
+        int(s.replace(",", "")) for s in re.findall(r"^checkpoint step ([\d,]+):", output, re.M)
+    ]
     result = json.loads((model_dir / "train_result.json").read_text())
     assert 100 <= steps[0] < steps[-1] == result["steps"] == newest_checkpoint(model_dir)[1]
     assert result["examples"] == 2 * ROWS_PER_DAY
     # held out: well above chance, below the oracle (the label's true logit)
     click = result["eval"]["labels"]["click"]
-    print(f"din on parameter servers: held-out AUC {click['auc']:.4f}, "
-          f"oracle {click['oracle']['auc']:.4f}")
+    print(
+        f"din on parameter servers: held-out AUC {click['auc']:.4f}, "
+        f"oracle {click['oracle']['auc']:.4f}"
+    )
     assert result["eval"]["rows"] == ROWS_PER_DAY
     assert MIN_AUC < click["auc"] < click["oracle"]["auc"], click
     assert re.search(r"^eval +click: AUC 0\.\d+, logloss .* \| oracle AUC", output, re.M)
@@ -197,13 +271,22 @@ def test_din_on_parameter_servers_trains_checkpoints_evaluates_and_gives_history
     # the dynamic tables: a row for every user, and for every item read as a candidate or
     # among the 50 newest of a history; most items are in histories only
     tables = result["dynamic_tables"]
-    users = set(pq.read_table([str(p) for d in ("2026-01-01", "2026-01-02")
-                               for p in sorted((data / f"dt={d}").glob("*.parquet"))],
-                              columns=["user_id"])["user_id"].to_pylist())
+    users = set(
+        pq.read_table(
+            [
+                str(p)
+                for d in ("2026-01-01", "2026-01-02")
+                for p in sorted((data / f"dt={d}").glob("*.parquet"))
+            ],
+            columns=["user_id"],
+        )["user_id"].to_pylist()
+    )
     assert tables["embeddings_user"]["live_ids"] == len(users)
     items = items_read(data, "2026-01-01", "2026-01-02")
-    candidates = set(pq.read_table(data / "dt=2026-01-01")["item_id"].to_pylist()
-                     + pq.read_table(data / "dt=2026-01-02")["item_id"].to_pylist())
+    candidates = set(
+        pq.read_table(data / "dt=2026-01-01")["item_id"].to_pylist()
+        + pq.read_table(data / "dt=2026-01-02")["item_id"].to_pylist()
+    )
     assert len(items - candidates) > len(candidates)
     stats = tables["embeddings_item"]
     assert stats["live_ids"] == stats["admitted_this_run"] == len(items), (stats, len(items))
@@ -212,7 +295,9 @@ def test_din_on_parameter_servers_trains_checkpoints_evaluates_and_gives_history
     assert set(item_vectors(model_dir)) == set(item_keys(items))
 
 
-SERVE_SCRIPT = ONLY_TENSORFLOW + r"""
+SERVE_SCRIPT = (
+    ONLY_TENSORFLOW
+    + r"""
 import json
 
 import numpy as np
@@ -231,18 +316,26 @@ result["recsys_dist_imported"] = "recsys_dist" in sys.modules
 with open(out_file, "w") as handle:
     json.dump(result, handle)
 """
+)
 
 
-def request(table, pad: int = 0, extra_width: int = 0, histories: bool = True
-            ) -> dict[str, np.ndarray]:
+def request(
+    table, pad: int = 0, extra_width: int = 0, histories: bool = True
+) -> dict[str, np.ndarray]:
     """The serving request for ``table``'s rows: each list column padded with ``pad`` to
     ``[N, L + extra_width]`` plus ``<column>_lengths`` (a null list has length 0); without
     ``histories``, every history empty."""
-    out = {c: table[c].to_numpy().astype(np.int64) for c, d in INPUTS.items()
-           if not d.startswith("list<")}
+    out = {
+        c: table[c].to_numpy().astype(np.int64)
+        for c, d in INPUTS.items()
+        if not d.startswith("list<")
+    }
     for column in LIST_COLUMNS:
-        lists = [v or [] for v in table[column].to_pylist()] if histories else \
-            [[] for _ in range(table.num_rows)]
+        lists = (
+            [v or [] for v in table[column].to_pylist()]
+            if histories
+            else [[] for _ in range(table.num_rows)]
+        )
         width = max(1, max(len(v) for v in lists)) + extra_width
         out[column] = np.array([v + [pad] * (width - len(v)) for v in lists], np.int64)
         out[column + "_lengths"] = np.array([len(v) for v in lists], np.int64)
@@ -273,28 +366,42 @@ def test_export_serves_padded_histories_as_evaluate_scores_them(setup, evaluated
     files = [str(pathlib.Path(f).resolve()) for f in metrics["data"]]
     file_index = files.index(str(path.resolve()))
     predictions = pq.read_table(evaluated / "predictions.parquet").to_pydict()
-    by_row = {r: (label, logit) for r, label, logit in zip(
-        predictions["row_id"], predictions["label_click"], predictions["logit_click"])}
+    by_row = {
+        r: (label, logit)
+        for r, label, logit in zip(
+            predictions["row_id"], predictions["label_click"], predictions["logit_click"]
+        )
+    }
     expected = [by_row[(file_index << 32) | int(i)] for i in picked]
     assert [label for label, _ in expected] == rows["click"].to_pylist()  # the same rows
     expected = 1 / (1 + np.exp(-np.array([logit for _, logit in expected], np.float64)))
 
     work = tmp / "serve"
     work.mkdir()
-    requests = {"zero_padded": request(rows),
-                "other_padding": request(rows, pad=987_654_321, extra_width=7),
-                "without_histories": request(rows, histories=False)}
+    requests = {
+        "zero_padded": request(rows),
+        "other_padding": request(rows, pad=987_654_321, extra_width=7),
+        "without_histories": request(rows, histories=False),
+    }
     for name, arrays in requests.items():
         np.savez(work / f"{name}.npz", **arrays)
     (work / "serve.py").write_text(SERVE_SCRIPT)
-    done = subprocess.run([sys.executable, "serve.py", str(export), json.dumps(list(requests)),
-                           "result.json"], cwd=work, env=serving_env(), capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "serve.py", str(export), json.dumps(list(requests)), "result.json"],
+        cwd=work,
+        env=serving_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     served = json.loads((work / "result.json").read_text())
     assert served["recsys_dist_imported"] is False and served["outputs"] == ["click"]
-    signature = {"user_id": ["int64", [None]], "item_id": ["int64", [None]],
-                 "cate_id": ["int64", [None]]}
+    signature = {
+        "user_id": ["int64", [None]],
+        "item_id": ["int64", [None]],
+        "cate_id": ["int64", [None]],
+    }
     for column in LIST_COLUMNS:
         signature.update({column: ["int64", [None, None]], column + "_lengths": ["int64", [None]]})
     assert served["signature"] == signature
@@ -308,8 +415,10 @@ def test_export_serves_padded_histories_as_evaluate_scores_them(setup, evaluated
     had = lengths[picked] > 0
     np.testing.assert_allclose(without[~had], got[~had], atol=1e-6)
     changed_rows = np.abs(without[had] - got[had]) > 1e-6
-    print(f"served {len(got)} rows; without their histories {changed_rows.sum()} of "
-          f"{had.sum()} change")
+    print(
+        f"served {len(got)} rows; without their histories {changed_rows.sum()} of "
+        f"{had.sum()} change"
+    )
     assert changed_rows.mean() > 0.95, changed_rows.mean()
 
 
@@ -321,16 +430,37 @@ def test_daily_retraining_warm_starts_din_from_the_published_run(setup):
     root = tmp / "root"
     first = root / "runs" / FIRST_DAY
     checkpoint, step = newest_checkpoint(first)
-    publish(root, FIRST_DAY, {"date": FIRST_DAY, "model": "din", "labels": ["click"],
-                              "train_dates": "2026-01-01..2026-01-02",
-                              "eval_dates": "2026-01-03", "checkpoint": str(checkpoint),
-                              "step": step, "parent": None}, first)
+    publish(
+        root,
+        FIRST_DAY,
+        {
+            "date": FIRST_DAY,
+            "model": "din",
+            "labels": ["click"],
+            "train_dates": "2026-01-01..2026-01-02",
+            "eval_dates": "2026-01-03",
+            "checkpoint": str(checkpoint),
+            "step": step,
+            "parent": None,
+        },
+        first,
+    )
     (root / "CURRENT").write_text(FIRST_DAY + "\n")
     before = item_vectors(first)
 
-    done = cli("retrain", "--config", config, "--date", NEXT_DAY,
-               "--set", f"retrain.root={root}", "--set", "retrain.gate.max_drop=1.0",
-               "--set", "cluster.mode=local")
+    done = cli(
+        "retrain",
+        "--config",
+        config,
+        "--date",
+        NEXT_DAY,
+        "--set",
+        f"retrain.root={root}",
+        "--set",
+        "retrain.gate.max_drop=1.0",
+        "--set",
+        "cluster.mode=local",
+    )
     warm = re.search(r"^warm +start from (\S+): step ([\d,]+)", done.stdout, re.M)
     assert warm and warm.group(1) == str(checkpoint), done.stdout[-3000:]
     assert int(warm.group(2).replace(",", "")) == step
@@ -345,10 +475,13 @@ def test_daily_retraining_warm_starts_din_from_the_published_run(setup):
     assert (root / "published" / NEXT_DAY / "export" / "saved_model.pb").is_file()
     assert (root / "CURRENT").read_text().strip() == NEXT_DAY
     new_auc = manifest["metrics"]["click"]["auc"]
-    old_auc = json.loads((run / "eval_previous" / "metrics.json").read_text())[
-        "labels"]["click"]["auc"]
-    print(f"din retrained on {NEXT_DAY}: AUC on 2026-01-04 {new_auc:.4f} "
-          f"(the published run: {old_auc:.4f})")
+    old_auc = json.loads((run / "eval_previous" / "metrics.json").read_text())["labels"]["click"][
+        "auc"
+    ]
+    print(
+        f"din retrained on {NEXT_DAY}: AUC on 2026-01-04 {new_auc:.4f} "
+        f"(the published run: {old_auc:.4f})"
+    )
     assert new_auc > MIN_AUC and old_auc > MIN_AUC
 
     # the item table: the first run's items kept, the day's new ones admitted; every item
@@ -365,8 +498,10 @@ def test_daily_retraining_warm_starts_din_from_the_published_run(setup):
         np.testing.assert_array_equal(after[key], before[key])
     reread = item_keys(old_items & day_items)
     moved = sum(not np.array_equal(after[key], before[key]) for key in reread)
-    print(f"retrain: {len(unread)} items unread on {NEXT_DAY} kept their vectors; "
-          f"{moved} of {len(reread)} read again moved")
+    print(
+        f"retrain: {len(unread)} items unread on {NEXT_DAY} kept their vectors; "
+        f"{moved} of {len(reread)} read again moved"
+    )
     assert moved > 0.9 * len(reread), (moved, len(reread))
 
 
@@ -374,25 +509,39 @@ def test_bst_trains_under_mirrored_and_multi_worker_mirrored_on_hashed_tables(se
     tmp, data, config, _ = setup
     work = tmp / "bst"
     # those strategies copy every table to each replica: a dynamic table is refused
-    refused = subprocess.run([CLI, "train", "--config", config, "--model-dir",
-                              str(work / "refused"), *BST, *MIRRORED],
-                             capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        [CLI, "train", "--config", config, "--model-dir", str(work / "refused"), *BST, *MIRRORED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
     assert "mirrored needs hashed tables, but table 'item' of" in refused.stderr, refused.stderr
     assert "is kind: dynamic" in refused.stderr
     # the same features with hashed item and user tables
-    features = changed(yaml.safe_load(FEATURES.read_text()), {
-        "tables.item": {"rows": 40_000, "dim": 16}, "tables.user": {"rows": 4_000, "dim": 16}})
+    features = changed(
+        yaml.safe_load(FEATURES.read_text()),
+        {"tables.item": {"rows": 40_000, "dim": 16}, "tables.user": {"rows": 4_000, "dim": 16}},
+    )
     hashed = write_config(work, data, write_yaml(work / "features.yaml", features))
     # the same global batches in the same order on both: a step is one batch of each
-    same_batches = ("--set", "input.shuffle=false", "--set", "train.steps_per_call=1",
-                    "--set", "train.checkpoint_every_steps=1000")
+    same_batches = (
+        "--set",
+        "input.shuffle=false",
+        "--set",
+        "train.steps_per_call=1",
+        "--set",
+        "train.checkpoint_every_steps=1000",
+    )
     aucs = {}
     for name, strategy, line in (
-            ("mirrored", MIRRORED,
-             "2 replicas in this process (mirrored, synchronous: CPU:0, CPU:1)"),
-            ("multi_worker_mirrored", COLLECTIVE,
-             "cluster  worker 0 of 2 (multi_worker_mirrored, synchronous")):
+        ("mirrored", MIRRORED, "2 replicas in this process (mirrored, synchronous: CPU:0, CPU:1)"),
+        (
+            "multi_worker_mirrored",
+            COLLECTIVE,
+            "cluster  worker 0 of 2 (multi_worker_mirrored, synchronous",
+        ),
+    ):
         run = TrainRun(hashed, work / name, *BST, *strategy, *same_batches)
         assert run.finish() == 0, run.output[-3000:]
         assert line in run.output and "model bst" in run.output, run.output[-3000:]

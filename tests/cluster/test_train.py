@@ -34,8 +34,7 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     out = tmp_path_factory.mktemp("train_data")
-    synthesize(out, days=3, rows_per_day=6_000, seed=5, rows_per_file=3_000,
-               row_groups_per_file=3)
+    synthesize(out, days=3, rows_per_day=6_000, seed=5, rows_per_file=3_000, row_groups_per_file=3)
     return out
 
 
@@ -63,8 +62,9 @@ def held_out(trainer, pipeline, oracle: dict[str, str]) -> dict:
     """Exact held-out metrics of the trainer's current weights."""
     from recsys_dist.evaluation.evaluate import evaluate_split
 
-    return evaluate_split(trainer.runtime, trainer.model, pipeline, trainer.config.labels,
-                          oracle)[0]
+    return evaluate_split(trainer.runtime, trainer.model, pipeline, trainer.config.labels, oracle)[
+        0
+    ]
 
 
 @pytest.mark.parametrize("model", ["lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe"])
@@ -76,8 +76,10 @@ def test_every_model_trains_and_held_out_logloss_goes_down(tmp_path, data, runti
     after = held_out(trainer, evaluation, oracle)
     assert result.examples == 2 * 12_000 and result.steps >= 2 * 12_000 // 256
     for label in trainer.config.labels:
-        assert (after["labels"][label]["logloss"]
-                < before["labels"][label]["logloss"] - 0.01), (before, after)
+        assert after["labels"][label]["logloss"] < before["labels"][label]["logloss"] - 0.01, (
+            before,
+            after,
+        )
     click_before, click_after = before["labels"]["click"], after["labels"]["click"]
     assert click_after["auc"] > max(0.55, click_before["auc"] + 0.02), (before, after)
     assert click_after["oracle"]["auc"] > click_after["auc"]
@@ -96,28 +98,35 @@ def _with_nulls(source: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     for index, path in enumerate(sorted(source.rglob("*.parquet"))):
         table = pq.read_table(path)
         n = table.num_rows
-        for column, rate in (("I1", 0.1), ("I5", 0.3), ("C3", 0.1), ("C21", 0.2),
-                             ("user_id", 0.05)):
+        for column, rate in (
+            ("I1", 0.1),
+            ("I5", 0.3),
+            ("C3", 0.1),
+            ("C21", 0.2),
+            ("user_id", 0.05),
+        ):
             mask = rng.random(n) < rate
             if column == "I1" and index == 0:
                 mask[:1000] = True  # a whole row group
             values = table[column].combine_chunks()
             nulled = pc.if_else(pa.array(mask), pa.scalar(None, values.type), values)
-            table = table.set_column(table.schema.get_field_index(column),
-                                     pa.field(column, values.type), nulled)
-        tags = [None if rng.random() < 0.1 else
-                [None if rng.random() < 0.2 else t for t in row]
-                for row in table["tags"].to_pylist()]
-        table = table.set_column(table.schema.get_field_index("tags"), "tags",
-                                 pa.array(tags, pa.list_(pa.int64())))
+            table = table.set_column(
+                table.schema.get_field_index(column), pa.field(column, values.type), nulled
+            )
+        tags = [
+            None if rng.random() < 0.1 else [None if rng.random() < 0.2 else t for t in row]
+            for row in table["tags"].to_pylist()
+        ]
+        table = table.set_column(
+            table.schema.get_field_index("tags"), "tags", pa.array(tags, pa.list_(pa.int64()))
+        )
         target = out / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, target, row_group_size=1000)
     return out
 
 
-def test_nulls_and_list_columns_train_from_local_disk_and_s3(tmp_path, data, runtime,
-                                                             s3_server):
+def test_nulls_and_list_columns_train_from_local_disk_and_s3(tmp_path, data, runtime, s3_server):
     nulls = _with_nulls(data, tmp_path / "nulls")
     url = upload_dir(s3_server["client"], s3_server["bucket"], nulls, "nulls")
     for where, root in (("local", nulls), ("s3", url)):
@@ -144,11 +153,14 @@ def test_a_linear_optimizer_updates_only_the_linear_parts_tables(tmp_path, data,
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.train.trainer import Trainer
 
-    config = load_config(write_config(tmp_path, data, "wide_deep", epochs=1), [
-        "train.embedding_optimizer={name: sgd, learning_rate: 0.0}",
-        "train.linear_optimizer={name: adagrad, learning_rate: 0.05}"])
-    trainer = Trainer(config, runtime, prepare_input(config, "train", 2),
-                      str(tmp_path / "model"))
+    config = load_config(
+        write_config(tmp_path, data, "wide_deep", epochs=1),
+        [
+            "train.embedding_optimizer={name: sgd, learning_rate: 0.0}",
+            "train.linear_optimizer={name: adagrad, learning_rate: 0.05}",
+        ],
+    )
+    trainer = Trainer(config, runtime, prepare_input(config, "train", 2), str(tmp_path / "model"))
     model, optimizers = trainer.model, trainer.optimizers
     linear = {v.ref() for v in model.linear_variables}
     assert linear and linear < {v.ref() for v in model.embedding_variables}
@@ -165,14 +177,16 @@ def test_a_linear_optimizer_updates_only_the_linear_parts_tables(tmp_path, data,
 
 def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data, runtime):
     trainer, _ = _trainer(tmp_path, data, runtime, "dcn_v2")
-    stacks = [s for m in trainer.model.submodules if isinstance(m, FeatureEmbeddings)
-              for s in m.stacks]
+    stacks = [
+        s for m in trainer.model.submodules if isinstance(m, FeatureEmbeddings) for s in m.stacks
+    ]
     (big,) = [s for s in stacks if "big" in s.layout]
     devices = [shard.device for shard in big.variable.variables]
     assert len(devices) == 2, devices
     assert {d.split("/job:ps/replica:0/task:")[1][0] for d in devices} == {"0", "1"}, devices
-    assert ({v.ref() for v in trainer.model.embedding_variables}
-            == {shard.ref() for s in stacks for shard in s.variable.variables})
+    assert {v.ref() for v in trainer.model.embedding_variables} == {
+        shard.ref() for s in stacks for shard in s.variable.variables
+    }
     # Optimizer slots live with their shard.
     trainer.fit()
     for variable in trainer.model.embedding_variables:
@@ -181,7 +195,8 @@ def test_embedding_tables_are_sharded_over_both_parameter_servers(tmp_path, data
 
 
 def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
-        tmp_path, runtime, s3_server, monkeypatch):
+    tmp_path, runtime, s3_server, monkeypatch
+):
     """A checkpoint to S3 is staged on the coordinator's disk and downloaded there to be
     read. Here the staging directories are relative paths in the coordinator's working
     directory, which is not the servers' (they started in pytest's), so no parameter
@@ -199,7 +214,9 @@ def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
     with runtime.strategy.scope(), embedding_tables():
         table = tf.Variable(values, name="io_device_table")
     assert sorted(s.device.split("/device")[0] for s in table.variables) == [
-        "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
+        "/job:ps/replica:0/task:0",
+        "/job:ps/replica:0/task:1",
+    ]
     assert os.getcwd() != str(tmp_path)
     monkeypatch.chdir(tmp_path)
     made = []
@@ -213,19 +230,22 @@ def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
     url = f"s3://{s3_server['bucket']}/io-device/run"
     saved = CheckpointManager(url).save(tf.train.Checkpoint(table=table), 7, {})
     assert storage_io.listdir(saved.directory) == [
-        "_COMPLETE", "state.json", "variables.data-00000-of-00003",
-        "variables.data-00001-of-00003", "variables.data-00002-of-00003", "variables.index"]
+        "_COMPLETE",
+        "state.json",
+        "variables.data-00000-of-00003",
+        "variables.data-00001-of-00003",
+        "variables.data-00002-of-00003",
+        "variables.index",
+    ]
     for shard in table.variables:
         shard.assign(tf.zeros_like(shard))
     restore(tf.train.Checkpoint(table=table), saved)
-    np.testing.assert_array_equal(
-        np.concatenate([s.numpy() for s in table.variables]), values)
+    np.testing.assert_array_equal(np.concatenate([s.numpy() for s in table.variables]), values)
     assert made == ["recsys_dist_stage_0", "recsys_dist_restore_1"]  # both relative
     assert not os.listdir(tmp_path)  # and both removed
 
 
-def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, runtime,
-                                                                    s3_server):
+def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, runtime, s3_server):
     """A dynamic table on the two server processes, checkpointed to S3 (staged, the
     coordinator writes every shard): the checkpoint holds each shard's rows in use only,
     and a restore brings them, and the ids' rows, back."""
@@ -241,14 +261,17 @@ def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, r
     with building_under(runtime.strategy):
         table = DynamicTable(spec, 8, shards=2, seed=1)
     assert sorted(s.emb.device.split("/device")[0] for s in table.shards) == [
-        "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]
+        "/job:ps/replica:0/task:0",
+        "/job:ps/replica:0/task:1",
+    ]
     ids = tf.constant(np.arange(1, 301) * 7919, tf.int64)
     table.lookup(ids, training=True)
     before = table.lookup(ids).numpy()
     used = [int(s.next_row.numpy()) for s in table.shards]
     assert sum(used) == 300
     saved = CheckpointManager(f"s3://{s3_server['bucket']}/dynamic/run").save(
-        tf.train.Checkpoint(table=table), 3, {})
+        tf.train.Checkpoint(table=table), 3, {}
+    )
     with local_prefix(saved) as local:
         shapes = tf.train.load_checkpoint(local).get_variable_to_shape_map()
     for i, rows in enumerate(used):
@@ -261,9 +284,10 @@ def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, r
     np.testing.assert_array_equal(table.lookup(ids).numpy(), before)
 
 
-@pytest.mark.parametrize("when, sent", [("starting", signal.SIGTERM),
-                                        ("training", signal.SIGTERM),
-                                        ("training", signal.SIGINT)])
+@pytest.mark.parametrize(
+    "when, sent",
+    [("starting", signal.SIGTERM), ("training", signal.SIGTERM), ("training", signal.SIGINT)],
+)
 def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent):
     """SIGTERM while the servers start or the first step traces, and mid-training, with
     closures in flight; SIGINT (Ctrl-C) mid-training. Mid-training, a process once hung in
@@ -271,17 +295,32 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent)
     timing, and this test did not reproduce it on demand."""
     config = write_config(tmp_path, data, "lr", epochs=1000)
     process = subprocess.Popen(
-        [CLI, "train", "--config", config,
-         "--model-dir", str(tmp_path / "run"), "--set", "train.log_every_seconds=0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            CLI,
+            "train",
+            "--config",
+            config,
+            "--model-dir",
+            str(tmp_path / "run"),
+            "--set",
+            "train.log_every_seconds=0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines, servers = [], set()
     try:  # a failure before the signal must not leave a 1000-epoch run behind
         for line in process.stdout:
             lines.append(line)
             if line.startswith("cluster "):
                 children = set(child_pids(process.pid))  # the servers, the stderr filter
-                servers = {pid for pid in children if b"recsys_dist.cluster.server" in
-                           pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()}
+                servers = {
+                    pid
+                    for pid in children
+                    if b"recsys_dist.cluster.server"
+                    in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+                }
                 assert len(servers) == 4 and len(children) == 5, "".join(lines)
                 if when == "starting":
                     break
@@ -312,9 +351,20 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     run = tmp_path / "run"
     started = time.time()
     result = subprocess.run(
-        [CLI, "train", "--config", config,
-         "--model-dir", str(run), "--set", "input.batch_size=512"],
-        capture_output=True, text=True, timeout=300)
+        [
+            CLI,
+            "train",
+            "--config",
+            config,
+            "--model-dir",
+            str(run),
+            "--set",
+            "input.batch_size=512",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     ended = time.time()
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "trained  " in result.stdout and "eval     click: AUC " in result.stdout
@@ -333,8 +383,9 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     # the first step's end, by a worker's clock: within the command's life
     assert started < figures["first_step_at"] < ended
     assert 0 < figures["seconds_to_first_step"] < ended - started
-    assert (f"start-up first step {figures['seconds_to_first_step']:.1f}s after the command "
-            "started") in result.stdout
+    assert (
+        f"start-up first step {figures['seconds_to_first_step']:.1f}s after the command started"
+    ) in result.stdout
     passes = figures["epochs"]  # the training AUC of each pass, over that pass's rows
     assert [p["epoch"] for p in passes] == [1, 2]
     assert all(0.5 < p["auc"]["click"] < 1 for p in passes)
@@ -357,8 +408,11 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
 
 
 def _servers_of(pid: int) -> list[int]:
-    return [child for child in child_pids(pid) if b"recsys_dist.cluster.server" in
-            pathlib.Path(f"/proc/{child}/cmdline").read_bytes()]
+    return [
+        child
+        for child in child_pids(pid)
+        if b"recsys_dist.cluster.server" in pathlib.Path(f"/proc/{child}/cmdline").read_bytes()
+    ]
 
 
 def test_in_process_mode_trains_in_one_process_and_a_local_cluster_resumes_it(tmp_path, data):
@@ -366,9 +420,22 @@ def test_in_process_mode_trains_in_one_process_and_a_local_cluster_resumes_it(tm
 
     config, run = write_config(tmp_path, data, "lr", epochs=1), tmp_path / "run"
     process = subprocess.Popen(
-        [CLI, "train", "--config", config, "--model-dir", str(run),
-         "--set", "cluster.mode=in_process", "--set", "train.log_every_seconds=0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            CLI,
+            "train",
+            "--config",
+            config,
+            "--model-dir",
+            str(run),
+            "--set",
+            "cluster.mode=in_process",
+            "--set",
+            "train.log_every_seconds=0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines, servers = [], None
     for line in process.stdout:
         lines.append(line)
@@ -383,23 +450,50 @@ def test_in_process_mode_trains_in_one_process_and_a_local_cluster_resumes_it(tm
     assert first["examples"] == 12_000 and 0.5 < first["eval"]["labels"]["click"]["auc"] < 1
     # the same run goes on with one process per server: same strategy, same checkpoint
     resumed = subprocess.run(
-        [CLI, "train", "--config", config, "--model-dir", str(run),
-         "--set", "cluster.mode=local", "--set", "train.epochs=2"],
-        capture_output=True, text=True, timeout=300)
+        [
+            CLI,
+            "train",
+            "--config",
+            config,
+            "--model-dir",
+            str(run),
+            "--set",
+            "cluster.mode=local",
+            "--set",
+            "train.epochs=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
     assert "(local; server logs in " in resumed.stdout
-    assert (f"resume   from {run}/checkpoints/ckpt-" in resumed.stdout
-            and "12,000 of 24,000 rows done" in resumed.stdout), resumed.stdout
+    assert (
+        f"resume   from {run}/checkpoints/ckpt-" in resumed.stdout
+        and "12,000 of 24,000 rows done" in resumed.stdout
+    ), resumed.stdout
     assert json.loads((run / "train_result.json").read_text())["examples"] == 12_000
 
 
 def test_sigterm_to_an_in_process_train_ends_it_with_one_line(tmp_path, data):
     config = write_config(tmp_path, data, "lr", epochs=1000)
     process = subprocess.Popen(
-        [CLI, "train", "--config", config,
-         "--model-dir", str(tmp_path / "run"), "--set", "train.log_every_seconds=0",
-         "--set", "cluster.mode=in_process"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            CLI,
+            "train",
+            "--config",
+            config,
+            "--model-dir",
+            str(tmp_path / "run"),
+            "--set",
+            "train.log_every_seconds=0",
+            "--set",
+            "cluster.mode=in_process",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines = []
     try:
         for line in process.stdout:
@@ -417,19 +511,23 @@ def test_sigterm_to_an_in_process_train_ends_it_with_one_line(tmp_path, data):
     assert "Traceback" not in output
 
 
-def test_an_unwritable_model_dir_stops_train_before_the_cluster_starts(tmp_path, data,
-                                                                      s3_server):
+def test_an_unwritable_model_dir_stops_train_before_the_cluster_starts(tmp_path, data, s3_server):
     config = write_config(tmp_path, data, "lr", epochs=1)
     (tmp_path / "file").write_text("")
-    for model_dir, reason in (("s3://no-such-bucket-train/run",
-                               "The specified bucket does not exist"),
-                              (str(tmp_path / "file" / "run"), "Not a directory")):
+    for model_dir, reason in (
+        ("s3://no-such-bucket-train/run", "The specified bucket does not exist"),
+        (str(tmp_path / "file" / "run"), "Not a directory"),
+    ):
         result = subprocess.run(
-            [CLI, "train", "--config",
-             config, "--model-dir", model_dir], capture_output=True, text=True, timeout=300)
+            [CLI, "train", "--config", config, "--model-dir", model_dir],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
-        assert result.stderr.startswith(f"error: {model_dir}: cannot write the run's "
-                                        f"checkpoints there: {reason}"), result.stderr
+        assert result.stderr.startswith(
+            f"error: {model_dir}: cannot write the run's checkpoints there: {reason}"
+        ), result.stderr
         assert "Traceback" not in result.stderr and "cluster " not in result.stdout
 
 
@@ -446,16 +544,22 @@ def test_bad_value_on_a_worker_stops_train_with_one_clear_error(tmp_path, data):
     table = pq.read_table(path)
     values = table["I1"].to_numpy().copy()
     values[7] = np.inf
-    table = table.set_column(table.schema.get_field_index("I1"),
-                             pa.field("I1", pa.float32(), nullable=False), pa.array(values))
+    table = table.set_column(
+        table.schema.get_field_index("I1"),
+        pa.field("I1", pa.float32(), nullable=False),
+        pa.array(values),
+    )
     pq.write_table(table, path, row_group_size=1000)
     config = write_config(tmp_path, bad_data, "lr", epochs=1)
     result = subprocess.run(
-        [CLI, "train", "--config", config,
-         "--model-dir", str(tmp_path / "run"), "--no-eval"],
-        capture_output=True, text=True, timeout=300)
+        [CLI, "train", "--config", config, "--model-dir", str(tmp_path / "run"), "--no-eval"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 3, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: numeric column 'I1' (feature 'I1') has an infinite value in {path} "
-        "(rows 0..1000) at row 7 (set data.on_bad_row: skip to skip such rows)")
+        "(rows 0..1000) at row 7 (set data.on_bad_row: skip to skip such rows)"
+    )

@@ -29,12 +29,14 @@ class _ConfigDumper(yaml.SafeDumper):
 
 _ConfigDumper.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeDumper.yaml_implicit_resolvers.items()}
+    for first, resolvers in yaml.SafeDumper.yaml_implicit_resolvers.items()
+}
 
 
 def dump_yaml(doc: dict) -> str:
-    return yaml.dump(doc, Dumper=_ConfigDumper, sort_keys=False, default_flow_style=None,
-                     width=10**6)
+    return yaml.dump(
+        doc, Dumper=_ConfigDumper, sort_keys=False, default_flow_style=None, width=10**6
+    )
 
 
 def write_yaml(path: pathlib.Path, doc: dict) -> str:
@@ -88,10 +90,13 @@ def small_config(directory: pathlib.Path, features: dict = SMALL_FEATURES, **dat
     order) into ``directory``; keyword arguments go in ``data:`` (``path`` defaults to
     ``directory/data``). Returns the model config's path."""
     write_yaml(directory / "features.yaml", features)
-    return write_yaml(directory / "model.yaml", {
-        "features": "features.yaml",
-        "data": {"path": str(directory / "data"), **data},
-        "model": {"name": "dcn_v2"},
-        "input": {"batch_size": 32, "shuffle": False},
-        "cluster": {"workers": 2, "ps": 1},
-    })
+    return write_yaml(
+        directory / "model.yaml",
+        {
+            "features": "features.yaml",
+            "data": {"path": str(directory / "data"), **data},
+            "model": {"name": "dcn_v2"},
+            "input": {"batch_size": 32, "shuffle": False},
+            "cluster": {"workers": 2, "ps": 1},
+        },
+    )

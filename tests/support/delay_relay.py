@@ -69,8 +69,10 @@ class Relay:
                 import socket
 
                 raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(self._pump(reader, upstream_writer, port, "to"),
-                             self._pump(upstream_reader, writer, port, "from"))
+        await asyncio.gather(
+            self._pump(reader, upstream_writer, port, "to"),
+            self._pump(upstream_reader, writer, port, "from"),
+        )
 
     def write_stats(self) -> None:
         if self.stats_path:
@@ -83,10 +85,14 @@ class Relay:
     async def run(self, listen: str, routes: dict[int, tuple[str, int]]) -> None:
         for port, target in routes.items():
             await asyncio.start_server(
-                lambda r, w, p=port, t=target: self._serve(p, t, r, w), listen, port,
-                reuse_address=True)
-        print(f"relay ready on {listen}: {len(routes)} ports, delay {self.delay * 1e3} ms",
-              flush=True)
+                lambda r, w, p=port, t=target: self._serve(p, t, r, w),
+                listen,
+                port,
+                reuse_address=True,
+            )
+        print(
+            f"relay ready on {listen}: {len(routes)} ports, delay {self.delay * 1e3} ms", flush=True
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -102,8 +108,7 @@ class Relay:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--listen", required=True, help="address to listen on")
-    parser.add_argument("--route", action="append", default=[],
-                        help="PORT=HOST:PORT, one per task")
+    parser.add_argument("--route", action="append", default=[], help="PORT=HOST:PORT, one per task")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="one-way delay")
     parser.add_argument("--stats", help="JSON file of bytes per port, 'to' and 'from' it")
     args = parser.parse_args(argv)

@@ -20,13 +20,19 @@ from tests.support.train_run import TrainRun
 PORT = 2222
 S3_PORT = 5000
 BUCKET = "recsys-hosts"
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_REGION": "us-east-1"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+}
 
 
 def host_names(workers: int, ps: int) -> list[str]:
-    return (["chief", "storage"] + [f"worker{i}" for i in range(workers)]
-            + [f"ps{i}" for i in range(ps)])
+    return (
+        ["chief", "storage"]
+        + [f"worker{i}" for i in range(workers)]
+        + [f"ps{i}" for i in range(ps)]
+    )
 
 
 class HostCluster:
@@ -40,8 +46,14 @@ class HostCluster:
       logs: Where each host's output goes (``<host>.log``).
     """
 
-    def __init__(self, net: HostNetwork, workers: int, ps: int, logs: pathlib.Path,
-                 addresses: dict[str, str] | None = None):
+    def __init__(
+        self,
+        net: HostNetwork,
+        workers: int,
+        ps: int,
+        logs: pathlib.Path,
+        addresses: dict[str, str] | None = None,
+    ):
         self.net, self.workers, self.ps, self.logs = net, workers, ps, logs
         logs.mkdir(parents=True, exist_ok=True)
         overrides = addresses or {}
@@ -49,31 +61,42 @@ class HostCluster:
         def address(host: str, port: int) -> str:
             return overrides.get(host, f"{net.hosts[host].address}:{port}")
 
-        self.spec = {"chief": [address("chief", PORT)],
-                     "worker": [address(f"worker{i}", PORT + 1 + i) for i in range(workers)],
-                     "ps": [address(f"ps{i}", PORT + 1 + workers + i) for i in range(ps)]}
+        self.spec = {
+            "chief": [address("chief", PORT)],
+            "worker": [address(f"worker{i}", PORT + 1 + i) for i in range(workers)],
+            "ps": [address(f"ps{i}", PORT + 1 + workers + i) for i in range(ps)],
+        }
         self.servers: dict[str, subprocess.Popen] = {}
         self.s3_url = f"http://{net.hosts['storage'].address}:{S3_PORT}"
 
     def env(self, job: str, index: int) -> dict[str, str]:
         """The environment of a task: its ``TF_CONFIG`` and the S3 variables."""
-        return {"TF_CONFIG": json.dumps({"cluster": self.spec,
-                                         "task": {"type": job, "index": index}}),
-                "AWS_ENDPOINT_URL": self.s3_url, **CREDENTIALS}
+        return {
+            "TF_CONFIG": json.dumps({"cluster": self.spec, "task": {"type": job, "index": index}}),
+            "AWS_ENDPOINT_URL": self.s3_url,
+            **CREDENTIALS,
+        }
 
     def start_storage(self) -> None:
         """moto's S3 server on the storage host, with bucket :data:`BUCKET`."""
-        self.net.run("storage", [str(BIN / "moto_server"), "-H",
-                                 self.net.hosts["storage"].address, "-p", str(S3_PORT)],
-                     log=self.logs / "storage.log")
+        self.net.run(
+            "storage",
+            [str(BIN / "moto_server"), "-H", self.net.hosts["storage"].address, "-p", str(S3_PORT)],
+            log=self.logs / "storage.log",
+        )
         self.net.wait_for_port("storage", S3_PORT)
         self.s3().create_bucket(Bucket=BUCKET)
 
     def s3(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.s3_url, region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.s3_url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def upload(self, local: pathlib.Path, prefix: str) -> str:
         """Uploads a directory to the storage host; its ``s3://`` URL."""
@@ -82,9 +105,12 @@ class HostCluster:
     def start_server(self, job: str, index: int) -> subprocess.Popen:
         """``recsys-dist server`` on host ``<job><index>``, from its ``TF_CONFIG``."""
         host = f"{job}{index}"
-        process = self.net.run(host, [str(BIN / "recsys-dist"), "server",
-                                      "--intra-op-threads", "1"],
-                               env=self.env(job, index), log=self.logs / f"{host}.log")
+        process = self.net.run(
+            host,
+            [str(BIN / "recsys-dist"), "server", "--intra-op-threads", "1"],
+            env=self.env(job, index),
+            log=self.logs / f"{host}.log",
+        )
         self.servers[host] = process
         return process
 
@@ -107,14 +133,19 @@ class HostCluster:
 
     def train(self, config: str, model_dir: str, *extra: str) -> TrainRun:
         """``recsys-dist train`` on the chief host, its output read as it runs."""
-        return TrainRun(config, model_dir, *extra, env=self.chief_env(),
-                        prefix=self.net.command("chief", []))
+        return TrainRun(
+            config, model_dir, *extra, env=self.chief_env(), prefix=self.net.command("chief", [])
+        )
 
     def command(self, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
         """Another ``recsys-dist`` command on the chief host, run to the end."""
-        return subprocess.run(self.net.command("chief", [str(BIN / "recsys-dist"), *argv]),
-                              env=self.chief_env(), capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            self.net.command("chief", [str(BIN / "recsys-dist"), *argv]),
+            env=self.chief_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def read_json(self, url: str) -> dict:
         """A JSON file on the storage host."""
@@ -123,14 +154,14 @@ class HostCluster:
 
     def keys(self, url: str) -> list[str]:
         bucket, prefix = url.removeprefix("s3://").split("/", 1)
-        pages = self.s3().get_paginator("list_objects_v2").paginate(Bucket=bucket,
-                                                                    Prefix=prefix)
+        pages = self.s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
     def final_state(self, model_dir: str) -> dict:
         """``state.json`` of the newest complete checkpoint of an ``s3://`` model dir."""
-        complete = sorted(k for k in self.keys(f"{model_dir}/checkpoints/")
-                          if k.endswith("/_COMPLETE"))
+        complete = sorted(
+            k for k in self.keys(f"{model_dir}/checkpoints/") if k.endswith("/_COMPLETE")
+        )
         bucket = model_dir.removeprefix("s3://").split("/", 1)[0]
         return self.read_json(f"s3://{bucket}/{complete[-1].rsplit('/', 1)[0]}/state.json")
 
@@ -141,6 +172,7 @@ def cluster_config(directory: pathlib.Path, data_url: str, changes: dict | None 
     as ``/tmp/ft.yaml``."""
     from tests.support.run_configs import small_run_config
 
-    small_run_config(directory, directory, "tf_config",
-                     changes={"data.path": data_url, **(changes or {})})
+    small_run_config(
+        directory, directory, "tf_config", changes={"data.path": data_url, **(changes or {})}
+    )
     return "/tmp/ft.yaml"

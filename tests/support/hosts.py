@@ -67,13 +67,17 @@ def _alive(pid: int) -> bool:
 
 
 def _namespaces() -> list[str]:
-    return [line.split()[0] for line in _ip("netns", "list", check=False).stdout.splitlines()
-            if line.strip()]
+    return [
+        line.split()[0]
+        for line in _ip("netns", "list", check=False).stdout.splitlines()
+        if line.strip()
+    ]
 
 
 def _links() -> list[str]:
-    names = re.findall(r"^\d+: ([^:@\s]+)", _ip("-o", "link", "show", check=False).stdout,
-                       re.MULTILINE)
+    names = re.findall(
+        r"^\d+: ([^:@\s]+)", _ip("-o", "link", "show", check=False).stdout, re.MULTILINE
+    )
     return names
 
 
@@ -93,7 +97,7 @@ def _kill_namespace(namespace: str) -> None:
 
 def _owned_by(name: str, prefix: str) -> bool:
     """Whether ``name`` is one of ``prefix``'s (``rdh12`` owns ``rdh12-ps0``, not ``rdh123b``)."""
-    return name.startswith(prefix) and not name[len(prefix):][:1].isdigit()
+    return name.startswith(prefix) and not name[len(prefix) :][:1].isdigit()
 
 
 def remove(prefix: str) -> None:
@@ -109,8 +113,7 @@ def remove(prefix: str) -> None:
 
 def remove_stale() -> list[str]:
     """Removes the networks of owners that are no longer running; their prefixes."""
-    owners = {int(m.group(1)) for name in _namespaces() + _links()
-              if (m := _OWNED.match(name))}
+    owners = {int(m.group(1)) for name in _namespaces() + _links() if (m := _OWNED.match(name))}
     stale = [f"{PREFIX}{pid}" for pid in sorted(owners) if not _alive(pid)]
     for prefix in stale:
         remove(prefix)
@@ -122,8 +125,9 @@ def leftovers(prefix: str) -> list[str]:
     left = [n for n in _namespaces() + _links() if _owned_by(n, prefix)]
     for namespace in _namespaces():
         if _owned_by(namespace, prefix):
-            left += [f"pid {p}" for p in
-                     _ip("netns", "pids", namespace, check=False).stdout.split()]
+            left += [
+                f"pid {p}" for p in _ip("netns", "pids", namespace, check=False).stdout.split()
+            ]
     return left
 
 
@@ -188,8 +192,11 @@ class HostNetwork:
         _ip("addr", "add", f"{self.controller_address}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for i, name in enumerate(self.names):
-            namespace, link, inner = f"{self.prefix}-{name}", f"{self.prefix}h{i}", \
-                f"{self.prefix}n{i}"
+            namespace, link, inner = (
+                f"{self.prefix}-{name}",
+                f"{self.prefix}h{i}",
+                f"{self.prefix}n{i}",
+            )
             address = f"10.211.{self._subnet}.{10 + i}"
             _ip("netns", "add", namespace)
             _ip("link", "add", link, "type", "veth", "peer", "name", inner)
@@ -224,26 +231,34 @@ class HostNetwork:
         """``argv`` as run on ``host``: in its namespace, with its own ``/tmp``."""
         h = self.hosts[host]
         script = 'mount --bind "$0" /tmp && exec "$@"'
-        return ["ip", "netns", "exec", h.namespace, "sh", "-c", script, str(h.directory),
-                *argv]
+        return ["ip", "netns", "exec", h.namespace, "sh", "-c", script, str(h.directory), *argv]
 
-    def run(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
-            log: pathlib.Path | None = None, **popen) -> subprocess.Popen:
+    def run(
+        self,
+        host: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        log: pathlib.Path | None = None,
+        **popen,
+    ) -> subprocess.Popen:
         """Starts ``argv`` on ``host`` (``TMPDIR=/tmp``, its own); output to ``log``."""
         environment = {**os.environ, **(env or {}), "TMPDIR": "/tmp"}
         if log is not None:
             handle = open(log, "ab")
             popen.setdefault("stdout", handle)
             popen.setdefault("stderr", subprocess.STDOUT)
-        process = subprocess.Popen(self.command(host, argv), env=environment,
-                                   start_new_session=True, **popen)
+        process = subprocess.Popen(
+            self.command(host, argv), env=environment, start_new_session=True, **popen
+        )
         self.processes.append(process)
         return process
 
     def pids(self, host: str) -> list[int]:
         """Every process running on ``host``."""
-        return [int(p) for p in
-                _ip("netns", "pids", self.hosts[host].namespace, check=False).stdout.split()]
+        return [
+            int(p)
+            for p in _ip("netns", "pids", self.hosts[host].namespace, check=False).stdout.split()
+        ]
 
     def kill_host(self, host: str) -> None:
         """SIGKILLs every process of ``host`` (the machine dies; its link stays up)."""
@@ -280,9 +295,25 @@ class HostNetwork:
             if gbit is not None:
                 rate = f"{int(gbit * 1000)}mbit"
                 burst = max(64 * 1024, int(gbit * 1e9 / 8 / 250))  # about 4 ms of traffic
-                subprocess.run(["tc", *netns, "qdisc", "add", *dev, "root", "tbf", "rate",
-                                rate, "burst", str(burst), "latency", "50ms"],
-                               check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        "tc",
+                        *netns,
+                        "qdisc",
+                        "add",
+                        *dev,
+                        "root",
+                        "tbf",
+                        "rate",
+                        rate,
+                        "burst",
+                        str(burst),
+                        "latency",
+                        "50ms",
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
 
     def link_bytes(self, host: str) -> tuple[int, int]:
         """Bytes ``(sent by host, received by host)`` on its link so far."""

@@ -15,8 +15,13 @@ OFFLINE_EVAL_SCRIPT = str(REPO / "pipelines" / "offline_eval.py")
 
 def run_offline_eval(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """``python pipelines/offline_eval.py ARGS`` from the repository root."""
-    return subprocess.run([sys.executable, OFFLINE_EVAL_SCRIPT, *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, OFFLINE_EVAL_SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
 
 
 def publish(root: pathlib.Path, date: str, manifest: dict, run: pathlib.Path | None) -> None:

@@ -36,9 +36,11 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-_ERRORS = {"503": (503, "SlowDown", "Please reduce your request rate."),
-           "500": (500, "InternalError", "We encountered an internal error. Please try again."),
-           "403": (403, "AccessDenied", "Access Denied")}
+_ERRORS = {
+    "503": (503, "SlowDown", "Please reduce your request rate."),
+    "500": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "403": (403, "AccessDenied", "Access Denied"),
+}
 KINDS = frozenset(_ERRORS) | {"reset", "delay", "hang"}
 
 
@@ -92,8 +94,9 @@ class Fault:
         self.matched += 1
         if self.times is not None and self.fired >= self.times:
             return False
-        chosen = ((self.nth is None or self.matched == self.nth)
-                  and (self.every is None or self.matched % self.every == 0))
+        chosen = (self.nth is None or self.matched == self.nth) and (
+            self.every is None or self.matched % self.every == 0
+        )
         self.fired += chosen
         return chosen
 
@@ -152,16 +155,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-    def _record(self, method: str, path: str, part: str | None, status: int | None,
-                fault: str | None) -> None:
-        self.server.proxy.record(self.headers.get("User-Agent", ""), method, path, part,
-                                 status, fault)
+    def _record(
+        self, method: str, path: str, part: str | None, status: int | None, fault: str | None
+    ) -> None:
+        self.server.proxy.record(
+            self.headers.get("User-Agent", ""), method, path, part, status, fault
+        )
 
     def _error(self, kind: str, path: str) -> None:
         status, code, message = _ERRORS[kind]
-        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-                f"<Message>{message}</Message><Resource>{path}</Resource>"
-                f"<RequestId>FAULT{time.monotonic_ns()}</RequestId></Error>").encode()
+        body = (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>{message}</Message><Resource>{path}</Resource>"
+            f"<RequestId>FAULT{time.monotonic_ns()}</RequestId></Error>"
+        ).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(body)))
@@ -203,23 +210,25 @@ class _Handler(BaseHTTPRequestHandler):
             self._apply_before_answer(fault, method, path, None)
             if fault.kind in _ERRORS or fault.kind == "hang":
                 return
-        upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port,
-                                              timeout=120)
+        upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=120)
         try:
-            headers = {k: v for k, v in self.headers.items()
-                       if k.lower() not in ("transfer-encoding", "connection",
-                                            "content-length")}
+            headers = {
+                k: v
+                for k, v in self.headers.items()
+                if k.lower() not in ("transfer-encoding", "connection", "content-length")
+            }
             if body or has_body:
                 headers["Content-Length"] = str(len(body))
-            upstream.request(method, self.path, body=body if has_body else None,
-                             headers=headers)
+            upstream.request(method, self.path, body=body if has_body else None, headers=headers)
             answer = upstream.getresponse()
             data = answer.read()
             status, answer_headers = answer.status, answer.getheaders()
         finally:
             upstream.close()
-        part = _part(self.headers.get("Range"),
-                     {k.lower(): v for k, v in answer_headers}.get("content-range"))
+        part = _part(
+            self.headers.get("Range"),
+            {k.lower(): v for k, v in answer_headers}.get("content-range"),
+        )
         if fault is None and not has_body:
             fault = proxy.choose(method, path, part, agent)
         if fault is not None and fault.kind != "delay":
@@ -235,8 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._record(method, path, part, status, None)
         self._answer(status, answer_headers, data)
 
-    def _apply_before_answer(self, fault: Fault, method: str, path: str,
-                             part: str | None) -> None:
+    def _apply_before_answer(self, fault: Fault, method: str, path: str, part: str | None) -> None:
         if fault.kind in _ERRORS:
             self._record(method, path, part, _ERRORS[fault.kind][0], fault.kind)
             self._error(fault.kind, path)
@@ -250,8 +258,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, status: int, headers: list, data: bytes, cut: int | None = None) -> None:
         self.send_response(status)
         for name, value in headers:
-            if name.lower() not in ("transfer-encoding", "connection", "content-length",
-                                    "server", "date"):
+            if name.lower() not in (
+                "transfer-encoding",
+                "connection",
+                "content-length",
+                "server",
+                "date",
+            ):
                 self.send_header(name, value)
         if self.command != "HEAD" or data:
             self.send_header("Content-Length", str(len(data)))
@@ -308,8 +321,9 @@ class FaultProxy:
         self._server.proxy = self
         self._server.stopping = threading.Event()
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
         self._thread.start()
 
     def choose(self, method: str, path: str, part: str | None, agent: str = "") -> Fault | None:
@@ -319,8 +333,15 @@ class FaultProxy:
                     return fault
         return None
 
-    def record(self, agent: str, method: str, path: str, part: str | None,
-               status: int | None, fault: str | None) -> None:
+    def record(
+        self,
+        agent: str,
+        method: str,
+        path: str,
+        part: str | None,
+        status: int | None,
+        fault: str | None,
+    ) -> None:
         with self._lock:
             self.log.append(Logged(method, path, part, status, fault, agent))
 

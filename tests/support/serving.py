@@ -23,7 +23,6 @@ sys.meta_path.insert(0, OnlyTensorFlow())
 
 def serving_env() -> dict[str, str]:
     """The environment of a plain TensorFlow process: no repo on the path, no tf-keras."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "TF_USE_LEGACY_KERAS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TF_USE_LEGACY_KERAS")}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     return env

@@ -12,8 +12,11 @@ def checkpoint(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
     """Every saved tensor of the newest complete checkpoint, by its key."""
     newest = sorted(model_dir.glob("checkpoints/ckpt-*/_COMPLETE"))[-1].parent
     reader = tf.train.load_checkpoint(str(newest / "variables"))
-    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
-            if not key.startswith("_CHECKPOINTABLE") and "save_counter" not in key}
+    return {
+        key: reader.get_tensor(key)
+        for key in reader.get_variable_to_shape_map()
+        if not key.startswith("_CHECKPOINTABLE") and "save_counter" not in key
+    }
 
 
 def assert_same_state(a: pathlib.Path, b: pathlib.Path) -> None:

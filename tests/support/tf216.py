@@ -19,9 +19,10 @@ def fixed_features(config) -> dict:
 
     dtypes = {"I1": "float32", "C1": "int64", "C21": "string", "tags": "list<int64>"}
     transform = FeatureTransform(config.features, [], dtypes, "fail")
-    raw = {"I1": tf.constant([0.0, 1.0, 5.0, float("nan"), 30.0, 2.0, 0.5, 100.0]),
-           "C1": tf.constant([1, 2, 3, 4, 5, 6, 7, 8], tf.int64),
-           "C21": tf.constant(["a", "b", "c", "", "e", "f", "g", "h"]),
-           "tags": tf.ragged.constant([[1], [2, 3], [], [4], [5, 6, 7], [8], [], [9]],
-                                      tf.int64)}
+    raw = {
+        "I1": tf.constant([0.0, 1.0, 5.0, float("nan"), 30.0, 2.0, 0.5, 100.0]),
+        "C1": tf.constant([1, 2, 3, 4, 5, 6, 7, 8], tf.int64),
+        "C21": tf.constant(["a", "b", "c", "", "e", "f", "g", "h"]),
+        "tags": tf.ragged.constant([[1], [2, 3], [], [4], [5, 6, 7], [8], [], [9]], tf.int64),
+    }
     return transform.features_only(raw, tf.constant("fixture"), tf.constant(0, tf.int64))

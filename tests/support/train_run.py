@@ -19,14 +19,23 @@ from tests.support.paths import CLI
 class TrainRun:
     """``recsys-dist train`` in a subprocess, its output collected line by line."""
 
-    def __init__(self, config: str, model_dir: pathlib.Path | str, *extra: str,
-                 env: dict[str, str] | None = None, prefix: Sequence[str] = ()):
+    def __init__(
+        self,
+        config: str,
+        model_dir: pathlib.Path | str,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        prefix: Sequence[str] = (),
+    ):
         """``prefix``: a command that runs the rest (e.g. on a host of
         :class:`tests.support.hosts.HostNetwork`)."""
         self.process = subprocess.Popen(
             [*prefix, CLI, "train", "--config", config, "--model-dir", str(model_dir), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=None if env is None else {**os.environ, **env})
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=None if env is None else {**os.environ, **env},
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -82,8 +91,11 @@ class TrainRun:
         return [found[i] for i in sorted(found)]
 
     def last_step(self) -> int:
-        steps = [int(m.group(1).replace(",", "")) for m in
-                 (re.match(r"(?:step|checkpoint step) ([\d,]+)", line) for line in self.lines) if m]
+        steps = [
+            int(m.group(1).replace(",", ""))
+            for m in (re.match(r"(?:step|checkpoint step) ([\d,]+)", line) for line in self.lines)
+            if m
+        ]
         return max(steps, default=0)
 
 

@@ -31,8 +31,19 @@ from recsys_dist.config.kinds.sequence import SequenceFeature
 # isort: on
 
 __all__ = [
-    "FEATURE_KINDS", "CategoricalFeature", "ColumnRead", "CrossFeature", "FeatureKind",
-    "FeatureSet", "IdScan", "MultiCategoricalFeature", "Need", "NumericFeature",
-    "SequenceFeature", "TransformContext", "missing_indicator_name", "register_kind",
+    "FEATURE_KINDS",
+    "CategoricalFeature",
+    "ColumnRead",
+    "CrossFeature",
+    "FeatureKind",
+    "FeatureSet",
+    "IdScan",
+    "MultiCategoricalFeature",
+    "Need",
+    "NumericFeature",
+    "SequenceFeature",
+    "TransformContext",
+    "missing_indicator_name",
+    "register_kind",
     "unregister_kind",
 ]

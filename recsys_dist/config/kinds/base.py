@@ -109,8 +109,9 @@ class FeatureKind(abc.ABC):
         """Other features whose columns its transform reads (a cross's inputs)."""
         return ()
 
-    def check(self, doc: LocatedYaml, tables: Mapping[str, TableSpec],
-              features: Mapping[str, FeatureKind]) -> list | None:
+    def check(
+        self, doc: LocatedYaml, tables: Mapping[str, TableSpec], features: Mapping[str, FeatureKind]
+    ) -> list | None:
         """Checks what the feature refers to; returns its vocabulary when it has one.
 
         The table it names exists, a dynamic one can take its ids
@@ -120,8 +121,13 @@ class FeatureKind(abc.ABC):
         path = f"features.{self.name}"
         table = getattr(self, "table", None)  # as named (numeric: also without bucketize)
         if table is not None and table not in tables:
-            raise doc.error(path + ".table", f"unknown table {table!r}; defined tables are "
-                            + ", ".join(sorted(tables)) + "." + did_you_mean(table, tables))
+            raise doc.error(
+                path + ".table",
+                f"unknown table {table!r}; defined tables are "
+                + ", ".join(sorted(tables))
+                + "."
+                + did_you_mean(table, tables),
+            )
         if table is not None and tables[table].dynamic:
             self.check_dynamic_table(doc, path, tables[table])
         return self.check_references(doc, path, tables, features)
@@ -130,11 +136,19 @@ class FeatureKind(abc.ABC):
         """A dynamic table takes hashed ids: no vocabulary, no hash_buckets."""
         for key in ("vocabulary", "hash_buckets"):
             if getattr(self, key, None) is not None:
-                raise doc.error(f"{path}.{key}", f"does not apply to a feature of dynamic "
-                                f"table {table.name!r}: it gives every id its own row")
+                raise doc.error(
+                    f"{path}.{key}",
+                    f"does not apply to a feature of dynamic "
+                    f"table {table.name!r}: it gives every id its own row",
+                )
 
-    def check_references(self, doc: LocatedYaml, path: str, tables: Mapping[str, TableSpec],
-                         features: Mapping[str, FeatureKind]) -> list | None:
+    def check_references(
+        self,
+        doc: LocatedYaml,
+        path: str,
+        tables: Mapping[str, TableSpec],
+        features: Mapping[str, FeatureKind],
+    ) -> list | None:
         """The kind's own checks (``path`` is ``features.<name>``); returns a vocabulary
         it loaded, if any."""
         return None
@@ -212,8 +226,9 @@ class FeatureKind(abc.ABC):
     def scan_ids(self, scan: IdScan) -> tuple[Any, Any]:
         """``(identity keys, table rows)`` of the ids it looks up in one record batch:
         int64 numpy arrays, one entry per lookup (nulls are no ids)."""
-        raise NotImplementedError(f"feature kind {self.kind!r} names scan_columns but "
-                                  "does not define scan_ids")
+        raise NotImplementedError(
+            f"feature kind {self.kind!r} names scan_columns but does not define scan_ids"
+        )
 
 
 #: Kind name -> its class, in the order the kinds were registered (the order of
@@ -234,18 +249,26 @@ def register_kind(name: str) -> Callable[[_Kind], _Kind]:
 
     def register(cls: _Kind) -> _Kind:
         if not (issubclass(cls, FeatureKind) and dataclasses.is_dataclass(cls)):
-            raise TypeError(f"register_kind({name!r}) decorates a FeatureKind dataclass; got "
-                            f"{cls!r} (put @register_kind above @dataclasses.dataclass)")
+            raise TypeError(
+                f"register_kind({name!r}) decorates a FeatureKind dataclass; got "
+                f"{cls!r} (put @register_kind above @dataclasses.dataclass)"
+            )
         if inspect.isabstract(cls):
-            raise TypeError(f"feature kind {name!r} ({cls.__qualname__}) does not define "
-                            + ", ".join(sorted(cls.__abstractmethods__)))
+            raise TypeError(
+                f"feature kind {name!r} ({cls.__qualname__}) does not define "
+                + ", ".join(sorted(cls.__abstractmethods__))
+            )
         fields = {f.name: f for f in dataclasses.fields(cls)}
         if "name" not in fields or "kind" not in fields or fields["kind"].default != name:
-            raise TypeError(f"feature kind {name!r} ({cls.__qualname__}) needs the fields "
-                            f"name: str and kind: Literal[{name!r}] = {name!r}")
+            raise TypeError(
+                f"feature kind {name!r} ({cls.__qualname__}) needs the fields "
+                f"name: str and kind: Literal[{name!r}] = {name!r}"
+            )
         if name in FEATURE_KINDS:
-            raise ValueError(f"feature kind {name!r} is registered already (by "
-                             f"{FEATURE_KINDS[name].__qualname__}); choose another name")
+            raise ValueError(
+                f"feature kind {name!r} is registered already (by "
+                f"{FEATURE_KINDS[name].__qualname__}); choose another name"
+            )
         FEATURE_KINDS[name] = cls
         return cls
 

@@ -57,8 +57,13 @@ class CategoricalFeature(FeatureKind):
     oov_buckets: int = field(default=1, metadata={"min": 1})
 
     # ---- the config -----------------------------------------------------------------
-    def check_references(self, doc: LocatedYaml, path: str, tables: Mapping[str, TableSpec],
-                         features: Mapping[str, FeatureKind]) -> list | None:
+    def check_references(
+        self,
+        doc: LocatedYaml,
+        path: str,
+        tables: Mapping[str, TableSpec],
+        features: Mapping[str, FeatureKind],
+    ) -> list | None:
         return check_vocabulary(doc, path, self, self.dtype)
 
     def id_rows(self, config: FeatureSet) -> int:
@@ -82,12 +87,14 @@ class CategoricalFeature(FeatureKind):
     def prepare(self, config: FeatureSet) -> Vocabulary | None:
         if self.name not in config.vocabularies:
             return None
-        return Vocabulary.build(config.vocabularies[self.name], self.oov_buckets,
-                                strings=self.dtype == "string")
+        return Vocabulary.build(
+            config.vocabularies[self.name], self.oov_buckets, strings=self.dtype == "string"
+        )
 
     @classmethod
-    def transform_all(cls, features: list[CategoricalFeature], context: TransformContext
-                      ) -> dict[str, tf.Tensor]:
+    def transform_all(
+        cls, features: list[CategoricalFeature], context: TransformContext
+    ) -> dict[str, tf.Tensor]:
         hashed = [f for f in features if f.hashes_ints(context.config)]
         out = _hashed_int_ids(hashed, context) if hashed else {}
         for feature in features:
@@ -108,8 +115,9 @@ class CategoricalFeature(FeatureKind):
                 ids = tf.strings.to_hash_bucket_fast(raw, buckets)
             else:
                 ids = hashing.to_bucket(hashing.hash_int64(raw), buckets)
-        return ids if present is None else tf.where(present, ids, tf.constant(missing_row,
-                                                                              tf.int64))
+        return (
+            ids if present is None else tf.where(present, ids, tf.constant(missing_row, tf.int64))
+        )
 
     # ---- validate --scan ------------------------------------------------------------
     def scan_columns(self, config: FeatureSet) -> list[str]:
@@ -120,8 +128,9 @@ class CategoricalFeature(FeatureKind):
         return scan.identity(values)[present], scan.rows(self.name)[present]
 
 
-def _hashed_int_ids(features: list[CategoricalFeature], context: TransformContext
-                    ) -> dict[str, tf.Tensor]:
+def _hashed_int_ids(
+    features: list[CategoricalFeature], context: TransformContext
+) -> dict[str, tf.Tensor]:
     """Table rows of integer categoricals without a vocabulary, ``[K, N]`` at once:
     ``hash_int64(id) % (rows - 1)``, and the missing row (``rows - 1``) for a null."""
     config, int_hashes, present = context.config, context.int_hashes, context.present
@@ -130,15 +139,21 @@ def _hashed_int_ids(features: list[CategoricalFeature], context: TransformContex
     buckets = np.maximum(missing_rows, 1).astype(np.uint64)
     if context.ops is not None:
         values = tf.stack([tf.cast(int_hashes.raw[c], tf.int64) for c in columns])
-        present_ = (context.stacked_presence(columns, values)
-                    if any(c in present for c in columns) else None)
-        ids, hashes = context.ops.hash_int_ids(values, present_, buckets.tolist(),
-                                               missing_rows.tolist())
+        present_ = (
+            context.stacked_presence(columns, values)
+            if any(c in present for c in columns)
+            else None
+        )
+        ids, hashes = context.ops.hash_int_ids(
+            values, present_, buckets.tolist(), missing_rows.tolist()
+        )
         int_hashes.provide(columns, hashes)
         return dict(zip((f.name for f in features), tf.unstack(ids, num=len(features))))
-    ids = tf.cast(tf.math.floormod(int_hashes.stacked(columns),
-                                   tf.constant(buckets[:, None])), tf.int64)
+    ids = tf.cast(
+        tf.math.floormod(int_hashes.stacked(columns), tf.constant(buckets[:, None])), tf.int64
+    )
     if any(c in present for c in columns):
-        ids = tf.where(context.stacked_presence(columns, ids), ids,
-                       tf.constant(missing_rows[:, None]))
+        ids = tf.where(
+            context.stacked_presence(columns, ids), ids, tf.constant(missing_rows[:, None])
+        )
     return dict(zip((f.name for f in features), tf.unstack(ids, num=len(features))))

@@ -60,8 +60,9 @@ class IntHashes:
 
     def _all(self) -> tf.Tensor:
         if self._hashes is None:
-            self._hashes = hashing.hash_int64(tf.stack(
-                [tf.cast(self.raw[c], tf.int64) for c in self._columns]))
+            self._hashes = hashing.hash_int64(
+                tf.stack([tf.cast(self.raw[c], tf.int64) for c in self._columns])
+            )
         return self._hashes
 
     def stacked(self, columns: list[str]) -> tf.Tensor:
@@ -128,8 +129,14 @@ class IdScan(Protocol):
         """A scalar column as the input function reads it (nulls as 0 / "") and its
         validity (a numpy bool array)."""
 
-    def tokens(self, column: str, separator: str, max_length: int, newest_last: bool = False,
-               weight_separator: str | None = None) -> tf.Tensor:
+    def tokens(
+        self,
+        column: str,
+        separator: str,
+        max_length: int,
+        newest_last: bool = False,
+        weight_separator: str | None = None,
+    ) -> tf.Tensor:
         """The ids of a list (or delimited string) column a multi-valued feature looks
         up: nulls and empty tokens dropped, each row's first ``max_length`` kept (its
         last ones with ``newest_last``), the ``:weight`` part cut off with

@@ -46,15 +46,25 @@ class CrossFeature(FeatureKind):
     def depends_on(self) -> tuple[str, ...]:
         return tuple(self.inputs)
 
-    def check_references(self, doc: LocatedYaml, path: str, tables: Mapping[str, TableSpec],
-                         features: Mapping[str, FeatureKind]) -> list | None:
+    def check_references(
+        self,
+        doc: LocatedYaml,
+        path: str,
+        tables: Mapping[str, TableSpec],
+        features: Mapping[str, FeatureKind],
+    ) -> list | None:
         for i, name in enumerate(self.inputs):
             if name not in features:
-                raise doc.error(f"{path}.inputs[{i}]", f"unknown feature {name!r}."
-                                + did_you_mean(name, features))
+                raise doc.error(
+                    f"{path}.inputs[{i}]",
+                    f"unknown feature {name!r}." + did_you_mean(name, features),
+                )
             if not isinstance(features[name], CategoricalFeature):
-                raise doc.error(f"{path}.inputs[{i}]", f"feature {name!r} is "
-                                f"{features[name].kind}; a cross takes categorical features")
+                raise doc.error(
+                    f"{path}.inputs[{i}]",
+                    f"feature {name!r} is "
+                    f"{features[name].kind}; a cross takes categorical features",
+                )
         if len(set(self.inputs)) != len(self.inputs):
             raise doc.error(path + ".inputs", "lists the same feature twice")
         return None
@@ -65,30 +75,36 @@ class CrossFeature(FeatureKind):
     # ---- the transform --------------------------------------------------------------
     def _input_columns(self, config: FeatureSet) -> list[tuple[str, bool]]:
         """``(column, holds strings)`` of each input, in order."""
-        return [(config.column_of(config.features[name]),
-                 config.features[name].dtype == "string") for name in self.inputs]
+        return [
+            (config.column_of(config.features[name]), config.features[name].dtype == "string")
+            for name in self.inputs
+        ]
 
     def int_hash_columns(self, config: FeatureSet) -> list[str]:
         return [column for column, strings in self._input_columns(config) if not strings]
 
     @classmethod
-    def transform_all(cls, features: list[CrossFeature], context: TransformContext
-                      ) -> dict[str, tf.Tensor]:
+    def transform_all(
+        cls, features: list[CrossFeature], context: TransformContext
+    ) -> dict[str, tf.Tensor]:
         return {feature.name: feature._ids(context) for feature in features}
 
     def _ids(self, context: TransformContext) -> tf.Tensor:
         hashed, present = None, None
         for column, strings in self._input_columns(context.config):
-            h = (hashing.hash_string(context.raw[column]) if strings
-                 else context.int_hashes[column])
+            h = hashing.hash_string(context.raw[column]) if strings else context.int_hashes[column]
             hashed = h if hashed is None else hashing.combine(hashed, h)
             if column in context.present:
-                present = context.present[column] if present is None else tf.logical_and(
-                    present, context.present[column])
+                present = (
+                    context.present[column]
+                    if present is None
+                    else tf.logical_and(present, context.present[column])
+                )
         missing_row = context.config.rows_of(self) - 1
         ids = hashing.to_bucket(hashed, max(missing_row, 1))
-        return ids if present is None else tf.where(present, ids, tf.constant(missing_row,
-                                                                              tf.int64))
+        return (
+            ids if present is None else tf.where(present, ids, tf.constant(missing_row, tf.int64))
+        )
 
     # ---- validate --scan ------------------------------------------------------------
     def scan_columns(self, config: FeatureSet) -> list[str]:
@@ -100,8 +116,11 @@ class CrossFeature(FeatureKind):
         hashed, ok = None, None
         for column in self.scan_columns(scan.config):
             values, present = scan.column(column)
-            h = hashing.hash_string(values) if values.dtype == tf.string \
+            h = (
+                hashing.hash_string(values)
+                if values.dtype == tf.string
                 else hashing.hash_int64(values)
+            )
             hashed = h if hashed is None else hashing.combine(hashed, h)
             ok = present if ok is None else ok & present
         keys = tf.bitcast(hashed, tf.int64).numpy()

@@ -69,17 +69,27 @@ class MultiCategoricalFeature(FeatureKind):
     multi_valued = True
 
     # ---- the config -----------------------------------------------------------------
-    def check_references(self, doc: LocatedYaml, path: str, tables: Mapping[str, TableSpec],
-                         features: Mapping[str, FeatureKind]) -> list | None:
+    def check_references(
+        self,
+        doc: LocatedYaml,
+        path: str,
+        tables: Mapping[str, TableSpec],
+        features: Mapping[str, FeatureKind],
+    ) -> list | None:
         vocabulary = check_vocabulary(doc, path, self, "string")
         if self.weights_column is not None:
             if self.weighted:
-                raise doc.error(path + ".weights_column", "set either 'weighted' (id:weight "
-                                "entries in a delimited string) or 'weights_column' (a "
-                                "parallel list<float> column), not both")
+                raise doc.error(
+                    path + ".weights_column",
+                    "set either 'weighted' (id:weight "
+                    "entries in a delimited string) or 'weights_column' (a "
+                    "parallel list<float> column), not both",
+                )
             if self.weights_column == (self.column or self.name):
-                raise doc.error(path + ".weights_column", "names the ids column itself; "
-                                "expected a separate list<float> column")
+                raise doc.error(
+                    path + ".weights_column",
+                    "names the ids column itself; expected a separate list<float> column",
+                )
         return vocabulary
 
     def id_rows(self, config: FeatureSet) -> int:
@@ -91,8 +101,11 @@ class MultiCategoricalFeature(FeatureKind):
     def column_reads(self, config: FeatureSet) -> list[ColumnRead]:
         reads = [ColumnRead(config.column_of(self), "ids", f"feature {self.name!r}")]
         if self.weights_column is not None:
-            reads.append(ColumnRead(self.weights_column, "weights",
-                                    f"feature {self.name!r} (weights_column)"))
+            reads.append(
+                ColumnRead(
+                    self.weights_column, "weights", f"feature {self.name!r} (weights_column)"
+                )
+            )
         return reads
 
     # ---- the model input ------------------------------------------------------------
@@ -105,50 +118,73 @@ class MultiCategoricalFeature(FeatureKind):
     def prepare(self, config: FeatureSet) -> Vocabulary | None:
         if self.name not in config.vocabularies:
             return None
-        return Vocabulary.build(config.vocabularies[self.name], self.oov_buckets,
-                                strings=True)
+        return Vocabulary.build(config.vocabularies[self.name], self.oov_buckets, strings=True)
 
     @classmethod
-    def transform_all(cls, features: list[MultiCategoricalFeature], context: TransformContext
-                      ) -> dict[str, dict[str, tf.Tensor]]:
+    def transform_all(
+        cls, features: list[MultiCategoricalFeature], context: TransformContext
+    ) -> dict[str, dict[str, tf.Tensor]]:
         out = {}
         for feature in features:
             column, wcol = context.config.column_of(feature), feature.weights_column
             out[feature.name], bad = feature._padded(
-                context, context.raw[column], context.present.get(column),
+                context,
+                context.raw[column],
+                context.present.get(column),
                 context.raw.get(wcol) if wcol else None,
-                context.present.get(wcol) if wcol else None)
+                context.present.get(wcol) if wcol else None,
+            )
             if feature.weighted:
-                context.checks.append((bad, f"column {column!r} (feature {feature.name!r}) "
-                                       "has an entry whose weight after "
-                                       f"{feature.weight_separator!r} is not a number"))
+                context.checks.append(
+                    (
+                        bad,
+                        f"column {column!r} (feature {feature.name!r}) "
+                        "has an entry whose weight after "
+                        f"{feature.weight_separator!r} is not a number",
+                    )
+                )
             elif wcol:
-                context.checks.append((bad, f"list column {column!r} (feature "
-                                       f"{feature.name!r}) and its weights_column {wcol!r} "
-                                       "differ in length"))
+                context.checks.append(
+                    (
+                        bad,
+                        f"list column {column!r} (feature "
+                        f"{feature.name!r}) and its weights_column {wcol!r} "
+                        "differ in length",
+                    )
+                )
         return out
 
-    def _padded(self, context: TransformContext, raw: tf.Tensor | tf.RaggedTensor,
-                present=None, weights=None, weights_present=None
-                ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    def _padded(
+        self,
+        context: TransformContext,
+        raw: tf.Tensor | tf.RaggedTensor,
+        present=None,
+        weights=None,
+        weights_present=None,
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         """Ids and weights, ``[N, max_length]`` each, and the bad rows.
 
         Hashes every flat value, then sums each kept value into its slot of the padded
         result (nulls and empty tokens are dropped, each row keeps its first
         ``max_length``)."""
         vocabulary = context.prepared.get(self.name)
-        if context.ops is not None and vocabulary is None and not (
-                isinstance(raw, tf.RaggedTensor) and self.weighted):
+        if (
+            context.ops is not None
+            and vocabulary is None
+            and not (isinstance(raw, tf.RaggedTensor) and self.weighted)
+        ):
             return self._padded_fused(context, raw, present, weights, weights_present)
         if isinstance(raw, tf.RaggedTensor):
             nrows, rowids, splits = raw.nrows(), raw.value_rowids(), raw.row_splits
             tokens = raw.flat_values
-            keep, bad_rows, weight_values = _list_weights(raw, present, weights,
-                                                          weights_present)
+            keep, bad_rows, weight_values = _list_weights(raw, present, weights, weights_present)
         else:  # a delimited string; a null string reads as "" (no ids)
             split = tf.strings.split(raw, self.separator)
-            nrows, rowids, splits = tf.shape(raw, tf.int64)[0], split.value_rowids(), \
-                split.row_splits
+            nrows, rowids, splits = (
+                tf.shape(raw, tf.int64)[0],
+                split.value_rowids(),
+                split.row_splits,
+            )
             tokens = split.flat_values
             keep = tf.strings.length(tokens) > 0
             bad_rows = tf.zeros(tf.shape(raw), tf.bool)
@@ -160,18 +196,20 @@ class MultiCategoricalFeature(FeatureKind):
             pairs = pairs.to_tensor(default_value="", shape=[None, 2])
             tokens, weight_text = pairs[:, 0], pairs[:, 1]
             unparsable = tf.logical_not(tf.strings.regex_full_match(weight_text, _NUMBER_RE))
-            weight_values = tf.strings.to_number(tf.where(unparsable, "0", weight_text),
-                                                 tf.float32)
+            weight_values = tf.strings.to_number(tf.where(unparsable, "0", weight_text), tf.float32)
             weight_values = tf.where(unparsable, 0.0, weight_values)
             # (an empty token, which is dropped anyway, is no bad entry)
             bad_token = unparsable if keep is None else tf.logical_and(unparsable, keep)
-            bad_rows = tf.math.unsorted_segment_max(
-                tf.cast(bad_token, tf.int32), rowids, tf.cast(nrows, tf.int64)) > 0
+            bad_rows = (
+                tf.math.unsorted_segment_max(
+                    tf.cast(bad_token, tf.int32), rowids, tf.cast(nrows, tf.int64)
+                )
+                > 0
+            )
         elif weight_values is None:
             weight_values = tf.ones(tf.shape(tokens), tf.float32)
         ids = self._token_rows(tokens, vocabulary, context.config.rows_of(self))
-        return padded(ids, weight_values, nrows, rowids, splits, keep,
-                      self.max_length), bad_rows
+        return padded(ids, weight_values, nrows, rowids, splits, keep, self.max_length), bad_rows
 
     @staticmethod
     def _token_rows(tokens: tf.Tensor, vocabulary: Vocabulary | None, rows: int) -> tf.Tensor:
@@ -185,8 +223,9 @@ class MultiCategoricalFeature(FeatureKind):
         # integer ids hash as a categorical feature's integer ids do
         return hashing.to_bucket(hashing.hash_int64(tokens), rows)
 
-    def _padded_fused(self, context: TransformContext, raw, present, weights, weights_present
-                      ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    def _padded_fused(
+        self, context: TransformContext, raw, present, weights, weights_present
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         """:meth:`_padded` in one op (``ListIds`` or ``DelimitedIds``)."""
         rows = context.config.rows_of(self)
         if isinstance(raw, tf.RaggedTensor):
@@ -195,16 +234,25 @@ class MultiCategoricalFeature(FeatureKind):
                 values = tf.cast(values, tf.int64)
             if weights is not None:
                 weights = tf.RaggedTensor.from_row_splits(
-                    tf.cast(weights.flat_values, tf.float32), weights.row_splits,
-                    validate=False)
+                    tf.cast(weights.flat_values, tf.float32), weights.row_splits, validate=False
+                )
             ids, weight_values, bad = context.ops.list_ids(
-                values, raw.row_splits, present.flat_values if present is not None else None,
-                weights, weights_present.flat_values if weights_present is not None else None,
-                rows, self.max_length)
+                values,
+                raw.row_splits,
+                present.flat_values if present is not None else None,
+                weights,
+                weights_present.flat_values if weights_present is not None else None,
+                rows,
+                self.max_length,
+            )
         else:
             ids, weight_values, bad = context.ops.delimited_ids(
-                raw, self.separator, self.weight_separator if self.weighted else None, rows,
-                self.max_length)
+                raw,
+                self.separator,
+                self.weight_separator if self.weighted else None,
+                rows,
+                self.max_length,
+            )
         return {"ids": ids, "weights": weight_values}, bad
 
     # ---- validate --scan ------------------------------------------------------------
@@ -214,8 +262,12 @@ class MultiCategoricalFeature(FeatureKind):
     def scan_ids(self, scan: IdScan) -> tuple[np.ndarray, np.ndarray]:
         """Each kept id of a row is one lookup; its row is the row the transform gives it
         (weights play no part in which row an id reads)."""
-        tokens = scan.tokens(scan.config.column_of(self), self.separator, self.max_length,
-                             weight_separator=self.weight_separator if self.weighted else None)
+        tokens = scan.tokens(
+            scan.config.column_of(self),
+            self.separator,
+            self.max_length,
+            weight_separator=self.weight_separator if self.weighted else None,
+        )
         rows = self._token_rows(tokens, scan.prepared(self.name), scan.config.rows_of(self))
         return scan.identity(tokens), rows.numpy()
 
@@ -238,9 +290,9 @@ def _list_weights(raw: tf.RaggedTensor, present, weights, weights_present):
     # (one padding weight past the end, for rows whose lengths disagree)
     size = tf.size(weights.flat_values, tf.int64)
     at = tf.minimum(tf.gather(weights.row_splits, rowids) + position, size)
-    weight_values = tf.gather(tf.concat(
-        [tf.cast(weights.flat_values, tf.float32), [0.0]], 0), at)
+    weight_values = tf.gather(tf.concat([tf.cast(weights.flat_values, tf.float32), [0.0]], 0), at)
     if weights_present is not None:
-        keep = tf.logical_and(keep, tf.gather(tf.concat(
-            [weights_present.flat_values, [False]], 0), at))
+        keep = tf.logical_and(
+            keep, tf.gather(tf.concat([weights_present.flat_values, [False]], 0), at)
+        )
     return keep, bad_rows, weight_values

@@ -69,12 +69,20 @@ class NumericFeature(FeatureKind):
         return self.table if self.transform == "bucketize" else None
 
     def check_dynamic_table(self, doc: LocatedYaml, path: str, table: TableSpec) -> None:
-        raise doc.error(path + ".table", f"table {table.name!r} is kind: dynamic, but "
-                        f"numeric feature values are floats (bucket ids); give the buckets "
-                        f"a hashed table with rows >= len(boundaries) + 1")
+        raise doc.error(
+            path + ".table",
+            f"table {table.name!r} is kind: dynamic, but "
+            f"numeric feature values are floats (bucket ids); give the buckets "
+            f"a hashed table with rows >= len(boundaries) + 1",
+        )
 
-    def check_references(self, doc: LocatedYaml, path: str, tables: Mapping[str, TableSpec],
-                         features: Mapping[str, FeatureKind]) -> list | None:
+    def check_references(
+        self,
+        doc: LocatedYaml,
+        path: str,
+        tables: Mapping[str, TableSpec],
+        features: Mapping[str, FeatureKind],
+    ) -> list | None:
         if self.transform == "standardize" and (self.mean is None or self.std is None):
             raise doc.error(path, "transform 'standardize' needs both 'mean' and 'std'")
         if self.transform == "bucketize":
@@ -82,13 +90,17 @@ class NumericFeature(FeatureKind):
         else:
             for key in ("boundaries", "table"):
                 if getattr(self, key) is not None:
-                    raise doc.error(f"{path}.{key}", f"only applies to transform 'bucketize', "
-                                    f"not {self.transform!r}")
+                    raise doc.error(
+                        f"{path}.{key}",
+                        f"only applies to transform 'bucketize', not {self.transform!r}",
+                    )
         if self.transform != "standardize":
             for key in ("mean", "std"):
                 if getattr(self, key) is not None:
-                    raise doc.error(f"{path}.{key}", f"only applies to transform "
-                                    f"'standardize', not {self.transform!r}")
+                    raise doc.error(
+                        f"{path}.{key}",
+                        f"only applies to transform 'standardize', not {self.transform!r}",
+                    )
         return None
 
     def _check_bucketize(self, doc: LocatedYaml, path: str) -> None:
@@ -97,12 +109,16 @@ class NumericFeature(FeatureKind):
         if self.table is None:
             raise doc.error(path, "transform 'bucketize' needs a 'table' for the bucket ids")
         if self.missing_indicator:
-            raise doc.error(path + ".missing_indicator", "does not apply to transform "
-                            "'bucketize'; give missing values a bucket of their own with a "
-                            "fill_value outside the boundaries, e.g. below the first")
+            raise doc.error(
+                path + ".missing_indicator",
+                "does not apply to transform "
+                "'bucketize'; give missing values a bucket of their own with a "
+                "fill_value outside the boundaries, e.g. below the first",
+            )
         if any(a >= b for a, b in zip(self.boundaries, self.boundaries[1:])):
-            raise doc.error(path + ".boundaries", f"got {self.boundaries}; "
-                            "expected strictly increasing numbers")
+            raise doc.error(
+                path + ".boundaries", f"got {self.boundaries}; expected strictly increasing numbers"
+            )
 
     def id_rows(self, config: FeatureSet) -> int:
         """The buckets: ``len(boundaries) + 1``."""
@@ -121,8 +137,9 @@ class NumericFeature(FeatureKind):
         return (self.name,)
 
     @classmethod
-    def transform_all(cls, features: list[NumericFeature], context: TransformContext
-                      ) -> dict[str, tf.Tensor]:
+    def transform_all(
+        cls, features: list[NumericFeature], context: TransformContext
+    ) -> dict[str, tf.Tensor]:
         """Every numeric feature at once, stacked ``[K, N]``: nulls (and NaN under
         ``nan_means_missing``) read ``fill_value``; a value still not finite is bad (it
         reads ``fill_value`` too); then each feature's transform; ``<name>.missing``
@@ -140,23 +157,35 @@ class NumericFeature(FeatureKind):
         x = tf.where(missing, fill, x)
         bad = tf.logical_not(tf.math.is_finite(x))
         x = tf.where(bad, fill, x)
-        context.checks.append((bad, [
-            f"numeric column {column!r} (feature {f.name!r}) has " + (
-                "an infinite value" if f.nan_means_missing else
-                "a NaN or infinite value (set nan_means_missing: true if NaN means missing)")
-            for f, column in zip(features, columns)]))
+        context.checks.append(
+            (
+                bad,
+                [
+                    f"numeric column {column!r} (feature {f.name!r}) has "
+                    + (
+                        "an infinite value"
+                        if f.nan_means_missing
+                        else "a NaN or infinite value "
+                        "(set nan_means_missing: true if NaN means missing)"
+                    )
+                    for f, column in zip(features, columns)
+                ],
+            )
+        )
         out = _transformed(x, features, context.ops)
         indicated = [k for k, f in enumerate(features) if f.missing_indicator]
         if indicated:
-            flags = tf.unstack(tf.cast(tf.gather(missing, indicated), tf.float32),
-                               num=len(indicated))
-            out.update((missing_indicator_name(features[k].name), flag)
-                       for k, flag in zip(indicated, flags))
+            flags = tf.unstack(
+                tf.cast(tf.gather(missing, indicated), tf.float32), num=len(indicated)
+            )
+            out.update(
+                (missing_indicator_name(features[k].name), flag)
+                for k, flag in zip(indicated, flags)
+            )
         return out
 
 
-def _transformed(x: tf.Tensor, features: list[NumericFeature], ops: Any
-                 ) -> dict[str, tf.Tensor]:
+def _transformed(x: tf.Tensor, features: list[NumericFeature], ops: Any) -> dict[str, tf.Tensor]:
     """Each feature's ``transform`` of its row of ``x`` ``[K, N]``, one per transform."""
     values = {}
     for name in dict.fromkeys(f.transform for f in features):
@@ -185,17 +214,20 @@ def _bucket_edges(features: list[NumericFeature]) -> np.ndarray:
     width = max(len(f.boundaries or []) for f in features)
     edges = np.full([len(features), width], np.inf, np.float32)
     for k, f in enumerate(features):
-        edges[k, :len(f.boundaries or [])] = f.boundaries
+        edges[k, : len(f.boundaries or [])] = f.boundaries
     return edges
 
 
 def _bucketize(x: tf.Tensor, features: list[NumericFeature]) -> tf.Tensor:
     """``Bucketize`` of each row by its feature's boundaries: the number of boundaries
     <= x (boundaries padded with +inf, which no finite x reaches), as int64."""
-    return tf.searchsorted(tf.constant(_bucket_edges(features)), x, side="right",
-                           out_type=tf.int64)
+    return tf.searchsorted(tf.constant(_bucket_edges(features)), x, side="right", out_type=tf.int64)
 
 
 #: Each numeric ``transform`` of the feature config, applied to its features' rows stacked.
-_NUMERIC_TRANSFORMS = {"none": lambda x, features: x, "log1p": _log1p,
-                       "standardize": _standardize, "bucketize": _bucketize}
+_NUMERIC_TRANSFORMS = {
+    "none": lambda x, features: x,
+    "log1p": _log1p,
+    "standardize": _standardize,
+    "bucketize": _bucketize,
+}

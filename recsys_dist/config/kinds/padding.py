@@ -6,9 +6,15 @@ from __future__ import annotations
 from recsys_dist.lazy import tensorflow as tf
 
 
-def padded(ids: tf.Tensor, weight_values: tf.Tensor | None, nrows: tf.Tensor,
-           rowids: tf.Tensor, splits: tf.Tensor, keep: tf.Tensor | None, max_length: int
-           ) -> dict[str, tf.Tensor]:
+def padded(
+    ids: tf.Tensor,
+    weight_values: tf.Tensor | None,
+    nrows: tf.Tensor,
+    rowids: tf.Tensor,
+    splits: tf.Tensor,
+    keep: tf.Tensor | None,
+    max_length: int,
+) -> dict[str, tf.Tensor]:
     """``{"ids", "weights"}``, ``[N, max_length]`` each, from flat ids and row ids: each
     row's first ``max_length`` kept ids from the left with their weights (``None``: 1);
     padding id 0, weight 0.
@@ -27,8 +33,7 @@ def padded(ids: tf.Tensor, weight_values: tf.Tensor | None, nrows: tf.Tensor,
     dense_ids = tf.reshape(tf.math.unsorted_segment_sum(ids, slot, cells), [-1, max_length])
     if weight_values is None:
         weight_values = tf.ones(tf.shape(ids), tf.float32)
-    weights = tf.reshape(tf.math.unsorted_segment_sum(weight_values, slot, cells),
-                         [-1, max_length])
+    weights = tf.reshape(tf.math.unsorted_segment_sum(weight_values, slot, cells), [-1, max_length])
     dense_ids.set_shape([None, max_length])
     weights.set_shape([None, max_length])
     return {"ids": dense_ids, "weights": weights}

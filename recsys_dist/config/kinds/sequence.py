@@ -91,8 +91,13 @@ class SequenceFeature(FeatureKind):
     def depends_on(self) -> tuple[str, ...]:
         return (self.side_of,) if self.side_of is not None else ()
 
-    def check_references(self, doc: LocatedYaml, path: str, tables: Mapping[str, TableSpec],
-                         features: Mapping[str, FeatureKind]) -> list | None:
+    def check_references(
+        self,
+        doc: LocatedYaml,
+        path: str,
+        tables: Mapping[str, TableSpec],
+        features: Mapping[str, FeatureKind],
+    ) -> list | None:
         """Its target reads its table and hashes its ids the same way; a side names a
         main sequence of the same length."""
         if self.target is not None:
@@ -100,48 +105,79 @@ class SequenceFeature(FeatureKind):
         if self.side_of is not None:
             main = features.get(self.side_of)
             if main is None:
-                raise doc.error(path + ".side_of", f"unknown feature {self.side_of!r}."
-                                + did_you_mean(self.side_of, features))
+                raise doc.error(
+                    path + ".side_of",
+                    f"unknown feature {self.side_of!r}." + did_you_mean(self.side_of, features),
+                )
             if not isinstance(main, SequenceFeature) or main.side_of is not None:
-                raise doc.error(path + ".side_of", f"feature {self.side_of!r} is not a main "
-                                "sequence; side_of names a sequence feature without side_of")
+                raise doc.error(
+                    path + ".side_of",
+                    f"feature {self.side_of!r} is not a main "
+                    "sequence; side_of names a sequence feature without side_of",
+                )
             for key in ("max_length", "newest"):
                 if getattr(main, key) != getattr(self, key):
-                    raise doc.error(f"{path}.{key}", f"got {getattr(self, key)!r} but the "
-                                    f"sequence it is side_of, {self.side_of!r}, has "
-                                    f"{getattr(main, key)!r}; aligned sequences keep the "
-                                    "same positions")
+                    raise doc.error(
+                        f"{path}.{key}",
+                        f"got {getattr(self, key)!r} but the "
+                        f"sequence it is side_of, {self.side_of!r}, has "
+                        f"{getattr(main, key)!r}; aligned sequences keep the "
+                        "same positions",
+                    )
         return None
 
-    def _check_target(self, doc: LocatedYaml, path: str, tables: Mapping[str, TableSpec],
-                      features: Mapping[str, FeatureKind], name: str) -> None:
+    def _check_target(
+        self,
+        doc: LocatedYaml,
+        path: str,
+        tables: Mapping[str, TableSpec],
+        features: Mapping[str, FeatureKind],
+        name: str,
+    ) -> None:
         target = features.get(name)
         if target is None:
-            raise doc.error(path + ".target", f"unknown feature {self.target!r}."
-                            + did_you_mean(self.target, features))
+            raise doc.error(
+                path + ".target",
+                f"unknown feature {self.target!r}." + did_you_mean(self.target, features),
+            )
         if not isinstance(target, CategoricalFeature):
-            raise doc.error(path + ".target", f"feature {self.target!r} is {target.kind}; "
-                            "a sequence is compared with a categorical feature (the "
-                            "candidate's id)")
+            raise doc.error(
+                path + ".target",
+                f"feature {self.target!r} is {target.kind}; "
+                "a sequence is compared with a categorical feature (the "
+                "candidate's id)",
+            )
         if target.table != self.table:
-            dims = (f"dim {tables[target.table].dim}" if target.table in tables else "")
-            raise doc.error(path + ".target", f"feature {self.target!r} reads table "
-                            f"{target.table!r} ({dims}) but this sequence reads "
-                            f"{self.table!r} (dim {tables[self.table].dim}); a history and "
-                            "its candidate must read the same table, so that one id has one "
-                            "embedding in both")
+            dims = f"dim {tables[target.table].dim}" if target.table in tables else ""
+            raise doc.error(
+                path + ".target",
+                f"feature {self.target!r} reads table "
+                f"{target.table!r} ({dims}) but this sequence reads "
+                f"{self.table!r} (dim {tables[self.table].dim}); a history and "
+                "its candidate must read the same table, so that one id has one "
+                "embedding in both",
+            )
         if target.dtype != self.dtype:
-            raise doc.error(path + ".dtype", f"got {self.dtype!r} but its target "
-                            f"{self.target!r} has dtype {target.dtype!r}; both must hash "
-                            "their ids the same way")
+            raise doc.error(
+                path + ".dtype",
+                f"got {self.dtype!r} but its target "
+                f"{self.target!r} has dtype {target.dtype!r}; both must hash "
+                "their ids the same way",
+            )
         if target.vocabulary is not None:
-            raise doc.error(path + ".target", f"feature {self.target!r} maps its ids with a "
-                            "vocabulary; a sequence hashes its ids, so its target must too "
-                            "(remove the vocabulary or compare with another feature)")
+            raise doc.error(
+                path + ".target",
+                f"feature {self.target!r} maps its ids with a "
+                "vocabulary; a sequence hashes its ids, so its target must too "
+                "(remove the vocabulary or compare with another feature)",
+            )
         if (target.hash_buckets or None) != (self.hash_buckets or None):
-            raise doc.error(path + ".hash_buckets", f"got {self.hash_buckets} but its target "
-                            f"{self.target!r} has hash_buckets {target.hash_buckets}; both "
-                            "must map an id to the same row")
+            raise doc.error(
+                path + ".hash_buckets",
+                f"got {self.hash_buckets} but its target "
+                f"{self.target!r} has hash_buckets {target.hash_buckets}; both "
+                "must map an id to the same row",
+            )
 
     def column_reads(self, config: FeatureSet) -> list[ColumnRead]:
         return [ColumnRead(config.column_of(self), "ids", f"sequence feature {self.name!r}")]
@@ -169,18 +205,21 @@ class SequenceFeature(FeatureKind):
         return hashing.to_bucket(hashing.hash_int64(tf.cast(values, tf.int64)), buckets), bad
 
     @classmethod
-    def transform_all(cls, features: list[SequenceFeature], context: TransformContext
-                      ) -> dict[str, dict[str, tf.Tensor]]:
+    def transform_all(
+        cls, features: list[SequenceFeature], context: TransformContext
+    ) -> dict[str, dict[str, tf.Tensor]]:
         """Every group among ``features`` (a side's main sequence is transformed with it
         also when it is not among them)."""
         names = [f.name for f in features]
-        needed = list(dict.fromkeys(names + [f.side_of for f in features
-                                             if f.side_of is not None]))
+        needed = list(dict.fromkeys(names + [f.side_of for f in features if f.side_of is not None]))
         out = {}
         for group in context.config.sequence_groups(needed):
             values, checks = _transform_group(
-                context.config, [n for n in group.sequences if n in needed], context.raw,
-                context.present)
+                context.config,
+                [n for n in group.sequences if n in needed],
+                context.raw,
+                context.present,
+            )
             out.update(values)
             context.checks.extend(checks)
         return out
@@ -191,8 +230,12 @@ class SequenceFeature(FeatureKind):
 
     def scan_ids(self, scan: IdScan) -> tuple[np.ndarray, np.ndarray]:
         """Each of a row's ``max_length`` most recent kept ids is one lookup."""
-        tokens = scan.tokens(scan.config.column_of(self), self.separator, self.max_length,
-                             newest_last=self.newest == "last")
+        tokens = scan.tokens(
+            scan.config.column_of(self),
+            self.separator,
+            self.max_length,
+            newest_last=self.newest == "last",
+        )
         ids, _ = self.hash_ids(tokens, scan.config.rows_of(self))
         return scan.identity(tokens), ids.numpy()
 
@@ -214,8 +257,14 @@ class _Ragged:
         self.nrows = tf.shape(self.splits, out_type=tf.int64)[0] - 1
 
 
-def _align_sides(feats: list, columns: list[str], parts: list[_Ragged], rowids: tf.Tensor,
-                 position: tf.Tensor, checks: list) -> tuple[list[tf.Tensor], tf.Tensor | None]:
+def _align_sides(
+    feats: list,
+    columns: list[str],
+    parts: list[_Ragged],
+    rowids: tf.Tensor,
+    position: tf.Tensor,
+    checks: list,
+) -> tuple[list[tf.Tensor], tf.Tensor | None]:
     """Each side's values at its main sequence's positions, and which positions to keep
     (every id valid, lengths agreeing); appends a check per side."""
     main = parts[0]
@@ -224,9 +273,14 @@ def _align_sides(feats: list, columns: list[str], parts: list[_Ragged], rowids: 
     bad_row = tf.zeros([main.nrows], tf.bool)
     for feat, column, part in zip(feats[1:], columns[1:], parts[1:]):
         differ = tf.not_equal(part.lengths, main.lengths)
-        checks.append((differ, f"sequence column {column!r} (feature {feat.name!r}) differs "
-                               f"in length from {columns[0]!r} (feature {feat.side_of!r}), "
-                               "which it is side_of"))
+        checks.append(
+            (
+                differ,
+                f"sequence column {column!r} (feature {feat.name!r}) differs "
+                f"in length from {columns[0]!r} (feature {feat.side_of!r}), "
+                "which it is side_of",
+            )
+        )
         bad_row = tf.logical_or(bad_row, differ)
         # element k of a row of the side is element k of the main row (where lengths agree;
         # one padding value past the end for rows where they do not)
@@ -243,8 +297,9 @@ def _align_sides(feats: list, columns: list[str], parts: list[_Ragged], rowids: 
     return aligned, keep
 
 
-def _transform_group(config: FeatureSet, names: list[str], raw: dict, present: dict
-                     ) -> tuple[dict[str, dict[str, tf.Tensor]], list[tuple[tf.Tensor, str]]]:
+def _transform_group(
+    config: FeatureSet, names: list[str], raw: dict, present: dict
+) -> tuple[dict[str, dict[str, tf.Tensor]], list[tuple[tf.Tensor, str]]]:
     """Transforms one group (``names[0]`` the main sequence, then its sides).
 
     Args:
@@ -262,8 +317,7 @@ def _transform_group(config: FeatureSet, names: list[str], raw: dict, present: d
     parts = [_Ragged(raw[c], present.get(c), f.separator) for f, c in zip(feats, columns)]
     main = parts[0]
     rowids = tf.repeat(tf.range(main.nrows), main.lengths)
-    position = tf.range(tf.size(main.values, out_type=tf.int64)) - tf.gather(main.splits,
-                                                                               rowids)
+    position = tf.range(tf.size(main.values, out_type=tf.int64)) - tf.gather(main.splits, rowids)
     checks: list[tuple[tf.Tensor, str]] = []
     aligned, keep = _align_sides(feats, columns, parts, rowids, position, checks)
     hashed = []
@@ -271,18 +325,27 @@ def _transform_group(config: FeatureSet, names: list[str], raw: dict, present: d
         ids, unparsable = feat.hash_ids(values, config.rows_of(feat))
         if values.dtype == tf.string and feat.dtype == "int64":
             unparsable = tf.logical_and(unparsable, keep) if keep is not None else unparsable
-            checks.append((tf.math.unsorted_segment_max(
-                tf.cast(unparsable, tf.int32), rowids, main.nrows) > 0,
-                f"sequence column {column!r} (feature {feat.name!r}) has an id that is not "
-                "an integer (dtype int64)"))
+            checks.append(
+                (
+                    tf.math.unsorted_segment_max(tf.cast(unparsable, tf.int32), rowids, main.nrows)
+                    > 0,
+                    f"sequence column {column!r} (feature {feat.name!r}) has an id that is not "
+                    "an integer (dtype int64)",
+                )
+            )
         hashed.append(ids)
     if main_feat.newest == "last":  # reverse each row: the newest id comes first
-        reverse = tf.gather(main.splits, rowids) + tf.gather(main.splits, rowids + 1) - 1 \
+        reverse = (
+            tf.gather(main.splits, rowids)
+            + tf.gather(main.splits, rowids + 1)
+            - 1
             - tf.range(tf.size(rowids, out_type=tf.int64))
+        )
         hashed = [tf.gather(ids, reverse) for ids in hashed]
         keep = None if keep is None else tf.gather(keep, reverse)
     out = {}
     for feat, ids in zip(feats, hashed):
-        out[feat.name] = padded(ids, None, main.nrows, rowids, main.splits, keep,
-                                main_feat.max_length)
+        out[feat.name] = padded(
+            ids, None, main.nrows, rowids, main.splits, keep, main_feat.max_length
+        )
     return out, checks

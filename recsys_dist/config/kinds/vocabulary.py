@@ -32,8 +32,11 @@ def load_vocabulary(doc: LocatedYaml, path: str, file: str, dtype: str) -> list:
         try:
             entries = [int(e) for e in entries]
         except ValueError as exc:
-            raise doc.error(path, f"vocabulary file {full!r} has a non-integer id ({exc}); "
-                            "dtype int64 needs one integer per line") from None
+            raise doc.error(
+                path,
+                f"vocabulary file {full!r} has a non-integer id ({exc}); "
+                "dtype int64 needs one integer per line",
+            ) from None
     if len(set(entries)) != len(entries):
         raise doc.error(path, f"vocabulary file {full!r} has duplicate ids")
     return entries
@@ -67,8 +70,9 @@ class Vocabulary:
     def build(cls, entries: list, oov_buckets: int, strings: bool) -> Vocabulary:
         """Builds the lookup eagerly (outside any traced graph)."""
         if strings:
-            keys = tf.strings.to_hash_bucket_fast(tf.constant(entries, tf.string),
-                                                  2**63 - 1).numpy()
+            keys = tf.strings.to_hash_bucket_fast(
+                tf.constant(entries, tf.string), 2**63 - 1
+            ).numpy()
             if len(np.unique(keys)) != len(keys):
                 raise ValueError("two vocabulary strings share a 63-bit fingerprint")
         else:

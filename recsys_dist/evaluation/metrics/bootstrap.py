@@ -98,8 +98,9 @@ class _Presorted:
         self.block_start = starts[block]
         self.block_end = np.append(starts[1:], len(scores))[block]
 
-    def numerators(self, draws: np.ndarray,
-                   buffer: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def numerators(
+        self, draws: np.ndarray, buffer: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """AUC numerator, positive and negative total per replicate.
 
         Args:
@@ -119,10 +120,17 @@ class _Presorted:
         return numerator, positive.sum(axis=1), buffer[:, -1].copy()
 
 
-def paired_bootstrap_auc_delta(labels: Any, scores_new: Any, scores_base: Any,
-                               weights: Any = None, replicates: int = 200, seed: int = 0,
-                               confidence: float = 0.95, block_elements: int = 1 << 22,
-                               threads: int | None = None) -> dict:
+def paired_bootstrap_auc_delta(
+    labels: Any,
+    scores_new: Any,
+    scores_base: Any,
+    weights: Any = None,
+    replicates: int = 200,
+    seed: int = 0,
+    confidence: float = 0.95,
+    block_elements: int = 1 << 22,
+    threads: int | None = None,
+) -> dict:
     """Paired Poisson bootstrap of ``AUC(new) - AUC(base)`` on the same rows.
 
     Each replicate gives every row an independent Poisson(1) weight (times its own weight)
@@ -161,10 +169,12 @@ def paired_bootstrap_auc_delta(labels: Any, scores_new: Any, scores_base: Any,
     w = check_weights(weights, len(y))
     replicates = check_positive_int(replicates, "replicates")
     block_elements = check_positive_int(block_elements, "block_elements")
-    threads = check_positive_int(min(4, os.cpu_count() or 1) if threads is None else threads,
-                                 "threads")
-    if isinstance(confidence, bool) or not (isinstance(confidence, (int, float))
-                                            and 0.0 < confidence < 1.0):
+    threads = check_positive_int(
+        min(4, os.cpu_count() or 1) if threads is None else threads, "threads"
+    )
+    if isinstance(confidence, bool) or not (
+        isinstance(confidence, (int, float)) and 0.0 < confidence < 1.0
+    ):
         raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
     with ThreadPoolExecutor(threads) as pool:
         new, base = pool.map(lambda s: _Presorted(y, s, w), (new_scores, base_scores))
@@ -176,8 +186,7 @@ def _interval(deltas: np.ndarray, confidence: float) -> dict:
     """The percentile interval and summary of the replicates' deltas (nan ones dropped)."""
     valid = deltas[np.isfinite(deltas)]
     tail = (1.0 - confidence) / 2.0
-    low, high = (np.quantile(valid, [tail, 1.0 - tail]) if valid.size
-                 else (math.nan, math.nan))
+    low, high = np.quantile(valid, [tail, 1.0 - tail]) if valid.size else (math.nan, math.nan)
     return {
         "low": float(low),
         "high": float(high),
@@ -188,8 +197,14 @@ def _interval(deltas: np.ndarray, confidence: float) -> dict:
     }
 
 
-def _bootstrap_deltas(new: _Presorted, base: _Presorted, replicates: int, seed: int,
-                      block_elements: int, pool: ThreadPoolExecutor) -> np.ndarray:
+def _bootstrap_deltas(
+    new: _Presorted,
+    base: _Presorted,
+    replicates: int,
+    seed: int,
+    block_elements: int,
+    pool: ThreadPoolExecutor,
+) -> np.ndarray:
     """AUC(new) - AUC(base) per replicate (nan when a replicate drew no positive or negative)."""
     rows = len(new.negative)
     # Draws are made in the new model's order; `to_base` reorders them for the base model.
@@ -215,8 +230,9 @@ def _bootstrap_deltas(new: _Presorted, base: _Presorted, replicates: int, seed: 
         numerator_base = base.numerators(draws, buffer)[0]
         denominator = positive * negative
         with np.errstate(divide="ignore", invalid="ignore"):
-            deltas[start:start + count] = np.where(
-                denominator > 0, (numerator_new - numerator_base) / denominator, math.nan)
+            deltas[start : start + count] = np.where(
+                denominator > 0, (numerator_new - numerator_base) / denominator, math.nan
+            )
 
     for _ in pool.map(run, starts, seeds):
         pass

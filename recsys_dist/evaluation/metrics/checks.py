@@ -20,8 +20,9 @@ def as_1d(values: Any, name: str) -> np.ndarray:
 def check_length(array: np.ndarray, name: str, rows: int, reference: str = "labels") -> None:
     """Raises when ``array`` does not have ``rows`` rows, as ``reference`` has."""
     if len(array) != rows:
-        raise ValueError(f"{name} has {len(array)} rows but {reference} has {rows}; "
-                         f"expected the same length")
+        raise ValueError(
+            f"{name} has {len(array)} rows but {reference} has {rows}; expected the same length"
+        )
 
 
 def _first_bad(mask: np.ndarray, array: np.ndarray) -> str:

@@ -85,9 +85,16 @@ class EvalAccumulator:
         """Bytes held by the stored arrays (vocabularies not counted)."""
         return sum(chunk.nbytes for chunks in self._columns.values() for chunk in chunks)
 
-    def add(self, labels: Mapping[str, Any], logits: Mapping[str, Any], weights: Any,
-            row_ids: Any, groups: Any = None, slices: Mapping[str, Any] | None = None,
-            oracle_logits: Mapping[str, Any] | None = None) -> None:
+    def add(
+        self,
+        labels: Mapping[str, Any],
+        logits: Mapping[str, Any],
+        weights: Any,
+        row_ids: Any,
+        groups: Any = None,
+        slices: Mapping[str, Any] | None = None,
+        oracle_logits: Mapping[str, Any] | None = None,
+    ) -> None:
         """Appends one chunk of rows.
 
         Args:
@@ -114,14 +121,19 @@ class EvalAccumulator:
             where = f"labels[{name!r}]"
             values = as_1d(labels[name], where)
             check_length(values, where, rows, "row_ids")
-            chunk["labels", name] = (check_labels(values, where).astype(np.int8) if rows
-                                     else np.empty(0, np.int8))
+            chunk["labels", name] = (
+                check_labels(values, where).astype(np.int8) if rows else np.empty(0, np.int8)
+            )
             chunk["logits", name] = self._logits(logits[name], f"logits[{name!r}]", rows)
         for name in oracle_logits:
-            chunk["oracle", name] = self._logits(oracle_logits[name],
-                                                 f"oracle_logits[{name!r}]", rows)
-        chunk["weights", ""] = (np.ones(rows, np.float32) if weights is None
-                                else check_weights(weights, rows, "row_ids").astype(np.float32))
+            chunk["oracle", name] = self._logits(
+                oracle_logits[name], f"oracle_logits[{name!r}]", rows
+            )
+        chunk["weights", ""] = (
+            np.ones(rows, np.float32)
+            if weights is None
+            else check_weights(weights, rows, "row_ids").astype(np.float32)
+        )
         if groups is not None:
             group_ids = as_1d(groups, "groups")
             check_length(group_ids, "groups", rows, "row_ids")
@@ -135,23 +147,38 @@ class EvalAccumulator:
             self._columns.setdefault(key, []).append(values)
         self._rows += rows
 
-    def _check_schema(self, labels: Mapping[str, Any], logits: Mapping[str, Any], groups: Any,
-                      slices: Mapping[str, Any], oracle_logits: Mapping[str, Any]) -> tuple:
+    def _check_schema(
+        self,
+        labels: Mapping[str, Any],
+        logits: Mapping[str, Any],
+        groups: Any,
+        slices: Mapping[str, Any],
+        oracle_logits: Mapping[str, Any],
+    ) -> tuple:
         """The chunk's schema, checked against itself and against the first chunk's."""
         if not labels:
             raise ValueError("labels is empty; expected at least one label name -> array")
         if set(logits) != set(labels):
-            raise ValueError(f"logits must have the same names as labels: labels "
-                             f"{sorted(labels)}, logits {sorted(logits)}")
+            raise ValueError(
+                f"logits must have the same names as labels: labels "
+                f"{sorted(labels)}, logits {sorted(logits)}"
+            )
         unknown = set(oracle_logits) - set(labels)
         if unknown:
-            raise ValueError(f"oracle_logits has names {sorted(unknown)} that are not labels "
-                             f"{sorted(labels)}")
-        schema = (tuple(sorted(labels)), groups is not None, tuple(sorted(slices)),
-                  tuple(sorted(oracle_logits)))
+            raise ValueError(
+                f"oracle_logits has names {sorted(unknown)} that are not labels {sorted(labels)}"
+            )
+        schema = (
+            tuple(sorted(labels)),
+            groups is not None,
+            tuple(sorted(slices)),
+            tuple(sorted(oracle_logits)),
+        )
         if self._schema is not None and schema != self._schema:
-            raise ValueError(f"chunk does not match the first chunk: expected (labels, has "
-                             f"groups, slices, oracle labels) = {self._schema}, got {schema}")
+            raise ValueError(
+                f"chunk does not match the first chunk: expected (labels, has "
+                f"groups, slices, oracle labels) = {self._schema}, got {schema}"
+            )
         return schema
 
     @staticmethod
@@ -173,8 +200,9 @@ class EvalAccumulator:
             return array.copy()
         vocab = self._vocab.setdefault(name, {})
         distinct, inverse = np.unique(array.astype(str), return_inverse=True)
-        codes = np.array([vocab.setdefault(value, len(vocab)) for value in distinct.tolist()],
-                         np.int32)
+        codes = np.array(
+            [vocab.setdefault(value, len(vocab)) for value in distinct.tolist()], np.int32
+        )
         return codes[inverse.reshape(-1)] if rows else np.empty(0, np.int32)
 
     def finish(self) -> EvalData:

@@ -38,20 +38,35 @@ def compare(metrics_new: Mapping[str, Any], metrics_base: Mapping[str, Any]) -> 
             raise ValueError(f"{name} must be a dict from compute_metrics with a 'labels' key")
     shared = [label for label in metrics_new["labels"] if label in metrics_base["labels"]]
     if not shared:
-        raise ValueError(f"metrics_new and metrics_base share no label: "
-                         f"{sorted(metrics_new['labels'])} vs {sorted(metrics_base['labels'])}")
-    paths = {"auc": ("auc",), "logloss": ("logloss",),
-             "normalized_entropy": ("normalized_entropy",), "gauc": ("gauc", "gauc"),
-             "calibration_ratio": ("calibration", "ratio")}
-    return {label: {key: _delta(_lookup(metrics_new["labels"][label], *path),
-                                _lookup(metrics_base["labels"][label], *path))
-                    for key, path in paths.items()}
-            for label in shared}
+        raise ValueError(
+            f"metrics_new and metrics_base share no label: "
+            f"{sorted(metrics_new['labels'])} vs {sorted(metrics_base['labels'])}"
+        )
+    paths = {
+        "auc": ("auc",),
+        "logloss": ("logloss",),
+        "normalized_entropy": ("normalized_entropy",),
+        "gauc": ("gauc", "gauc"),
+        "calibration_ratio": ("calibration", "ratio"),
+    }
+    return {
+        label: {
+            key: _delta(
+                _lookup(metrics_new["labels"][label], *path),
+                _lookup(metrics_base["labels"][label], *path),
+            )
+            for key, path in paths.items()
+        }
+        for label in shared
+    }
 
 
-def build_comparison(baseline: str, metrics_new: Mapping[str, Any],
-                     metrics_base: Mapping[str, Any],
-                     bootstrap: Mapping[str, Mapping[str, Any]] | None = None) -> dict:
+def build_comparison(
+    baseline: str,
+    metrics_new: Mapping[str, Any],
+    metrics_base: Mapping[str, Any],
+    bootstrap: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict:
     """The ``comparison`` section that :func:`~recsys_dist.evaluation.report.write_report` takes.
 
     Args:

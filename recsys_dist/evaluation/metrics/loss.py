@@ -59,8 +59,9 @@ def normalized_entropy(labels: Any, logits: Any, weights: Any = None) -> float:
     y = check_labels(labels)
     x = check_scores(logits, "logits", len(y))
     w = check_weights(weights, len(y))
-    return normalized_entropy_from_logloss(weighted_mean(softplus_loss(y, x), w),
-                                           weighted_mean(y, w))
+    return normalized_entropy_from_logloss(
+        weighted_mean(softplus_loss(y, x), w), weighted_mean(y, w)
+    )
 
 
 def normalized_entropy_from_logloss(mean_logloss: float, base_rate: float) -> float:
@@ -103,8 +104,9 @@ def calibration(labels: Any, logits: Any, weights: Any = None, bins: int = 20) -
     return calibration_unchecked(y, sigmoid(x), w, check_positive_int(bins, "bins"))
 
 
-def calibration_unchecked(labels: np.ndarray, predicted: np.ndarray, weights: np.ndarray | None,
-                          bins: int) -> dict:
+def calibration_unchecked(
+    labels: np.ndarray, predicted: np.ndarray, weights: np.ndarray | None, bins: int
+) -> dict:
     """:func:`calibration` of already checked labels and predicted probabilities."""
     edges = np.quantile(predicted, np.linspace(0.0, 1.0, bins + 1))
     ids = np.searchsorted(edges[1:-1], predicted, side="right")
@@ -122,14 +124,18 @@ def calibration_unchecked(labels: np.ndarray, predicted: np.ndarray, weights: np
     observed_ctr = observed_sum.sum() / total if total > 0 else math.nan
     table = []
     for b in np.flatnonzero(rows):
-        table.append({
-            "lower": float(edges[b]),
-            "upper": float(edges[b + 1]),
-            "mean_predicted": float(predicted_sum[b] / weight[b]) if weight[b] > 0 else math.nan,
-            "observed": float(observed_sum[b] / weight[b]) if weight[b] > 0 else math.nan,
-            "weight": float(weight[b]),
-            "rows": int(rows[b]),
-        })
+        table.append(
+            {
+                "lower": float(edges[b]),
+                "upper": float(edges[b + 1]),
+                "mean_predicted": float(predicted_sum[b] / weight[b])
+                if weight[b] > 0
+                else math.nan,
+                "observed": float(observed_sum[b] / weight[b]) if weight[b] > 0 else math.nan,
+                "weight": float(weight[b]),
+                "rows": int(rows[b]),
+            }
+        )
     return {
         "predicted_ctr": float(predicted_ctr),
         "observed_ctr": float(observed_ctr),

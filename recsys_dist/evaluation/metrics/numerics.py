@@ -40,8 +40,9 @@ def change_mask(sorted_values: np.ndarray) -> np.ndarray:
     return change
 
 
-def sorted_class_weights(labels: np.ndarray, weights: np.ndarray | None,
-                         order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sorted_class_weights(
+    labels: np.ndarray, weights: np.ndarray | None, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Positive and negative weight of every row, in ``order``."""
     positive = labels[order].astype(np.float64)
     if weights is None:
@@ -51,16 +52,18 @@ def sorted_class_weights(labels: np.ndarray, weights: np.ndarray | None,
     return positive, weight - positive
 
 
-def tie_blocks(labels: np.ndarray, scores: np.ndarray,
-               weights: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def tie_blocks(
+    labels: np.ndarray, scores: np.ndarray, weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Positive and negative weight of each block of tied scores, in ascending score order."""
     order = np.argsort(scores)
     positive, negative = sorted_class_weights(labels, weights, order)
     return merge_ties(positive, negative, change_mask(scores[order]))
 
 
-def merge_ties(positive: np.ndarray, negative: np.ndarray,
-               change: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_ties(
+    positive: np.ndarray, negative: np.ndarray, change: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Sums sorted per-row class weights over blocks of tied scores (``change`` starts one)."""
     if change.all():
         return positive, negative

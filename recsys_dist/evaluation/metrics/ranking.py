@@ -100,8 +100,9 @@ def _group_score_order(groups: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return by_score[np.argsort(groups[by_score], kind="stable")]
 
 
-def gauc_unchecked(labels: np.ndarray, scores: np.ndarray, groups: np.ndarray,
-                   weights: np.ndarray | None) -> dict:
+def gauc_unchecked(
+    labels: np.ndarray, scores: np.ndarray, groups: np.ndarray, weights: np.ndarray | None
+) -> dict:
     """:func:`gauc` of already checked arrays."""
     rows = len(labels)
     order = _group_score_order(groups, scores)
@@ -139,8 +140,9 @@ def gauc_unchecked(labels: np.ndarray, scores: np.ndarray, groups: np.ndarray,
     }
 
 
-def roc_curve(labels: Any, scores: Any, weights: Any = None,
-              max_points: int = 500) -> tuple[np.ndarray, np.ndarray]:
+def roc_curve(
+    labels: Any, scores: Any, weights: Any = None, max_points: int = 500
+) -> tuple[np.ndarray, np.ndarray]:
     """Weighted ROC curve, downsampled for plotting.
 
     One point per distinct score threshold, from (0, 0) to (1, 1); when there are more than
@@ -165,8 +167,9 @@ def roc_curve(labels: Any, scores: Any, weights: Any = None,
     return roc_curve_unchecked(y, s, w, check_positive_int(max_points, "max_points", 2))
 
 
-def roc_curve_unchecked(labels: np.ndarray, scores: np.ndarray, weights: np.ndarray | None,
-                        max_points: int) -> tuple[np.ndarray, np.ndarray]:
+def roc_curve_unchecked(
+    labels: np.ndarray, scores: np.ndarray, weights: np.ndarray | None, max_points: int
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`roc_curve` of already checked arrays."""
     positive, negative = tie_blocks(labels, scores, weights)
     total_positive, total_negative = positive.sum(), negative.sum()

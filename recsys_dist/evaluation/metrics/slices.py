@@ -48,14 +48,17 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return distinct, inverse.reshape(-1), counts
 
 
-def assign_slices(values: np.ndarray, max_slices: int,
-                  vocabulary: Sequence[Any] | None) -> tuple[np.ndarray, list[str]]:
+def assign_slices(
+    values: np.ndarray, max_slices: int, vocabulary: Sequence[Any] | None
+) -> tuple[np.ndarray, list[str]]:
     """Maps each row to a slice index; the largest slices come first, ``(other)`` last."""
     distinct, inverse, counts = _factorize(values)
     if vocabulary is not None:
         if distinct.dtype.kind not in "iu" or distinct[0] < 0 or distinct[-1] >= len(vocabulary):
-            raise ValueError(f"slice_values must be integer codes in [0, {len(vocabulary)}) "
-                             f"when a vocabulary is given")
+            raise ValueError(
+                f"slice_values must be integer codes in [0, {len(vocabulary)}) "
+                f"when a vocabulary is given"
+            )
         names = [_value_name(vocabulary[int(code)]) for code in distinct]
     else:
         names = [_value_name(value) for value in distinct]
@@ -68,8 +71,14 @@ def assign_slices(values: np.ndarray, max_slices: int,
     return remap[inverse], kept + ([OTHER] if len(counts) > keep else [])
 
 
-def slice_metrics(labels: Any, logits: Any, slice_values: Any, weights: Any = None,
-                  max_slices: int = 20, vocabulary: Sequence[Any] | None = None) -> list[dict]:
+def slice_metrics(
+    labels: Any,
+    logits: Any,
+    slice_values: Any,
+    weights: Any = None,
+    max_slices: int = 20,
+    vocabulary: Sequence[Any] | None = None,
+) -> list[dict]:
     """Metrics per distinct value of a slice column (e.g. country, device).
 
     Slices are ordered by rows, largest first (ties by value). With more than
@@ -100,26 +109,35 @@ def slice_metrics(labels: Any, logits: Any, slice_values: Any, weights: Any = No
     values = as_1d(slice_values, "slice_values")
     check_length(values, "slice_values", len(y))
     max_slices = check_positive_int(max_slices, "max_slices")
-    return slice_metrics_unchecked(y, x, sigmoid(x), softplus_loss(y, x), w,
-                                   *assign_slices(values, max_slices, vocabulary))
+    return slice_metrics_unchecked(
+        y, x, sigmoid(x), softplus_loss(y, x), w, *assign_slices(values, max_slices, vocabulary)
+    )
 
 
-def slice_metrics_unchecked(labels: np.ndarray, logits: np.ndarray, predicted: np.ndarray,
-                            loss: np.ndarray, weights: np.ndarray | None, ids: np.ndarray,
-                            names: list[str]) -> list[dict]:
+def slice_metrics_unchecked(
+    labels: np.ndarray,
+    logits: np.ndarray,
+    predicted: np.ndarray,
+    loss: np.ndarray,
+    weights: np.ndarray | None,
+    ids: np.ndarray,
+    names: list[str],
+) -> list[dict]:
     """:func:`slice_metrics` of checked arrays, rows mapped to slices by :func:`assign_slices`."""
     order = np.argsort(ids.astype(np.int16 if len(names) < 2**15 else np.int64), kind="stable")
     ends = np.cumsum(np.bincount(ids, minlength=len(names)))
     result = []
     for index, name in enumerate(names):
-        rows = order[(ends[index - 1] if index else 0):ends[index]]
+        rows = order[(ends[index - 1] if index else 0) : ends[index]]
         y, w = labels[rows], (None if weights is None else weights[rows])
-        result.append({
-            "value": name,
-            "rows": int(len(rows)),
-            "ctr": weighted_mean(y, w),
-            "predicted_ctr": weighted_mean(predicted[rows], w),
-            "auc": auc_unchecked(y, logits[rows], w),
-            "logloss": weighted_mean(loss[rows], w),
-        })
+        result.append(
+            {
+                "value": name,
+                "rows": int(len(rows)),
+                "ctr": weighted_mean(y, w),
+                "predicted_ctr": weighted_mean(predicted[rows], w),
+                "auc": auc_unchecked(y, logits[rows], w),
+                "logloss": weighted_mean(loss[rows], w),
+            }
+        )
     return result

@@ -68,13 +68,18 @@ def _check_data(data: EvalData, label_names: Sequence[str]) -> None:
     if data.rows == 0:
         raise ValueError("data has no rows; expected at least one")
     if isinstance(label_names, str) or not label_names:
-        raise ValueError(f"label_names must be a non-empty list of label names, "
-                         f"got {label_names!r}")
+        raise ValueError(
+            f"label_names must be a non-empty list of label names, got {label_names!r}"
+        )
 
 
-def compute_metrics(data: EvalData, label_names: Sequence[str],
-                    slice_columns: Sequence[str] = (), bins: int = 20,
-                    max_slices: int = 20) -> dict:
+def compute_metrics(
+    data: EvalData,
+    label_names: Sequence[str],
+    slice_columns: Sequence[str] = (),
+    bins: int = 20,
+    max_slices: int = 20,
+) -> dict:
     """Every metric of a split, as a JSON-serialisable dict (nan becomes None).
 
     Args:
@@ -101,8 +106,9 @@ def compute_metrics(data: EvalData, label_names: Sequence[str],
     slice_ids = {}
     for column in slice_columns:
         if column not in data.slices:
-            raise ValueError(f"slice column {column!r} is not in the data; it has "
-                             f"{sorted(data.slices)}")
+            raise ValueError(
+                f"slice column {column!r} is not in the data; it has {sorted(data.slices)}"
+            )
         values = as_1d(data.slices[column], f"slices[{column!r}]")
         check_length(values, f"slices[{column!r}]", rows, "row_ids")
         slice_ids[column] = assign_slices(values, max_slices, data.slice_vocab.get(column))
@@ -121,24 +127,29 @@ def compute_metrics(data: EvalData, label_names: Sequence[str],
         entry["calibration"] = calibration_unchecked(y, predicted, weights, bins)
         if groups is not None:
             entry["gauc"] = gauc_unchecked(y, x, groups, weights)
-        entry["slices"] = {column: slice_metrics_unchecked(y, x, predicted, loss, weights, *ids)
-                           for column, ids in slice_ids.items()}
+        entry["slices"] = {
+            column: slice_metrics_unchecked(y, x, predicted, loss, weights, *ids)
+            for column, ids in slice_ids.items()
+        }
         if label in data.oracle_logits:
-            oracle = check_scores(data.oracle_logits[label], f"oracle_logits[{label!r}]",
-                                  rows, "row_ids")
+            oracle = check_scores(
+                data.oracle_logits[label], f"oracle_logits[{label!r}]", rows, "row_ids"
+            )
             entry["oracle"] = _model_metrics(y, oracle, softplus_loss(y, oracle), weights)
         result["labels"][label] = entry
     return json_safe(result)
 
 
-def _model_metrics(labels: np.ndarray, logits: np.ndarray, loss: np.ndarray,
-                   weights: np.ndarray | None) -> dict:
+def _model_metrics(
+    labels: np.ndarray, logits: np.ndarray, loss: np.ndarray, weights: np.ndarray | None
+) -> dict:
     mean_loss = weighted_mean(loss, weights)
     return {
         "auc": auc_unchecked(labels, logits, weights),
         "logloss": mean_loss,
-        "normalized_entropy": normalized_entropy_from_logloss(mean_loss,
-                                                              weighted_mean(labels, weights)),
+        "normalized_entropy": normalized_entropy_from_logloss(
+            mean_loss, weighted_mean(labels, weights)
+        ),
     }
 
 
@@ -157,11 +168,15 @@ def curves(data: EvalData, label_names: Sequence[str], max_points: int = 500) ->
         y, x = _data_label(data, label)
         models = {"model": x}
         if label in data.oracle_logits:
-            models["oracle"] = check_scores(data.oracle_logits[label],
-                                            f"oracle_logits[{label!r}]", data.rows, "row_ids")
+            models["oracle"] = check_scores(
+                data.oracle_logits[label], f"oracle_logits[{label!r}]", data.rows, "row_ids"
+            )
         result[label] = {}
         for name, scores in models.items():
             fpr, tpr = roc_curve_unchecked(y, scores, weights, max_points)
-            result[label][name] = {"fpr": fpr.tolist(), "tpr": tpr.tolist(),
-                                   "auc": auc_unchecked(y, scores, weights)}
+            result[label][name] = {
+                "fpr": fpr.tolist(),
+                "tpr": tpr.tolist(),
+                "auc": auc_unchecked(y, scores, weights),
+            }
     return json_safe(result)

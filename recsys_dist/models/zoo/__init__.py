@@ -37,8 +37,14 @@ from recsys_dist.models.zoo.ranking_model import MODELS, RankingModel, model_cla
 __all__ = ["MODELS", "RankingModel", "build_from_config", "build_model", "zoo_model"]
 
 
-def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]],
-                labels: list[str], params: Any = None, seed: int = 0) -> RankingModel:
+def build_model(
+    name: str,
+    features: FeatureConfig,
+    inputs: dict[str, list[str]],
+    labels: list[str],
+    params: Any = None,
+    seed: int = 0,
+) -> RankingModel:
     """Builds model ``name`` of the zoo.
 
     Args:
@@ -63,8 +69,9 @@ def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]]
     if params is None:
         params = spec.params()
     if not isinstance(params, spec.params):
-        raise TypeError(f"model {name!r} takes {spec.params.__name__} params, got "
-                        f"{type(params).__name__}")
+        raise TypeError(
+            f"model {name!r} takes {spec.params.__name__} params, got {type(params).__name__}"
+        )
     # One shard group for all the model's dynamic tables, and one id index per table for
     # every layer that reads it: a step resolves each id of every layer (e.g. the wide
     # part and the tower) once, in one admission per server.
@@ -72,8 +79,7 @@ def build_model(name: str, features: FeatureConfig, inputs: dict[str, list[str]]
         return cls(features, inputs, labels, params=params, seed=seed)
 
 
-def build_from_config(config: ExperimentConfig, dynamic_shards: int | None = None
-                      ) -> RankingModel:
+def build_from_config(config: ExperimentConfig, dynamic_shards: int | None = None) -> RankingModel:
     """Builds the experiment's model with all its variables, seeded by ``train.seed``.
 
     The variables go where the placement in force puts them (``models/sharding.py``;
@@ -88,8 +94,13 @@ def build_from_config(config: ExperimentConfig, dynamic_shards: int | None = Non
     """
     shards = dynamic_shards or current_placement().server_count() or 1
     with dynamic_table_shards(shards):
-        model = build_model(config.model.name, config.features, config.inputs, config.labels,
-                            config.model.params, seed=config.train.seed)
+        model = build_model(
+            config.model.name,
+            config.features,
+            config.inputs,
+            config.labels,
+            config.model.params,
+            seed=config.train.seed,
+        )
     model.create_variables()
     return model
-

@@ -40,32 +40,58 @@ class BST(RankingModel):
         history position's dim not divisible by ``num_heads``.
     """
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str], params: BSTParams | None = None, seed: int = 0):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        params: BSTParams | None = None,
+        seed: int = 0,
+    ):
         super().__init__(features, inputs, labels)
         params = params or BSTParams()
-        self.inputs_layer = BehaviourInputs(features, inputs["deep"],
-                                            seed=derive_seed(seed, "embeddings"),
-                                            model=self.model_name, name="behaviour_inputs")
+        self.inputs_layer = BehaviourInputs(
+            features,
+            inputs["deep"],
+            seed=derive_seed(seed, "embeddings"),
+            model=self.model_name,
+            name="behaviour_inputs",
+        )
         self.positions, self.encoders = [], []
-        for i, (group, dim) in enumerate(zip(self.inputs_layer.groups,
-                                             self.inputs_layer.history_dims)):
+        for i, (group, dim) in enumerate(
+            zip(self.inputs_layer.groups, self.inputs_layer.history_dims)
+        ):
             if dim % params.num_heads:
-                raise ValueError(f"model 'bst': a position of history {group.main!r} has dim "
-                                 f"{dim} (its sequences' dims summed), which "
-                                 f"model.params.num_heads={params.num_heads} does not divide")
+                raise ValueError(
+                    f"model 'bst': a position of history {group.main!r} has dim "
+                    f"{dim} (its sequences' dims summed), which "
+                    f"model.params.num_heads={params.num_heads} does not divide"
+                )
             length = features.features[group.main].max_length + 1
-            self.positions.append(PositionEmbedding(length, dim, seed=derive_seed(seed, "pos", i),
-                                                    name=f"positions_{i}"))
-            self.encoders.append([
-                TransformerEncoderLayer(params.num_heads, params.ffn_units,
-                                        params.attention_dropout,
-                                        seed=derive_seed(seed, "transformer", i, k),
-                                        name=f"transformer_{i}_{k}")
-                for k in range(params.transformer_layers)])
-        self.deep = MLP(params.hidden_units, dropout=params.dropout,
-                        batch_norm=params.batch_norm, seed=derive_seed(seed, "deep"),
-                        name="deep")
+            self.positions.append(
+                PositionEmbedding(
+                    length, dim, seed=derive_seed(seed, "pos", i), name=f"positions_{i}"
+                )
+            )
+            self.encoders.append(
+                [
+                    TransformerEncoderLayer(
+                        params.num_heads,
+                        params.ffn_units,
+                        params.attention_dropout,
+                        seed=derive_seed(seed, "transformer", i, k),
+                        name=f"transformer_{i}_{k}",
+                    )
+                    for k in range(params.transformer_layers)
+                ]
+            )
+        self.deep = MLP(
+            params.hidden_units,
+            dropout=params.dropout,
+            batch_norm=params.batch_norm,
+            seed=derive_seed(seed, "deep"),
+            name="deep",
+        )
         self.head = logit_head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:

@@ -34,18 +34,30 @@ class DCNv2(RankingModel):
       seed: Seed of every random initial weight.
     """
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str], params: DCNv2Params | None = None, seed: int = 0):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        params: DCNv2Params | None = None,
+        seed: int = 0,
+    ):
         super().__init__(features, inputs, labels)
         params = params or DCNv2Params()
         self.structure = params.structure
-        self.embeddings = FeatureEmbeddings(features, inputs["deep"], name="embeddings",
-                                            seed=derive_seed(seed, "embeddings"))
-        self.cross = CrossNetwork(params.cross_layers, params.low_rank,
-                                  seed=derive_seed(seed, "cross"), name="cross")
-        self.deep = MLP(params.hidden_units, dropout=params.dropout,
-                        batch_norm=params.batch_norm, seed=derive_seed(seed, "deep"),
-                        name="deep")
+        self.embeddings = FeatureEmbeddings(
+            features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+        )
+        self.cross = CrossNetwork(
+            params.cross_layers, params.low_rank, seed=derive_seed(seed, "cross"), name="cross"
+        )
+        self.deep = MLP(
+            params.hidden_units,
+            dropout=params.dropout,
+            batch_norm=params.batch_norm,
+            seed=derive_seed(seed, "deep"),
+            name="deep",
+        )
         self.head = logit_head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:

@@ -38,18 +38,29 @@ class DeepFM(RankingModel):
       ValueError: The tables have different dims, or there is no id-valued feature.
     """
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str], params: DeepFMParams | None = None, seed: int = 0):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        params: DeepFMParams | None = None,
+        seed: int = 0,
+    ):
         super().__init__(features, inputs, labels)
         params = params or DeepFMParams()
         common_dim(features, inputs["deep"], self.model_name)
-        self.embeddings = FeatureEmbeddings(features, inputs["deep"], name="embeddings",
-                                            seed=derive_seed(seed, "embeddings"))
+        self.embeddings = FeatureEmbeddings(
+            features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+        )
         self.linear = FeatureLinear(features, inputs["deep"], len(labels), name="linear")
         self.fm = FactorizationMachine(name="fm")
-        self.deep = MLP(params.hidden_units, dropout=params.dropout,
-                        batch_norm=params.batch_norm, seed=derive_seed(seed, "deep"),
-                        name="deep")
+        self.deep = MLP(
+            params.hidden_units,
+            dropout=params.dropout,
+            batch_norm=params.batch_norm,
+            seed=derive_seed(seed, "deep"),
+            name="deep",
+        )
         self.head = logit_head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:

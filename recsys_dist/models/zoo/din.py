@@ -42,26 +42,50 @@ class DIN(RankingModel):
       ValueError: No sequence among the inputs, or a sequence without its target there.
     """
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str], params: DINParams | None = None, seed: int = 0):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        params: DINParams | None = None,
+        seed: int = 0,
+    ):
         super().__init__(features, inputs, labels)
         params = params or DINParams()
         self.sequence_pooling = params.sequence_pooling
-        self.inputs_layer = BehaviourInputs(features, inputs["deep"],
-                                            seed=derive_seed(seed, "embeddings"),
-                                            model=self.model_name, name="behaviour_inputs")
-        self.attention = [
-            TargetAttention(params.attention_units, params.attention_activation,
-                            params.attention_normalization, seed=derive_seed(seed, "att", i),
-                            name=f"attention_{i}")
-            for i in range(len(self.inputs_layer.groups))
-        ] if params.sequence_pooling == "attention" else []
+        self.inputs_layer = BehaviourInputs(
+            features,
+            inputs["deep"],
+            seed=derive_seed(seed, "embeddings"),
+            model=self.model_name,
+            name="behaviour_inputs",
+        )
+        self.attention = (
+            [
+                TargetAttention(
+                    params.attention_units,
+                    params.attention_activation,
+                    params.attention_normalization,
+                    seed=derive_seed(seed, "att", i),
+                    name=f"attention_{i}",
+                )
+                for i in range(len(self.inputs_layer.groups))
+            ]
+            if params.sequence_pooling == "attention"
+            else []
+        )
         activation: Any = params.activation
         if params.activation in ("prelu", "dice"):
             activation = functools.partial(_activation, params.activation)
-        self.deep = MLP(params.hidden_units, activation=activation, dropout=params.dropout,
-                        batch_norm=params.batch_norm, final_activation=activation,
-                        seed=derive_seed(seed, "deep"), name="deep")
+        self.deep = MLP(
+            params.hidden_units,
+            activation=activation,
+            dropout=params.dropout,
+            batch_norm=params.batch_norm,
+            final_activation=activation,
+            seed=derive_seed(seed, "deep"),
+            name="deep",
+        )
         self.head = logit_head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
@@ -71,8 +95,9 @@ class DIN(RankingModel):
             if self.sequence_pooling == "none":
                 continue
             if self.attention:
-                pooled.append(self.attention[i](history.query, history.keys, history.mask,
-                                                training=training))
+                pooled.append(
+                    self.attention[i](history.query, history.keys, history.mask, training=training)
+                )
             else:
                 pooled.append(masked_mean(history.keys, history.mask))
         parts = [*others.values(), *pooled, *([] if dense is None else [dense])]

@@ -40,22 +40,40 @@ class DLRM(RankingModel):
         dense numeric features.
     """
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str], params: DLRMParams | None = None, seed: int = 0):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        params: DLRMParams | None = None,
+        seed: int = 0,
+    ):
         super().__init__(features, inputs, labels)
         params = params or DLRMParams()
         dim = common_dim(features, inputs["deep"], self.model_name)
         if all(features.features[n].table_name is not None for n in inputs["deep"]):
-            raise ValueError(f"model 'dlrm' needs at least one dense numeric feature (numeric "
-                             f"without transform 'bucketize') for its bottom MLP; got only "
-                             f"id-valued features {inputs['deep']}")
-        self.embeddings = FeatureEmbeddings(features, inputs["deep"], name="embeddings",
-                                            seed=derive_seed(seed, "embeddings"))
-        self.bottom = MLP([*params.bottom_units, dim], batch_norm=params.batch_norm,
-                          seed=derive_seed(seed, "bottom"), name="bottom")
+            raise ValueError(
+                f"model 'dlrm' needs at least one dense numeric feature (numeric "
+                f"without transform 'bucketize') for its bottom MLP; got only "
+                f"id-valued features {inputs['deep']}"
+            )
+        self.embeddings = FeatureEmbeddings(
+            features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+        )
+        self.bottom = MLP(
+            [*params.bottom_units, dim],
+            batch_norm=params.batch_norm,
+            seed=derive_seed(seed, "bottom"),
+            name="bottom",
+        )
         self.interaction = DotInteraction(params.self_interaction, name="interaction")
-        self.top = MLP(params.top_units, dropout=params.dropout, batch_norm=params.batch_norm,
-                       seed=derive_seed(seed, "top"), name="top")
+        self.top = MLP(
+            params.top_units,
+            dropout=params.dropout,
+            batch_norm=params.batch_norm,
+            seed=derive_seed(seed, "top"),
+            name="top",
+        )
         self.head = logit_head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:

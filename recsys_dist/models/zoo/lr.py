@@ -24,8 +24,14 @@ class LogisticRegression(RankingModel):
       seed: Unused; nothing is random.
     """
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str], params: LRParams | None = None, seed: int = 0):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        params: LRParams | None = None,
+        seed: int = 0,
+    ):
         super().__init__(features, inputs, labels)
         del params, seed  # no hyper-parameters; every weight starts at zero
         self.linear = FeatureLinear(features, inputs["wide"], len(labels), name="linear")

@@ -36,22 +36,47 @@ class MMoE(RankingModel):
       ValueError: Fewer than 2 labels.
     """
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str], params: MMoEParams | None = None, seed: int = 0):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        params: MMoEParams | None = None,
+        seed: int = 0,
+    ):
         super().__init__(features, inputs, labels)
         params = params or MMoEParams()
-        self.embeddings = FeatureEmbeddings(features, inputs["deep"], name="embeddings",
-                                            seed=derive_seed(seed, "embeddings"))
-        self.experts = MixtureOfExperts(params.num_experts, params.expert_units, len(labels),
-                                        dropout=params.dropout, batch_norm=params.batch_norm,
-                                        seed=derive_seed(seed, "experts"), name="experts")
-        self.towers = [MLP(params.tower_units, dropout=params.dropout,
-                           batch_norm=params.batch_norm, seed=derive_seed(seed, "tower", t),
-                           name=f"tower_{t}") for t in range(len(labels))]
+        self.embeddings = FeatureEmbeddings(
+            features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+        )
+        self.experts = MixtureOfExperts(
+            params.num_experts,
+            params.expert_units,
+            len(labels),
+            dropout=params.dropout,
+            batch_norm=params.batch_norm,
+            seed=derive_seed(seed, "experts"),
+            name="experts",
+        )
+        self.towers = [
+            MLP(
+                params.tower_units,
+                dropout=params.dropout,
+                batch_norm=params.batch_norm,
+                seed=derive_seed(seed, "tower", t),
+                name=f"tower_{t}",
+            )
+            for t in range(len(labels))
+        ]
         self.heads = [logit_head(1, seed, name=f"head_{t}") for t in range(len(labels))]
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
         inputs = concat_inputs(*self.embeddings(features, training=training))
         mixed = self.experts(inputs, training=training)
-        return tf.concat([head(tower(x, training=training))
-                          for x, tower, head in zip(mixed, self.towers, self.heads)], axis=1)
+        return tf.concat(
+            [
+                head(tower(x, training=training))
+                for x, tower, head in zip(mixed, self.towers, self.heads)
+            ],
+            axis=1,
+        )

@@ -69,16 +69,18 @@ class RankingModel(tf.keras.Model):
     model_name: str = ""
     params_class: type | None = None
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str]):
+    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]], labels: list[str]):
         spec = self.registration()
         super().__init__(name=spec.name)
         groups = spec.input_groups
         missing = [g for g in groups if g not in inputs]
         unknown = [g for g in inputs if g not in groups]
         if missing or unknown:
-            raise ValueError(f"model {spec.name!r} reads input group(s) "
-                             + ", ".join(groups) + f"; got {sorted(inputs)}")
+            raise ValueError(
+                f"model {spec.name!r} reads input group(s) "
+                + ", ".join(groups)
+                + f"; got {sorted(inputs)}"
+            )
         for group in groups:
             check_feature_names(features, list(inputs[group]))
         _check_labels(features, labels)
@@ -93,13 +95,16 @@ class RankingModel(tf.keras.Model):
     def registration(cls) -> RegisteredModel:
         """The registration this class is bound to (``@zoo_model``)."""
         if not cls.model_name:
-            raise ValueError(f"{cls.__qualname__} is bound to no registered model; decorate "
-                             "it with @zoo_model(ParamsClass)")
+            raise ValueError(
+                f"{cls.__qualname__} is bound to no registered model; decorate "
+                "it with @zoo_model(ParamsClass)"
+            )
         return registered_model(cls.model_name)
 
     def call(self, features: dict[str, Any], training: bool = False) -> dict[str, tf.Tensor]:
-        layers = [m for m in self._flatten_modules(include_self=False)
-                  if isinstance(m, FeatureEmbeddings)]
+        layers = [
+            m for m in self._flatten_modules(include_self=False) if isinstance(m, FeatureEmbeddings)
+        ]
         with dynamic_tables_resolved_together(layers, features, bool(training)):
             logits = self.compute_logits(features, training=training)
         return {label: logits[:, i] for i, label in enumerate(self.label_names)}
@@ -136,8 +141,12 @@ class RankingModel(tf.keras.Model):
     def linear_variables(self) -> list[tf.Variable]:
         """The part of :attr:`embedding_variables` that holds per-id weights of linear
         parts (:class:`FeatureLinear`): ``train.linear_optimizer`` updates these."""
-        linear = {v.ref() for module in self.submodules if isinstance(module, FeatureLinear)
-                  for v in module.embeddings.trainable_variables}
+        linear = {
+            v.ref()
+            for module in self.submodules
+            if isinstance(module, FeatureLinear)
+            for v in module.embeddings.trainable_variables
+        }
         return [v for v in self.embedding_variables if v.ref() in linear]
 
     @property
@@ -169,9 +178,12 @@ def _check_labels(features: FeatureConfig, labels: list[str]) -> None:
         raise ValueError("a model needs at least one label; got none")
     for label in labels:
         if label not in features.labels:
-            raise ValueError(f"unknown label {label!r}; {features.file} defines "
-                             + ", ".join(features.labels) + "."
-                             + did_you_mean(label, features.labels))
+            raise ValueError(
+                f"unknown label {label!r}; {features.file} defines "
+                + ", ".join(features.labels)
+                + "."
+                + did_you_mean(label, features.labels)
+            )
     if len(set(labels)) != len(labels):
         raise ValueError(f"labels {labels} name a label more than once")
 
@@ -195,8 +207,10 @@ def zoo_model(params_class: type) -> Callable[[_Model], _Model]:
 
     def bind(cls: _Model) -> _Model:
         if not (isinstance(cls, type) and issubclass(cls, RankingModel)):
-            raise TypeError(f"@zoo_model({params_class.__qualname__}) decorates a "
-                            f"RankingModel subclass; got {cls!r}")
+            raise TypeError(
+                f"@zoo_model({params_class.__qualname__}) decorates a "
+                f"RankingModel subclass; got {cls!r}"
+            )
         bound = _CLASSES.get(params_class)
         if bound is not None and bound is not cls:
             raise ValueError(f"model {spec.name!r} has a class already: {bound.__qualname__}")
@@ -216,9 +230,11 @@ def model_class(spec: RegisteredModel) -> type[RankingModel]:
     cls = _CLASSES.get(spec.params)
     if cls is None:
         name = spec.params.__qualname__
-        raise ValueError(f"model {spec.name!r} is registered (params {name}) but has no model "
-                         f"class: import the module that defines its RankingModel, decorated "
-                         f"with @zoo_model({name}), before building it")
+        raise ValueError(
+            f"model {spec.name!r} is registered (params {name}) but has no model "
+            f"class: import the module that defines its RankingModel, decorated "
+            f"with @zoo_model({name}), before building it"
+        )
     return cls
 
 
@@ -248,15 +264,22 @@ MODELS: Mapping[str, type[RankingModel]] = _Models()
 
 def common_dim(features: FeatureConfig, names: list[str], model: str) -> int:
     """The one embedding dim D shared by the tables of ``names``; raises ValueError."""
-    dims = {t: features.tables[t].dim
-            for t in (features.features[n].table_name for n in names) if t is not None}
+    dims = {
+        t: features.tables[t].dim
+        for t in (features.features[n].table_name for n in names)
+        if t is not None
+    }
     if not dims:
-        raise ValueError(f"model {model!r} needs at least one id-valued feature (categorical, "
-                         f"cross, multi_categorical or bucketized numeric); got only {names}")
+        raise ValueError(
+            f"model {model!r} needs at least one id-valued feature (categorical, "
+            f"cross, multi_categorical or bucketized numeric); got only {names}"
+        )
     if len(set(dims.values())) > 1:
         listing = ", ".join(f"{t!r} (dim {d})" for t, d in dims.items())
-        raise ValueError(f"model {model!r} needs one embedding dim for all its tables; got "
-                         f"{listing}. Give these tables the same 'dim' in {features.file}")
+        raise ValueError(
+            f"model {model!r} needs one embedding dim for all its tables; got "
+            f"{listing}. Give these tables the same 'dim' in {features.file}"
+        )
     return next(iter(dims.values()))
 
 
@@ -269,5 +292,7 @@ def concat_inputs(sparse: dict[str, tf.Tensor], dense: tf.Tensor | None) -> tf.T
 def logit_head(num_outputs: int, seed: int, name: str = "head") -> tf.keras.layers.Dense:
     """The final linear layer: ``num_outputs`` logits, its kernel seeded from ``seed``."""
     return tf.keras.layers.Dense(
-        num_outputs, name=name,
-        kernel_initializer=seeded_initializer("glorot_uniform", derive_seed(seed, name)))
+        num_outputs,
+        name=name,
+        kernel_initializer=seeded_initializer("glorot_uniform", derive_seed(seed, name)),
+    )

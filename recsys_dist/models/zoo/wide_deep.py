@@ -30,19 +30,31 @@ class WideDeep(RankingModel):
       seed: Seed of every random initial weight.
     """
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                 labels: list[str], params: WideDeepParams | None = None, seed: int = 0):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        params: WideDeepParams | None = None,
+        seed: int = 0,
+    ):
         super().__init__(features, inputs, labels)
         params = params or WideDeepParams()
         self.wide = FeatureLinear(features, inputs["wide"], len(labels), name="wide")
-        self.embeddings = FeatureEmbeddings(features, inputs["deep"], name="deep_embeddings",
-                                            seed=derive_seed(seed, "embeddings"))
-        self.deep = MLP(params.hidden_units, dropout=params.dropout,
-                        batch_norm=params.batch_norm, seed=derive_seed(seed, "deep"),
-                        name="deep")
+        self.embeddings = FeatureEmbeddings(
+            features, inputs["deep"], name="deep_embeddings", seed=derive_seed(seed, "embeddings")
+        )
+        self.deep = MLP(
+            params.hidden_units,
+            dropout=params.dropout,
+            batch_norm=params.batch_norm,
+            seed=derive_seed(seed, "deep"),
+            name="deep",
+        )
         self.head = logit_head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        deep = self.deep(concat_inputs(*self.embeddings(features, training=training)),
-                         training=training)
+        deep = self.deep(
+            concat_inputs(*self.embeddings(features, training=training)), training=training
+        )
         return self.wide(features, training=training) + self.head(deep)

@@ -105,9 +105,12 @@ def test_a_file_damaged_after_the_save_is_named_before_tensorflow_reads_it(tmp_p
     name, size = _damage(saved.directory, how)
     with pytest.raises(DamagedCheckpoint) as raised:
         restore(_checkpoint(0.0), manager.latest())
-    problem = (f"{name} is {size - 5:,} bytes, {size:,} when it was written (truncated or "
-               "changed after the save)" if how == "truncate" else
-               f"{name} has CRC-32 ")
+    problem = (
+        f"{name} is {size - 5:,} bytes, {size:,} when it was written (truncated or "
+        "changed after the save)"
+        if how == "truncate"
+        else f"{name} has CRC-32 "
+    )
     assert str(raised.value).startswith(f"{saved.directory}: damaged checkpoint: {problem}")
 
 
@@ -116,8 +119,11 @@ def test_a_damaged_checkpoint_on_s3_is_named_after_the_download(s3_server, tmp_p
     saved = CheckpointManager(url).save(_checkpoint(5.0), 5, {})
     key = "runs/damaged/checkpoints/ckpt-000000000005/variables.index"
     s3_server["client"].put_object(Bucket=s3_server["bucket"], Key=key, Body=b"short")
-    with pytest.raises(DamagedCheckpoint, match=rf"^{saved.directory}: damaged checkpoint: "
-                                                r"variables\.index is 5 bytes, "):
+    with pytest.raises(
+        DamagedCheckpoint,
+        match=rf"^{saved.directory}: damaged checkpoint: "
+        r"variables\.index is 5 bytes, ",
+    ):
         restore(_checkpoint(0.0), CheckpointManager(url).latest())
 
 
@@ -135,10 +141,11 @@ def test_marking_a_checkpoint_damaged_keeps_its_files_and_says_why(tmp_path):
     assert files == [DAMAGED, "state.json", "variables.data-00000-of-00001", "variables.index"]
     assert (pathlib.Path(directory) / DAMAGED).read_text() == f"{raised.value}\n"
     (pathlib.Path(older.directory) / "state.json").write_text("{not json")
-    (_, unreadable), = manager.newest_first()
+    ((_, unreadable),) = manager.newest_first()
     assert isinstance(unreadable, DamagedCheckpoint)
-    assert str(unreadable).startswith(f"{older.directory}: damaged checkpoint: state.json is "
-                                      "unreadable")
+    assert str(unreadable).startswith(
+        f"{older.directory}: damaged checkpoint: state.json is unreadable"
+    )
 
 
 def test_a_checkpoint_without_a_manifest_is_read_without_the_check(tmp_path):
@@ -172,22 +179,32 @@ def test_a_model_restoring_dynamic_tables_takes_the_checkpoints_shard_count(smal
     from recsys_dist.config import load_config
     from recsys_dist.models.zoo import build_from_config
 
-    features = {**SMALL_FEATURES, "tables": {
-        **SMALL_FEATURES["tables"],
-        "ads": {"kind": "dynamic", "dim": 4, "capacity_per_shard": 64}}}
+    features = {
+        **SMALL_FEATURES,
+        "tables": {
+            **SMALL_FEATURES["tables"],
+            "ads": {"kind": "dynamic", "dim": 4, "capacity_per_shard": 64},
+        },
+    }
     config = load_config(small_config(features))
     assert config.cluster.ps == 1
-    saved = SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7,
-                            {"signature": model_signature(config, dynamic_shards=3)})
+    saved = SavedCheckpoint(
+        "/m/checkpoints/ckpt-000000000007",
+        7,
+        {"signature": model_signature(config, dynamic_shards=3)},
+    )
     check_signature(saved, config)  # the shard count is not a mismatch
     assert saved_dynamic_shards(saved) == 3
     model = build_from_config(config, saved_dynamic_shards(saved))
-    assert {len(table.shards) for tables in model.dynamic_tables.values()
-            for table in tables} == {3}
-    assert {len(table.shards) for tables in build_from_config(config).dynamic_tables.values()
-            for table in tables} == {1}  # a new run: one per parameter server (cluster.ps)
-    hashed = SavedCheckpoint("/m/c", 1, {"signature": model_signature(load_config(
-        small_config()))})
+    assert {len(table.shards) for tables in model.dynamic_tables.values() for table in tables} == {
+        3
+    }
+    assert {
+        len(table.shards)
+        for tables in build_from_config(config).dynamic_tables.values()
+        for table in tables
+    } == {1}  # a new run: one per parameter server (cluster.ps)
+    hashed = SavedCheckpoint("/m/c", 1, {"signature": model_signature(load_config(small_config()))})
     assert saved_dynamic_shards(hashed) is None and saved_dynamic_shards(None) is None
 
 
@@ -203,20 +220,26 @@ def test_checkpoints_on_s3_are_staged_uploaded_marker_last_and_downloaded(s3_ser
         manager.save(_checkpoint(float(step)), step, {"s": step})
     latest = CheckpointManager(url).latest()
     assert (latest.directory, latest.step, latest.state["s"]) == (
-        f"{url}/checkpoints/ckpt-000000000002", 2, 2)
+        f"{url}/checkpoints/ckpt-000000000002",
+        2,
+        2,
+    )
     assert latest.state["upload_seconds"] >= 0
     target = _checkpoint(0.0)
     restore(target, latest)  # downloaded to a temporary directory first
     np.testing.assert_array_equal(target.v.numpy(), [2.0] * 3)
     keys = _s3_keys(s3_server, "runs/ckpt-test/")
-    assert keys == [f"runs/ckpt-test/checkpoints/ckpt-000000000002/{name}" for name in (
-        "_COMPLETE", "state.json", "variables.data-00000-of-00001", "variables.index")]
+    assert keys == [
+        f"runs/ckpt-test/checkpoints/ckpt-000000000002/{name}"
+        for name in ("_COMPLETE", "state.json", "variables.data-00000-of-00001", "variables.index")
+    ]
     for given in (latest.directory, latest.prefix):  # --checkpoint DIR or its prefix
         assert find_checkpoint(url, given).step == 2
 
 
 def test_a_cut_upload_leaves_no_complete_checkpoint_and_the_older_one_is_used(
-        s3_server, monkeypatch):
+    s3_server, monkeypatch
+):
     url = f"s3://{s3_server['bucket']}/runs/cut-upload"
     manager = CheckpointManager(url, keep=3)
     manager.save(_checkpoint(1.0), 100, {})
@@ -231,8 +254,9 @@ def test_a_cut_upload_leaves_no_complete_checkpoint_and_the_older_one_is_used(
 
     monkeypatch.setattr(storage_io, "_put_file", cut_after_one_file)
     torn = f"{url}/checkpoints/ckpt-000000000200"
-    with pytest.raises(StorageError, match=f"^{torn}/variables.*: cannot upload it: "
-                                           "Connection reset by peer"):
+    with pytest.raises(
+        StorageError, match=f"^{torn}/variables.*: cannot upload it: Connection reset by peer"
+    ):
         manager.save(_checkpoint(2.0), 200, {})
     monkeypatch.undo()
     uploaded = _s3_keys(s3_server, "runs/cut-upload/checkpoints/ckpt-000000000200/")
@@ -251,8 +275,10 @@ def test_a_cut_upload_leaves_no_complete_checkpoint_and_the_older_one_is_used(
 
 def test_an_unwritable_model_dir_is_named(s3_server, tmp_path):
     (tmp_path / "file").write_text("")
-    for model_dir, reason in (("s3://no-such-bucket-x/run", "The specified bucket does not exist"),
-                              (str(tmp_path / "file" / "run"), "Not a directory")):
+    for model_dir, reason in (
+        ("s3://no-such-bucket-x/run", "The specified bucket does not exist"),
+        (str(tmp_path / "file" / "run"), "Not a directory"),
+    ):
         with pytest.raises((StorageError, CheckpointError)) as error:
             CheckpointManager(model_dir).save(_checkpoint(1.0), 1, {})
         assert str(error.value).startswith(f"{model_dir}/checkpoints/ckpt-000000000001")

@@ -22,8 +22,11 @@ SMALL, LARGE = 100_000, 1_000_000  # floats: 0.4 MB fits the 2 MB disk, 4 MB doe
 def small_disk(tmp_path):
     mount = tmp_path / "small"
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {made.stderr.strip()}")
     try:
@@ -44,8 +47,7 @@ def assert_previous_is_whole(manager: CheckpointManager) -> None:
     np.testing.assert_array_equal(target.v.numpy(), np.ones([SMALL], np.float32))
 
 
-def test_a_full_staging_disk_is_named_with_the_space_needed(small_disk, s3_server,
-                                                           monkeypatch):
+def test_a_full_staging_disk_is_named_with_the_space_needed(small_disk, s3_server, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(small_disk))  # where StagedDir stages
     manager = CheckpointManager(f"s3://{s3_server['bucket']}/disk-full/{small_disk.parent.name}")
     manager.save(_checkpoint(SMALL, 1.0), 1, {})
@@ -53,9 +55,11 @@ def test_a_full_staging_disk_is_named_with_the_space_needed(small_disk, s3_serve
         manager.save(_checkpoint(LARGE, 2.0), 2, {})
     message = str(failed.value)
     assert message.startswith(f"{small_disk}/recsys_dist_stage_"), message
-    assert ": no space left on the device to write the checkpoint of step 2: it needs about " \
-           "3.8 MB, " in message and message.endswith(
-               " free there; staging is under TMPDIR: point TMPDIR at a larger disk"), message
+    assert (
+        ": no space left on the device to write the checkpoint of step 2: it needs about 3.8 MB, "
+        in message
+        and message.endswith(" free there; staging is under TMPDIR: point TMPDIR at a larger disk")
+    ), message
     assert os.listdir(small_disk) == []  # the partial staging files are gone
     assert_previous_is_whole(manager)
 
@@ -68,7 +72,8 @@ def test_a_full_local_model_dir_is_named_and_the_torn_save_removed(small_disk):
     directory = small_disk / "run" / "checkpoints" / "ckpt-000000000002"
     assert str(failed.value).startswith(
         f"{directory}: no space left on the device to write the checkpoint of step 2: it "
-        "needs about 3.8 MB, "), str(failed.value)
+        "needs about 3.8 MB, "
+    ), str(failed.value)
     assert not directory.exists()
     assert sorted(os.listdir(small_disk / "run" / "checkpoints")) == ["ckpt-000000000001"]
     assert_previous_is_whole(manager)

@@ -51,17 +51,18 @@ def test_500_on_a_shard_upload_is_retried_and_the_save_completes(fault_proxy, mo
     assert_newest_is_whole(manager, 10)
 
 
-def test_500_on_every_try_of_a_shard_fails_naming_it_and_keeps_the_previous(fault_proxy,
-                                                                           model_dir):
+def test_500_on_every_try_of_a_shard_fails_naming_it_and_keeps_the_previous(fault_proxy, model_dir):
     manager = CheckpointManager(model_dir)
     manager.save(_checkpoint(10.0), 10, {})
     fault_proxy.faults = [Fault("500", method="PUT", key=r"/variables\.data-")]
     with pytest.raises(StorageError) as failed:
         manager.save(_checkpoint(20.0), 20, {})
     shard = f"{model_dir}/checkpoints/ckpt-000000000020/variables.data-00000-of-00001"
-    assert str(failed.value) == (f"{shard}: cannot upload it: 500 InternalError: We "
-                                 "encountered an internal error. Please try again. "
-                                 "(after 3 attempts)")
+    assert str(failed.value) == (
+        f"{shard}: cannot upload it: 500 InternalError: We "
+        "encountered an internal error. Please try again. "
+        "(after 3 attempts)"
+    )
     fault_proxy.faults = []
     assert_newest_is_whole(manager, 10)
     manager.save(_checkpoint(30.0), 30, {})
@@ -69,8 +70,9 @@ def test_500_on_every_try_of_a_shard_fails_naming_it_and_keeps_the_previous(faul
     assert not any("ckpt-000000000020" in d for _, d, _ in manager._entries())  # cleaned up
 
 
-def test_a_hang_on_the_commit_marker_is_bounded_and_never_completes_the_save(fault_proxy,
-                                                                           model_dir):
+def test_a_hang_on_the_commit_marker_is_bounded_and_never_completes_the_save(
+    fault_proxy, model_dir
+):
     manager = CheckpointManager(model_dir)
     manager.save(_checkpoint(10.0), 10, {})
     fault_proxy.faults = [Fault("hang", method="PUT", key=f"/{COMPLETE}$", times=1)]
@@ -98,8 +100,9 @@ def test_an_upload_cut_at_any_file_keeps_the_previous_checkpoint(fault_proxy, mo
     step = 1
     for cut, name in enumerate(order):
         fault_proxy.log.clear()
-        fault_proxy.faults = [Fault("reset", method="PUT", key=f"/{name}$",
-                                    bytes=rng.randrange(0, 64_000))]
+        fault_proxy.faults = [
+            Fault("reset", method="PUT", key=f"/{name}$", bytes=rng.randrange(0, 64_000))
+        ]
         with pytest.raises(StorageError, match=f"/ckpt-{cut + 2:012d}/{name}: cannot "):
             manager.save(_checkpoint(float(cut + 2)), cut + 2, {})
         assert uploads(fault_proxy)[:cut] == order[:cut], (seed, name)

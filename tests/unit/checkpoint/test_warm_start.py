@@ -26,19 +26,35 @@ def _categorical(table: str) -> dict:
 
 
 OLD = {
-    "tables": {"a": {"rows": 4, "dim": 2}, "b": {"rows": 3, "dim": 2},
-               "c": {"rows": 5, "dim": 2}, "w": {"rows": 6, "dim": 3}},
-    "features": {"fa": _categorical("a"), "fb": _categorical("b"), "fc": _categorical("c"),
-                 "fw": _categorical("w")},
+    "tables": {
+        "a": {"rows": 4, "dim": 2},
+        "b": {"rows": 3, "dim": 2},
+        "c": {"rows": 5, "dim": 2},
+        "w": {"rows": 6, "dim": 3},
+    },
+    "features": {
+        "fa": _categorical("a"),
+        "fb": _categorical("b"),
+        "fc": _categorical("c"),
+        "fw": _categorical("w"),
+    },
     "labels": {"click": {}},
 }
 
 # b first now, c removed, d new, a resized only in RESIZED.
 NEW = {
-    "tables": {"b": {"rows": 3, "dim": 2}, "d": {"rows": 6, "dim": 2},
-               "a": {"rows": 4, "dim": 2}, "w": {"rows": 6, "dim": 3}},
-    "features": {"fb": _categorical("b"), "fd": _categorical("d"), "fa": _categorical("a"),
-                 "fw": _categorical("w")},
+    "tables": {
+        "b": {"rows": 3, "dim": 2},
+        "d": {"rows": 6, "dim": 2},
+        "a": {"rows": 4, "dim": 2},
+        "w": {"rows": 6, "dim": 3},
+    },
+    "features": {
+        "fb": _categorical("b"),
+        "fd": _categorical("d"),
+        "fa": _categorical("a"),
+        "fw": _categorical("w"),
+    },
     "labels": {"click": {}},
 }
 RESIZED = changed(NEW, {"tables.a.rows": 7})
@@ -57,7 +73,7 @@ def _accumulator(layer, optimizer, table: str) -> np.ndarray:
     stacked = layer.tables[table]
     slot = optimizer.get_slot(stacked.stack.variable, "accumulator")
     value = tf.convert_to_tensor(slot).numpy()
-    return value[stacked.first_row:stacked.first_row + stacked.rows]
+    return value[stacked.first_row : stacked.first_row + stacked.rows]
 
 
 @pytest.fixture()
@@ -70,11 +86,12 @@ def saved(tmp_path):
         view.assign(values[table])
         slot = optimizer.get_slot(view.stack.variable, "accumulator")
         full = tf.convert_to_tensor(slot).numpy()
-        full[view.first_row:view.first_row + view.rows] = values[table] + 0.5
+        full[view.first_row : view.first_row + view.rows] = values[table] + 0.5
         for shard, start, stop in shard_rows(slot):
             shard.assign(full[start:stop])
     prefix = tf.train.Checkpoint(embeddings=layer, optimizer=optimizer).write(
-        str(tmp_path / "ckpt" / "variables"))
+        str(tmp_path / "ckpt" / "variables")
+    )
     return prefix, stack_layouts(layer.stacks), values
 
 
@@ -82,12 +99,16 @@ def test_each_table_takes_its_own_rows_when_the_stack_layout_changes(tmp_path, s
     prefix, layouts, values = saved
     layer, optimizer = _layer(tmp_path, NEW, shards=3, name="new")
     fresh_d = layer.tables["d"].numpy()
-    report = warm_start(tf.train.Checkpoint(embeddings=layer, optimizer=optimizer), prefix,
-                        layer.stacks, layouts, [optimizer])
+    report = warm_start(
+        tf.train.Checkpoint(embeddings=layer, optimizer=optimizer),
+        prefix,
+        layer.stacks,
+        layouts,
+        [optimizer],
+    )
     for table in ("a", "b", "w"):
         np.testing.assert_array_equal(layer.tables[table].numpy(), values[table])
-        np.testing.assert_array_equal(_accumulator(layer, optimizer, table),
-                                      values[table] + 0.5)
+        np.testing.assert_array_equal(_accumulator(layer, optimizer, table), values[table] + 0.5)
     np.testing.assert_array_equal(layer.tables["d"].numpy(), fresh_d)  # new: untouched
     assert report.fresh == ["table d"]
     assert report.ignored == ["table c"]
@@ -98,12 +119,16 @@ def test_a_resized_table_fails_or_starts_fresh_by_policy(tmp_path, saved):
     prefix, layouts, values = saved
     layer, optimizer = _layer(tmp_path, RESIZED, shards=2, name="resized")
     root = tf.train.Checkpoint(embeddings=layer, optimizer=optimizer)
-    with pytest.raises(WarmStartError, match=r"table 'a' is 4 x 2 in .* but 7 x 2 now.*"
-                                             r"on_table_resize: reinitialize"):
+    with pytest.raises(
+        WarmStartError,
+        match=r"table 'a' is 4 x 2 in .* but 7 x 2 now.*"
+        r"on_table_resize: reinitialize",
+    ):
         warm_start(root, prefix, layer.stacks, layouts, [optimizer])
     fresh_a = layer.tables["a"].numpy()
-    report = warm_start(root, prefix, layer.stacks, layouts, [optimizer],
-                        on_table_resize="reinitialize")
+    report = warm_start(
+        root, prefix, layer.stacks, layouts, [optimizer], on_table_resize="reinitialize"
+    )
     np.testing.assert_array_equal(layer.tables["a"].numpy(), fresh_a)
     np.testing.assert_array_equal(layer.tables["b"].numpy(), values["b"])
     assert any(name.endswith(": table a") for name in report.reinitialized), report
@@ -112,8 +137,12 @@ def test_a_resized_table_fails_or_starts_fresh_by_policy(tmp_path, saved):
 def test_a_table_whose_dim_changed_counts_as_resized(tmp_path, saved):
     prefix, layouts, _ = saved
     # w moves from the dim-3 stack to the dim-2 one: same rows, other dim.
-    layer, optimizer = _layer(tmp_path, changed(NEW, {"tables.w.dim": 2}),
-                              shards=2, name="redim")
+    layer, optimizer = _layer(tmp_path, changed(NEW, {"tables.w.dim": 2}), shards=2, name="redim")
     with pytest.raises(WarmStartError, match=r"table 'w' is 6 x 3 in .* but 6 x 2 now"):
-        warm_start(tf.train.Checkpoint(embeddings=layer, optimizer=optimizer), prefix,
-                   layer.stacks, layouts, [optimizer])
+        warm_start(
+            tf.train.Checkpoint(embeddings=layer, optimizer=optimizer),
+            prefix,
+            layer.stacks,
+            layouts,
+            [optimizer],
+        )

@@ -27,7 +27,8 @@ CLI = [sys.executable, "-m", "recsys_dist.cli"]
 def test_synth_writes_partitioned_layout_with_oracle(synth_dir, capsys):
     files = sorted(synth_dir.glob("dt=*/part-*.parquet"))
     assert [f.relative_to(synth_dir).as_posix() for f in files] == [
-        f"dt=2026-01-0{d}/part-0000{i}.parquet" for d in (1, 2) for i in range(3)]
+        f"dt=2026-01-0{d}/part-0000{i}.parquet" for d in (1, 2) for i in range(3)
+    ]
     meta = pq.ParquetFile(files[0]).metadata
     assert meta.num_row_groups > 1
     assert "oracle_logit" in meta.schema.to_arrow_schema().names
@@ -63,13 +64,30 @@ def test_validate_reads_tags_as_a_list_or_as_a_delimited_string(tmp_path, synth_
 
 
 def test_synth_argument_errors_exit_2_without_traceback():
-    result = subprocess.run(CLI + ["data", "synth", "--out", "/tmp/x", "--days", "0",
-                                   "--rows-per-day", "10"], capture_output=True, text=True)
+    result = subprocess.run(
+        CLI + ["data", "synth", "--out", "/tmp/x", "--days", "0", "--rows-per-day", "10"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert "argument --days: expected a positive integer, got 0" in result.stderr
-    result = subprocess.run(CLI + ["data", "synth", "--out", "/tmp/x", "--days", "1",
-                                   "--rows-per-day", "10", "--start-date", "2026-13-01"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        CLI
+        + [
+            "data",
+            "synth",
+            "--out",
+            "/tmp/x",
+            "--days",
+            "1",
+            "--rows-per-day",
+            "10",
+            "--start-date",
+            "2026-13-01",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and "expected a date YYYY-MM-DD" in result.stderr
 
 
@@ -84,7 +102,8 @@ def test_a_binary_config_file_is_named_and_refused(tmp_path, capsys):
     assert main(["validate", "--config", str(binary)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"error: {binary}: not a text file (byte 0x89 at offset 0 is not UTF-8); expected a "
-        "YAML config")
+        "YAML config"
+    )
 
 
 SIGNAL_INSIDE_C_CODE = r"""
@@ -107,15 +126,15 @@ cli.run()
 
 
 def test_a_signal_that_surfaces_as_another_error_still_exits_128_plus_signum():
-    result = subprocess.run([sys.executable, "-c", SIGNAL_INSIDE_C_CODE], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", SIGNAL_INSIDE_C_CODE], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 128 + 15
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "error: stopped by SIGTERM"
 
 
 # ---- recsys-dist offline-eval: the same command as pipelines/offline_eval.py ----------------
-
 
 
 def published_root(tmp_path: pathlib.Path, *dates: str) -> pathlib.Path:
@@ -129,18 +148,31 @@ def published_root(tmp_path: pathlib.Path, *dates: str) -> pathlib.Path:
     return root
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--models", "2026-01-02,2026-01-05"],
-     "error: not published under {published}: 2026-01-05; published models: 2026-01-01, "
-     "2026-01-02"),
-    (["--last", "0"], "error: --last must be at least 1, got 0"),
-    (["--dates", "2026-01-09..2026-01-04"], "error: --dates "),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--models", "2026-01-02,2026-01-05"],
+            "error: not published under {published}: 2026-01-05; published models: 2026-01-01, "
+            "2026-01-02",
+        ),
+        (["--last", "0"], "error: --last must be at least 1, got 0"),
+        (["--dates", "2026-01-09..2026-01-04"], "error: --dates "),
+    ],
+)
 def test_offline_eval_rejects_bad_arguments_with_one_line(tmp_path, capsys, flags, message):
     root = published_root(tmp_path, "2026-01-01", "2026-01-02")
     (root / "published" / "2026-01-03").mkdir()  # incomplete: no _SUCCESS
-    argv = ["offline-eval", "--root", str(root), "--dates", "2026-01-04",
-            "--out", str(tmp_path / "out"), *flags]
+    argv = [
+        "offline-eval",
+        "--root",
+        str(root),
+        "--dates",
+        "2026-01-04",
+        "--out",
+        str(tmp_path / "out"),
+        *flags,
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(message.format(published=root / "published")), err
@@ -153,8 +185,22 @@ def test_offline_eval_rejects_bad_arguments_with_one_line(tmp_path, capsys, flag
 def test_offline_eval_names_an_incomplete_publication(tmp_path, capsys):
     root = published_root(tmp_path, "2026-01-01")
     (root / "published" / "2026-01-03").mkdir()
-    assert main(["offline-eval", "--root", str(root), "--dates", "2026-01-04", "--models",
-                 "2026-01-03", "--out", str(tmp_path / "out")]) == 2
+    assert (
+        main(
+            [
+                "offline-eval",
+                "--root",
+                str(root),
+                "--dates",
+                "2026-01-04",
+                "--models",
+                "2026-01-03",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     assert "2026-01-03 (incomplete: no _SUCCESS)" in capsys.readouterr().err
 
 
@@ -163,26 +209,38 @@ def test_offline_eval_needs_root_dates_and_out(capsys):
         main(["offline-eval", "--dates", "2026-01-04"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "recsys-dist offline-eval: error: the following arguments are required: --root, " \
-           "--out" in err
+    assert (
+        "recsys-dist offline-eval: error: the following arguments are required: --root, "
+        "--out" in err
+    )
 
 
 def test_offline_eval_command_and_script_reject_a_root_without_models_alike(tmp_path):
     empty = published_root(tmp_path)
     args = ["--root", str(empty), "--dates", "2026-01-04", "--out", str(tmp_path / "out")]
-    results = [subprocess.run(command + args, capture_output=True, text=True, timeout=120)
-               for command in (CLI + ["offline-eval"], [sys.executable, OFFLINE_EVAL_SCRIPT])]
+    results = [
+        subprocess.run(command + args, capture_output=True, text=True, timeout=120)
+        for command in (CLI + ["offline-eval"], [sys.executable, OFFLINE_EVAL_SCRIPT])
+    ]
     for result in results:
         assert result.returncode == 2, result.stderr[-2000:]
-        assert result.stderr == (f"error: {empty / 'published'}: no published model (a "
-                                 "complete one has _SUCCESS); run recsys-dist retrain first\n")
+        assert result.stderr == (
+            f"error: {empty / 'published'}: no published model (a "
+            "complete one has _SUCCESS); run recsys-dist retrain first\n"
+        )
     assert results[0].stdout == results[1].stdout == ""
     # The script keeps its own program name in usage errors.
-    usage = subprocess.run([sys.executable, OFFLINE_EVAL_SCRIPT, "--root", "r"],
-                           capture_output=True, text=True, timeout=120)
+    usage = subprocess.run(
+        [sys.executable, OFFLINE_EVAL_SCRIPT, "--root", "r"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert usage.returncode == 2
-    assert "offline_eval.py: error: the following arguments are required: --dates, --out" \
+    assert (
+        "offline_eval.py: error: the following arguments are required: --dates, --out"
         in usage.stderr
+    )
 
 
 def test_server_command_takes_the_server_modules_arguments():
@@ -191,8 +249,9 @@ def test_server_command_takes_the_server_modules_arguments():
     args = build_parser().parse_args(["server", "--job", "ps", "--index", "1"])
     assert (args.job, args.index, args.cluster_spec) == ("ps", 1, None)
     assert (args.inter_op_threads, args.intra_op_threads) == (None, 0)
-    result = subprocess.run(CLI + ["server", "--cluster-spec", "{}"], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        CLI + ["server", "--cluster-spec", "{}"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2
     assert result.stderr == "error: --cluster-spec needs --job and --index\n"
 
@@ -205,9 +264,20 @@ def test_a_signal_ends_a_server_task_with_one_line(sent):
 
     worker, ps = (f"127.0.0.1:{port}" for port in free_ports(2))
     process = subprocess.Popen(
-        CLI + ["server", "--job", "ps", "--index", "0", "--cluster-spec",
-               json.dumps({"worker": [worker], "ps": [ps]})],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        CLI
+        + [
+            "server",
+            "--job",
+            "ps",
+            "--index",
+            "0",
+            "--cluster-spec",
+            json.dumps({"worker": [worker], "ps": [ps]}),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline:  # serving once the port accepts connections
@@ -226,30 +296,64 @@ def test_a_signal_ends_a_server_task_with_one_line(sent):
     assert "Traceback" not in err
 
 
-def test_train_warm_start_from_a_place_without_a_checkpoint_is_named(tmp_path, synth_dir,
-                                                                       capsys):
+def test_train_warm_start_from_a_place_without_a_checkpoint_is_named(tmp_path, synth_dir, capsys):
     """Refused before any server starts: a model dir with no complete checkpoint, and a
     directory that is neither a model dir nor a checkpoint."""
     empty_run = tmp_path / "run"
     (empty_run / "checkpoints").mkdir(parents=True)
     for source, expected in (
-            (empty_run, f"error: --warm-start: {empty_run}: no complete checkpoint in "
-                        f"{empty_run}/checkpoints; train the model first"),
-            (tmp_path, f"error: --warm-start: {tmp_path}: no such checkpoint (expected a "
-                       "checkpoint directory like")):
-        assert main(["train", "--config", DEMO, "--data", str(synth_dir), "--model-dir",
-                     str(tmp_path / "new"), "--warm-start", str(source)]) == 2
+        (
+            empty_run,
+            f"error: --warm-start: {empty_run}: no complete checkpoint in "
+            f"{empty_run}/checkpoints; train the model first",
+        ),
+        (
+            tmp_path,
+            f"error: --warm-start: {tmp_path}: no such checkpoint (expected a "
+            "checkpoint directory like",
+        ),
+    ):
+        assert (
+            main(
+                [
+                    "train",
+                    "--config",
+                    DEMO,
+                    "--data",
+                    str(synth_dir),
+                    "--model-dir",
+                    str(tmp_path / "new"),
+                    "--warm-start",
+                    str(source),
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err
         assert err.startswith(expected) and err.rstrip().endswith(
-            "(give a model dir holding checkpoints/, or one of its checkpoint directories)"), err
+            "(give a model dir holding checkpoints/, or one of its checkpoint directories)"
+        ), err
     # a complete checkpoint whose state.json was changed after the save: named as damaged
     damaged = empty_run / "checkpoints" / "ckpt-000000000007"
     damaged.mkdir()
     (damaged / "_COMPLETE").write_text("")
     (damaged / "state.json").write_text("{cut")
-    assert main(["train", "--config", DEMO, "--data", str(synth_dir), "--model-dir",
-                 str(tmp_path / "new"), "--warm-start", str(empty_run)]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                DEMO,
+                "--data",
+                str(synth_dir),
+                "--model-dir",
+                str(tmp_path / "new"),
+                "--warm-start",
+                str(empty_run),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {damaged}: damaged checkpoint: state.json is unreadable "
-                          "("), err
+    assert err.startswith(f"error: {damaged}: damaged checkpoint: state.json is unreadable ("), err
     assert not (tmp_path / "new").exists()

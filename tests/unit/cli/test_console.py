@@ -20,7 +20,8 @@ def record(message: str, level: int = logging.INFO, *args) -> logging.LogRecord:
 def test_the_line_format_aligns_the_first_word_and_marks_warnings_and_errors():
     form = LineFormatter()
     assert form.format(record("resume\tfrom %s: step %s", logging.INFO, "/m/c", "7")) == (
-        "resume   from /m/c: step 7")
+        "resume   from /m/c: step 7"
+    )
     assert form.format(record("checkpoint\tstep 7")) == "checkpoint step 7"  # longer word
     assert form.format(record("step 7 | 1 ex/s")) == "step 7 | 1 ex/s"  # no tab: as is
     assert form.format(record("table t is full", logging.WARNING)) == "warning  table t is full"
@@ -31,8 +32,10 @@ def commands(parser: argparse.ArgumentParser, prefix=()):
     for action in parser._actions:  # noqa: SLF001
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             for name, command in action.choices.items():
-                if any(isinstance(a, argparse._SubParsersAction)  # noqa: SLF001
-                       for a in command._actions):  # noqa: SLF001
+                if any(
+                    isinstance(a, argparse._SubParsersAction)  # noqa: SLF001
+                    for a in command._actions
+                ):  # noqa: SLF001
                     yield from commands(command, (*prefix, name))
                 else:
                     yield (*prefix, name), command
@@ -41,8 +44,14 @@ def commands(parser: argparse.ArgumentParser, prefix=()):
 def test_every_command_takes_quiet_and_verbose_before_or_after_its_name():
     parser = build_parser()
     found = list(commands(parser))
-    assert {" ".join(name) for name, _ in found} >= {"train", "evaluate", "data synth",
-                                                     "validate", "retrain", "export"}
+    assert {" ".join(name) for name, _ in found} >= {
+        "train",
+        "evaluate",
+        "data synth",
+        "validate",
+        "retrain",
+        "export",
+    }
     for name, command in found:
         options = command._option_string_actions  # noqa: SLF001
         assert {"-q", "--quiet", "-v", "--verbose"} <= set(options), name
@@ -58,16 +67,21 @@ def test_every_command_takes_quiet_and_verbose_before_or_after_its_name():
 
 def test_quiet_keeps_warnings_and_verbose_adds_debug_lines(capsys):
     child = logging.getLogger("recsys_dist.train.loop")
-    for quiet, verbose, shown in ((False, False, ["cluster  up", "warning  w"]),
-                                  (True, False, ["warning  w"]),
-                                  (False, True, ["detail", "cluster  up", "warning  w"])):
+    for quiet, verbose, shown in (
+        (False, False, ["cluster  up", "warning  w"]),
+        (True, False, ["warning  w"]),
+        (False, True, ["detail", "cluster  up", "warning  w"]),
+    ):
         configure_output(quiet=quiet, verbose=verbose)
         child.debug("detail")
         child.info("cluster\tup")
         child.warning("w")
         assert capsys.readouterr().out.splitlines() == shown, (quiet, verbose)
-    installed = [h for h in logging.getLogger(PACKAGE_LOGGER).handlers
-                 if isinstance(h.formatter, LineFormatter)]
+    installed = [
+        h
+        for h in logging.getLogger(PACKAGE_LOGGER).handlers
+        if isinstance(h.formatter, LineFormatter)
+    ]
     assert len(installed) == 1  # configuring again replaces the handler
 
 
@@ -80,11 +94,14 @@ def test_an_embedding_program_routes_the_library_lines_with_standard_logging():
         "logging.basicConfig(format='[%(name)s] %(levelname)s %(message)s', level=logging.INFO)\n"
         "logging.getLogger('recsys_dist').setLevel(logging.WARNING)\n"
         "from recsys_dist.train import run\n"
-        "run.log_lines(['trained  5 steps', 'warning  dynamic table t is full'])\n")
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=120)
+        "run.log_lines(['trained  5 steps', 'warning  dynamic table t is full'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert done.stderr.strip().splitlines()[-1] == (
-        "[recsys_dist.train.run] WARNING dynamic table t is full")
+        "[recsys_dist.train.run] WARNING dynamic table t is full"
+    )
     assert "trained" not in done.stderr

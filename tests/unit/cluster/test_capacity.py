@@ -21,9 +21,16 @@ from tests.support.configs import changed, write_yaml
 #: One stack of dim 4: table a (100 rows, 1 id per example), then b (300 rows, 2 ids);
 #: created after one non-trainable scalar and before two dense weights.
 STACK = StackFootprint("emb/stack_d4", 4, (TableUse("a", 100, 1, 100), TableUse("b", 300, 2, 300)))
-FOOTPRINT = ModelFootprint((STACK,), (), (
-    PlacedVariable("counter", 1, False), PlacedVariable("emb/stack_d4", 1600, True),
-    PlacedVariable("kernel", 1000, True), PlacedVariable("bias", 10, True)))
+FOOTPRINT = ModelFootprint(
+    (STACK,),
+    (),
+    (
+        PlacedVariable("counter", 1, False),
+        PlacedVariable("emb/stack_d4", 1600, True),
+        PlacedVariable("kernel", 1000, True),
+        PlacedVariable("bias", 10, True),
+    ),
+)
 #: Distinct rows per batch of 10, as if measured.
 DISTINCT = {"a": 8.0, "b": 15.0}
 
@@ -32,24 +39,38 @@ DISTINCT = {"a": 8.0, "b": 15.0}
 def config(small_config, tmp_path):
     """Batch 10, 10 steps per call, Adagrad tables (1 slot), Adam dense (2 slots), 2 ps,
     shards of at least 1000 bytes (the 6,400-byte stack: 2 shards of 200 rows)."""
+
     def make(**train):
         path = small_config()
         raw = load_config(path).raw
-        doc = changed({**raw, "train": raw.get("train", {})}, {
-            "input.batch_size": 10, "cluster.ps": 2, "train.steps_per_call": 10,
-            "train.embedding_shard_bytes": 1000,
-            **{f"train.{k}": v for k, v in train.items()}})
+        doc = changed(
+            {**raw, "train": raw.get("train", {})},
+            {
+                "input.batch_size": 10,
+                "cluster.ps": 2,
+                "train.steps_per_call": 10,
+                "train.embedding_shard_bytes": 1000,
+                **{f"train.{k}": v for k, v in train.items()},
+            },
+        )
         doc["features"] = str(tmp_path / "features.yaml")
         return load_config(write_yaml(tmp_path / "planned.yaml", doc))
+
     return make
 
 
 def test_shard_rows_match_tensorflows_partitioner_and_div_layout():
-    for rows, dim, min_bytes, servers in [(10, 1, 4, 4), (6, 1, 4, 2), (6, 1, 4, 10),
-                                          (1000, 16, 1 << 20, 3), (6_523_092, 16, 1 << 20, 7),
-                                          (5, 4, 1, 8)]:
+    for rows, dim, min_bytes, servers in [
+        (10, 1, 4, 4),
+        (6, 1, 4, 2),
+        (6, 1, 4, 10),
+        (1000, 16, 1 << 20, 3),
+        (6_523_092, 16, 1 << 20, 7),
+        (5, 4, 1, 8),
+    ]:
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=min_bytes, max_shards=servers)
+            min_shard_bytes=min_bytes, max_shards=servers
+        )
         shards = partitioner(tf.TensorShape([rows, dim]), tf.float32)[0]
         base, extra = divmod(rows, shards)
         expected = [base + (1 if i < extra else 0) for i in range(shards)]
@@ -58,7 +79,7 @@ def test_shard_rows_match_tensorflows_partitioner_and_div_layout():
 
 
 def test_expected_distinct_rows():
-    assert capacity.expected_distinct(2, 4) == pytest.approx(4 * (1 - 0.75 ** 2))  # 1.75
+    assert capacity.expected_distinct(2, 4) == pytest.approx(4 * (1 - 0.75**2))  # 1.75
     assert capacity.expected_distinct(5, 1) == 1.0
     assert capacity.expected_distinct(7, None) == 7.0
     assert capacity.expected_distinct(10_000, 100) == pytest.approx(100, rel=1e-9)
@@ -74,8 +95,11 @@ def test_server_loads_by_hand(config):
     assert ps1.bytes_out == 13 * 16 + 4000
     assert ps1.bytes_in == 13 * (16 + 16) + 4000  # ids sent for the lookup and the update
     assert ps1.values == 2 * 13 * 4 + 2 * 1000
-    assert (ps0.bytes_out, ps0.bytes_in, ps0.values) == (10 * 16 + 40, 10 * 32 + 40,
-                                                        2 * 10 * 4 + 2 * 10)
+    assert (ps0.bytes_out, ps0.bytes_in, ps0.values) == (
+        10 * 16 + 40,
+        10 * 32 + 40,
+        2 * 10 * 4 + 2 * 10,
+    )
 
 
 def test_dense_refresh_reads_the_dense_weights_once_per_refresh(config):
@@ -96,12 +120,18 @@ def test_without_measured_rows_the_expected_distinct_rows_are_used(config):
 def test_ceilings_and_the_resource_that_binds(config):
     loads = capacity.server_loads(FOOTPRINT, config(), 2, DISTINCT)
     found = capacity.ceilings(loads, config(), 3, Rates(100, 1000, 5), Machines(8000))
-    assert found.by_resource == pytest.approx({
-        "worker CPU": 300, "server CPU": 1000 / 2104 * 10, "server NIC": 8000 / 4416 * 10,
-        "chief dispatch": 5 * 10 * 10})
+    assert found.by_resource == pytest.approx(
+        {
+            "worker CPU": 300,
+            "server CPU": 1000 / 2104 * 10,
+            "server NIC": 8000 / 4416 * 10,
+            "chief dispatch": 5 * 10 * 10,
+        }
+    )
     assert found.binding == "server CPU"
-    more_cores = capacity.ceilings(loads, config(), 3, Rates(100, 1000, 5),
-                                   Machines(8000, worker_cores=2, server_cores=4))
+    more_cores = capacity.ceilings(
+        loads, config(), 3, Rates(100, 1000, 5), Machines(8000, worker_cores=2, server_cores=4)
+    )
     assert more_cores.by_resource["worker CPU"] == 600
     assert more_cores.binding == "server NIC"
 
@@ -119,20 +149,22 @@ def test_the_smallest_cluster_fits_memory_then_the_rate(config):
 
 
 def test_no_cluster_beats_the_chief(config):
-    result = capacity.plan(FOOTPRINT, config(), 600, Rates(100, 1e9, 5), Machines(1e9),
-                           DISTINCT)
+    result = capacity.plan(FOOTPRINT, config(), 600, Rates(100, 1e9, 5), Machines(1e9), DISTINCT)
     assert result.smallest is None and result.why_none == "chief dispatch"
     lines = capacity.plan_lines(result, config())
-    assert ("smallest none meets 600 examples/s: chief dispatch caps every cluster (raise "
-            "train.steps_per_call or input.batch_size)") in lines
+    assert (
+        "smallest none meets 600 examples/s: chief dispatch caps every cluster (raise "
+        "train.steps_per_call or input.batch_size)"
+    ) in lines
 
 
 def test_a_server_holding_a_whole_dense_weight_caps_every_cluster(config):
     # whichever server holds the 1,000-value kernel serves at least 2,000 values a step
     # (read and updated): at most 100,000 / 2,000 x 10 = 500 examples/s; two servers give
     # 1,000 / 2,104 x 100 = 475.3
-    result = capacity.plan(FOOTPRINT, config(), 1000, Rates(100, 100_000, 1000),
-                           Machines(1e9), DISTINCT)
+    result = capacity.plan(
+        FOOTPRINT, config(), 1000, Rates(100, 100_000, 1000), Machines(1e9), DISTINCT
+    )
     assert result.smallest is None and result.why_none == "server CPU"
     assert result.best.binding == "server CPU" and result.best.workers == 10
     assert 100_000 / 2104 * 10 <= result.best.examples_per_second <= 500

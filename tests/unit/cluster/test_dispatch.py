@@ -48,8 +48,9 @@ def test_closures_are_returned_oldest_first_with_their_tags():
         assert in_flight.has_room()
         in_flight.put(item, item.file, item.start, item.stop)
     assert len(in_flight) == 3 and not in_flight.has_room()
-    assert all(a.dtype == tf.int64 and a.shape == () for args in coordinator.scheduled
-               for a in args)
+    assert all(
+        a.dtype == tf.int64 and a.shape == () for args in coordinator.scheduled for a in args
+    )
     returned = []
     while len(in_flight):
         tag, result = in_flight.pop()
@@ -71,7 +72,11 @@ def test_a_closure_that_came_back_without_its_result_is_a_lost_task():
 def test_an_item_must_come_back_with_the_rows_its_footer_holds():
     files = ["a.parquet", "s3://bucket/b.parquet"]
     check_item_rows(files, Unit(1, 100, 2100), 2000, "read")
-    with pytest.raises(DataError, match=re.escape(
+    with pytest.raises(
+        DataError,
+        match=re.escape(
             "s3://bucket/b.parquet rows 100..2100: a worker scored 1,999 rows, the footer "
-            "says 2,000")):
+            "says 2,000"
+        ),
+    ):
         check_item_rows(files, Unit(1, 100, 2100), 1999, "scored")

@@ -28,8 +28,9 @@ def test_a_lost_task_is_named_then_back_and_a_lasting_loss_gives_up():
     ps_address = f"127.0.0.1:{ps.getsockname()[1]}"
     lines, ended = [], []
     spec = {"chief": ["127.0.0.1:1"], "worker": [worker_address], "ps": [ps_address]}
-    with TaskWatch(spec, lost_after=1, give_up_after=4, report=lines.append,
-                   give_up=ended.append) as watch:
+    with TaskWatch(
+        spec, lost_after=1, give_up_after=4, report=lines.append, give_up=ended.append
+    ) as watch:
         time.sleep(1.5)
         assert lines == [] and watch.lost() == []
         port = worker.getsockname()[1]
@@ -48,9 +49,11 @@ def test_a_lost_task_is_named_then_back_and_a_lasting_loss_gives_up():
         ps.close()
         wait_until(lambda: ended, timeout=10)
     assert "training waits for it" in lines[2] and lines[2].startswith("lost\tps 0")
-    assert ended == [f"ps 0 ({ps_address}) has been unreachable for 4 s "
-                     "(cluster.give_up_after_seconds = 4); the run stops. Bring the task "
-                     "back, then run the command again to resume from the last checkpoint"]
+    assert ended == [
+        f"ps 0 ({ps_address}) has been unreachable for 4 s "
+        "(cluster.give_up_after_seconds = 4); the run stops. Bring the task "
+        "back, then run the command again to resume from the last checkpoint"
+    ]
     worker.close()
 
 

@@ -27,8 +27,10 @@ from tests.support.processes import subprocess_env
         ({"workers": 1, "ps": -2}, "ps must be an integer >= 1, got -2"),
         ({"workers": True, "ps": 1}, "workers must be an integer >= 1, got True"),
         ({"workers": 1, "ps": 1, "inter_op_threads": 0}, "inter_op_threads must be"),
-        ({"workers": 1, "ps": 1, "intra_op_threads": -1},
-         r"intra_op_threads must be an integer >= 0 \(0: TensorFlow's default\), got -1"),
+        (
+            {"workers": 1, "ps": 1, "intra_op_threads": -1},
+            r"intra_op_threads must be an integer >= 0 \(0: TensorFlow's default\), got -1",
+        ),
         ({"workers": 1, "ps": 1, "intra_op_threads": 1.5}, "intra_op_threads must be"),
         ({"workers": 1, "ps": 1, "start_timeout": 0}, "start_timeout must be > 0"),
     ],
@@ -72,17 +74,33 @@ def test_server_rejects_bad_tf_config(tf_config, message):
 def test_server_rejects_a_negative_intra_op_thread_count():
     spec = '{"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}'
     result = subprocess.run(
-        [sys.executable, "-m", "recsys_dist.cluster.server", "--job", "ps", "--index", "0",
-         "--cluster-spec", spec, "--intra-op-threads", "-2"],
-        env=subprocess_env(), capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "recsys_dist.cluster.server",
+            "--job",
+            "ps",
+            "--index",
+            "0",
+            "--cluster-spec",
+            spec,
+            "--intra-op-threads",
+            "-2",
+        ],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "error: intra_op_threads must be >= 0 (0: TensorFlow's default), got -2")
+        "error: intra_op_threads must be >= 0 (0: TensorFlow's default), got -2"
+    )
 
 
-@pytest.mark.parametrize(("cores", "tasks", "threads"),
-                         [(2, 4, 1), (16, 4, 4), (6, 4, 1), (1, 2, 1)])
+@pytest.mark.parametrize(
+    ("cores", "tasks", "threads"), [(2, 4, 1), (16, 4, 4), (6, 4, 1), (1, 2, 1)]
+)
 def test_shared_intra_op_threads_split_the_cores(monkeypatch, cores, tasks, threads):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     assert shared_intra_op_threads(tasks) == threads
@@ -93,13 +111,16 @@ def test_terminate_on_signals_ends_the_process_with_one_line_and_restores_handle
     with terminate_on_signals():
         assert signal.getsignal(signal.SIGTERM) != before
     assert signal.getsignal(signal.SIGTERM) == before
-    script = ("import os, signal, time\n"
-              "from recsys_dist.cluster.signals import terminate_on_signals\n"
-              "with terminate_on_signals():\n"
-              "    os.kill(os.getpid(), signal.SIGINT)\n"
-              "    time.sleep(30)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    script = (
+        "import os, signal, time\n"
+        "from recsys_dist.cluster.signals import terminate_on_signals\n"
+        "with terminate_on_signals():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 128 + signal.SIGINT
     assert done.stderr == "error: stopped by SIGINT\n"
 

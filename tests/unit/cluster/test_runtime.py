@@ -14,17 +14,28 @@ from recsys_dist.config.sections import ClusterSpec
 CLUSTER = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
 
 
-@pytest.mark.parametrize("tf_config,message", [
-    (None, "TF_CONFIG is not set"),
-    ("{not json", "TF_CONFIG is not valid JSON"),
-    (json.dumps({"cluster": {"worker": ["127.0.0.1:2"]}, "task": {"type": "chief", "index": 0}}),
-     "TF_CONFIG cluster has no 'ps' job"),
-    (json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 0}}),
-     "TF_CONFIG task.type must be 'chief', got 'worker'; start workers and parameter servers "
-     "with python -m recsys_dist.cluster.server"),
-])
-def test_tf_config_mode_rejects_a_bad_or_non_chief_tf_config(monkeypatch, tmp_path, tf_config,
-                                                             message):
+@pytest.mark.parametrize(
+    "tf_config,message",
+    [
+        (None, "TF_CONFIG is not set"),
+        ("{not json", "TF_CONFIG is not valid JSON"),
+        (
+            json.dumps(
+                {"cluster": {"worker": ["127.0.0.1:2"]}, "task": {"type": "chief", "index": 0}}
+            ),
+            "TF_CONFIG cluster has no 'ps' job",
+        ),
+        (
+            json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 0}}),
+            "TF_CONFIG task.type must be 'chief', got 'worker'; start workers and parameter "
+            "servers "
+            "with python -m recsys_dist.cluster.server",
+        ),
+    ],
+)
+def test_tf_config_mode_rejects_a_bad_or_non_chief_tf_config(
+    monkeypatch, tmp_path, tf_config, message
+):
     if tf_config is None:
         monkeypatch.delenv("TF_CONFIG", raising=False)
     else:

@@ -21,8 +21,11 @@ from tests.support.configs import DELETE, changed, line_of, write_yaml
 from tests.support.paths import REPO as ROOT
 
 FEATURES = {
-    "tables": {"ads": {"rows": 1000, "dim": 8}, "tags": {"rows": 500, "dim": 4},
-               "cross": {"rows": 100, "dim": 4}},
+    "tables": {
+        "ads": {"rows": 1000, "dim": 8},
+        "tags": {"rows": 500, "dim": 4},
+        "cross": {"rows": 100, "dim": 4},
+    },
     "features": {
         "ad": {"kind": "categorical", "dtype": "int64", "table": "ads"},
         "site": {"kind": "categorical", "dtype": "string", "table": "ads"},
@@ -35,8 +38,11 @@ FEATURES = {
 
 MODEL = {
     "features": "features.yaml",
-    "data": {"path": "/data", "train": {"dates": "2026-01-01..2026-01-03"},
-             "eval": {"dates": "2026-01-04"}},
+    "data": {
+        "path": "/data",
+        "train": {"dates": "2026-01-01..2026-01-03"},
+        "eval": {"dates": "2026-01-04"},
+    },
     "model": {"name": "dcn_v2"},
 }
 
@@ -72,12 +78,16 @@ def test_valid_config_resolves_defaults(tmp_path):
     assert config.features.rows_of(config.features.features["ad"]) == 1000
     assert config.input.batch_size == 512 and config.cluster.workers == 2
     assert [str(d) for d in config.data.train.date_range().days()] == [
-        "2026-01-01", "2026-01-02", "2026-01-03"]
+        "2026-01-01",
+        "2026-01-02",
+        "2026-01-03",
+    ]
 
 
 def test_unknown_key_names_dotted_path_line_and_suggestion(tmp_path):
-    path = features_with(tmp_path, {"features.tags.max_length": DELETE,
-                                    "features.tags.max_lenght": 4})
+    path = features_with(
+        tmp_path, {"features.tags.max_length": DELETE, "features.tags.max_lenght": 4}
+    )
     with pytest.raises(ConfigError) as info:
         load_config(path)
     message = str(info.value)
@@ -98,44 +108,75 @@ def test_cli_wrong_key_exits_nonzero_with_path_and_suggestion(tmp_path, capsys):
 FEATURE_REJECTIONS = [
     ({"tables.ads.dim": "8"}, r"tables\.ads\.dim: got '8' \(of type str\); expected an integer"),
     ({"tables.ads.dim": 0}, r"tables\.ads\.dim: got 0; expected a value >= 1"),
-    ({"features.tags.combiner": "avg"},
-     r"features\.tags\.combiner: got 'avg'; expected one of 'sum', 'mean', 'sqrtn'"),
-    ({"features.price.kind": "numerc"},
-     r"features\.price\.kind: got 'numerc'.*Did you mean \"numeric\"\?"),
-    ({"features.ad.table": "adz"},
-     r"features\.ad\.table: unknown table 'adz'.*Did you mean \"ads\"\?"),
+    (
+        {"features.tags.combiner": "avg"},
+        r"features\.tags\.combiner: got 'avg'; expected one of 'sum', 'mean', 'sqrtn'",
+    ),
+    (
+        {"features.price.kind": "numerc"},
+        r"features\.price\.kind: got 'numerc'.*Did you mean \"numeric\"\?",
+    ),
+    (
+        {"features.ad.table": "adz"},
+        r"features\.ad\.table: unknown table 'adz'.*Did you mean \"ads\"\?",
+    ),
     ({"features.ad.dtype": DELETE}, r"features\.ad\.dtype: missing required key"),
-    ({"features.ad_x_site.inputs": ["ad", "price"]},
-     r"features\.ad_x_site\.inputs\[1\]: feature 'price' is numeric; a cross takes categorical"),
-    ({"features.ad_x_site.inputs": ["ad"]}, r"features\.ad_x_site\.inputs: got 1 item\(s\); "
-     r"expected at least 2"),
-    ({"features.price.transform": "bucketize"},
-     r"features\.price: transform 'bucketize' needs 'boundaries'"),
-    ({"features.price.transform": "bucketize", "features.price.boundaries": [1, 1],
-      "features.price.table": "cross"},
-     r"features\.price\.boundaries: got \[1\.0, 1\.0\]; expected strictly increasing"),
-    ({"features.price.transform": "standardize", "features.price.mean": 1},
-     r"features\.price: transform 'standardize' needs both 'mean' and 'std'"),
-    ({"features.price.mean": 1},
-     r"features\.price\.mean: only applies to transform 'standardize'"),
-    ({"features.ad.hash_buckets": 5000},
-     r"features\.ad: needs 5000 rows \(hash_buckets\) but table 'ads' has rows=1000"),
+    (
+        {"features.ad_x_site.inputs": ["ad", "price"]},
+        r"features\.ad_x_site\.inputs\[1\]: feature 'price' is numeric; a cross takes categorical",
+    ),
+    (
+        {"features.ad_x_site.inputs": ["ad"]},
+        r"features\.ad_x_site\.inputs: got 1 item\(s\); "
+        r"expected at least 2",
+    ),
+    (
+        {"features.price.transform": "bucketize"},
+        r"features\.price: transform 'bucketize' needs 'boundaries'",
+    ),
+    (
+        {
+            "features.price.transform": "bucketize",
+            "features.price.boundaries": [1, 1],
+            "features.price.table": "cross",
+        },
+        r"features\.price\.boundaries: got \[1\.0, 1\.0\]; expected strictly increasing",
+    ),
+    (
+        {"features.price.transform": "standardize", "features.price.mean": 1},
+        r"features\.price: transform 'standardize' needs both 'mean' and 'std'",
+    ),
+    ({"features.price.mean": 1}, r"features\.price\.mean: only applies to transform 'standardize'"),
+    (
+        {"features.ad.hash_buckets": 5000},
+        r"features\.ad: needs 5000 rows \(hash_buckets\) but table 'ads' has rows=1000",
+    ),
     ({"labels": {}}, r"labels: no labels defined"),
-    ({"labels.click": {"column": "price"}},
-     r"labels\.click: label column 'price' is also read by feature 'price'"),
+    (
+        {"labels.click": {"column": "price"}},
+        r"labels\.click: label column 'price' is also read by feature 'price'",
+    ),
     ({"tables.unused": {"rows": 1, "dim": 1}}, r"tables\.unused: is used by no feature"),
-    ({"features.tags.separator": ""},
-     r"features\.tags\.separator: got '' \(of type str\); expected a non-empty string"),
-    ({"features.tags.weight_separator": ""},
-     r"features\.tags\.weight_separator: got ''.*expected a non-empty string"),
-    ({"features.ad.vocabulary": "missing.txt"},
-     r"features\.ad\.vocabulary: cannot read vocabulary file .*missing\.txt"),
+    (
+        {"features.tags.separator": ""},
+        r"features\.tags\.separator: got '' \(of type str\); expected a non-empty string",
+    ),
+    (
+        {"features.tags.weight_separator": ""},
+        r"features\.tags\.weight_separator: got ''.*expected a non-empty string",
+    ),
+    (
+        {"features.ad.vocabulary": "missing.txt"},
+        r"features\.ad\.vocabulary: cannot read vocabulary file .*missing\.txt",
+    ),
 ]
 
 
-@pytest.mark.parametrize("changes,pattern", FEATURE_REJECTIONS,
-                         ids=[p.split(":")[0] + str(i) for i, (_, p) in
-                              enumerate(FEATURE_REJECTIONS)])
+@pytest.mark.parametrize(
+    "changes,pattern",
+    FEATURE_REJECTIONS,
+    ids=[p.split(":")[0] + str(i) for i, (_, p) in enumerate(FEATURE_REJECTIONS)],
+)
 def test_feature_config_rejections(tmp_path, changes, pattern):
     with pytest.raises(ConfigError, match=pattern) as info:
         load_config(features_with(tmp_path, changes))
@@ -152,7 +193,8 @@ def test_a_key_given_twice_is_rejected(tmp_path):
         "  ad: {kind: categorical, dtype: int64, table: ads}\n"
         "  ad: {kind: categorical, dtype: int64, table: ads}\n"
         "labels:\n"
-        "  click: {}\n")
+        "  click: {}\n"
+    )
     with pytest.raises(ConfigError, match=r"features\.ad: duplicate key") as info:
         load_config(tmp_path / "model.yaml")
     assert "features.yaml" in str(info.value)
@@ -160,31 +202,51 @@ def test_a_key_given_twice_is_rejected(tmp_path):
 
 MODEL_REJECTIONS = [
     ({"model.name": "dcnv2"}, r"model\.name: got 'dcnv2'.*Did you mean \"dcn_v2\"\?"),
-    ({"model.labels": ["clicks"]},
-     r"model\.labels\[0\]: unknown label 'clicks'.*Did you mean \"click\"\?"),
-    ({"model.inputs": {"deep": ["ad", "site", "price", "tags"]}},
-     r"feature 'ad_x_site' of .*features\.yaml is used by no model input"),
-    ({"model.inputs": {"deep": ["ad", "sight"]}},
-     r"model\.inputs\.deep\[1\]: unknown feature 'sight'.*Did you mean \"site\"\?"),
-    ({"model.name": "wide_deep"},
-     r"model\.inputs: model 'wide_deep' needs its input groups wide, deep"),
-    ({"model.name": "mmoe", "model.labels": ["click"]},
-     r"model\.labels: model 'mmoe' is multi-task"),
-    ({"model.name": "din"}, r"model\.yaml:\d+: model\.name: model 'din' reads a behaviour "
-                            r"sequence; its inputs hold no feature of kind: sequence"),
+    (
+        {"model.labels": ["clicks"]},
+        r"model\.labels\[0\]: unknown label 'clicks'.*Did you mean \"click\"\?",
+    ),
+    (
+        {"model.inputs": {"deep": ["ad", "site", "price", "tags"]}},
+        r"feature 'ad_x_site' of .*features\.yaml is used by no model input",
+    ),
+    (
+        {"model.inputs": {"deep": ["ad", "sight"]}},
+        r"model\.inputs\.deep\[1\]: unknown feature 'sight'.*Did you mean \"site\"\?",
+    ),
+    (
+        {"model.name": "wide_deep"},
+        r"model\.inputs: model 'wide_deep' needs its input groups wide, deep",
+    ),
+    (
+        {"model.name": "mmoe", "model.labels": ["click"]},
+        r"model\.labels: model 'mmoe' is multi-task",
+    ),
+    (
+        {"model.name": "din"},
+        r"model\.yaml:\d+: model\.name: model 'din' reads a behaviour "
+        r"sequence; its inputs hold no feature of kind: sequence",
+    ),
     ({"model.name": "bst"}, r"model 'bst' reads a behaviour sequence"),
     ({"features": "nope.yaml"}, r"features: feature config '.*nope\.yaml' does not exist"),
-    ({"data.train.dates": "2026-01-03..2026-01-01"},
-     r"data\.train\.dates: got '2026-01-03\.\.2026-01-01'; the range ends before it starts"),
-    ({"data.train": {"dates": "2026-01-01", "glob": "*"}},
-     r"data\.train: set exactly one of 'dates'"),
-    ({"data.on_bad_file": "ignore"},
-     r"data\.on_bad_file: got 'ignore'; expected one of 'fail', 'skip'"),
+    (
+        {"data.train.dates": "2026-01-03..2026-01-01"},
+        r"data\.train\.dates: got '2026-01-03\.\.2026-01-01'; the range ends before it starts",
+    ),
+    (
+        {"data.train": {"dates": "2026-01-01", "glob": "*"}},
+        r"data\.train: set exactly one of 'dates'",
+    ),
+    (
+        {"data.on_bad_file": "ignore"},
+        r"data\.on_bad_file: got 'ignore'; expected one of 'fail', 'skip'",
+    ),
 ]
 
 
-@pytest.mark.parametrize("changes,pattern", MODEL_REJECTIONS,
-                         ids=[str(i) for i in range(len(MODEL_REJECTIONS))])
+@pytest.mark.parametrize(
+    "changes,pattern", MODEL_REJECTIONS, ids=[str(i) for i in range(len(MODEL_REJECTIONS))]
+)
 def test_model_config_rejections(tmp_path, changes, pattern):
     with pytest.raises(ConfigError, match=pattern):
         load_config(model_with(tmp_path, changes))
@@ -215,12 +277,14 @@ def test_an_error_from_a_set_names_the_set_not_a_line_of_the_file(tmp_path):
     path = model_with(tmp_path, {"model.params": {"cross_layers": 2}})
     with pytest.raises(ConfigError) as raised:
         load_config(path, ["model.params.cross_layers=0"])
-    assert str(raised.value) == ("--set model.params.cross_layers=0: model.params.cross_layers: "
-                                 "got 0; expected a value >= 1")
+    assert str(raised.value) == (
+        "--set model.params.cross_layers=0: model.params.cross_layers: got 0; expected a value >= 1"
+    )
     with pytest.raises(ConfigError) as raised:  # a key the file does not have
         load_config(path, ["input.prefetch_batches=-3"])
-    assert str(raised.value).startswith("--set input.prefetch_batches=-3: "
-                                        "input.prefetch_batches: got -3")
+    assert str(raised.value).startswith(
+        "--set input.prefetch_batches=-3: input.prefetch_batches: got -3"
+    )
     with pytest.raises(ConfigError) as raised:  # the file's own error keeps its line
         load_config(model_with(tmp_path, {"input": {"batch_size": 0}}))
     line = line_of(pathlib.Path(path).read_text(), "batch_size")
@@ -243,37 +307,50 @@ def test_an_invalid_date_is_a_config_error_in_the_file_in_a_set_and_from_code(tm
     with pytest.raises(ConfigError) as raised:  # typed values from code name their source
         load_config(path, values={"data.train": {"dates": "2026-13-45"}}, source="retrain")
     assert str(raised.value) == f"retrain: data.train={{'dates': '2026-13-45'}}: {expected}"
-    config = load_config(path, ["data.eval.dates=2026-01-05"],
-                         {"data.train": {"dates": "2026-01-02"}}, source="retrain")
+    config = load_config(
+        path,
+        ["data.eval.dates=2026-01-05"],
+        {"data.train": {"dates": "2026-01-02"}},
+        source="retrain",
+    )
     assert (config.data.train.dates, config.data.eval.dates) == ("2026-01-02", "2026-01-05")
 
 
 def test_set_model_name_drops_the_params_of_the_files_model_with_a_note(tmp_path, caplog):
-    path = model_with(tmp_path, {"model.params": {"cross_layers": 3, "deep_units": [32],
-                                                  "dropout": 0.1}})
+    path = model_with(
+        tmp_path, {"model.params": {"cross_layers": 3, "deep_units": [32], "dropout": 0.1}}
+    )
     with caplog.at_level("INFO", logger="recsys_dist"):
         config = load_config(path, ["model.name=deepfm"])
     assert config.model.name == "deepfm" and config.model.params.dropout == 0.1
-    assert caplog.messages == [f"note: --set model.name=deepfm: dropped model.params "
-                               f"cross_layers, deep_units of {path}, which deepfm does "
-                               "not take"]
+    assert caplog.messages == [
+        f"note: --set model.name=deepfm: dropped model.params "
+        f"cross_layers, deep_units of {path}, which deepfm does "
+        "not take"
+    ]
     config = load_config(path, ["model.name=deepfm", "model.params.dropout=0.2"])
     assert config.model.params.dropout == 0.2
-    with pytest.raises(ConfigError, match=r"^--set model.params.cross_layers=2: "
-                                          r"model\.params\.cross_layers: unknown key"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set model.params.cross_layers=2: "
+        r"model\.params\.cross_layers: unknown key",
+    ):
         load_config(path, ["model.name=deepfm", "model.params.cross_layers=2"])
 
 
-def test_paths_in_a_file_are_relative_to_it_and_paths_from_set_to_the_cwd(tmp_path,
-                                                                          monkeypatch):
+def test_paths_in_a_file_are_relative_to_it_and_paths_from_set_to_the_cwd(tmp_path, monkeypatch):
     configs = tmp_path / "configs"
     configs.mkdir()
     write_yaml(tmp_path / "features" / "f.yaml", FEATURES)
-    write_yaml(configs / "model.yaml", {
-        "features": "../features/f.yaml",
-        "data": {"path": "../data", "train": {"dates": "2026-01-01"}},
-        "model": {"name": "lr"},
-        "retrain": {"root": "../retrain"}})
+    write_yaml(
+        configs / "model.yaml",
+        {
+            "features": "../features/f.yaml",
+            "data": {"path": "../data", "train": {"dates": "2026-01-01"}},
+            "model": {"name": "lr"},
+            "retrain": {"root": "../retrain"},
+        },
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -299,42 +376,73 @@ def test_vocabulary_files(tmp_path):
 
 
 TRAIN_REJECTIONS = [
-    ("train.embedding_optimizer={name: adam, learning_rate: 0.01}",
-     r"train\.embedding_optimizer\.name: got 'adam'; embedding tables take 'adagrad', 'ftrl' "
-     r"or 'sgd'"),
-    ("train.dense_optimizer={name: sgd, learning_rate: 0.1, beta_1: 0.5}",
-     r"train\.dense_optimizer\.beta_1: does not apply to optimizer 'sgd'"),
-    ("train.dense_optimizer={name: adamw, learning_rate: 0.1}",
-     r"train\.dense_optimizer\.name: got 'adamw'.*Did you mean \"adam\"\?"),
+    (
+        "train.embedding_optimizer={name: adam, learning_rate: 0.01}",
+        r"train\.embedding_optimizer\.name: got 'adam'; embedding tables take 'adagrad', 'ftrl' "
+        r"or 'sgd'",
+    ),
+    (
+        "train.dense_optimizer={name: sgd, learning_rate: 0.1, beta_1: 0.5}",
+        r"train\.dense_optimizer\.beta_1: does not apply to optimizer 'sgd'",
+    ),
+    (
+        "train.dense_optimizer={name: adamw, learning_rate: 0.1}",
+        r"train\.dense_optimizer\.name: got 'adamw'.*Did you mean \"adam\"\?",
+    ),
     ("train.steps_per_call=0", r"train\.steps_per_call: got 0; expected a value >= 1"),
-    ("train.lr_decay_per_epoch=1.5",
-     r"train\.lr_decay_per_epoch: got 1\.5; expected a value <= 1\.0"),
-    ("train.lr_decay_per_epoch=0",
-     r"train\.lr_decay_per_epoch: got 0\.0; expected a value >= 0\.01"),
-    ("train.lr_scaling=quadratic", r"train\.lr_scaling: got 'quadratic'; expected one of 'none', "
-     r"'linear', 'sqrt'"),
-    ("train.linear_optimizer={name: adam, learning_rate: 0.05}",
-     r"train\.linear_optimizer\.name: got 'adam'; embedding tables take 'adagrad', 'ftrl' "
-     r"or 'sgd'"),
-    ("train.linear_optimizer={name: sgd, learning_rate: 0.05, l2: 1.0}",
-     r"train\.linear_optimizer\.l2: does not apply to optimizer 'sgd'"),
-    ("train.early_stopping={patience: 1}",
-     r"train\.early_stopping: needs a validation split to score after every pass: set "
-     r"data\.validation\.dates"),
-    ("train.early_stopping={patience: 0}", r"train\.early_stopping\.patience: got 0; expected a "
-     r"value >= 1"),
-    ("train.early_stopping={metric: gauc}", r"train\.early_stopping\.metric: got 'gauc'; "
-     r"expected one of 'auc', 'logloss'"),
-    ("model.params={cross_layer: 2}",
-     r"model\.params\.cross_layer: unknown key.*Did you mean \"cross_layers\"\?"),
-    ("model.params={hidden_units: [64, 0]}",
-     r"model\.params\.hidden_units\[1\]: got 0; expected a value >= 1"),
+    (
+        "train.lr_decay_per_epoch=1.5",
+        r"train\.lr_decay_per_epoch: got 1\.5; expected a value <= 1\.0",
+    ),
+    (
+        "train.lr_decay_per_epoch=0",
+        r"train\.lr_decay_per_epoch: got 0\.0; expected a value >= 0\.01",
+    ),
+    (
+        "train.lr_scaling=quadratic",
+        r"train\.lr_scaling: got 'quadratic'; expected one of 'none', "
+        r"'linear', 'sqrt'",
+    ),
+    (
+        "train.linear_optimizer={name: adam, learning_rate: 0.05}",
+        r"train\.linear_optimizer\.name: got 'adam'; embedding tables take 'adagrad', 'ftrl' "
+        r"or 'sgd'",
+    ),
+    (
+        "train.linear_optimizer={name: sgd, learning_rate: 0.05, l2: 1.0}",
+        r"train\.linear_optimizer\.l2: does not apply to optimizer 'sgd'",
+    ),
+    (
+        "train.early_stopping={patience: 1}",
+        r"train\.early_stopping: needs a validation split to score after every pass: set "
+        r"data\.validation\.dates",
+    ),
+    (
+        "train.early_stopping={patience: 0}",
+        r"train\.early_stopping\.patience: got 0; expected a "
+        r"value >= 1",
+    ),
+    (
+        "train.early_stopping={metric: gauc}",
+        r"train\.early_stopping\.metric: got 'gauc'; "
+        r"expected one of 'auc', 'logloss'",
+    ),
+    (
+        "model.params={cross_layer: 2}",
+        r"model\.params\.cross_layer: unknown key.*Did you mean \"cross_layers\"\?",
+    ),
+    (
+        "model.params={hidden_units: [64, 0]}",
+        r"model\.params\.hidden_units\[1\]: got 0; expected a value >= 1",
+    ),
 ]
 
 
-@pytest.mark.parametrize("override,pattern", TRAIN_REJECTIONS,
-                         ids=[o.split("=")[0] + str(i) for i, (o, _) in
-                              enumerate(TRAIN_REJECTIONS)])
+@pytest.mark.parametrize(
+    "override,pattern",
+    TRAIN_REJECTIONS,
+    ids=[o.split("=")[0] + str(i) for i, (o, _) in enumerate(TRAIN_REJECTIONS)],
+)
 def test_train_and_model_params_rejections(tmp_path, override, pattern):
     with pytest.raises(ConfigError, match=pattern):
         load_config(write(tmp_path), [override])
@@ -342,16 +450,25 @@ def test_train_and_model_params_rejections(tmp_path, override, pattern):
 
 def test_early_stopping_needs_epochs_and_a_label_of_the_model(tmp_path):
     validation = "data.validation={dates: 2026-01-05}"
-    with pytest.raises(ConfigError, match=r"train\.early_stopping: needs train\.epochs of at "
-                                          r"least 2 \(got 1\): it stops between passes"):
-        load_config(write(tmp_path), [validation, "train.epochs=1",
-                                      "train.early_stopping={patience: 1}"])
-    with pytest.raises(ConfigError, match=r"train\.early_stopping\.label: got 'clik'; the model "
-                                          r"predicts click, conversion\. Did you mean"):
-        load_config(write(tmp_path), [validation, "train.epochs=3",
-                                      "train.early_stopping={label: clik}"])
-    config = load_config(write(tmp_path), [validation, "train.epochs=3",
-                                           "train.early_stopping={patience: 2}"])
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.early_stopping: needs train\.epochs of at "
+        r"least 2 \(got 1\): it stops between passes",
+    ):
+        load_config(
+            write(tmp_path), [validation, "train.epochs=1", "train.early_stopping={patience: 1}"]
+        )
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.early_stopping\.label: got 'clik'; the model "
+        r"predicts click, conversion\. Did you mean",
+    ):
+        load_config(
+            write(tmp_path), [validation, "train.epochs=3", "train.early_stopping={label: clik}"]
+        )
+    config = load_config(
+        write(tmp_path), [validation, "train.epochs=3", "train.early_stopping={patience: 2}"]
+    )
     assert config.train.early_stopping.patience == 2
     assert config.data.validation.dates == "2026-01-05"
 
@@ -380,27 +497,35 @@ def test_the_resolved_config_loads_from_anywhere(tmp_path, monkeypatch):
     assert again.features.vocabularies["ad"] == [10, 20, 30]
 
 
-@pytest.mark.parametrize("model,linear_features", [
-    ("lr", 5), ("deepfm", 5), ("wide_deep", 2), ("dcn_v2", None)])
-def test_a_model_with_a_linear_part_gets_a_linear_optimizer_by_default(tmp_path, model,
-                                                                       linear_features):
+@pytest.mark.parametrize(
+    "model,linear_features", [("lr", 5), ("deepfm", 5), ("wide_deep", 2), ("dcn_v2", None)]
+)
+def test_a_model_with_a_linear_part_gets_a_linear_optimizer_by_default(
+    tmp_path, model, linear_features
+):
     """Adagrad at min(0.2, 1/sqrt(F)) over the F features of the linear part, accumulator
     from 1e-4; written into the resolved config, which loads back the same."""
     import math
 
     from recsys_dist.config.experiment import resolved_files
 
-    inputs = {"model.inputs": {"wide": ["ad", "site"], "deep": ["ad", "site", "price", "tags",
-                                                                "ad_x_site"]}} \
-        if model == "wide_deep" else {}
+    inputs = (
+        {
+            "model.inputs": {
+                "wide": ["ad", "site"],
+                "deep": ["ad", "site", "price", "tags", "ad_x_site"],
+            }
+        }
+        if model == "wide_deep"
+        else {}
+    )
     config = load_config(model_with(tmp_path, {"model.name": model, **inputs}))
     spec = config.train.linear_optimizer
     if linear_features is None:
         assert spec is None and "linear_optimizer" not in config.raw.get("train", {})
         return
     assert (spec.name, spec.initial_accumulator_value) == ("adagrad", 1e-4)
-    assert spec.learning_rate == pytest.approx(min(0.2, 1 / math.sqrt(linear_features)),
-                                               abs=1e-4)
+    assert spec.learning_rate == pytest.approx(min(0.2, 1 / math.sqrt(linear_features)), abs=1e-4)
     assert config.train.embedding_optimizer.initial_accumulator_value == 1e-4
     (tmp_path / "run").mkdir()
     for name, text in resolved_files(config).items():
@@ -409,24 +534,32 @@ def test_a_model_with_a_linear_part_gets_a_linear_optimizer_by_default(tmp_path,
 
 
 def test_a_linear_optimizer_given_or_null_is_kept(tmp_path):
-    given = load_config(model_with(tmp_path, {"model.name": "lr"}),
-                        ["train.linear_optimizer={name: ftrl, learning_rate: 0.3}"])
-    assert (given.train.linear_optimizer.name, given.train.linear_optimizer.learning_rate) \
-        == ("ftrl", 0.3)
+    given = load_config(
+        model_with(tmp_path, {"model.name": "lr"}),
+        ["train.linear_optimizer={name: ftrl, learning_rate: 0.3}"],
+    )
+    assert (given.train.linear_optimizer.name, given.train.linear_optimizer.learning_rate) == (
+        "ftrl",
+        0.3,
+    )
     off = load_config(model_with(tmp_path, {"model.name": "lr"}), ["train.linear_optimizer=null"])
     assert off.train.linear_optimizer is None
 
 
-@pytest.mark.parametrize("overrides,epochs,stopping", [
-    ([], 1, False),                                              # no validation: one pass
-    (["data.validation={dates: 2026-01-05}"], 10, True),         # validation: stop on it
-    (["data.validation={dates: 2026-01-05}", "train.epochs=4"], 4, True),
-    (["data.validation={dates: 2026-01-05}", "train.epochs=1"], 1, False),
-    (["data.validation={dates: 2026-01-05}", "train.early_stopping=null"], 1, False),
-    (["data.validation={dates: 2026-01-05}", "train.early_stopping={patience: 2}"], 10, True),
-])
-def test_early_stopping_is_on_by_default_with_a_validation_split(tmp_path, overrides, epochs,
-                                                                 stopping):
+@pytest.mark.parametrize(
+    "overrides,epochs,stopping",
+    [
+        ([], 1, False),  # no validation: one pass
+        (["data.validation={dates: 2026-01-05}"], 10, True),  # validation: stop on it
+        (["data.validation={dates: 2026-01-05}", "train.epochs=4"], 4, True),
+        (["data.validation={dates: 2026-01-05}", "train.epochs=1"], 1, False),
+        (["data.validation={dates: 2026-01-05}", "train.early_stopping=null"], 1, False),
+        (["data.validation={dates: 2026-01-05}", "train.early_stopping={patience: 2}"], 10, True),
+    ],
+)
+def test_early_stopping_is_on_by_default_with_a_validation_split(
+    tmp_path, overrides, epochs, stopping
+):
     from recsys_dist.config.sections import EarlyStoppingSpec
 
     config = load_config(write(tmp_path), overrides)

@@ -37,36 +37,54 @@ def test_params_parse_with_schema_defaults(tmp_path, name):
 
 
 def test_params_parse_values_and_report_bounds_with_location(tmp_path):
-    doc = _params_doc(tmp_path, """\
+    doc = _params_doc(
+        tmp_path,
+        """\
         good: {cross_layers: 2, low_rank: 8, structure: parallel, hidden_units: [32]}
         bad:
           cross_layers: 0
-        """)
+        """,
+    )
     good = parse_dataclass(DCNv2Params, doc.data["good"], doc, "good")
-    assert good == DCNv2Params(cross_layers=2, low_rank=8, structure="parallel",
-                               hidden_units=[32])
-    with pytest.raises(ConfigError, match=r"model.yaml:3: bad.cross_layers: got 0; "
-                                          r"expected a value >= 1"):
+    assert good == DCNv2Params(cross_layers=2, low_rank=8, structure="parallel", hidden_units=[32])
+    with pytest.raises(
+        ConfigError,
+        match=r"model.yaml:3: bad.cross_layers: got 0; "
+        r"expected a value >= 1",
+    ):
         parse_dataclass(DCNv2Params, doc.data["bad"], doc, "bad")
 
 
-@pytest.mark.parametrize("cls, kwargs, match", [
-    (DCNv2Params, {"cross_layers": 0}, r"DCNv2Params.cross_layers: got 0; expected a value >= 1"),
-    (DCNv2Params, {"structure": "tower"}, r"structure: got 'tower'; expected one of 'stacked'"),
-    (WideDeepParams, {"hidden_units": []}, r"hidden_units: got \[\]; expected at least 1"),
-    (WideDeepParams, {"hidden_units": [64, 0]}, r"every item must be >= 1"),
-    (MMoEParams, {"dropout": 1.0}, r"MMoEParams.dropout: got 1.0; expected a value <= 0.99"),
-])
+@pytest.mark.parametrize(
+    "cls, kwargs, match",
+    [
+        (
+            DCNv2Params,
+            {"cross_layers": 0},
+            r"DCNv2Params.cross_layers: got 0; expected a value >= 1",
+        ),
+        (DCNv2Params, {"structure": "tower"}, r"structure: got 'tower'; expected one of 'stacked'"),
+        (WideDeepParams, {"hidden_units": []}, r"hidden_units: got \[\]; expected at least 1"),
+        (WideDeepParams, {"hidden_units": [64, 0]}, r"every item must be >= 1"),
+        (MMoEParams, {"dropout": 1.0}, r"MMoEParams.dropout: got 1.0; expected a value <= 0.99"),
+    ],
+)
 def test_params_reject_bad_values_in_python(cls, kwargs, match):
     with pytest.raises(ValueError, match=match):
         cls(**kwargs)
 
 
 def test_params_module_imports_without_tensorflow():
-    code = ("import sys; import recsys_dist.config.model_params; "
-            "assert 'tensorflow' not in sys.modules, 'params imported tensorflow'")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT_ROOT,
-                   env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    code = (
+        "import sys; import recsys_dist.config.model_params; "
+        "assert 'tensorflow' not in sys.modules, 'params imported tensorflow'"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+    )
 
 
 def test_docs_quality_has_the_defaults_row_of_every_model():
@@ -76,8 +94,11 @@ def test_docs_quality_has_the_defaults_row_of_every_model():
 
     text = (PROJECT_ROOT / "docs" / "quality.md").read_text()
     section = text.split("\n## Defaults\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines()
-            if line.startswith("| `") and line.split("`")[1] in MODEL_PARAMS]
+    rows = [
+        line
+        for line in section.splitlines()
+        if line.startswith("| `") and line.split("`")[1] in MODEL_PARAMS
+    ]
     assert rows == [defaults_row(name) for name in MODEL_PARAMS]
 
 
@@ -85,5 +106,5 @@ def test_the_linear_rate_follows_the_canned_estimators_rule():
     from recsys_dist.config.model_params import default_linear_learning_rate
 
     assert default_linear_learning_rate(1) == 0.2 and default_linear_learning_rate(25) == 0.2
-    assert default_linear_learning_rate(39) == pytest.approx(1 / 39 ** 0.5)
+    assert default_linear_learning_rate(39) == pytest.approx(1 / 39**0.5)
     assert default_linear_learning_rate(0) == 0.2

@@ -29,9 +29,11 @@ BUILT_IN = ["lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe"]
 
 FEATURES = {
     "tables": {"ads": {"rows": 100, "dim": 4}},
-    "features": {"ad": {"kind": "categorical", "dtype": "int64", "table": "ads"},
-                 "site": {"kind": "categorical", "dtype": "string", "table": "ads"},
-                 "price": {"kind": "numeric", "transform": "log1p"}},
+    "features": {
+        "ad": {"kind": "categorical", "dtype": "int64", "table": "ads"},
+        "site": {"kind": "categorical", "dtype": "string", "table": "ads"},
+        "price": {"kind": "numeric", "transform": "log1p"},
+    },
     "labels": {"click": {}, "conversion": {}, "like": {}},
 }
 
@@ -68,7 +70,7 @@ def toy_models():
 
 
 def test_the_built_in_models_are_registered_once_each():
-    assert model_names()[:len(BUILT_IN)] == BUILT_IN
+    assert model_names()[: len(BUILT_IN)] == BUILT_IN
     assert MODEL_INPUT_GROUPS["wide_deep"] == ("wide", "deep")
     assert MODEL_INPUT_GROUPS["lr"] == ("wide",)
     assert MODEL_REGISTRY["mmoe"].min_labels == 2
@@ -80,9 +82,14 @@ def test_the_built_in_models_are_registered_once_each():
 def test_register_model_records_the_spec_and_the_views_follow(toy_models):
     params = toy_models("toy_reg", input_groups=["user", "item"], min_labels=2)
     spec = MODEL_REGISTRY["toy_reg"]
-    assert (spec.name, spec.params, spec.input_groups, spec.min_labels, spec.needs_sequence,
-            spec.summary) == ("toy_reg", params, ("user", "item"), 2, False,
-                              "A toy model of the tests.")
+    assert (
+        spec.name,
+        spec.params,
+        spec.input_groups,
+        spec.min_labels,
+        spec.needs_sequence,
+        spec.summary,
+    ) == ("toy_reg", params, ("user", "item"), 2, False, "A toy model of the tests.")
     assert MODEL_PARAMS["toy_reg"] is params and MODEL_INPUT_GROUPS["toy_reg"] == ("user", "item")
     assert "toy_reg" in MODEL_PARAMS and list(MODEL_PARAMS)[-1] == "toy_reg"
     unregister_model("toy_reg")
@@ -90,11 +97,17 @@ def test_register_model_records_the_spec_and_the_views_follow(toy_models):
 
 
 def test_register_model_rejects_a_second_model_of_one_name_and_a_non_dataclass(toy_models):
-    with pytest.raises(ValueError, match=r"model 'dcn_v2' is registered already \(by "
-                                         r"DCNv2Params\); choose another name"):
+    with pytest.raises(
+        ValueError,
+        match=r"model 'dcn_v2' is registered already \(by "
+        r"DCNv2Params\); choose another name",
+    ):
         toy_models("dcn_v2")
-    with pytest.raises(TypeError, match=r"register_model\('toy_plain'\) decorates a params "
-                                        r"dataclass"):
+    with pytest.raises(
+        TypeError,
+        match=r"register_model\('toy_plain'\) decorates a params "
+        r"dataclass",
+    ):
         register_model("toy_plain")(type("Plain", (), {}))
     with pytest.raises(ValueError, match=r"distinct input groups"):
         register_model("toy_bad", input_groups=("deep", "deep"))
@@ -109,8 +122,9 @@ def test_an_unknown_model_name_lists_the_registered_ones_with_file_and_line(tmp_
         load_config(path)
     known = ", ".join(repr(n) for n in model_names())
     line = line_of(pathlib.Path(path).read_text(), "dcnv2")
-    assert str(raised.value) == (f"{path}:{line}: model.name: got 'dcnv2'; expected one of "
-                                 f"{known}. Did you mean \"dcn_v2\"?")
+    assert str(raised.value) == (
+        f"{path}:{line}: model.name: got 'dcnv2'; expected one of {known}. Did you mean \"dcn_v2\"?"
+    )
     with pytest.raises(ValueError, match=r"unknown model 'dcn'; expected one of 'lr', "):
         registered_model("dcn")
 
@@ -118,42 +132,60 @@ def test_an_unknown_model_name_lists_the_registered_ones_with_file_and_line(tmp_
 def test_a_registered_model_loads_and_its_params_are_checked(tmp_path, toy_models):
     params = toy_models("toy_cfg")
     config = load_config(_config(tmp_path, {"name": "toy_cfg", "params": {"width": 3}}))
-    assert config.model.params == params(width=3) and config.inputs == {"deep": ["ad", "site",
-                                                                                 "price"]}
-    with pytest.raises(ConfigError, match=r"model\.params\.widht: unknown key; allowed keys "
-                                          r"are width\. Did you mean \"width\"\?"):
+    assert config.model.params == params(width=3) and config.inputs == {
+        "deep": ["ad", "site", "price"]
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.params\.widht: unknown key; allowed keys "
+        r"are width\. Did you mean \"width\"\?",
+    ):
         load_config(_config(tmp_path, {"name": "toy_cfg", "params": {"widht": 3}}))
 
 
 def test_min_labels_is_checked_for_any_model(tmp_path, toy_models):
     toy_models("toy_three_tasks", min_labels=3)
     path = _config(tmp_path, {"name": "toy_three_tasks", "labels": ["click", "like"]})
-    with pytest.raises(ConfigError, match=r"model\.labels: model 'toy_three_tasks' is "
-                                          r"multi-task; it needs at least 3 labels, got "
-                                          r"\['click', 'like'\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.labels: model 'toy_three_tasks' is "
+        r"multi-task; it needs at least 3 labels, got "
+        r"\['click', 'like'\]",
+    ):
         load_config(path)
     assert load_config(_config(tmp_path, {"name": "toy_three_tasks"})).labels == [
-        "click", "conversion", "like"]
+        "click",
+        "conversion",
+        "like",
+    ]
 
 
 def test_a_model_that_needs_a_sequence_is_refused_inputs_without_one(tmp_path, toy_models):
     toy_models("toy_seq", input_groups=("user", "item"), needs_sequence=True)
     toy_models("toy_seq_one", needs_sequence=True)
-    with pytest.raises(ConfigError, match=r"model\.name: model 'toy_seq_one' reads a behaviour "
-                                          r"sequence; its inputs hold no feature of kind: "
-                                          r"sequence \(features: ad, site, price\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.name: model 'toy_seq_one' reads a behaviour "
+        r"sequence; its inputs hold no feature of kind: "
+        r"sequence \(features: ad, site, price\)",
+    ):
         load_config(_config(tmp_path, {"name": "toy_seq_one"}))
     inputs = {"user": ["site", "price"], "item": ["ad"]}
-    with pytest.raises(ConfigError, match=r"model\.inputs: model 'toy_seq' reads a behaviour "
-                                          r"sequence; its inputs hold no feature of kind: "
-                                          r"sequence \(features: site, price, ad\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.inputs: model 'toy_seq' reads a behaviour "
+        r"sequence; its inputs hold no feature of kind: "
+        r"sequence \(features: site, price, ad\)",
+    ):
         load_config(_config(tmp_path, {"name": "toy_seq", "inputs": inputs}))
 
 
 def test_a_model_that_needs_a_sequence_takes_inputs_with_one(tmp_path, toy_models):
     toy_models("toy_seq", needs_sequence=True)
-    features = changed(FEATURES, {"features.history": {
-        "kind": "sequence", "table": "ads", "max_length": 5, "target": "ad"}})
+    features = changed(
+        FEATURES,
+        {"features.history": {"kind": "sequence", "table": "ads", "max_length": 5, "target": "ad"}},
+    )
     config = load_config(_config(tmp_path, {"name": "toy_seq"}, features))
     assert "history" in config.inputs["deep"]
 

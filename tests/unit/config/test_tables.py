@@ -18,8 +18,9 @@ def checked(tmp_path, table: dict) -> TableSpec:
     """Parses ``tables: {ads: table}`` the way the feature config does, then checks it."""
     path = write_yaml(tmp_path / "features.yaml", {"tables": {"ads": table}})
     doc = load_yaml(path)
-    spec = parse_value(dict[str, TableSpec], doc.data["tables"], doc, "tables",
-                       {"key_field": "name"})["ads"]
+    spec = parse_value(
+        dict[str, TableSpec], doc.data["tables"], doc, "tables", {"key_field": "name"}
+    )["ads"]
     check_table(doc, spec)
     return spec
 
@@ -31,27 +32,54 @@ def test_a_hashed_table_has_rows(tmp_path):
 
 
 def test_a_dynamic_table_has_a_capacity_per_shard(tmp_path):
-    spec = checked(tmp_path, {"kind": "dynamic", "dim": 4, "capacity_per_shard": 500,
-                              "admit_after": 3, "evict_after_days": 30})
+    spec = checked(
+        tmp_path,
+        {
+            "kind": "dynamic",
+            "dim": 4,
+            "capacity_per_shard": 500,
+            "admit_after": 3,
+            "evict_after_days": 30,
+        },
+    )
     assert spec.dynamic and spec.rows is None
     assert (spec.capacity_per_shard, spec.admit_after, spec.evict_after_days) == (500, 3, 30)
 
 
-@pytest.mark.parametrize("table, key, message", [
-    ({"dim": 8}, "rows", "missing required key; a hashed table needs its number of rows (or "
-                         "set kind: dynamic and capacity_per_shard)"),
-    ({"dim": 8, "rows": 10, "capacity_per_shard": 5}, "capacity_per_shard",
-     "only applies to kind: dynamic"),
-    ({"dim": 8, "rows": 10, "evict_after_days": 5}, "evict_after_days",
-     "only applies to kind: dynamic"),
-    ({"dim": 8, "rows": 10, "admit_after": 2}, "admit_after", "only applies to kind: dynamic"),
-    ({"kind": "dynamic", "dim": 8, "rows": 10, "capacity_per_shard": 5}, "rows",
-     "does not apply to kind: dynamic (every admitted id gets its own row); set "
-     "capacity_per_shard, the rows on each parameter server"),
-    ({"kind": "dynamic", "dim": 8}, "capacity_per_shard",
-     "missing required key; a dynamic table needs the number of rows it may hold on each "
-     "parameter server"),
-])
+@pytest.mark.parametrize(
+    "table, key, message",
+    [
+        (
+            {"dim": 8},
+            "rows",
+            "missing required key; a hashed table needs its number of rows (or "
+            "set kind: dynamic and capacity_per_shard)",
+        ),
+        (
+            {"dim": 8, "rows": 10, "capacity_per_shard": 5},
+            "capacity_per_shard",
+            "only applies to kind: dynamic",
+        ),
+        (
+            {"dim": 8, "rows": 10, "evict_after_days": 5},
+            "evict_after_days",
+            "only applies to kind: dynamic",
+        ),
+        ({"dim": 8, "rows": 10, "admit_after": 2}, "admit_after", "only applies to kind: dynamic"),
+        (
+            {"kind": "dynamic", "dim": 8, "rows": 10, "capacity_per_shard": 5},
+            "rows",
+            "does not apply to kind: dynamic (every admitted id gets its own row); set "
+            "capacity_per_shard, the rows on each parameter server",
+        ),
+        (
+            {"kind": "dynamic", "dim": 8},
+            "capacity_per_shard",
+            "missing required key; a dynamic table needs the number of rows it may hold on each "
+            "parameter server",
+        ),
+    ],
+)
 def test_each_key_that_does_not_fit_the_kind_is_named(tmp_path, table, key, message):
     with pytest.raises(ConfigError) as raised:
         checked(tmp_path, table)
@@ -60,14 +88,21 @@ def test_each_key_that_does_not_fit_the_kind_is_named(tmp_path, table, key, mess
     assert str(raised.value) == f"{path}:{line}: tables.ads.{key}: {message}"
 
 
-@pytest.mark.parametrize("table, pattern", [
-    ({"dim": 0, "rows": 10}, "tables.ads.dim: got 0; expected a value >= 1"),
-    ({"dim": 8, "rows": 0}, "tables.ads.rows: got 0; expected a value >= 1"),
-    ({"dim": 8, "kind": "static", "rows": 10},
-     "tables.ads.kind: got 'static'; expected one of 'hashed', 'dynamic'."),
-    ({"kind": "dynamic", "dim": 8, "capacity_per_shard": 5, "admit_after": 0},
-     "tables.ads.admit_after: got 0; expected a value >= 1"),
-])
+@pytest.mark.parametrize(
+    "table, pattern",
+    [
+        ({"dim": 0, "rows": 10}, "tables.ads.dim: got 0; expected a value >= 1"),
+        ({"dim": 8, "rows": 0}, "tables.ads.rows: got 0; expected a value >= 1"),
+        (
+            {"dim": 8, "kind": "static", "rows": 10},
+            "tables.ads.kind: got 'static'; expected one of 'hashed', 'dynamic'.",
+        ),
+        (
+            {"kind": "dynamic", "dim": 8, "capacity_per_shard": 5, "admit_after": 0},
+            "tables.ads.admit_after: got 0; expected a value >= 1",
+        ),
+    ],
+)
 def test_out_of_range_values_are_refused(tmp_path, table, pattern):
     with pytest.raises(ConfigError, match=re.escape(pattern)):
         checked(tmp_path, table)

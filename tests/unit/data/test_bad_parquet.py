@@ -42,26 +42,38 @@ def _table(**columns):
 
 
 CASES = {
-    "truncated": (_truncated, r"{bad}: not a readable Parquet file, it may be corrupt or "
-                              r"truncated"),
+    "truncated": (
+        _truncated,
+        r"{bad}: not a readable Parquet file, it may be corrupt or "
+        r"truncated",
+    ),
     "garbage": (_garbage, r"{bad}: not a readable Parquet file"),
     "zero bytes": (_empty, r"{bad}: empty file \(0 bytes\)"),
-    "wrong type": (_table(ad=pa.array(["x"] * 50)),
-                   r"{bad}: column 'ad' has type string, but feature 'ad' needs an integer "
-                   r"column"),
-    "list for a scalar": (_table(ad=pa.array([[1, 2]] * 50, pa.list_(pa.int64()))),
-                          r"{bad}: column 'ad' has type list<\w+: int64> \(a list column\), "
-                          r"but feature 'ad' needs an integer column"),
-    "scalar for a list": (_table(tags=pa.array(np.arange(50), pa.int64())),
-                          r"{bad}: column 'tags' has type int64, but feature 'tags' needs a "
-                          r"list<int64> or list<string> column, or a delimited string column"),
+    "wrong type": (
+        _table(ad=pa.array(["x"] * 50)),
+        r"{bad}: column 'ad' has type string, but feature 'ad' needs an integer "
+        r"column",
+    ),
+    "list for a scalar": (
+        _table(ad=pa.array([[1, 2]] * 50, pa.list_(pa.int64()))),
+        r"{bad}: column 'ad' has type list<\w+: int64> \(a list column\), "
+        r"but feature 'ad' needs an integer column",
+    ),
+    "scalar for a list": (
+        _table(tags=pa.array(np.arange(50), pa.int64())),
+        r"{bad}: column 'tags' has type int64, but feature 'tags' needs a "
+        r"list<int64> or list<string> column, or a delimited string column",
+    ),
     "schema differs from the day's other file": (
         _table(price=pa.array(np.ones(50), pa.float64())),
         r"column 'price' is stored as float32 in {good} but as float64 in {bad}; every file "
-        r"of a job must store a column with the same type"),
-    "null label": (_table(click=pa.array([1, 0, None] + [0] * 47, pa.int64())),
-                   r"{bad}: label column 'click' has 1 null\(s\) in row group 0; every row "
-                   r"needs a label"),
+        r"of a job must store a column with the same type",
+    ),
+    "null label": (
+        _table(click=pa.array([1, 0, None] + [0] * 47, pa.int64())),
+        r"{bad}: label column 'click' has 1 null\(s\) in row group 0; every row "
+        r"needs a label",
+    ),
 }
 
 
@@ -81,8 +93,11 @@ def test_bad_file_stops_the_command_naming_the_file(bad_day, command, capsys):
     import re
 
     config, pattern, tmp_path = bad_day
-    argv = ["validate", "--config", config] if command == "validate" else [
-        "train", "--config", config, "--model-dir", str(tmp_path / "run"), "--no-eval"]
+    argv = (
+        ["validate", "--config", config]
+        if command == "validate"
+        else ["train", "--config", config, "--model-dir", str(tmp_path / "run"), "--no-eval"]
+    )
     assert main(argv) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert err and re.search(pattern, err[-1]), err
@@ -94,9 +109,19 @@ def test_bad_file_stops_the_command_naming_the_file(bad_day, command, capsys):
 def test_bad_file_exit_code_and_no_traceback_from_the_console_script(bad_day):
     config, pattern, tmp_path = bad_day
     result = subprocess.run(
-        [str(pathlib.Path(sys.executable).parent / "recsys-dist"), "train", "--config", config,
-         "--model-dir", str(tmp_path / "run"), "--no-eval"],
-        capture_output=True, text=True, timeout=120)
+        [
+            str(pathlib.Path(sys.executable).parent / "recsys-dist"),
+            "train",
+            "--config",
+            config,
+            "--model-dir",
+            str(tmp_path / "run"),
+            "--no-eval",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 3
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
@@ -104,12 +129,17 @@ def test_bad_file_exit_code_and_no_traceback_from_the_console_script(bad_day):
 
 def test_nulls_anywhere_else_are_read_under_the_null_policy(tmp_path, small_config, capsys):
     n = 120
-    ad = [None if i in (0, n - 1) else i for i in range(n)]            # first and last row
-    price = [None if i < 40 else 1.5 for i in range(n)]                # a whole row group
-    site = pa.nulls(n, pa.string())                                    # every row
+    ad = [None if i in (0, n - 1) else i for i in range(n)]  # first and last row
+    price = [None if i < 40 else 1.5 for i in range(n)]  # a whole row group
+    site = pa.nulls(n, pa.string())  # every row
     tags = [None if i % 5 == 0 else [i, None, i + 1] for i in range(n)]  # inside lists
-    table = small_table(n, ad=pa.array(ad, pa.int64()), price=pa.array(price, pa.float32()),
-                        site=site, tags=pa.array(tags, pa.list_(pa.int64())))
+    table = small_table(
+        n,
+        ad=pa.array(ad, pa.int64()),
+        price=pa.array(price, pa.float32()),
+        site=site,
+        tags=pa.array(tags, pa.list_(pa.int64())),
+    )
     write_parquet(tmp_path / "data" / DAY / "a.parquet", table, row_group_size=40)
     config = small_config(train={"dates": "2026-01-01"})
     assert main(["validate", "--config", config, "--scan"]) == 0
@@ -120,15 +150,14 @@ def test_nulls_anywhere_else_are_read_under_the_null_policy(tmp_path, small_conf
     from recsys_dist.data.input_fn import prepare_input
 
     pipeline = prepare_input(load_config(config), "train", 1)
-    (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0,
-                                        epochs=1)().rebatch(n))
+    (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0, epochs=1)().rebatch(n))
     features = batch["features"]
-    assert features["ad"].numpy()[[0, n - 1]].tolist() == [999, 999]   # the missing row
+    assert features["ad"].numpy()[[0, n - 1]].tolist() == [999, 999]  # the missing row
     assert features["site"].numpy().tolist() == [999] * n
-    assert features["price"].numpy()[:40].tolist() == [0.0] * 40        # fill_value 0
+    assert features["price"].numpy()[:40].tolist() == [0.0] * 40  # fill_value 0
     weights = features["tags"]["weights"].numpy()
-    assert weights[0].tolist() == [0.0, 0.0, 0.0]                        # null list: empty
-    assert weights[1].tolist() == [1.0, 1.0, 0.0]                        # null element dropped
+    assert weights[0].tolist() == [0.0, 0.0, 0.0]  # null list: empty
+    assert weights[1].tolist() == [1.0, 1.0, 0.0]  # null element dropped
 
 
 def test_a_file_gone_after_planning_is_named_when_read(tmp_path, small_config):
@@ -140,6 +169,9 @@ def test_a_file_gone_after_planning_is_named_when_read(tmp_path, small_config):
     path = write_parquet(tmp_path / "data" / DAY / "a.parquet", small_table(50))
     pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
     pathlib.Path(path).unlink()
-    with pytest.raises(DataError, match=rf"reading Parquet failed on a worker: .*{path}: "
-                                        r"no such file"):
+    with pytest.raises(
+        DataError,
+        match=rf"reading Parquet failed on a worker: .*{path}: "
+        r"no such file",
+    ):
         read_pass_local(pipeline)

@@ -24,10 +24,10 @@ COUNTRIES = ["fr", "de", "it"]
 
 FEATURES = {
     "tables": {
-        "tiny": {"rows": 8, "dim": 4},          # 200 distinct ads + topics: shared rows
-        "wide": {"rows": 1000000, "dim": 4},    # 40 sites: no shared row
+        "tiny": {"rows": 8, "dim": 4},  # 200 distinct ads + topics: shared rows
+        "wide": {"rows": 1000000, "dim": 4},  # 40 sites: no shared row
         "tag": {"rows": 64, "dim": 4},
-        "geo": {"rows": 6, "dim": 4},           # 3 countries + 2 OOV rows + missing row
+        "geo": {"rows": 6, "dim": 4},  # 3 countries + 2 OOV rows + missing row
         "crossed": {"rows": 50000, "dim": 4},
         "user": {"kind": "dynamic", "dim": 4, "capacity_per_shard": 100},
         "price_bucket": {"rows": 4, "dim": 4},  # a bucketized numeric: no ids
@@ -36,14 +36,22 @@ FEATURES = {
         "ad": {"kind": "categorical", "dtype": "int64", "table": "tiny"},
         "site": {"kind": "categorical", "dtype": "string", "table": "wide"},
         "tags": {"kind": "multi_categorical", "table": "tag", "max_length": 3},
-        "topics": {"kind": "multi_categorical", "table": "tiny", "max_length": 2,
-                   "weighted": True},
-        "country": {"kind": "categorical", "dtype": "string", "table": "geo",
-                    "vocabulary": "countries.txt", "oov_buckets": 2},
+        "topics": {"kind": "multi_categorical", "table": "tiny", "max_length": 2, "weighted": True},
+        "country": {
+            "kind": "categorical",
+            "dtype": "string",
+            "table": "geo",
+            "vocabulary": "countries.txt",
+            "oov_buckets": 2,
+        },
         "ad_x_site": {"kind": "cross", "inputs": ["ad", "site"], "table": "crossed"},
         "user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
-        "price": {"kind": "numeric", "transform": "bucketize", "boundaries": [1.0, 2.0, 3.0],
-                  "table": "price_bucket"},
+        "price": {
+            "kind": "numeric",
+            "transform": "bucketize",
+            "boundaries": [1.0, 2.0, 3.0],
+            "table": "price_bucket",
+        },
     },
     "labels": {"click": {}},
 }
@@ -53,22 +61,29 @@ def _table(seed: int = 0) -> pa.Table:
     rng = np.random.default_rng(seed)
     ads = [int(v) for v in 1000 + rng.zipf(1.3, ROWS) % 200]
     ads = [None if i % 50 == 0 else v for i, v in enumerate(ads)]  # nulls are no ids
-    tags = [None if i % 37 == 0 else [int(t) for t in rng.integers(0, 300, i % 6)]
-            + ([None] if i % 11 == 0 else []) for i in range(ROWS)]
-    topics = ["|".join(f"{t}:{w:.1f}" for t, w in zip(rng.integers(0, 30, i % 4),
-                                                      rng.random(i % 4)))
-              for i in range(ROWS)]
+    tags = [
+        None
+        if i % 37 == 0
+        else [int(t) for t in rng.integers(0, 300, i % 6)] + ([None] if i % 11 == 0 else [])
+        for i in range(ROWS)
+    ]
+    topics = [
+        "|".join(f"{t}:{w:.1f}" for t, w in zip(rng.integers(0, 30, i % 4), rng.random(i % 4)))
+        for i in range(ROWS)
+    ]
     countries = COUNTRIES + ["es", "pt", "nl", "be", "at"]
-    return pa.table({
-        "ad": pa.array(ads, pa.int64()),
-        "site": pa.array([f"site{int(v)}" for v in rng.integers(0, 40, ROWS)], pa.string()),
-        "tags": pa.array(tags, pa.list_(pa.int64())),
-        "topics": pa.array(topics, pa.string()),
-        "country": pa.array([countries[int(v)] for v in rng.integers(0, 8, ROWS)]),
-        "user_id": pa.array(rng.integers(0, 300, ROWS), pa.int64()),
-        "price": pa.array(rng.random(ROWS).astype(np.float32) * 4, pa.float32()),
-        "click": pa.array(rng.integers(0, 2, ROWS), pa.int64()),
-    })
+    return pa.table(
+        {
+            "ad": pa.array(ads, pa.int64()),
+            "site": pa.array([f"site{int(v)}" for v in rng.integers(0, 40, ROWS)], pa.string()),
+            "tags": pa.array(tags, pa.list_(pa.int64())),
+            "topics": pa.array(topics, pa.string()),
+            "country": pa.array([countries[int(v)] for v in rng.integers(0, 8, ROWS)]),
+            "user_id": pa.array(rng.integers(0, 300, ROWS), pa.int64()),
+            "price": pa.array(rng.random(ROWS).astype(np.float32) * 4, pa.float32()),
+            "click": pa.array(rng.integers(0, 2, ROWS), pa.int64()),
+        }
+    )
 
 
 @pytest.fixture
@@ -76,13 +91,22 @@ def dataset(tmp_path):
     """``(model config path, data path, the table written)``, in 3 files."""
     table = _table()
     for i in range(3):
-        write_parquet(tmp_path / "data" / f"part-{i}.parquet",
-                      table.slice(i * ROWS // 3, ROWS // 3), row_group_size=150)
+        write_parquet(
+            tmp_path / "data" / f"part-{i}.parquet",
+            table.slice(i * ROWS // 3, ROWS // 3),
+            row_group_size=150,
+        )
     (tmp_path / "countries.txt").write_text("\n".join(COUNTRIES) + "\n")
     write_yaml(tmp_path / "features.yaml", FEATURES)
-    config = write_yaml(tmp_path / "model.yaml", {
-        "features": "features.yaml", "model": {"name": "dcn_v2"},
-        "input": {"batch_size": 64, "shuffle": False}, "cluster": {"workers": 2, "ps": 2}})
+    config = write_yaml(
+        tmp_path / "model.yaml",
+        {
+            "features": "features.yaml",
+            "model": {"name": "dcn_v2"},
+            "input": {"batch_size": 64, "shuffle": False},
+            "cluster": {"workers": 2, "ps": 2},
+        },
+    )
     return config, str(tmp_path / "data"), table
 
 
@@ -94,8 +118,9 @@ def _ids(table: pa.Table) -> dict[str, list[list]]:
         "ad": [[a] if a is not None else [] for a in ads],
         "site": [[s] for s in sites],
         "tags": [[t for t in (v or []) if t is not None][:3] for v in table["tags"].to_pylist()],
-        "topics": [[e.split(":")[0] for e in v.split("|") if e][:2]
-                   for v in table["topics"].to_pylist()],
+        "topics": [
+            [e.split(":")[0] for e in v.split("|") if e][:2] for v in table["topics"].to_pylist()
+        ],
         "country": [[c] for c in table["country"].to_pylist()],
         "ad_x_site": [[(a, s)] if a is not None else [] for a, s in zip(ads, sites)],
         "user_id": [[u] for u in table["user_id"].to_pylist()],
@@ -109,8 +134,9 @@ def _looked_up_rows(config_path: str, data: str) -> dict[str, dict[int, list[int
     out: dict[str, dict[int, list[int]]] = collections.defaultdict(dict)
     for batch in pipeline.dataset_fn(training=False, worker_index=0)():
         for k, row in enumerate(batch["row"].numpy()):
-            global_row = int(files[row >> 32].split("part-")[1][0]) * (ROWS // 3) \
-                + int(row & 0xFFFFFFFF)
+            global_row = int(files[row >> 32].split("part-")[1][0]) * (ROWS // 3) + int(
+                row & 0xFFFFFFFF
+            )
             for name, value in batch["features"].items():
                 if isinstance(value, dict):
                     out[name][global_row] = [int(v) for v in value["ids"][k].numpy()]
@@ -127,7 +153,8 @@ def _expected(config_path: str, data: str, table: pa.Table) -> dict[str, tuple[i
         for r, ids in enumerate(ids_of_row):
             for slot, value in enumerate(ids):  # multi-valued: slot k holds the k-th id
                 per_table[FEATURES["features"][name]["table"]].append(
-                    ((name, value), rows[name][r][slot]))
+                    ((name, value), rows[name][r][slot])
+                )
     out = {}
     for name, lookups in per_table.items():
         keys_of_row = collections.defaultdict(set)
@@ -160,29 +187,38 @@ def test_distinct_ids_and_shared_rows_match_a_brute_force_count(dataset):
 def test_validate_scan_prints_a_line_per_table(dataset, capsys):
     config_path, data, table = dataset
     assert main(["validate", "--config", config_path, "--data", data, "--scan"]) == 0
-    lines = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines()
-             if line.startswith(("ids ", "warning "))}
+    lines = {
+        line.split(":")[0]: line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("ids ", "warning "))
+    }
     expected = _expected(config_path, data, table)
     distinct, share, lookups = expected["tiny"]
     # ~100 rows per distinct id keep the expected share of shared lookups under 1%
     suggested = math.ceil((distinct - 1) / -math.log(0.99))
     suggested = int(float(f"{suggested:.1e}")) + (
-        10 ** (len(str(suggested)) - 2) if int(float(f"{suggested:.1e}")) < suggested else 0)
+        10 ** (len(str(suggested)) - 2) if int(float(f"{suggested:.1e}")) < suggested else 0
+    )
     assert lines["ids      table tiny"] == (
         f"ids      table tiny: {distinct} distinct ids in 1,200 rows ({lookups:,} lookups); "
         f"{share:.1%} of lookups share a row with another id: consider kind: dynamic or "
-        f"rows >= {suggested:,}")
+        f"rows >= {suggested:,}"
+    )
     assert lines["ids      table wide"] == (
-        "ids      table wide: 40 distinct ids in 1,200 rows; 0.0% share a row (fine)")
+        "ids      table wide: 40 distinct ids in 1,200 rows; 0.0% share a row (fine)"
+    )
     assert lines["ids      table geo"] == (
         f"ids      table geo: 8 distinct ids in 1,200 rows; {expected['geo'][1]:.1%} of lookups "
-        "share a row with another id: extend the vocabulary or raise oov_buckets")
+        "share a row with another id: extend the vocabulary or raise oov_buckets"
+    )
     users = expected["user"][0]
     assert lines["ids      table user"] == (
-        f"ids      table user: dynamic, {users} distinct ids (capacity 200)")
+        f"ids      table user: dynamic, {users} distinct ids (capacity 200)"
+    )
     assert lines["warning  dynamic table user would be full"] == (
         f"warning  dynamic table user would be full: {users} distinct ids > capacity 200; "
-        "raise its capacity_per_shard")
+        "raise its capacity_per_shard"
+    )
     assert "ids      table price_bucket" not in lines
 
 
@@ -192,11 +228,14 @@ def test_the_suggestion_follows_the_printed_share():
     def line(shared: int) -> str:
         return TableIds("c3", False, 1000, 1000, 21829, 21000, shared).lines()[0]
 
-    assert line(10) == ("ids      table c3: 21,829 distinct ids in 1,000 rows; 1.0% share a row "
-                        "(fine)")
+    assert line(10) == (
+        "ids      table c3: 21,829 distinct ids in 1,000 rows; 1.0% share a row (fine)"
+    )
     # 21,828 / -ln(0.99) = 2,171,8.. rows, rounded up to two significant digits
-    assert line(11) == ("ids      table c3: 21,829 distinct ids in 1,000 rows; 1.1% of lookups "
-                        "share a row with another id: consider kind: dynamic or rows >= 2,200,000")
+    assert line(11) == (
+        "ids      table c3: 21,829 distinct ids in 1,000 rows; 1.1% of lookups "
+        "share a row with another id: consider kind: dynamic or rows >= 2,200,000"
+    )
 
 
 def test_the_sample_check_names_each_crowded_table_its_share_and_its_fix(dataset, capsys):
@@ -216,22 +255,27 @@ def test_the_sample_check_names_each_crowded_table_its_share_and_its_fix(dataset
     named = {line.split(":")[0].split()[-1] for line in lines if "hashed table" in line}
     assert named == crowded
     tiny = next(line for line in lines if "hashed table tiny:" in line)
-    assert tiny.startswith(f"warning  hashed table tiny: {sample['tiny'].shared:.1%} of lookups "
-                           "in the first 500 rows share a row with another id ("
-                           f"{sample['tiny'].distinct_ids:,} distinct ids in 8 rows)")
+    assert tiny.startswith(
+        f"warning  hashed table tiny: {sample['tiny'].shared:.1%} of lookups "
+        "in the first 500 rows share a row with another id ("
+        f"{sample['tiny'].distinct_ids:,} distinct ids in 8 rows)"
+    )
     assert "use kind: dynamic (a row per id), or rows >= " in tiny
-    assert any("geo:" in line and "extend the vocabulary or raise oov_buckets" in line
-               for line in lines) == ("geo" in crowded)
+    assert any(
+        "geo:" in line and "extend the vocabulary or raise oov_buckets" in line for line in lines
+    ) == ("geo" in crowded)
     # the dynamic table that the sample alone overfills is named too
-    assert any(line.startswith("warning  dynamic table user would be full") for line in lines) \
-        == (sample["user"].distinct_ids > 200)
+    assert any(line.startswith("warning  dynamic table user would be full") for line in lines) == (
+        sample["user"].distinct_ids > 200
+    )
     assert main(["validate", "--config", config_path, "--data", data]) == 0
     out = capsys.readouterr().out
     assert "warning  hashed table tiny: " in out and "in all 1,200 rows" in out
 
 
-def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(dataset, tmp_path,
-                                                                  monkeypatch, caplog):
+def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(
+    dataset, tmp_path, monkeypatch, caplog
+):
     """``train`` checks the sample of its planned training rows before any server starts,
     only while its model dir has no checkpoint (``train/run.py``)."""
     from recsys_dist.checkpoint.store import CheckpointManager
@@ -245,8 +289,10 @@ def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(dataset, tmp_p
     run._warn_collisions_on_first_run(config, model_dir, train_input)
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(m.startswith("hashed table tiny: ") for m in warned), warned
-    assert any(m.startswith("tables\tchecked on the first 100,000 training rows in ")
-               for m in caplog.messages), caplog.messages
+    assert any(
+        m.startswith("tables\tchecked on the first 100,000 training rows in ")
+        for m in caplog.messages
+    ), caplog.messages
     caplog.clear()
     monkeypatch.setattr(CheckpointManager, "latest", lambda self: object())
     run._warn_collisions_on_first_run(config, model_dir, train_input)

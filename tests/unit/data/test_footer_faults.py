@@ -39,8 +39,7 @@ def test_503_on_one_in_five_footer_reads_loses_no_file(fault_proxy, root):
     assert sum(1 for e in fault_proxy.log if e.fault == "503") >= 2
 
 
-def test_a_footer_storage_cannot_serve_is_a_storage_error_never_a_skipped_file(fault_proxy,
-                                                                              root):
+def test_a_footer_storage_cannot_serve_is_a_storage_error_never_a_skipped_file(fault_proxy, root):
     path = f"{root}/part-0.parquet"
     with storage_io.open_file(path, "wb") as handle:
         handle.write(_parquet(1000))

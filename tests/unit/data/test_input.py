@@ -31,14 +31,17 @@ def _splitmix_bucket(ids: np.ndarray, buckets: int) -> np.ndarray:
 
 
 def _day(tmp_path, day: str, tables: list[pa.Table], row_group_size: int = 40) -> list[str]:
-    return [write_parquet(tmp_path / "data" / f"dt={day}" / f"part-{i:05d}.parquet", t,
-                          row_group_size) for i, t in enumerate(tables)]
+    return [
+        write_parquet(tmp_path / "data" / f"dt={day}" / f"part-{i:05d}.parquet", t, row_group_size)
+        for i, t in enumerate(tables)
+    ]
 
 
 def _read_all(config_path: str, split=None, data_path=None, workers=1):
     pipeline = prepare_input(load_config(config_path).with_data_path(data_path), split, workers)
-    return pipeline, [read_pass_local(pipeline, worker_index=w, collect_rows=True)
-                      for w in range(workers)]
+    return pipeline, [
+        read_pass_local(pipeline, worker_index=w, collect_rows=True) for w in range(workers)
+    ]
 
 
 def test_assign_units_balances_by_rows_and_covers_every_unit_once():
@@ -60,7 +63,8 @@ def test_three_workers_read_every_row_exactly_once_with_correct_values(tmp_path,
     ids = np.concatenate([r.row_ids for r in results])
     check_exactly_once(pipeline.plan, ids)
     assert sorted(ids.tolist()) == sorted(
-        row_id(f, r) for f, t in enumerate(tables) for r in range(t.num_rows))
+        row_id(f, r) for f, t in enumerate(tables) for r in range(t.num_rows)
+    )
 
     # Values: one batch checked against an independent numpy computation.
     dataset = pipeline.dataset_fn(training=False, worker_index=0)()
@@ -83,8 +87,9 @@ def test_units_larger_than_max_unit_rows_are_split(tmp_path, small_config):
     config = small_config(train={"dates": "2026-01-01"})
     pipeline = prepare_input(load_config(config, ["input.max_unit_rows=30"]), "train", 2)
     assert [u.rows for u in pipeline.plan.units] == [25, 25, 25, 25]
-    ids = np.concatenate([read_pass_local(pipeline, worker_index=w, collect_rows=True).row_ids
-                          for w in (0, 1)])
+    ids = np.concatenate(
+        [read_pass_local(pipeline, worker_index=w, collect_rows=True).row_ids for w in (0, 1)]
+    )
     check_exactly_once(pipeline.plan, ids)
 
 
@@ -93,12 +98,16 @@ def test_exactly_once_check_rejects_duplicates_and_gaps(tmp_path, small_config):
     pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
     ids = np.array([row_id(0, r) for r in range(50)])
     check_exactly_once(pipeline.plan, ids)
-    with pytest.raises(DataError, match=r"1 planned rows never read .*row 49\); 1 rows read more "
-                                        r"than once .*row 0"):
+    with pytest.raises(
+        DataError,
+        match=r"1 planned rows never read .*row 49\); 1 rows read more "
+        r"than once .*row 0",
+    ):
         check_exactly_once(pipeline.plan, np.concatenate([ids[:-1], ids[:1]]))
 
 
 # ---- bad data: files ------------------------------------------------------------------
+
 
 def _corrupt(path: str) -> None:
     with open(path, "wb") as handle:
@@ -120,20 +129,25 @@ def _zero_rows(path: str) -> None:
     pq.write_table(small_table(0), path)
 
 
-@pytest.mark.parametrize("damage,reason", [
-    (_corrupt, r"not a readable Parquet file, it may be corrupt or truncated"),
-    (_truncate, r"not a readable Parquet file, it may be corrupt or truncated"),
-    (_empty_bytes, r"empty file \(0 bytes\)"),
-    (_zero_rows, r"empty file \(0 rows\)"),
-])
-def test_bad_file_fails_naming_it_or_is_skipped_and_reported(tmp_path, small_config, damage,
-                                                             reason):
+@pytest.mark.parametrize(
+    "damage,reason",
+    [
+        (_corrupt, r"not a readable Parquet file, it may be corrupt or truncated"),
+        (_truncate, r"not a readable Parquet file, it may be corrupt or truncated"),
+        (_empty_bytes, r"empty file \(0 bytes\)"),
+        (_zero_rows, r"empty file \(0 rows\)"),
+    ],
+)
+def test_bad_file_fails_naming_it_or_is_skipped_and_reported(
+    tmp_path, small_config, damage, reason
+):
     good, bad = _day(tmp_path, "2026-01-01", [small_table(60), small_table(60, seed=1)])
     damage(bad)
     with pytest.raises(DataError, match=f"{bad}: {reason}.*set data.on_bad_file: skip"):
         prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
-    pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"},
-                                                      on_bad_file="skip")), "train", 1)
+    pipeline = prepare_input(
+        load_config(small_config(train={"dates": "2026-01-01"}, on_bad_file="skip")), "train", 1
+    )
     assert pipeline.plan.files == (good,)
     assert [(s.path, s.rows) for s in pipeline.plan.skipped] == [(bad, 0)]
     assert read_pass_local(pipeline).rows == 60
@@ -143,16 +157,20 @@ def test_all_files_bad_under_skip_still_fails(tmp_path, small_config):
     (bad,) = _day(tmp_path, "2026-01-01", [small_table(10)])
     _corrupt(bad)
     with pytest.raises(DataError, match=r"no readable Parquet file left after skipping bad files"):
-        prepare_input(load_config(small_config(train={"dates": "2026-01-01"},
-                                               on_bad_file="skip")), "train", 1)
+        prepare_input(
+            load_config(small_config(train={"dates": "2026-01-01"}, on_bad_file="skip")), "train", 1
+        )
 
 
 def test_zero_files_matched_names_dates_and_what_exists(tmp_path, small_config):
     _day(tmp_path, "2026-01-01", [small_table(10)])
     config = load_config(small_config(train={"dates": "2026-01-01..2026-01-03"}))
-    with pytest.raises(DataError, match=r"no Parquet files for dt=2026-01-02, 2026-01-03 "
-                                        r"\(date range 2026-01-01..2026-01-03\); partitions "
-                                        r"present under .*data: 2026-01-01"):
+    with pytest.raises(
+        DataError,
+        match=r"no Parquet files for dt=2026-01-02, 2026-01-03 "
+        r"\(date range 2026-01-01..2026-01-03\); partitions "
+        r"present under .*data: 2026-01-01",
+    ):
         prepare_input(config, "train", 1)
     with pytest.raises(DataError, match=r"no Parquet files matched .*nothing-\*\.parquet"):
         prepare_input(config.with_data_path(str(tmp_path / "data" / "nothing-*.parquet")), None, 1)
@@ -160,8 +178,7 @@ def test_zero_files_matched_names_dates_and_what_exists(tmp_path, small_config):
         prepare_input(config.with_data_path(str(tmp_path / "missing-dir")), None, 1)
 
 
-def test_data_path_from_the_command_line_overrides_data_path_and_keeps_raw(tmp_path,
-                                                                          small_config):
+def test_data_path_from_the_command_line_overrides_data_path_and_keeps_raw(tmp_path, small_config):
     day1 = _day(tmp_path, "2026-01-01", [small_table(10), small_table(20, seed=1)])
     day2 = _day(tmp_path, "2026-01-02", [small_table(30, seed=2)])
     other = tmp_path / "elsewhere"
@@ -178,8 +195,7 @@ def test_data_path_from_the_command_line_overrides_data_path_and_keeps_raw(tmp_p
     assert rows(config.with_data_path(str(tmp_path / "data")), "train") == 30
     # One file or a glob: every file there, whatever the dates.
     assert rows(config.with_data_path(day2[0]), "train") == 30
-    assert rows(config.with_data_path(str(tmp_path / "data" / "dt=*" / "*.parquet")),
-                "train") == 60
+    assert rows(config.with_data_path(str(tmp_path / "data" / "dt=*" / "*.parquet")), "train") == 60
     assert rows(config.with_data_path(day1[1]), None) == 20
     # A split the config does not define: an error from the file, all of --data from a command.
     with pytest.raises(ConfigError, match=r"data\.eval: missing; set data\.eval\.dates"):
@@ -192,8 +208,11 @@ def test_data_path_from_the_command_line_overrides_data_path_and_keeps_raw(tmp_p
 
 def test_path_from_command_line_is_not_a_config_key(tmp_path, small_config):
     path = small_config(path_from_command_line=True)
-    with pytest.raises(ConfigError, match=r"data\.path_from_command_line: unknown key; "
-                                          r"allowed keys are .*path"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.path_from_command_line: unknown key; "
+        r"allowed keys are .*path",
+    ):
         load_config(path)
 
 
@@ -207,10 +226,12 @@ def test_a_partition_with_an_invalid_date_is_never_read_as_data(tmp_path, small_
         prepare_input(config.with_data_path(root), None, 1)
     assert str(raised.value) == (
         f"{root}/dt=2026-13-45: not a valid date partition (expected dt=YYYY-MM-DD) under "
-        f"{root}; rename or move it, or point at the partitions to read")
+        f"{root}; rename or move it, or point at the partitions to read"
+    )
 
 
 # ---- bad data: rows ---------------------------------------------------------------------
+
 
 def _with_null_label(n=80):
     clicks = [None if i == 45 else i % 2 for i in range(n)]
@@ -219,31 +240,45 @@ def _with_null_label(n=80):
 
 def test_null_label_fails_before_any_worker_reads(tmp_path, small_config):
     (path,) = _day(tmp_path, "2026-01-01", [_with_null_label()])
-    with pytest.raises(DataError, match=rf"{path}: label column 'click' has 1 null\(s\) in row "
-                                        r"group 1; every row needs a label"):
+    with pytest.raises(
+        DataError,
+        match=rf"{path}: label column 'click' has 1 null\(s\) in row "
+        r"group 1; every row needs a label",
+    ):
         prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
 
 
 def test_null_label_row_group_skipped_and_counted_under_skip(tmp_path, small_config):
     (path,) = _day(tmp_path, "2026-01-01", [_with_null_label()])
-    pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"},
-                                                      on_bad_row="skip")), "train", 1)
+    pipeline = prepare_input(
+        load_config(small_config(train={"dates": "2026-01-01"}, on_bad_row="skip")), "train", 1
+    )
     result = read_pass_local(pipeline)
     assert (result.rows, result.skipped_rows) == (80, 1)  # only the null-label row
 
 
-@pytest.mark.parametrize("value,problem", [
-    (float("nan"), r"a NaN or infinite value \(set nan_means_missing: true if NaN means missing\)"),
-    (float("inf"), r"a NaN or infinite value \(set nan_means_missing: true"),
-])
-def test_non_finite_numeric_fails_naming_file_column_and_row(tmp_path, small_config, value,
-                                                            problem):
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        (
+            float("nan"),
+            r"a NaN or infinite value \(set nan_means_missing: true if NaN means missing\)",
+        ),
+        (float("inf"), r"a NaN or infinite value \(set nan_means_missing: true"),
+    ],
+)
+def test_non_finite_numeric_fails_naming_file_column_and_row(
+    tmp_path, small_config, value, problem
+):
     prices = np.ones(50, np.float32)
     prices[17] = value
     (path,) = _day(tmp_path, "2026-01-01", [small_table(50, price=pa.array(prices))], 50)
     pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
-    with pytest.raises(DataError, match=rf"numeric column 'price' \(feature 'price'\) has "
-                                        rf"{problem}.* in {path} \(rows 0..50\) at row 17"):
+    with pytest.raises(
+        DataError,
+        match=rf"numeric column 'price' \(feature 'price'\) has "
+        rf"{problem}.* in {path} \(rows 0..50\) at row 17",
+    ):
         read_pass_local(pipeline)
 
 
@@ -251,8 +286,9 @@ def test_non_finite_numeric_rows_skipped_and_counted(tmp_path, small_config):
     prices = np.ones(50, np.float32)
     prices[[3, 9]] = [np.inf, np.nan]
     _day(tmp_path, "2026-01-01", [small_table(50, price=pa.array(prices))], 50)
-    pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"},
-                                                      on_bad_row="skip")), "train", 1)
+    pipeline = prepare_input(
+        load_config(small_config(train={"dates": "2026-01-01"}, on_bad_row="skip")), "train", 1
+    )
     batches = list(pipeline.dataset_fn(training=False, worker_index=0)())
     valid = np.concatenate([b["valid"].numpy() for b in batches])
     price = np.concatenate([b["features"]["price"].numpy() for b in batches])
@@ -262,25 +298,40 @@ def test_non_finite_numeric_rows_skipped_and_counted(tmp_path, small_config):
 
 
 def test_nan_means_missing_fills_but_inf_is_still_bad(tmp_path, small_config):
-    features = changed(SMALL_FEATURES, {"features.price.transform": "none",
-                                        "features.price.nan_means_missing": True,
-                                        "features.price.fill_value": -1})
+    features = changed(
+        SMALL_FEATURES,
+        {
+            "features.price.transform": "none",
+            "features.price.nan_means_missing": True,
+            "features.price.fill_value": -1,
+        },
+    )
     prices = np.array([np.nan, 2.0, np.inf, 4.0], np.float32)
     _day(tmp_path, "2026-01-01", [small_table(4, price=pa.array(prices))], 4)
-    pipeline = prepare_input(load_config(small_config(features, train={"dates": "2026-01-01"},
-                                                      on_bad_row="skip")), "train", 1)
+    pipeline = prepare_input(
+        load_config(small_config(features, train={"dates": "2026-01-01"}, on_bad_row="skip")),
+        "train",
+        1,
+    )
     (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0)())
     assert batch["features"]["price"].numpy().tolist() == [-1.0, 2.0, -1.0, 4.0]
     assert batch["valid"].numpy().tolist() == [1.0, 1.0, 0.0, 1.0]
 
 
 def test_label_outside_zero_one_fails(tmp_path, small_config):
-    (path,) = _day(tmp_path, "2026-01-01",
-                   [small_table(10, click=pa.array([0, 1, 2, 0, 1, 0, 0, 1, 1, 0]))], 10)
+    (path,) = _day(
+        tmp_path,
+        "2026-01-01",
+        [small_table(10, click=pa.array([0, 1, 2, 0, 1, 0, 0, 1, 1, 0]))],
+        10,
+    )
     pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
-    with pytest.raises(DataError, match=rf"label column 'click' has a null or a value other "
-                                        rf"than 0 or 1 in "
-                                        rf"{path} \(rows 0..10\) at row 2"):
+    with pytest.raises(
+        DataError,
+        match=rf"label column 'click' has a null or a value other "
+        rf"than 0 or 1 in "
+        rf"{path} \(rows 0..10\) at row 2",
+    ):
         read_pass_local(pipeline)
 
 
@@ -289,11 +340,17 @@ def test_bad_weight_in_weighted_multi_valued_column(tmp_path, small_config):
     tags = pa.array(["1:0.5|2:0.5", "3:abc", "", "4"])
     (path,) = _day(tmp_path, "2026-01-01", [small_table(4, tags=tags)], 4)
     config = small_config(features, train={"dates": "2026-01-01"})
-    with pytest.raises(DataError, match=r"column 'tags' \(feature 'tags'\) has an entry whose "
-                                        r"weight after ':' is not a number in .* at row 1"):
+    with pytest.raises(
+        DataError,
+        match=r"column 'tags' \(feature 'tags'\) has an entry whose "
+        r"weight after ':' is not a number in .* at row 1",
+    ):
         read_pass_local(prepare_input(load_config(config), "train", 1))
-    skip = prepare_input(load_config(small_config(features, train={"dates": "2026-01-01"},
-                                                  on_bad_row="skip")), "train", 1)
+    skip = prepare_input(
+        load_config(small_config(features, train={"dates": "2026-01-01"}, on_bad_row="skip")),
+        "train",
+        1,
+    )
     (batch,) = list(skip.dataset_fn(training=False, worker_index=0)())
     assert batch["valid"].numpy().tolist() == [1.0, 0.0, 1.0, 0.0]
     assert batch["features"]["tags"]["weights"].numpy()[0].tolist() == [0.5, 0.5, 0.0]
@@ -301,23 +358,52 @@ def test_bad_weight_in_weighted_multi_valued_column(tmp_path, small_config):
 
 # ---- schema -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("column,array,pattern", [
-    ("ad", None, r"column 'ad' \(read by feature 'ad'\) is missing\..*The file has columns: "),
-    ("ad", pa.array(["a"] * 5), r"column 'ad' has type string, but feature 'ad' needs an "
-                                r"integer column"),
-    ("click", pa.array(["yes"] * 5), r"column 'click' has type string, but label 'click' needs"),
-    ("price", pa.array([pa.scalar(1, pa.timestamp("s"))] * 5),
-     r"column 'price' has type timestamp\[ms\], but feature 'price' needs an integer or floating"),
-    ("ad", pa.array([[1, 2]] * 5), r"column 'ad' has type list<element: int64> \(a list column\), "
-                                   r"but feature 'ad' needs an integer column"),
-    ("tags", pa.array([1] * 5), r"column 'tags' has type int64, but feature 'tags' needs a "
-                                r"list<int64> or list<string> column, or a delimited string"),
-    ("tags", pa.array([[1.5]] * 5), r"column 'tags' has type list<element: double> \(a list "
-                                    r"column\), but feature 'tags' needs a list<int64>"),
-    ("site", pa.array([{"a": 1}] * 5), r"column 'site' \(read by feature 'site'\) is a nested"),
-])
-def test_schema_mismatch_rejected_with_clear_message(tmp_path, small_config, column, array,
-                                                     pattern):
+
+@pytest.mark.parametrize(
+    "column,array,pattern",
+    [
+        ("ad", None, r"column 'ad' \(read by feature 'ad'\) is missing\..*The file has columns: "),
+        (
+            "ad",
+            pa.array(["a"] * 5),
+            r"column 'ad' has type string, but feature 'ad' needs an "
+            r"integer column",
+        ),
+        (
+            "click",
+            pa.array(["yes"] * 5),
+            r"column 'click' has type string, but label 'click' needs",
+        ),
+        (
+            "price",
+            pa.array([pa.scalar(1, pa.timestamp("s"))] * 5),
+            r"column 'price' has type timestamp\[ms\], but feature 'price' needs an integer or "
+            r"floating",
+        ),
+        (
+            "ad",
+            pa.array([[1, 2]] * 5),
+            r"column 'ad' has type list<element: int64> \(a list column\), "
+            r"but feature 'ad' needs an integer column",
+        ),
+        (
+            "tags",
+            pa.array([1] * 5),
+            r"column 'tags' has type int64, but feature 'tags' needs a "
+            r"list<int64> or list<string> column, or a delimited string",
+        ),
+        (
+            "tags",
+            pa.array([[1.5]] * 5),
+            r"column 'tags' has type list<element: double> \(a list "
+            r"column\), but feature 'tags' needs a list<int64>",
+        ),
+        ("site", pa.array([{"a": 1}] * 5), r"column 'site' \(read by feature 'site'\) is a nested"),
+    ],
+)
+def test_schema_mismatch_rejected_with_clear_message(
+    tmp_path, small_config, column, array, pattern
+):
     table = small_table(5)
     if array is None:
         table = table.drop_columns([column])
@@ -329,33 +415,45 @@ def test_schema_mismatch_rejected_with_clear_message(tmp_path, small_config, col
 
 
 def test_files_disagreeing_on_a_column_type_are_rejected(tmp_path, small_config):
-    first, second = _day(tmp_path, "2026-01-01", [
-        small_table(5), small_table(5, price=pa.array(np.ones(5), pa.float64()))])
-    with pytest.raises(DataError, match=rf"column 'price' is stored as float32 in {first} but as "
-                                        rf"float64 in {second}"):
+    first, second = _day(
+        tmp_path,
+        "2026-01-01",
+        [small_table(5), small_table(5, price=pa.array(np.ones(5), pa.float64()))],
+    )
+    with pytest.raises(
+        DataError,
+        match=rf"column 'price' is stored as float32 in {first} but as "
+        rf"float64 in {second}",
+    ):
         prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
 
 
 def test_narrow_and_wide_physical_types_are_read_and_cast(tmp_path, small_config):
-    table = small_table(6, ad=pa.array([1, 2, 3, 4, 5, 6], pa.int32()),
-                        price=pa.array(np.arange(6), pa.float64()),
-                        click=pa.array([True, False] * 3))
+    table = small_table(
+        6,
+        ad=pa.array([1, 2, 3, 4, 5, 6], pa.int32()),
+        price=pa.array(np.arange(6), pa.float64()),
+        click=pa.array([True, False] * 3),
+    )
     _day(tmp_path, "2026-01-01", [table], 6)
     pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
     assert pipeline.transform.column_dtypes["ad"] == "int32"
     (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0)())
-    assert batch["features"]["ad"].numpy().tolist() == _splitmix_bucket(
-        np.arange(1, 7), 999).tolist()
+    assert (
+        batch["features"]["ad"].numpy().tolist() == _splitmix_bucket(np.arange(1, 7), 999).tolist()
+    )
     assert batch["labels"]["click"].numpy().tolist() == [1.0, 0.0] * 3
 
 
 def test_optional_extra_columns_are_passed_through_only_when_every_file_has_them(
-        tmp_path, small_config):
+    tmp_path, small_config
+):
     oracle = pa.array(np.arange(6, dtype=np.float32))
     _day(tmp_path, "2026-01-01", [small_table(6, oracle_logit=oracle)], 6)
     config = load_config(small_config(train={"dates": "2026-01-01"}))
-    pipeline = prepare_input(config, "train", 1,
-                             optional_extra_columns=("oracle_logit", "oracle_logit_click"))
+    pipeline = prepare_input(
+        config, "train", 1, optional_extra_columns=("oracle_logit", "oracle_logit_click")
+    )
     assert pipeline.extra_columns == ("oracle_logit",)
     (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0)())
     assert batch["extra"]["oracle_logit"].numpy().tolist() == list(range(6))

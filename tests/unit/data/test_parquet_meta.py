@@ -28,10 +28,13 @@ def write(path, table: pa.Table, **options) -> str:
 
 @pytest.fixture
 def good(tmp_path) -> str:
-    table = pa.table({"id": pa.array([1, None, 3, 4, None, 6, 7], pa.int64()),
-                      "name": pa.array(["a", "b", None, "d", "e", "f", "g"]),
-                      "tags": pa.array([[1], [], None, [2, 3], [4], [5], [6]],
-                                       pa.list_(pa.int64()))})
+    table = pa.table(
+        {
+            "id": pa.array([1, None, 3, 4, None, 6, 7], pa.int64()),
+            "name": pa.array(["a", "b", None, "d", "e", "f", "g"]),
+            "tags": pa.array([[1], [], None, [2, 3], [4], [5], [6]], pa.list_(pa.int64())),
+        }
+    )
     return write(tmp_path / "good.parquet", table, row_group_size=3)
 
 
@@ -46,17 +49,19 @@ def test_a_footer_gives_rows_row_groups_schema_and_nulls_per_row_group(good):
 
 
 def test_without_statistics_nulls_cannot_be_ruled_out(tmp_path):
-    path = write(tmp_path / "nostats.parquet", pa.table({"id": [1, 2, 3]}),
-                 write_statistics=False)
+    path = write(tmp_path / "nostats.parquet", pa.table({"id": [1, 2, 3]}), write_statistics=False)
     assert read_file_meta(path).null_counts == {"id": (None,)}
 
 
-@pytest.mark.parametrize("content, reason", [
-    (b"", "empty file (0 bytes)"),
-    (b"id,name\n1,a\n", "not a readable Parquet file, it may be corrupt or truncated ("),
-    (None, "empty file (0 rows)"),
-    ("truncated", "not a readable Parquet file, it may be corrupt or truncated ("),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"", "empty file (0 bytes)"),
+        (b"id,name\n1,a\n", "not a readable Parquet file, it may be corrupt or truncated ("),
+        (None, "empty file (0 rows)"),
+        ("truncated", "not a readable Parquet file, it may be corrupt or truncated ("),
+    ],
+)
 def test_each_bad_file_is_named_with_its_reason(tmp_path, good, content, reason):
     path = tmp_path / "bad.parquet"
     if content is None:
@@ -71,22 +76,28 @@ def test_each_bad_file_is_named_with_its_reason(tmp_path, good, content, reason)
 
 
 def test_a_file_gone_before_its_footer_is_read(tmp_path):
-    with pytest.raises(BadFileError, match=re.escape(
-            f"{tmp_path / 'gone.parquet'}: file vanished while planning")):
+    with pytest.raises(
+        BadFileError, match=re.escape(f"{tmp_path / 'gone.parquet'}: file vanished while planning")
+    ):
         read_file_meta(str(tmp_path / "gone.parquet"))
 
 
 def test_footers_keep_their_order_and_a_bad_file_fails_with_the_fix(tmp_path, good):
-    others = [write(tmp_path / f"f{i}.parquet", pa.table({"id": list(range(i + 1))}))
-              for i in range(5)]
+    others = [
+        write(tmp_path / f"f{i}.parquet", pa.table({"id": list(range(i + 1))})) for i in range(5)
+    ]
     metas, skipped = read_footers([others[3], good, *others[:3], others[4]], "fail", threads=3)
     assert [m.rows for m in metas] == [4, 7, 1, 2, 3, 5] and skipped == []
     assert all(isinstance(m, FileMeta) for m in metas)
     empty = tmp_path / "empty.parquet"
     empty.write_bytes(b"")
-    with pytest.raises(BadFileError, match=re.escape(
+    with pytest.raises(
+        BadFileError,
+        match=re.escape(
             f"{empty}: empty file (0 bytes). Remove or rewrite it, or set data.on_bad_file: "
-            "skip to skip bad files")):
+            "skip to skip bad files"
+        ),
+    ):
         read_footers([good, str(empty)], "fail")
 
 

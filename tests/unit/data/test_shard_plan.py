@@ -18,13 +18,17 @@ from recsys_dist.errors import DataError
 def meta(tmp_path, name: str, rows: int, row_group_size: int, null_clicks: tuple[int, ...] = ()):
     clicks = [None if i in null_clicks else i % 2 for i in range(rows)]
     path = tmp_path / name
-    pq.write_table(pa.table({"x": list(range(rows)), "click": pa.array(clicks, pa.int64())}),
-                   path, row_group_size=row_group_size)
+    pq.write_table(
+        pa.table({"x": list(range(rows)), "click": pa.array(clicks, pa.int64())}),
+        path,
+        row_group_size=row_group_size,
+    )
     return read_file_meta(str(path))
 
 
-@pytest.mark.parametrize("start, stop, most", [(0, 10, 3), (5, 6, 1), (0, 7, 7), (3, 1003, 64),
-                                               (0, 9, 100)])
+@pytest.mark.parametrize(
+    "start, stop, most", [(0, 10, 3), (5, 6, 1), (0, 7, 7), (3, 1003, 64), (0, 9, 100)]
+)
 def test_split_rows_cuts_the_fewest_near_equal_ranges(start, stop, most):
     pieces = split_rows(start, stop, most)
     assert pieces[0][0] == start and pieces[-1][1] == stop
@@ -38,16 +42,25 @@ def test_split_rows_cuts_the_fewest_near_equal_ranges(start, stop, most):
 def test_units_follow_row_groups_and_cut_the_large_ones(tmp_path):
     files = [meta(tmp_path, "a.parquet", 25, 10), meta(tmp_path, "b.parquet", 4, 10)]
     assert plan_units(files, 6, "fail", ["click"]) == [
-        Unit(0, 0, 5), Unit(0, 5, 10), Unit(0, 10, 15), Unit(0, 15, 20), Unit(0, 20, 25),
-        Unit(1, 0, 4)]
+        Unit(0, 0, 5),
+        Unit(0, 5, 10),
+        Unit(0, 10, 15),
+        Unit(0, 15, 20),
+        Unit(0, 20, 25),
+        Unit(1, 0, 4),
+    ]
     assert [u.rows for u in plan_units(files, 100, "fail")] == [10, 10, 5, 4]
 
 
 def test_a_null_label_in_the_statistics_fails_the_plan_naming_file_group_and_fix(tmp_path):
     files = [meta(tmp_path, "a.parquet", 20, 10), meta(tmp_path, "b.parquet", 20, 10, (13, 17))]
-    with pytest.raises(DataError, match=re.escape(
+    with pytest.raises(
+        DataError,
+        match=re.escape(
             f"{files[1].path}: label column 'click' has 2 null(s) in row group 1; every row "
-            "needs a label. Fix the file, or set data.on_bad_row: skip to skip such rows")):
+            "needs a label. Fix the file, or set data.on_bad_row: skip to skip such rows"
+        ),
+    ):
         plan_units(files, 100, "fail", ["click"])
     # Under skip the rows stay in the plan (the input function skips them); another
     # column's nulls are no label's.
@@ -56,8 +69,14 @@ def test_a_null_label_in_the_statistics_fails_the_plan_naming_file_group_and_fix
 
 
 def test_assign_units_balances_rows_deterministically():
-    units = [Unit(0, 0, 100), Unit(0, 100, 150), Unit(1, 0, 90), Unit(2, 0, 60), Unit(2, 60, 61),
-             Unit(3, 0, 40)]
+    units = [
+        Unit(0, 0, 100),
+        Unit(0, 100, 150),
+        Unit(1, 0, 90),
+        Unit(2, 0, 60),
+        Unit(2, 60, 61),
+        Unit(3, 0, 40),
+    ]
     workers = assign_units(units, 2)
     assert workers == assign_units(units, 2)
     loads = [sum(u.rows for u, w in zip(units, workers) if w == k) for k in range(2)]
@@ -89,7 +108,11 @@ def test_nothing_left_to_read_names_the_skipped_files():
     skipped = [Skipped(f"f{i}.parquet", 0, "empty file (0 bytes)") for i in range(7)]
     with pytest.raises(DataError) as raised:
         plan_shards([], 2, 100, "skip", skipped)
-    assert str(raised.value) == "no rows left to read after skipping bad data (" + "; ".join(
-        f"f{i}.parquet: empty file (0 bytes)" for i in range(5)) + ")"
+    assert (
+        str(raised.value)
+        == "no rows left to read after skipping bad data ("
+        + "; ".join(f"f{i}.parquet: empty file (0 bytes)" for i in range(5))
+        + ")"
+    )
     with pytest.raises(DataError, match=r"^no rows left to read after skipping bad data$"):
         plan_shards([], 2, 100, "skip")

@@ -1,6 +1,7 @@
-"""The synthetic Criteo-like data: the rows of the generator (``data/synth.py``) and the
-partitioned data set written from them (``data/synth_files.py``: layout, files per day,
-stale parts removed, reruns, start date, argument checks)."""
+"""The synthetic Criteo-like data: the rows of the generator (``data/synth.py``), their
+columns (``data/synth_schema.py``) and the partitioned data set written from them
+(``data/synth_files.py``: layout, files per day, stale parts removed, reruns, start date,
+argument checks)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recsys_dist.data import synth, synth_files
+from recsys_dist.data import synth, synth_files, synth_schema
 
 NUMERIC = [f"I{i}" for i in range(1, 14)]
 INT_IDS = [f"C{i}" for i in range(1, 21)]
 STRING_IDS = [f"C{i}" for i in range(21, 27)]
-EXPECTED_COLUMNS = NUMERIC + INT_IDS + STRING_IDS + [
-    "user_id", "tags", "topics", "click", "conversion", "oracle_logit",
-    "oracle_logit_conversion"]
+EXPECTED_COLUMNS = (
+    NUMERIC
+    + INT_IDS
+    + STRING_IDS
+    + [
+        "user_id",
+        "tags",
+        "topics",
+        "click",
+        "conversion",
+        "oracle_logit",
+        "oracle_logit_conversion",
+    ]
+)
 ROWS_PER_DAY = 50_000
 
 
@@ -30,9 +42,15 @@ def dataset(tmp_path_factory):
     """Two days of 50k rows in 3 files per day with 4 row groups each."""
     out = tmp_path_factory.mktemp("synth")
     messages: list[str] = []
-    report = synth_files.synthesize(out, days=2, rows_per_day=ROWS_PER_DAY, seed=7,
-                              rows_per_file=20_000, row_groups_per_file=4,
-                              progress=messages.append)
+    report = synth_files.synthesize(
+        out,
+        days=2,
+        rows_per_day=ROWS_PER_DAY,
+        seed=7,
+        rows_per_file=20_000,
+        row_groups_per_file=4,
+        progress=messages.append,
+    )
     return report, messages
 
 
@@ -55,8 +73,10 @@ def _read_day(report: synth_files.SynthReport, dt: str) -> pa.Table:
 
 def _comparable(table: pa.Table) -> pa.Table:
     """Replaces float columns by their bit patterns, so NaN compares equal to NaN."""
-    columns = [pa.array(c.to_numpy().view(np.uint32)) if pa.types.is_float32(c.type) else c
-               for c in table.columns]
+    columns = [
+        pa.array(c.to_numpy().view(np.uint32)) if pa.types.is_float32(c.type) else c
+        for c in table.columns
+    ]
     return pa.table(columns, names=table.column_names)
 
 
@@ -96,11 +116,12 @@ def test_schema_is_exact_and_non_nullable(dataset, day0):
     report, _ = dataset
     schema = pq.read_schema(report.files[0])
     assert schema.names == EXPECTED_COLUMNS
-    assert schema.equals(synth.SCHEMA)
+    assert schema.equals(synth_schema.SCHEMA)
     assert not any(field.nullable for field in schema)
     types = {field.name: field.type for field in schema}
-    assert all(types[c] == pa.float32() for c in NUMERIC + ["oracle_logit",
-                                                            "oracle_logit_conversion"])
+    assert all(
+        types[c] == pa.float32() for c in NUMERIC + ["oracle_logit", "oracle_logit_conversion"]
+    )
     assert all(types[c] == pa.int64() for c in INT_IDS + ["user_id", "click", "conversion"])
     assert all(types[c] == pa.string() for c in STRING_IDS + ["topics"])
     assert types["tags"] == pa.list_(pa.field("item", pa.int64(), nullable=False))
@@ -110,7 +131,7 @@ def test_schema_is_exact_and_non_nullable(dataset, day0):
 def test_tiny_days_never_write_empty_files(tmp_path):
     report = synth_files.synthesize(tmp_path, days=1, rows_per_day=1)
     assert [pq.ParquetFile(f).metadata.num_rows for f in report.files] == [1]
-    assert pq.read_table(report.files[0]).schema.equals(synth.SCHEMA)
+    assert pq.read_table(report.files[0]).schema.equals(synth_schema.SCHEMA)
 
 
 def test_rerun_with_fewer_files_removes_stale_parts(tmp_path):
@@ -122,8 +143,9 @@ def test_rerun_with_fewer_files_removes_stale_parts(tmp_path):
 
 def test_same_seed_reproduces_and_other_seed_differs(tmp_path):
     def generate(name: str, seed: int, days: int) -> list[pa.Table]:
-        report = synth_files.synthesize(tmp_path / name, days=days, rows_per_day=3_000, seed=seed,
-                                  rows_per_file=1_000)
+        report = synth_files.synthesize(
+            tmp_path / name, days=days, rows_per_day=3_000, seed=seed, rows_per_file=1_000
+        )
         return [_comparable(_read_day(report, dt)) for dt in report.days]
 
     first = generate("a", seed=3, days=2)
@@ -131,8 +153,7 @@ def test_same_seed_reproduces_and_other_seed_differs(tmp_path):
     assert generate("c", seed=3, days=1)[0].equals(first[0])
     other = generate("d", seed=4, days=1)[0]
     assert not other.equals(first[0])
-    assert not np.array_equal(other["oracle_logit"].to_numpy(),
-                              first[0]["oracle_logit"].to_numpy())
+    assert not np.array_equal(other["oracle_logit"].to_numpy(), first[0]["oracle_logit"].to_numpy())
 
 
 def test_labels_and_oracle(day0):
@@ -167,7 +188,7 @@ def test_features_are_the_rows_clicks_labels():
     generator = synth.RowGenerator(5)
     batch = generator.features(2, 1, 500)
     labelled, _, _, _ = generator.clicks(2, 1, 500)
-    for field in synth.CATEGORICAL_FIELDS:
+    for field in synth_schema.CATEGORICAL_FIELDS:
         np.testing.assert_array_equal(batch.categorical[field], labelled.categorical[field])
     np.testing.assert_array_equal(batch.numeric["I1"], labelled.numeric["I1"])
     np.testing.assert_array_equal(batch.user_id, labelled.user_id)
@@ -179,7 +200,7 @@ def test_numeric_values(day0):
         values = day0[name].to_numpy()
         assert not np.isinf(values).any(), name
         missing = np.isnan(values)
-        assert abs(missing.mean() - synth.NUMERIC_MISSING_RATES[name]) < 0.01, name
+        assert abs(missing.mean() - synth_schema.NUMERIC_MISSING_RATES[name]) < 0.01, name
         present = values[~missing]
         assert np.median(present) < present.max() / 10, name  # heavy right tail
     i1 = day0["I1"].to_numpy()
@@ -191,14 +212,14 @@ def test_numeric_values(day0):
 def test_categorical_ids(day0):
     for name in INT_IDS:
         ids = day0[name].to_numpy()
-        rate = synth.CATEGORICAL_MISSING_RATES[name]
+        rate = synth_schema.CATEGORICAL_MISSING_RATES[name]
         assert ids.min() >= (0 if rate else 1), name
         assert abs((ids == 0).mean() - rate) < 0.01, name
-        assert ids.max() <= synth.CARDINALITIES[name], name  # no drift on the first day
+        assert ids.max() <= synth_schema.CARDINALITIES[name], name  # no drift on the first day
     for name in STRING_IDS:
         values = np.array(day0[name].to_pylist())
         empty = values == ""
-        assert abs(empty.mean() - synth.CATEGORICAL_MISSING_RATES[name]) < 0.01, name
+        assert abs(empty.mean() - synth_schema.CATEGORICAL_MISSING_RATES[name]) < 0.01, name
         assert all(re.fullmatch(r"[0-9a-f]{8}", v) for v in values[~empty]), name
     assert day0["user_id"].to_numpy().min() >= 1
 
@@ -236,8 +257,9 @@ def test_ids_are_zipf_distributed(day0):
 
 
 def test_users_have_both_classes(day0):
-    users, inverse, counts = np.unique(day0["user_id"].to_numpy(), return_inverse=True,
-                                       return_counts=True)
+    users, inverse, counts = np.unique(
+        day0["user_id"].to_numpy(), return_inverse=True, return_counts=True
+    )
     clicks = np.bincount(inverse, weights=day0["click"].to_numpy())
     mixed = (clicks > 0) & (clicks < counts)
     assert counts[mixed].sum() > 0.3 * day0.num_rows
@@ -246,8 +268,8 @@ def test_users_have_both_classes(day0):
 def test_drift_brings_new_ids_but_keeps_the_head(day0, day1):
     for name in ["C3", "C12", "C16"]:
         ids0, ids1 = day0[name].to_numpy(), day1[name].to_numpy()
-        assert not np.isin(ids1[ids1 > synth.CARDINALITIES[name]], ids0).any()
-        assert (ids1 > synth.CARDINALITIES[name]).mean() > 0.002, name
+        assert not np.isin(ids1[ids1 > synth_schema.CARDINALITIES[name]], ids0).any()
+        assert (ids1 > synth_schema.CARDINALITIES[name]).mean() > 0.002, name
         assert len(set(_top(ids0, 20)) & set(ids1)) >= 16, name
 
 
@@ -257,30 +279,41 @@ def _top(values: np.ndarray, k: int) -> list:
 
 
 def test_start_date_names_partitions(tmp_path):
-    report = synth_files.synthesize(tmp_path, days=2, rows_per_day=10,
-                              start_date=datetime.date(2025, 12, 31))
+    report = synth_files.synthesize(
+        tmp_path, days=2, rows_per_day=10, start_date=datetime.date(2025, 12, 31)
+    )
     assert report.days == ["2025-12-31", "2026-01-01"]
     assert len(report.files) == 4 and all(os.path.exists(f) for f in report.files)
 
 
-@pytest.mark.parametrize("name, value", [
-    ("days", 0), ("rows_per_day", 0), ("rows_per_file", -1), ("row_groups_per_file", 0),
-    ("seed", -1), ("days", 1.5),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("days", 0),
+        ("rows_per_day", 0),
+        ("rows_per_file", -1),
+        ("row_groups_per_file", 0),
+        ("seed", -1),
+        ("days", 1.5),
+    ],
+)
 def test_bad_arguments_are_rejected(tmp_path, name, value):
     kwargs = {"days": 1, "rows_per_day": 10, name: value}
-    with pytest.raises(ValueError, match=rf"^{name} must be an integer >= \d, got "
-                                         rf"{re.escape(repr(value))}$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{name} must be an integer >= \d, got "
+        rf"{re.escape(repr(value))}$",
+    ):
         synth_files.synthesize(tmp_path, **kwargs)
     assert not list(tmp_path.iterdir())
 
 
 def test_the_user_pool_is_a_parameter(tmp_path):
     few = synth_files.synthesize(tmp_path / "few", days=1, rows_per_day=4000, seed=3, users=50)
-    many = synth_files.synthesize(tmp_path / "many", days=1, rows_per_day=4000, seed=3,
-                            users=5_000_000)
-    distinct = [len(set(pq.read_table(r.files).column("user_id").to_pylist()))
-                for r in (few, many)]
+    many = synth_files.synthesize(
+        tmp_path / "many", days=1, rows_per_day=4000, seed=3, users=5_000_000
+    )
+    distinct = [len(set(pq.read_table(r.files).column("user_id").to_pylist())) for r in (few, many)]
     assert distinct[0] <= 50 < 2000 < distinct[1]
     with pytest.raises(ValueError, match="users must be an integer >= 1"):
         synth_files.synthesize(tmp_path / "none", days=1, rows_per_day=10, users=0)

@@ -38,18 +38,30 @@ def test_a_value_depends_only_on_its_key_and_ids():
 
 def test_stream_keys_are_named_and_the_same_in_another_process():
     assert stream_key(7, "day", 3) == stream_key(7, "day", 3)
-    keys = {stream_key(seed, name, day) for seed in (0, 1) for name in ("click", "day")
-            for day in (0, 1, 2)}
+    keys = {
+        stream_key(seed, name, day)
+        for seed in (0, 1)
+        for name in ("click", "day")
+        for day in (0, 1, 2)
+    }
     assert len(keys) == 12 and all(0 <= k < 2**64 for k in keys)
     code = "from recsys_dist.data.synth_random import stream_key; print(stream_key(7, 'day', 3))"
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, cwd=REPO, env={"PYTHONHASHSEED": "123"})
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env={"PYTHONHASHSEED": "123"},
+    )
     assert int(other.stdout) == stream_key(7, "day", 3)
 
 
 def test_uniforms_lie_strictly_inside_zero_one_and_are_uniform():
     assert unit_interval(np.array([0, 2**64 - 1], np.uint64)).tolist() == [
-        0.5 * 2.0**-53, 1.0 - 0.5 * 2.0**-53]
+        0.5 * 2.0**-53,
+        1.0 - 0.5 * 2.0**-53,
+    ]
     u = hashed_uniform(stream_key(0, "u"), np.arange(200_000))
     assert 0.0 < u.min() and u.max() < 1.0
     counts = np.histogram(u, bins=20, range=(0, 1))[0]

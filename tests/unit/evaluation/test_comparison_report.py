@@ -16,25 +16,60 @@ from recsys_dist.evaluation.comparison_report import (
 
 
 def entry(auc, logloss, delta=None, boot=None, **more) -> dict:
-    return {"auc": auc, "logloss": logloss, "normalized_entropy": 0.9, "calibration_ratio": 1.02,
-            "delta": delta, "bootstrap": boot, **more}
+    return {
+        "auc": auc,
+        "logloss": logloss,
+        "normalized_entropy": 0.9,
+        "calibration_ratio": 1.02,
+        "delta": delta,
+        "bootstrap": boot,
+        **more,
+    }
 
 
 def comparison(**changes) -> dict:
     out = {
-        "root": "s3://bucket/root", "dates": "2026-01-04", "reference": "2026-01-01",
-        "current": "2026-01-02", "labels": ["click"], "rows": 4000,
+        "root": "s3://bucket/root",
+        "dates": "2026-01-04",
+        "reference": "2026-01-01",
+        "current": "2026-01-02",
+        "labels": ["click"],
+        "rows": 4000,
         "models": [
-            {"date": "2026-01-01", "current": False, "step": 120, "parent": None,
-             "train_dates": "2026-01-01", "report": "2026-01-01/report.html",
-             "labels": {"click": entry(0.71, 0.52)}},
-            {"date": "2026-01-02", "current": True, "step": 1250, "parent": "2026-01-01",
-             "train_dates": "2026-01-01..2026-01-04", "trained_on_eval_dates": True,
-             "report": "2026-01-02/report.html",
-             "labels": {"click": entry(0.7312, 0.5, {"auc": 0.0212, "logloss": -0.02},
-                                       {"low": 0.011, "high": 0.0305, "confidence": 0.95,
-                                        "p_worse": 0.001, "delta": 0.0212})}},
-        ]}
+            {
+                "date": "2026-01-01",
+                "current": False,
+                "step": 120,
+                "parent": None,
+                "train_dates": "2026-01-01",
+                "report": "2026-01-01/report.html",
+                "labels": {"click": entry(0.71, 0.52)},
+            },
+            {
+                "date": "2026-01-02",
+                "current": True,
+                "step": 1250,
+                "parent": "2026-01-01",
+                "train_dates": "2026-01-01..2026-01-04",
+                "trained_on_eval_dates": True,
+                "report": "2026-01-02/report.html",
+                "labels": {
+                    "click": entry(
+                        0.7312,
+                        0.5,
+                        {"auc": 0.0212, "logloss": -0.02},
+                        {
+                            "low": 0.011,
+                            "high": 0.0305,
+                            "confidence": 0.95,
+                            "p_worse": 0.001,
+                            "delta": 0.0212,
+                        },
+                    )
+                },
+            },
+        ],
+    }
     out.update(changes)
     return out
 
@@ -44,7 +79,8 @@ def test_text_has_a_line_per_model_and_label_with_the_reference_and_the_current(
         "model            step label            AUC     Δ AUC              interval  logloss",
         "2026-01-01        120 click         0.7100 reference                         0.5200",
         "2026-01-02*     1,250 click         0.7312   +0.0212    [+0.0110, +0.0305]   0.5000",
-        "(* = current: 2026-01-02)"]
+        "(* = current: 2026-01-02)",
+    ]
 
 
 def test_html_table_links_reports_and_marks_deltas_intervals_and_optimistic_models():

@@ -119,10 +119,12 @@ def test_calibration_hand_example():
     assert result["ratio"] == pytest.approx(1.0)
     first, second = result["bins"]
     assert (first["lower"], first["upper"]) == pytest.approx((0.1, 0.25))
-    assert (first["mean_predicted"], first["observed"], first["rows"]) == \
-        pytest.approx((0.1, 0.0, 2))
-    assert (second["mean_predicted"], second["observed"], second["weight"]) == \
-        pytest.approx((0.4, 0.5, 2.0))
+    assert (first["mean_predicted"], first["observed"], first["rows"]) == pytest.approx(
+        (0.1, 0.0, 2)
+    )
+    assert (second["mean_predicted"], second["observed"], second["weight"]) == pytest.approx(
+        (0.4, 0.5, 2.0)
+    )
 
 
 def test_calibration_ratio_and_empty_bins_dropped():
@@ -245,8 +247,9 @@ def test_slice_metrics_merges_small_slices_into_other():
     assert [s["rows"] for s in result] == [4, 3, 3]
     a, b, other = result
     assert (a["auc"], a["ctr"]) == pytest.approx((0.75, 0.5))
-    assert (b["auc"], b["ctr"], b["predicted_ctr"], b["logloss"]) == \
-        pytest.approx((0.5, 2 / 3, 0.5, LN2))
+    assert (b["auc"], b["ctr"], b["predicted_ctr"], b["logloss"]) == pytest.approx(
+        (0.5, 2 / 3, 0.5, LN2)
+    )
     assert (other["auc"], other["ctr"]) == pytest.approx((0.5, 1 / 3))
     # Without merging: c and d are separate and d (one class) has no AUC.
     full = M.slice_metrics(labels, logits, values)
@@ -303,9 +306,14 @@ def test_bootstrap_replicates_equal_weighted_auc_with_the_drawn_weights():
     weights = rng.random(n)
     for block_elements in (1, 3 * n):
         with ThreadPoolExecutor(2) as pool:
-            deltas = bootstrap._bootstrap_deltas(bootstrap._Presorted(labels, new, weights),
-                                                 bootstrap._Presorted(labels, base, weights), 7,
-                                                 11, block_elements, pool)
+            deltas = bootstrap._bootstrap_deltas(
+                bootstrap._Presorted(labels, new, weights),
+                bootstrap._Presorted(labels, base, weights),
+                7,
+                11,
+                block_elements,
+                pool,
+            )
         block = max(1, block_elements // n)
         order = np.argsort(new)
         expected = []
@@ -314,8 +322,9 @@ def test_bootstrap_replicates_equal_weighted_auc_with_the_drawn_weights():
             for row in draws:
                 drawn = np.empty(n)
                 drawn[order] = row
-                expected.append(M.auc(labels, new, weights * drawn)
-                                - M.auc(labels, base, weights * drawn))
+                expected.append(
+                    M.auc(labels, new, weights * drawn) - M.auc(labels, base, weights * drawn)
+                )
         assert np.max(np.abs(deltas - expected)) < 1e-12
 
 
@@ -343,15 +352,21 @@ def make_outputs(n, seed=0):
     rng = np.random.default_rng(seed)
     truth = rng.normal(size=n)
     return {
-        "labels": {"click": (rng.random(n) < numerics.sigmoid(truth - 1)).astype(np.int64),
-                   "conversion": (rng.random(n) < numerics.sigmoid(truth - 3)).astype(np.int64)},
-        "logits": {"click": truth - 1 + 0.5 * rng.normal(size=n),
-                   "conversion": truth - 3 + 0.7 * rng.normal(size=n)},
+        "labels": {
+            "click": (rng.random(n) < numerics.sigmoid(truth - 1)).astype(np.int64),
+            "conversion": (rng.random(n) < numerics.sigmoid(truth - 3)).astype(np.int64),
+        },
+        "logits": {
+            "click": truth - 1 + 0.5 * rng.normal(size=n),
+            "conversion": truth - 3 + 0.7 * rng.normal(size=n),
+        },
         "weights": rng.choice([1.0, 2.0], n),
         "row_ids": np.arange(n, dtype=np.int64),
         "groups": rng.integers(0, 300, n),
-        "slices": {"country": rng.choice(["us", "de", "fr", "jp"], n, p=[.5, .3, .15, .05]),
-                   "hour": rng.integers(0, 24, n)},
+        "slices": {
+            "country": rng.choice(["us", "de", "fr", "jp"], n, p=[0.5, 0.3, 0.15, 0.05]),
+            "hour": rng.integers(0, 24, n),
+        },
         "oracle_logits": {"click": truth - 1},
     }
 
@@ -361,6 +376,7 @@ def take(outputs, start, stop):
         if isinstance(value, dict):
             return {k: cut(v) for k, v in value.items()}
         return value[start:stop]
+
     return {k: cut(v) for k, v in outputs.items()}
 
 
@@ -396,8 +412,17 @@ def test_compute_metrics_layout_and_values():
     json.dumps(result, allow_nan=False)  # JSON-serialisable, nan already mapped to None
     assert result["rows"] == 4000 and result["weight"] == outputs["weights"].sum()
     click = result["labels"]["click"]
-    assert set(click) == {"auc", "logloss", "normalized_entropy", "ctr", "predicted_ctr",
-                          "calibration", "gauc", "slices", "oracle"}
+    assert set(click) == {
+        "auc",
+        "logloss",
+        "normalized_entropy",
+        "ctr",
+        "predicted_ctr",
+        "calibration",
+        "gauc",
+        "slices",
+        "oracle",
+    }
     assert "oracle" not in result["labels"]["conversion"]
     y, x = outputs["labels"]["click"], data.logits["click"]
     w = outputs["weights"]
@@ -405,7 +430,8 @@ def test_compute_metrics_layout_and_values():
     assert click["logloss"] == pytest.approx(M.logloss(y, x, w), rel=1e-12)
     assert click["gauc"] == M.json_safe(M.gauc(y, x, outputs["groups"], w))
     assert click["oracle"]["auc"] == pytest.approx(
-        M.auc(y, data.oracle_logits["click"], w), abs=1e-12)
+        M.auc(y, data.oracle_logits["click"], w), abs=1e-12
+    )
     assert [s["value"] for s in click["slices"]["country"]] == ["us", "de", "fr", "jp"]
     assert len(click["calibration"]["bins"]) == 10
     roc = M.curves(data, ["click"])["click"]
@@ -413,17 +439,40 @@ def test_compute_metrics_layout_and_values():
 
 
 def test_compare_and_build_comparison():
-    new = {"labels": {"click": {"auc": 0.75, "logloss": 0.40, "normalized_entropy": 0.80,
-                                "gauc": {"gauc": 0.70}, "calibration": {"ratio": 1.05}}}}
-    base = {"labels": {"click": {"auc": 0.74, "logloss": 0.42, "normalized_entropy": 0.85,
-                                 "calibration": {"ratio": 1.00}}}}
+    new = {
+        "labels": {
+            "click": {
+                "auc": 0.75,
+                "logloss": 0.40,
+                "normalized_entropy": 0.80,
+                "gauc": {"gauc": 0.70},
+                "calibration": {"ratio": 1.05},
+            }
+        }
+    }
+    base = {
+        "labels": {
+            "click": {
+                "auc": 0.74,
+                "logloss": 0.42,
+                "normalized_entropy": 0.85,
+                "calibration": {"ratio": 1.00},
+            }
+        }
+    }
     delta = M.compare(new, base)["click"]
     assert delta["auc"] == pytest.approx(0.01) and delta["logloss"] == pytest.approx(-0.02)
     assert delta["normalized_entropy"] == pytest.approx(-0.05)
     assert delta["calibration_ratio"] == pytest.approx(0.05)
     assert delta["gauc"] is None  # the baseline has no GAUC
-    boot = {"delta": 0.01, "low": 0.005, "high": 0.015, "replicates": 200,
-            "confidence": 0.95, "p_worse": 0.0}
+    boot = {
+        "delta": 0.01,
+        "low": 0.005,
+        "high": 0.015,
+        "replicates": 200,
+        "confidence": 0.95,
+        "p_worse": 0.0,
+    }
     section = M.build_comparison("runs/base", new, base, {"click": boot})
     assert section["baseline"] == "runs/base"
     assert section["labels"]["click"]["bootstrap"] == boot
@@ -432,34 +481,54 @@ def test_compare_and_build_comparison():
 # ---- rejections -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: M.auc([1, 0, 1], [0.1, 0.2]), r"scores has 2 rows but labels has 3"),
-    (lambda: M.auc([], []), r"labels is empty"),
-    (lambda: M.auc([1, 2, 0], [0.1, 0.2, 0.3]),
-     r"labels must contain only 0 and 1; found 2 at row 1"),
-    (lambda: M.auc([1, 0.5], [0.1, 0.2]), r"labels must contain only 0 and 1; found 0\.5"),
-    (lambda: M.auc(["a", "b"], [0.1, 0.2]), r"labels must hold numeric 0/1 values"),
-    (lambda: M.auc([[1, 0]], [[0.1, 0.2]]), r"labels must be a 1-D array"),
-    (lambda: M.logloss([1, 0], [0.1, 0.2], [1, -1]), r"weights must be >= 0; found -1\.0 at row 1"),
-    (lambda: M.logloss([1, 0], [0.1, 0.2], [1]), r"weights has 1 rows but labels has 2"),
-    (lambda: M.logloss([1, 0], [np.nan, 0.2]), r"logits must be finite; found nan at row 0"),
-    (lambda: M.normalized_entropy([1, 0], [0.1]), r"logits has 1 rows"),
-    (lambda: M.calibration([1, 0], [0.1, 0.2], bins=0), r"bins must be an integer >= 1"),
-    (lambda: M.gauc([1, 0], [0.1, 0.2], [1]), r"groups has 1 rows but labels has 2"),
-    (lambda: M.gauc([1, 0], [0.1, 0.2], [0.5, 1.5]), r"groups must hold integer ids"),
-    (lambda: M.roc_curve([1, 0], [0.1, 0.2], max_points=1), r"max_points must be an integer >= 2"),
-    (lambda: M.slice_metrics([1, 0], [0.1, 0.2], ["a"]), r"slice_values has 1 rows"),
-    (lambda: M.slice_metrics([1, 0], [0.1, 0.2], ["a", "b"], max_slices=0), r"max_slices must"),
-    (lambda: M.slice_metrics([1, 0], [0, 0], [0, 5], vocabulary=["x"]),
-     r"integer codes in \[0, 1\)"),
-    (lambda: M.paired_bootstrap_auc_delta([1, 0], [0.1, 0.2], [0.3]), r"scores_base has 1 rows"),
-    (lambda: M.paired_bootstrap_auc_delta([1, 0], [0, 1], [0, 1], confidence=1.5),
-     r"confidence must be a number in \(0, 1\)"),
-    (lambda: M.paired_bootstrap_auc_delta([1, 0], [0, 1], [0, 1], replicates=0),
-     r"replicates must be an integer >= 1"),
-    (lambda: M.compare({"labels": {"a": {}}}, {"labels": {"b": {}}}), r"share no label"),
-    (lambda: M.compare({}, {"labels": {}}), r"metrics_new must be a dict from compute_metrics"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: M.auc([1, 0, 1], [0.1, 0.2]), r"scores has 2 rows but labels has 3"),
+        (lambda: M.auc([], []), r"labels is empty"),
+        (
+            lambda: M.auc([1, 2, 0], [0.1, 0.2, 0.3]),
+            r"labels must contain only 0 and 1; found 2 at row 1",
+        ),
+        (lambda: M.auc([1, 0.5], [0.1, 0.2]), r"labels must contain only 0 and 1; found 0\.5"),
+        (lambda: M.auc(["a", "b"], [0.1, 0.2]), r"labels must hold numeric 0/1 values"),
+        (lambda: M.auc([[1, 0]], [[0.1, 0.2]]), r"labels must be a 1-D array"),
+        (
+            lambda: M.logloss([1, 0], [0.1, 0.2], [1, -1]),
+            r"weights must be >= 0; found -1\.0 at row 1",
+        ),
+        (lambda: M.logloss([1, 0], [0.1, 0.2], [1]), r"weights has 1 rows but labels has 2"),
+        (lambda: M.logloss([1, 0], [np.nan, 0.2]), r"logits must be finite; found nan at row 0"),
+        (lambda: M.normalized_entropy([1, 0], [0.1]), r"logits has 1 rows"),
+        (lambda: M.calibration([1, 0], [0.1, 0.2], bins=0), r"bins must be an integer >= 1"),
+        (lambda: M.gauc([1, 0], [0.1, 0.2], [1]), r"groups has 1 rows but labels has 2"),
+        (lambda: M.gauc([1, 0], [0.1, 0.2], [0.5, 1.5]), r"groups must hold integer ids"),
+        (
+            lambda: M.roc_curve([1, 0], [0.1, 0.2], max_points=1),
+            r"max_points must be an integer >= 2",
+        ),
+        (lambda: M.slice_metrics([1, 0], [0.1, 0.2], ["a"]), r"slice_values has 1 rows"),
+        (lambda: M.slice_metrics([1, 0], [0.1, 0.2], ["a", "b"], max_slices=0), r"max_slices must"),
+        (
+            lambda: M.slice_metrics([1, 0], [0, 0], [0, 5], vocabulary=["x"]),
+            r"integer codes in \[0, 1\)",
+        ),
+        (
+            lambda: M.paired_bootstrap_auc_delta([1, 0], [0.1, 0.2], [0.3]),
+            r"scores_base has 1 rows",
+        ),
+        (
+            lambda: M.paired_bootstrap_auc_delta([1, 0], [0, 1], [0, 1], confidence=1.5),
+            r"confidence must be a number in \(0, 1\)",
+        ),
+        (
+            lambda: M.paired_bootstrap_auc_delta([1, 0], [0, 1], [0, 1], replicates=0),
+            r"replicates must be an integer >= 1",
+        ),
+        (lambda: M.compare({"labels": {"a": {}}}, {"labels": {"b": {}}}), r"share no label"),
+        (lambda: M.compare({}, {"labels": {}}), r"metrics_new must be a dict from compute_metrics"),
+    ],
+)
 def test_bad_inputs_are_rejected_with_clear_messages(call, message):
     with pytest.raises(ValueError, match=message):
         call()
@@ -499,14 +568,26 @@ def test_report_is_self_contained_and_metrics_round_trip(tmp_path):
     labels = ["click", "conversion"]
     metrics = M.compute_metrics(data, labels, ["country", "hour"])
     baseline = M.compute_metrics(
-        M.EvalData(labels=data.labels, logits={k: v * 0.5 for k, v in data.logits.items()},
-                   weights=data.weights, row_ids=data.row_ids), labels, [])
-    boot = M.paired_bootstrap_auc_delta(data.labels["click"], data.logits["click"],
-                                        data.logits["click"] * 0.5 + 0.1 * np.sin(
-                                            np.arange(3000)), data.weights, replicates=50)
+        M.EvalData(
+            labels=data.labels,
+            logits={k: v * 0.5 for k, v in data.logits.items()},
+            weights=data.weights,
+            row_ids=data.row_ids,
+        ),
+        labels,
+        [],
+    )
+    boot = M.paired_bootstrap_auc_delta(
+        data.labels["click"],
+        data.logits["click"],
+        data.logits["click"] * 0.5 + 0.1 * np.sin(np.arange(3000)),
+        data.weights,
+        replicates=50,
+    )
     comparison = M.build_comparison("baseline <run>", metrics, baseline, {"click": boot})
-    path = write_report(str(tmp_path / "out"), metrics, M.curves(data, labels),
-                        "Eval <day 3> & more", comparison)
+    path = write_report(
+        str(tmp_path / "out"), metrics, M.curves(data, labels), "Eval <day 3> & more", comparison
+    )
     page = pathlib.Path(path).read_text(encoding="utf-8")
     assert path == str(tmp_path / "out" / "report.html")
     assert page.count("data:image/png;base64,") >= 2 * 2 + 2 * 2  # ROC, calibration, slices
@@ -515,5 +596,4 @@ def test_report_is_self_contained_and_metrics_round_trip(tmp_path):
     assert re.search(r"\[-?0\.\d+, -?0\.\d+\] at 95%", page)  # the bootstrap interval
     stored = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert stored == {**metrics, "comparison": comparison}
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metrics.json",
-                                                                   "report.html"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["metrics.json", "report.html"]

@@ -22,19 +22,32 @@ FEATURES = {
         "item": {"kind": "categorical", "dtype": "int64", "table": "item"},
         "cate": {"kind": "categorical", "dtype": "int64", "table": "cate"},
         "hist": {"kind": "sequence", "table": "item", "max_length": 3, "target": "item"},
-        "hist_cate": {"kind": "sequence", "table": "cate", "max_length": 3,
-                      "target": "cate", "side_of": "hist"},
+        "hist_cate": {
+            "kind": "sequence",
+            "table": "cate",
+            "max_length": 3,
+            "target": "cate",
+            "side_of": "hist",
+        },
     },
     "labels": {"click": {}},
 }
-DTYPES = {"item": "int64", "cate": "int64", "hist": "list<int64>", "hist_cate": "list<int64>",
-          "click": "int64"}
+DTYPES = {
+    "item": "int64",
+    "cate": "int64",
+    "hist": "list<int64>",
+    "hist_cate": "list<int64>",
+    "click": "int64",
+}
 
 
 def _rows(values, rows: int) -> list[int]:
     """Table rows of int ids as a categorical feature hashes them."""
-    return hashing.to_bucket(hashing.hash_int64(tf.constant(values, tf.int64)),
-                             rows - 1).numpy().tolist()
+    return (
+        hashing.to_bucket(hashing.hash_int64(tf.constant(values, tf.int64)), rows - 1)
+        .numpy()
+        .tolist()
+    )
 
 
 def _config(tmp_path, features=FEATURES):
@@ -42,22 +55,28 @@ def _config(tmp_path, features=FEATURES):
 
 
 def _batch():
-    raw = {"item": tf.constant([5, 6, 7, 8], tf.int64), "cate": tf.constant([1, 2, 3, 4]),
-           "hist": tf.ragged.constant([[1, 2, 3, 4, 5], [], [9, 5], [1, 2]], tf.int64),
-           "hist_cate": tf.ragged.constant([[1, 1, 2, 2, 1], [], [3, 1], [1]], tf.int64),
-           "click": tf.constant([1, 0, 1, 0])}
-    present = {"hist": tf.ragged.constant([[True, True, True, False, True], [], [True, True],
-                                           [True, True]])}
+    raw = {
+        "item": tf.constant([5, 6, 7, 8], tf.int64),
+        "cate": tf.constant([1, 2, 3, 4]),
+        "hist": tf.ragged.constant([[1, 2, 3, 4, 5], [], [9, 5], [1, 2]], tf.int64),
+        "hist_cate": tf.ragged.constant([[1, 1, 2, 2, 1], [], [3, 1], [1]], tf.int64),
+        "click": tf.constant([1, 0, 1, 0]),
+    }
+    present = {
+        "hist": tf.ragged.constant(
+            [[True, True, True, False, True], [], [True, True], [True, True]]
+        )
+    }
     return raw, present
 
 
 def test_history_is_newest_first_truncated_masked_and_shares_the_candidates_rows(tmp_path):
     config = _config(tmp_path)
-    assert config.sequence_groups() == [SequenceGroup("hist", ("hist_cate",),
-                                                      ("item", "cate"))]
+    assert config.sequence_groups() == [SequenceGroup("hist", ("hist_cate",), ("item", "cate"))]
     raw, present = _batch()
     features, _, valid = FeatureTransform(config, ["click"], DTYPES, "skip")(
-        raw, tf.constant("f.parquet"), tf.constant(0, tf.int64), present)
+        raw, tf.constant("f.parquet"), tf.constant(0, tf.int64), present
+    )
     # Row 0: [1, 2, 3, null, 5] -> the null is dropped, the 3 newest kept, newest first.
     ids, weights = features["hist"]["ids"].numpy(), features["hist"]["weights"].numpy()
     assert ids[0].tolist() == _rows([5, 3, 2], 101)
@@ -75,23 +94,34 @@ def test_history_is_newest_first_truncated_masked_and_shares_the_candidates_rows
 def test_a_side_of_another_length_fails_naming_column_file_and_row(tmp_path):
     raw, present = _batch()
     transform = FeatureTransform(_config(tmp_path), ["click"], DTYPES, "fail")
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"sequence column 'hist_cate' \(feature 'hist_cate'\) differs in "
-                             r"length from 'hist' \(feature 'hist'\), which it is side_of in "
-                             r"f\.parquet at row 13"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"sequence column 'hist_cate' \(feature 'hist_cate'\) differs in "
+        r"length from 'hist' \(feature 'hist'\), which it is side_of in "
+        r"f\.parquet at row 13",
+    ):
         transform(raw, tf.constant("f.parquet"), tf.constant(10, tf.int64), present)
 
 
 def test_newest_first_lists_and_delimited_strings(tmp_path):
-    features = changed(FEATURES, {"features.hist.newest": "first",
-                                  "features.hist_cate": DELETE,
-                                  "features.hist.dtype": "string",
-                                  "features.item.dtype": "string"})
+    features = changed(
+        FEATURES,
+        {
+            "features.hist.newest": "first",
+            "features.hist_cate": DELETE,
+            "features.hist.dtype": "string",
+            "features.item.dtype": "string",
+        },
+    )
     config = _config(tmp_path, features)
-    transform = FeatureTransform(config, [], {"item": "string", "cate": "int64",
-                                              "hist": "string"}, "fail")
-    raw = {"item": tf.constant(["a", "b"]), "cate": tf.constant([1, 2]),
-           "hist": tf.constant(["c|b||a|z", ""])}
+    transform = FeatureTransform(
+        config, [], {"item": "string", "cate": "int64", "hist": "string"}, "fail"
+    )
+    raw = {
+        "item": tf.constant(["a", "b"]),
+        "cate": tf.constant([1, 2]),
+        "hist": tf.constant(["c|b||a|z", ""]),
+    }
     out, _, _ = transform(raw, tf.constant("f"), tf.constant(0, tf.int64))
     expected = tf.strings.to_hash_bucket_fast(["c", "b", "a"], 100).numpy().tolist()
     assert out["hist"]["ids"].numpy()[0].tolist() == expected
@@ -101,52 +131,94 @@ def test_newest_first_lists_and_delimited_strings(tmp_path):
 
 def test_a_delimited_integer_history_with_a_word_is_bad_data(tmp_path):
     features = changed(FEATURES, {"features.hist_cate": DELETE})
-    transform = FeatureTransform(_config(tmp_path, features), [],
-                                 {"item": "int64", "cate": "int64", "hist": "string"}, "fail")
-    raw = {"item": tf.constant([1, 2], tf.int64), "cate": tf.constant([1, 2]),
-           "hist": tf.constant(["4|5", "6|x"])}
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"sequence column 'hist' \(feature 'hist'\) has an id that is not "
-                             r"an integer .* in f at row 1"):
+    transform = FeatureTransform(
+        _config(tmp_path, features),
+        [],
+        {"item": "int64", "cate": "int64", "hist": "string"},
+        "fail",
+    )
+    raw = {
+        "item": tf.constant([1, 2], tf.int64),
+        "cate": tf.constant([1, 2]),
+        "hist": tf.constant(["4|5", "6|x"]),
+    }
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"sequence column 'hist' \(feature 'hist'\) has an id that is not "
+        r"an integer .* in f at row 1",
+    ):
         transform(raw, tf.constant("f"), tf.constant(0, tf.int64))
 
 
 def test_empty_and_null_histories_in_every_row(tmp_path):
     config = _config(tmp_path)
-    raw = {"item": tf.constant([1, 2], tf.int64), "cate": tf.constant([1, 2]),
-           "hist": tf.ragged.constant([[], []], tf.int64),
-           "hist_cate": tf.ragged.constant([[], []], tf.int64), "click": tf.constant([0, 1])}
+    raw = {
+        "item": tf.constant([1, 2], tf.int64),
+        "cate": tf.constant([1, 2]),
+        "hist": tf.ragged.constant([[], []], tf.int64),
+        "hist_cate": tf.ragged.constant([[], []], tf.int64),
+        "click": tf.constant([0, 1]),
+    }
     present = {"hist": tf.ragged.constant([[], []], tf.bool)}
     out, _, valid = FeatureTransform(config, ["click"], DTYPES, "fail")(
-        raw, tf.constant("f"), tf.constant(0, tf.int64), present)
+        raw, tf.constant("f"), tf.constant(0, tf.int64), present
+    )
     assert out["hist"]["weights"].numpy().tolist() == [[0, 0, 0], [0, 0, 0]]
     assert valid.numpy().tolist() == [1, 1]
 
 
-@pytest.mark.parametrize("changes, pattern", [
-    ({"features.hist.max_length": 0}, r"features\.hist\.max_length: got 0; expected a value >= 1"),
-    ({"features.hist.target": "cate"},
-     r"features\.hist\.target: feature 'cate' reads table 'cate' \(dim 4\) but this sequence "
-     r"reads 'item' \(dim 4\)"),
-    ({"features.hist.target": "itm"}, r"features\.hist\.target: unknown feature 'itm'.*"
-                                      r"Did you mean \"item\""),
-    ({"features.hist.target": "hist_cate"},
-     r"features\.hist\.target: feature 'hist_cate' is sequence; a sequence is compared with a "
-     r"categorical feature"),
-    ({"features.hist.dtype": "string"},
-     r"features\.hist\.dtype: got 'string' but its target 'item' has dtype 'int64'"),
-    ({"features.hist_cate.max_length": 5},
-     r"features\.hist_cate\.max_length: got 5 but the sequence it is side_of, 'hist', has 3"),
-    ({"features.hist_cate.side_of": "item"},
-     r"features\.hist_cate\.side_of: feature 'item' is not a main sequence"),
-    ({"features.hist.hash_buckets": 50},
-     r"features\.hist\.hash_buckets: got 50 but its target 'item' has hash_buckets None"),
-    ({"features.item.vocabulary": "items.txt"},
-     r"features\.hist\.target: feature 'item' maps its ids with a vocabulary"),
-    ({"features.hist.pooling": "max"}, r"features\.hist\.pooling: got 'max'; expected one of "
-                                       r"'mean', 'sum'"),
-    ({"features.hist.newest": "latest"}, r"features\.hist\.newest: got 'latest'"),
-])
+@pytest.mark.parametrize(
+    "changes, pattern",
+    [
+        (
+            {"features.hist.max_length": 0},
+            r"features\.hist\.max_length: got 0; expected a value >= 1",
+        ),
+        (
+            {"features.hist.target": "cate"},
+            r"features\.hist\.target: feature 'cate' reads table 'cate' \(dim 4\) but this "
+            r"sequence "
+            r"reads 'item' \(dim 4\)",
+        ),
+        (
+            {"features.hist.target": "itm"},
+            r"features\.hist\.target: unknown feature 'itm'.*"
+            r"Did you mean \"item\"",
+        ),
+        (
+            {"features.hist.target": "hist_cate"},
+            r"features\.hist\.target: feature 'hist_cate' is sequence; a sequence is compared "
+            r"with a "
+            r"categorical feature",
+        ),
+        (
+            {"features.hist.dtype": "string"},
+            r"features\.hist\.dtype: got 'string' but its target 'item' has dtype 'int64'",
+        ),
+        (
+            {"features.hist_cate.max_length": 5},
+            r"features\.hist_cate\.max_length: got 5 but the sequence it is side_of, 'hist', has 3",
+        ),
+        (
+            {"features.hist_cate.side_of": "item"},
+            r"features\.hist_cate\.side_of: feature 'item' is not a main sequence",
+        ),
+        (
+            {"features.hist.hash_buckets": 50},
+            r"features\.hist\.hash_buckets: got 50 but its target 'item' has hash_buckets None",
+        ),
+        (
+            {"features.item.vocabulary": "items.txt"},
+            r"features\.hist\.target: feature 'item' maps its ids with a vocabulary",
+        ),
+        (
+            {"features.hist.pooling": "max"},
+            r"features\.hist\.pooling: got 'max'; expected one of "
+            r"'mean', 'sum'",
+        ),
+        ({"features.hist.newest": "latest"}, r"features\.hist\.newest: got 'latest'"),
+    ],
+)
 def test_sequence_config_rejections_name_file_line_and_key(tmp_path, changes, pattern):
     (tmp_path / "items.txt").write_text("1\n2\n")
     with pytest.raises(ConfigError, match=pattern) as info:
@@ -159,22 +231,39 @@ def test_a_sequence_column_that_is_neither_a_list_nor_a_string(tmp_path):
 
     class Meta:
         path = "data/part-0.parquet"
-        schema = pa.schema([("item", pa.int64()), ("cate", pa.int64()), ("hist", pa.int64()),
-                            ("hist_cate", pa.list_(pa.int64())), ("click", pa.int64())])
+        schema = pa.schema(
+            [
+                ("item", pa.int64()),
+                ("cate", pa.int64()),
+                ("hist", pa.int64()),
+                ("hist_cate", pa.list_(pa.int64())),
+                ("click", pa.int64()),
+            ]
+        )
 
-    with pytest.raises(DataError, match=r"data/part-0\.parquet: column 'hist' has type int64, "
-                                        r"but sequence feature 'hist' needs a list<int64> or "
-                                        r"list<string> column, or a delimited string column"):
+    with pytest.raises(
+        DataError,
+        match=r"data/part-0\.parquet: column 'hist' has type int64, "
+        r"but sequence feature 'hist' needs a list<int64> or "
+        r"list<string> column, or a delimited string column",
+    ):
         check_file_schema(Meta, required_columns(config))
 
 
 def test_embeddings_keep_a_sequence_or_pool_it(tmp_path):
     config = _config(tmp_path)
-    batch = {"item": tf.constant([3, 4], tf.int64), "cate": tf.constant([1, 2], tf.int64),
-             "hist": {"ids": tf.constant([[3, 7, 0], [0, 0, 0]], tf.int64),
-                      "weights": tf.constant([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])},
-             "hist_cate": {"ids": tf.constant([[1, 2, 0], [0, 0, 0]], tf.int64),
-                           "weights": tf.constant([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])}}
+    batch = {
+        "item": tf.constant([3, 4], tf.int64),
+        "cate": tf.constant([1, 2], tf.int64),
+        "hist": {
+            "ids": tf.constant([[3, 7, 0], [0, 0, 0]], tf.int64),
+            "weights": tf.constant([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),
+        },
+        "hist_cate": {
+            "ids": tf.constant([[1, 2, 0], [0, 0, 0]], tf.int64),
+            "weights": tf.constant([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),
+        },
+    }
     names = ["item", "cate", "hist", "hist_cate"]
     kept = FeatureEmbeddings(config, names, keep_sequences=True, seed=1)
     pooled = FeatureEmbeddings(config, names, seed=1)

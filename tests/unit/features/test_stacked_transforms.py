@@ -52,11 +52,13 @@ def _reference(config, raw, present):
         if feat.missing_indicator:
             out[f"{name}.missing"] = tf.cast(missing, tf.float32)
     for name, (left, right) in (("u_x_v", ("u", "v")), ("v_x_s", ("v", "s"))):
-        right_hash = (hashing.hash_string(raw[right]) if right == "s" else hashes[right])
-        ids = hashing.to_bucket(hashing.combine(hashes[left], right_hash),
-                                config.rows_of(config.features[name]) - 1)
-        out[name] = tf.where(present[left] & present[right], ids,
-                             config.rows_of(config.features[name]) - 1)
+        right_hash = hashing.hash_string(raw[right]) if right == "s" else hashes[right]
+        ids = hashing.to_bucket(
+            hashing.combine(hashes[left], right_hash), config.rows_of(config.features[name]) - 1
+        )
+        out[name] = tf.where(
+            present[left] & present[right], ids, config.rows_of(config.features[name]) - 1
+        )
     out["s"] = tf.where(present["s"], tf.strings.to_hash_bucket_fast(raw["s"], 2999), 2999)
     return out, bad
 
@@ -80,10 +82,13 @@ def test_one_assertion_names_the_first_bad_column_and_row(config):
     raw, present = random_chunk(3)
     values = np.zeros(N, np.float32)
     values[1234] = -np.inf
-    raw.update(p=tf.constant(np.zeros(N)), q=tf.constant(values),
-               r=tf.constant(np.zeros(N, np.float32)))
+    raw.update(
+        p=tf.constant(np.zeros(N)), q=tf.constant(values), r=tf.constant(np.zeros(N, np.float32))
+    )
     transform = FeatureTransform(config, ["click"], DTYPES, "fail")
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"bad data: numeric column 'q' \(feature 'q'\) has a NaN or "
-                             r"infinite value .* in chunk.parquet at row 11234 \(set"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"bad data: numeric column 'q' \(feature 'q'\) has a NaN or "
+        r"infinite value .* in chunk.parquet at row 11234 \(set",
+    ):
         transform(raw, tf.constant("chunk.parquet"), tf.constant(10_000, tf.int64), present)

@@ -18,26 +18,57 @@ from recsys_dist.features.transforms import FeatureTransform
 from tests.support.configs import write_yaml
 
 FEATURES = {
-    "tables": {"ads": {"rows": 50, "dim": 4}, "sites": {"rows": 10, "dim": 4},
-               "tags": {"rows": 20, "dim": 4}, "buckets": {"rows": 4, "dim": 4},
-               "cross": {"rows": 1000, "dim": 4}},
+    "tables": {
+        "ads": {"rows": 50, "dim": 4},
+        "sites": {"rows": 10, "dim": 4},
+        "tags": {"rows": 20, "dim": 4},
+        "buckets": {"rows": 4, "dim": 4},
+        "cross": {"rows": 1000, "dim": 4},
+    },
     "features": {
-        "ad": {"kind": "categorical", "dtype": "int64", "table": "ads",
-               "vocabulary": "ads.txt", "oov_buckets": 2},
-        "site": {"kind": "categorical", "dtype": "string", "table": "sites",
-                 "vocabulary": "sites.txt"},
-        "site_hashed": {"kind": "categorical", "dtype": "string", "column": "site",
-                        "table": "sites"},
+        "ad": {
+            "kind": "categorical",
+            "dtype": "int64",
+            "table": "ads",
+            "vocabulary": "ads.txt",
+            "oov_buckets": 2,
+        },
+        "site": {
+            "kind": "categorical",
+            "dtype": "string",
+            "table": "sites",
+            "vocabulary": "sites.txt",
+        },
+        "site_hashed": {
+            "kind": "categorical",
+            "dtype": "string",
+            "column": "site",
+            "table": "sites",
+        },
         "price": {"kind": "numeric", "transform": "standardize", "mean": 2.0, "std": 4.0},
-        "count": {"kind": "numeric", "transform": "log1p", "nan_means_missing": True,
-                  "fill_value": 0},
-        "count_bucket": {"kind": "numeric", "column": "count", "transform": "bucketize",
-                         "boundaries": [0, 1, 10], "table": "buckets",
-                         "nan_means_missing": True, "fill_value": -5},
-        "tags": {"kind": "multi_categorical", "table": "tags", "max_length": 2,
-                 "separator": ","},
-        "topics": {"kind": "multi_categorical", "table": "tags", "max_length": 3,
-                   "weighted": True, "vocabulary": "topics.txt"},
+        "count": {
+            "kind": "numeric",
+            "transform": "log1p",
+            "nan_means_missing": True,
+            "fill_value": 0,
+        },
+        "count_bucket": {
+            "kind": "numeric",
+            "column": "count",
+            "transform": "bucketize",
+            "boundaries": [0, 1, 10],
+            "table": "buckets",
+            "nan_means_missing": True,
+            "fill_value": -5,
+        },
+        "tags": {"kind": "multi_categorical", "table": "tags", "max_length": 2, "separator": ","},
+        "topics": {
+            "kind": "multi_categorical",
+            "table": "tags",
+            "max_length": 3,
+            "weighted": True,
+            "vocabulary": "topics.txt",
+        },
         "ad_x_site": {"kind": "cross", "inputs": ["ad", "site"], "table": "cross"},
     },
     "labels": {"click": {}},
@@ -50,8 +81,15 @@ def transform(tmp_path):
     (tmp_path / "sites.txt").write_text("a.com\nb.com\n")
     (tmp_path / "topics.txt").write_text("sport\nnews\n")
     config = load_feature_config(write_yaml(tmp_path / "f.yaml", FEATURES))
-    dtypes = {"ad": "int64", "site": "string", "price": "float64", "count": "float32",
-              "tags": "string", "topics": "string", "click": "int32"}
+    dtypes = {
+        "ad": "int64",
+        "site": "string",
+        "price": "float64",
+        "count": "float32",
+        "tags": "string",
+        "topics": "string",
+        "click": "int32",
+    }
     return FeatureTransform(config, ["click"], dtypes, "skip")
 
 
@@ -93,8 +131,9 @@ def test_hashing_is_the_documented_function(transform):
 def test_numeric_transforms(transform):
     features, _, valid = run(transform)
     np.testing.assert_allclose(features["price"].numpy(), [0.0, 1.0, -1.0, 2.0])
-    np.testing.assert_allclose(features["count"].numpy(),
-                               [0.0, np.log1p(0.5), np.log1p(99.0), -np.log1p(3.0)], rtol=1e-6)
+    np.testing.assert_allclose(
+        features["count"].numpy(), [0.0, np.log1p(0.5), np.log1p(99.0), -np.log1p(3.0)], rtol=1e-6
+    )
     # NaN -> fill -5 -> bucket 0; 0.5 -> 1; 99 -> 3; -3 -> 0
     assert features["count_bucket"].numpy().tolist() == [0, 1, 3, 0]
     assert features["count_bucket"].dtype == tf.int64
@@ -115,8 +154,9 @@ def test_weighted_multi_valued_with_vocabulary(transform):
     features, _, valid = run(transform)
     topics = features["topics"]
     assert topics["ids"].numpy().tolist() == [[0, 1, 0], [2, 0, 0], [0, 0, 0], [1, 0, 0]]
-    np.testing.assert_allclose(topics["weights"].numpy(),
-                               [[0.5, 2.0, 0], [1.0, 0, 0], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_allclose(
+        topics["weights"].numpy(), [[0.5, 2.0, 0], [1.0, 0, 0], [0, 0, 0], [0, 0, 0]]
+    )
     # "news" without ":weight" is a bad entry: row 3 is invalid under skip.
     assert valid.numpy()[3] == 0.0
 
@@ -141,8 +181,12 @@ LIST_FEATURES = {
     "tables": {"t": {"rows": 100, "dim": 4}, "u": {"rows": 50, "dim": 4}},
     "features": {
         "ids": {"kind": "multi_categorical", "table": "t", "max_length": 2},
-        "names": {"kind": "multi_categorical", "table": "t", "max_length": 3,
-                  "weights_column": "w"},
+        "names": {
+            "kind": "multi_categorical",
+            "table": "t",
+            "max_length": 3,
+            "weights_column": "w",
+        },
         "user": {"kind": "categorical", "dtype": "int64", "table": "u"},
         "age": {"kind": "numeric", "fill_value": -1, "missing_indicator": True},
         "user_x_user2": {"kind": "cross", "inputs": ["user", "user2"], "table": "t"},
@@ -155,44 +199,69 @@ LIST_FEATURES = {
 @pytest.fixture
 def list_transform(tmp_path):
     config = load_feature_config(write_yaml(tmp_path / "f.yaml", LIST_FEATURES))
-    dtypes = {"ids": "list<int64>", "names": "list<string>", "w": "list<float32>",
-              "user": "int64", "user2": "string", "age": "float32", "click": "int64"}
+    dtypes = {
+        "ids": "list<int64>",
+        "names": "list<string>",
+        "w": "list<float32>",
+        "user": "int64",
+        "user2": "string",
+        "age": "float32",
+        "click": "int64",
+    }
     return lambda policy: FeatureTransform(config, ["click"], dtypes, policy)
 
 
 def _list_batch():
     ragged = tf.ragged.constant
-    raw = {"ids": ragged([[1, 2, 3], [], [4, 0, 5], [7]], tf.int64),
-           "names": ragged([["x", "y"], ["z"], [], ["q"]]),
-           "w": ragged([[0.5, 0.25], [1.0, 2.0], [], []], tf.float32),
-           "user": tf.constant([3, 0, 9, 9], tf.int64), "user2": tf.constant(["a", "", "b", "b"]),
-           "age": tf.constant([30.0, 0.0, 41.0, 7.0]), "click": tf.constant([0, 1, 0, 1], tf.int64)}
-    present = {"ids": ragged([[True, True, True], [], [True, False, True], [True]]),
-               "names": ragged([[True, True], [True], [], [True]]),
-               "w": ragged([[True, False], [True, True], [], []]),
-               "user": tf.constant([True, False, True, True]),
-               "user2": tf.constant([True, True, True, False]),
-               "age": tf.constant([True, False, True, True]),
-               "click": tf.constant([True, True, True, False])}
+    raw = {
+        "ids": ragged([[1, 2, 3], [], [4, 0, 5], [7]], tf.int64),
+        "names": ragged([["x", "y"], ["z"], [], ["q"]]),
+        "w": ragged([[0.5, 0.25], [1.0, 2.0], [], []], tf.float32),
+        "user": tf.constant([3, 0, 9, 9], tf.int64),
+        "user2": tf.constant(["a", "", "b", "b"]),
+        "age": tf.constant([30.0, 0.0, 41.0, 7.0]),
+        "click": tf.constant([0, 1, 0, 1], tf.int64),
+    }
+    present = {
+        "ids": ragged([[True, True, True], [], [True, False, True], [True]]),
+        "names": ragged([[True, True], [True], [], [True]]),
+        "w": ragged([[True, False], [True, True], [], []]),
+        "user": tf.constant([True, False, True, True]),
+        "user2": tf.constant([True, True, True, False]),
+        "age": tf.constant([True, False, True, True]),
+        "click": tf.constant([True, True, True, False]),
+    }
     return raw, present
 
 
 def test_list_columns_nulls_and_weights_column(list_transform):
     raw, present = _list_batch()
-    features, labels, valid = list_transform("skip")(raw, tf.constant("t"),
-                                                     tf.constant(0, tf.int64), present)
-    bucket = lambda ids: hashing.to_bucket(hashing.hash_int64(tf.constant(ids, tf.int64)),  # noqa: E731
-                                           100).numpy().tolist()
+    features, labels, valid = list_transform("skip")(
+        raw, tf.constant("t"), tf.constant(0, tf.int64), present
+    )
+
+    def bucket(ids):
+        return (
+            hashing.to_bucket(hashing.hash_int64(tf.constant(ids, tf.int64)), 100).numpy().tolist()
+        )
+
     ids = features["ids"]
     # Integer list ids hash as integer categorical ids; a null id is dropped, then the
     # first max_length are kept; an empty list pools nothing.
-    assert ids["ids"].numpy().tolist() == [bucket([1, 2]), [0, 0], bucket([4, 5]),
-                                           bucket([7]) + [0]]
+    assert ids["ids"].numpy().tolist() == [
+        bucket([1, 2]),
+        [0, 0],
+        bucket([4, 5]),
+        bucket([7]) + [0],
+    ]
     assert ids["weights"].numpy().tolist() == [[1, 1], [0, 0], [1, 1], [1, 0]]
     names = features["names"]
     # "y" has a null weight: dropped. Rows 1 and 3: the two lists differ in length.
     assert names["ids"].numpy()[0].tolist() == [
-        tf.strings.to_hash_bucket_fast(["x"], 100).numpy()[0], 0, 0]
+        tf.strings.to_hash_bucket_fast(["x"], 100).numpy()[0],
+        0,
+        0,
+    ]
     assert names["weights"].numpy().tolist() == [[0.5, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]
     # Null ids read the feature's missing row (the table's last: 49); a null input
     # makes the cross read its missing row (99).
@@ -210,13 +279,17 @@ def test_list_columns_nulls_and_weights_column(list_transform):
 
 def test_list_length_mismatch_and_null_label_fail_naming_the_column(list_transform):
     raw, present = _list_batch()
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"list column 'names' \(feature 'names'\) and its weights_column "
-                             r"'w' differ in length in f\.parquet at row 1"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"list column 'names' \(feature 'names'\) and its weights_column "
+        r"'w' differ in length in f\.parquet at row 1",
+    ):
         list_transform("fail")(raw, tf.constant("f.parquet"), tf.constant(0, tf.int64), present)
     raw["names"] = tf.ragged.constant([["x", "y"], ["z", "z"], [], []])  # lengths as w's
     present["names"] = tf.ragged.constant([[True, True], [True, True], [], []])
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"label column 'click' has a null or a value other than 0 or 1 "
-                             r"in f\.parquet at row 3"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"label column 'click' has a null or a value other than 0 or 1 "
+        r"in f\.parquet at row 3",
+    ):
         list_transform("fail")(raw, tf.constant("f.parquet"), tf.constant(0, tf.int64), present)

@@ -9,12 +9,15 @@ from recsys_dist.console import reporting_errors
 from recsys_dist.errors import ClusterLost, ConfigError, DataError, RecsysError
 
 
-@pytest.mark.parametrize("args, text", [
-    (("m.yaml", "model.name", "got 'x'", 7), "m.yaml:7: model.name: got 'x'"),
-    (("m.yaml", "model.name", "got 'x'"), "m.yaml: model.name: got 'x'"),
-    (("m.yaml", "", "config file not found"), "m.yaml: config file not found"),
-    (("--set a=1", "a", "bad", None), "--set a=1: a: bad"),
-])
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (("m.yaml", "model.name", "got 'x'", 7), "m.yaml:7: model.name: got 'x'"),
+        (("m.yaml", "model.name", "got 'x'"), "m.yaml: model.name: got 'x'"),
+        (("m.yaml", "", "config file not found"), "m.yaml: config file not found"),
+        (("--set a=1", "a", "bad", None), "--set a=1: a: bad"),
+    ],
+)
 def test_a_config_error_names_file_line_and_key(args, text):
     error = ConfigError(*args)
     assert str(error) == text
@@ -27,8 +30,12 @@ def test_a_config_file_given_as_a_path_is_named_as_text(tmp_path):
 
 
 def test_each_family_has_its_exit_code_and_is_reported_as_one_line(capsys):
-    for error, code in [(RecsysError("plain"), 2), (ConfigError("f", "k", "bad"), 2),
-                        (DataError("no rows"), 3), (ClusterLost("ps lost"), 4)]:
+    for error, code in [
+        (RecsysError("plain"), 2),
+        (ConfigError("f", "k", "bad"), 2),
+        (DataError("no rows"), 3),
+        (ClusterLost("ps lost"), 4),
+    ]:
         assert isinstance(error, RecsysError) and error.exit_code == code
 
         def fail(error=error):

@@ -33,11 +33,15 @@ def test_s3_takes_endpoint_region_timeouts_and_retries_from_the_environment(aws)
     aws.setenv("AWS_REGION", "eu-west-3")
     fs, stripped = filesystems.filesystem("s3://bucket/data/dt=2026-01-01")
     assert stripped == "bucket/data/dt=2026-01-01"
-    assert fs.client_kwargs == {"region_name": "eu-west-3", "endpoint_url": "https://127.0.0.1:9000"}
+    assert fs.client_kwargs == {
+        "region_name": "eu-west-3",
+        "endpoint_url": "https://127.0.0.1:9000",
+    }
     assert fs.config_kwargs == {
         "connect_timeout": filesystems.S3_CONNECT_TIMEOUT,
         "read_timeout": filesystems.S3_READ_TIMEOUT,
-        "retries": {"max_attempts": filesystems.S3_MAX_ATTEMPTS, "mode": "standard"}}
+        "retries": {"max_attempts": filesystems.S3_MAX_ATTEMPTS, "mode": "standard"},
+    }
     aws.setenv("AWS_ENDPOINT_URL_S3", "http://s3.local:9000")  # the S3-specific one wins
     fs, _ = filesystems.filesystem("s3a://bucket/x")
     assert fs.client_kwargs["endpoint_url"] == "http://s3.local:9000"
@@ -54,20 +58,28 @@ def test_the_old_s3_endpoint_variable_is_refused_with_the_new_name(aws):
         filesystems.filesystem("s3://bucket/x")
     assert str(raised.value) == (
         "environment: S3_ENDPOINT: is no longer read (it was tensorflow-io's setting); set "
-        "AWS_ENDPOINT_URL instead, with its scheme, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9000")
+        "AWS_ENDPOINT_URL instead, with its scheme, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9000"
+    )
     aws.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")  # both set: the new one is read
-    assert filesystems.filesystem("s3://bucket/x")[0].client_kwargs["endpoint_url"] == \
-        "http://127.0.0.1:9000"
+    assert (
+        filesystems.filesystem("s3://bucket/x")[0].client_kwargs["endpoint_url"]
+        == "http://127.0.0.1:9000"
+    )
 
 
 def test_path_helpers_keep_the_protocol():
-    assert [filesystems.is_remote(p) for p in ("s3://b/k", "hdfs://nn/x", "/tmp/x", "x",
-                                               "file:///tmp/x")] == [True, True, False, False,
-                                                                      False]
-    assert filesystems.full_path("s3://bucket/root", "bucket/root/a.parquet") == \
-        "s3://bucket/root/a.parquet"
+    assert [
+        filesystems.is_remote(p)
+        for p in ("s3://b/k", "hdfs://nn/x", "/tmp/x", "x", "file:///tmp/x")
+    ] == [True, True, False, False, False]
+    assert (
+        filesystems.full_path("s3://bucket/root", "bucket/root/a.parquet")
+        == "s3://bucket/root/a.parquet"
+    )
     assert filesystems.full_path("/data/root", "/data/root/a.parquet") == "/data/root/a.parquet"
     assert filesystems.full_path("file:///data", "/data/a.parquet") == "/data/a.parquet"
-    assert filesystems.join("s3://bucket/root/", "/dt=2026-01-01/", "a.parquet") == \
-        "s3://bucket/root/dt=2026-01-01/a.parquet"
+    assert (
+        filesystems.join("s3://bucket/root/", "/dt=2026-01-01/", "a.parquet")
+        == "s3://bucket/root/dt=2026-01-01/a.parquet"
+    )
     assert filesystems.join("root") == "root"

@@ -28,8 +28,10 @@ def test_integer_ids_hash_through_the_splitmix64_finalizer_of_their_bits():
     assert int(out[0]) == 0  # the finalizer keeps 0
     assert len(set(out.tolist())) == len(IDS)
     # Narrow integer ids hash as their int64 value.
-    assert hashing.hash_int64(tf.constant([7, -3], tf.int32)).numpy().tolist() == \
-        hashing.hash_int64(tf.constant([7, -3], tf.int64)).numpy().tolist()
+    assert (
+        hashing.hash_int64(tf.constant([7, -3], tf.int32)).numpy().tolist()
+        == hashing.hash_int64(tf.constant([7, -3], tf.int64)).numpy().tolist()
+    )
 
 
 def test_strings_hash_to_63_bits_of_fingerprint64():

@@ -22,8 +22,14 @@ print(path, tempfile.gettempdir(), os.environ["TMPDIR"], os.path.dirname(name), 
 
 
 def run(code: str, tmpdir, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=subprocess_env(TMPDIR=str(tmpdir)),
-                          capture_output=True, text=True, timeout=60, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=subprocess_env(TMPDIR=str(tmpdir)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kwargs,
+    )
 
 
 def dead_pid() -> int:
@@ -43,13 +49,19 @@ def test_the_directory_is_where_temporary_files_go_and_is_removed_at_exit(tmp_pa
 
 
 def test_a_command_removes_it_when_stopped_by_a_signal(tmp_path):
-    code = ("import time\nfrom recsys_dist.console import run_command\n"
-            "def main():\n    import tempfile\n    tempfile.mkstemp()\n"
-            "    print(tempfile.gettempdir(), flush=True)\n    time.sleep(60)\n    return 0\n"
-            "run_command(main)\n")
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               env=subprocess_env(TMPDIR=str(tmp_path)))
+    code = (
+        "import time\nfrom recsys_dist.console import run_command\n"
+        "def main():\n    import tempfile\n    tempfile.mkstemp()\n"
+        "    print(tempfile.gettempdir(), flush=True)\n    time.sleep(60)\n    return 0\n"
+        "run_command(main)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(TMPDIR=str(tmp_path)),
+    )
     path = process.stdout.readline().strip()
     assert os.listdir(path)
     process.send_signal(signal.SIGTERM)
@@ -60,11 +72,17 @@ def test_a_command_removes_it_when_stopped_by_a_signal(tmp_path):
 
 
 def test_a_server_task_removes_it_when_stopped_by_sigterm(tmp_path):
-    code = ("import tempfile, time\nfrom recsys_dist import scratch\n"
-            "path = scratch.start()\nscratch.exit_on_signals()\nprint(path, flush=True)\n"
-            "while True:\n    time.sleep(0.1)\n")
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                               env=subprocess_env(TMPDIR=str(tmp_path)))
+    code = (
+        "import tempfile, time\nfrom recsys_dist import scratch\n"
+        "path = scratch.start()\nscratch.exit_on_signals()\nprint(path, flush=True)\n"
+        "while True:\n    time.sleep(0.1)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(TMPDIR=str(tmp_path)),
+    )
     assert os.path.isdir(process.stdout.readline().strip())
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 128 + signal.SIGTERM
@@ -77,8 +95,11 @@ def test_start_removes_a_dead_process_directory_and_keeps_a_live_one(tmp_path):
     (dead / "sub" / "__autograph_generated_file.py").write_text("")
     live = tmp_path / f"recsys_dist-{os.getpid()}-abcd_123"  # this test's process lives
     live.mkdir()
-    others = [tmp_path / f"recsys_dist-{dead_pid()}-x", tmp_path / "recsys_dist_stage_1",
-              tmp_path / "mine"]  # not the package's run-scoped directories: never touched
+    others = [
+        tmp_path / f"recsys_dist-{dead_pid()}-x",
+        tmp_path / "recsys_dist_stage_1",
+        tmp_path / "mine",
+    ]  # not the package's run-scoped directories: never touched
     for other in others:
         other.mkdir()
     result = run(SHOW, tmp_path)
@@ -89,13 +110,16 @@ def test_start_removes_a_dead_process_directory_and_keeps_a_live_one(tmp_path):
 
 def test_a_directory_whose_lock_is_held_is_kept_even_if_its_pid_is_unknown(tmp_path):
     """A live process of another pid namespace sharing the temporary directory."""
-    holder = ("import fcntl, os, sys, time\n"
-              "fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY)\n"
-              "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n")
+    holder = (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n"
+    )
     other = tmp_path / f"recsys_dist-{dead_pid()}-abcd_123"
     other.mkdir()
-    process = subprocess.Popen([sys.executable, "-c", holder, str(other / ".lock")],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", holder, str(other / ".lock")], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert process.stdout.readline().strip() == "locked"
         assert run(SHOW, tmp_path).returncode == 0
@@ -110,21 +134,26 @@ def test_a_directory_whose_lock_is_held_is_kept_even_if_its_pid_is_unknown(tmp_p
 def test_a_parent_removes_what_a_killed_child_left(tmp_path):
     """The child gets the parent's directory as TMPDIR, makes its own inside it, and is
     SIGKILLed; the parent removes the child's directory, then its own at exit."""
-    code = ("import os, signal, subprocess, sys, time\nfrom recsys_dist import scratch\n"
-            "mine = scratch.start()\n"
-            "child = subprocess.Popen([sys.executable, '-c', sys.argv[1]],"
-            " stdout=subprocess.PIPE, text=True)\n"
-            "theirs = child.stdout.readline().split()[0]\n"
-            "assert os.path.dirname(theirs) == mine, (theirs, mine)\n"
-            "child.kill(); child.wait()\nassert os.path.isdir(theirs)\n"
-            "scratch.remove_left_by([child.pid])\n"
-            "assert not os.path.exists(theirs) and os.path.isdir(mine)\nprint('ok')\n")
+    code = (
+        "import os, signal, subprocess, sys, time\nfrom recsys_dist import scratch\n"
+        "mine = scratch.start()\n"
+        "child = subprocess.Popen([sys.executable, '-c', sys.argv[1]],"
+        " stdout=subprocess.PIPE, text=True)\n"
+        "theirs = child.stdout.readline().split()[0]\n"
+        "assert os.path.dirname(theirs) == mine, (theirs, mine)\n"
+        "child.kill(); child.wait()\nassert os.path.isdir(theirs)\n"
+        "scratch.remove_left_by([child.pid])\n"
+        "assert not os.path.exists(theirs) and os.path.isdir(mine)\nprint('ok')\n"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code, SHOW + "import time\ntime.sleep(60)\n"],
-        env=subprocess_env(TMPDIR=str(tmp_path)), capture_output=True, text=True, timeout=60)
+        env=subprocess_env(TMPDIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
     assert os.listdir(tmp_path) == []
-
 
 
 def test_a_lasting_directory_sits_outside_every_run_scoped_one(tmp_path):
@@ -153,8 +182,12 @@ def main():
 run_command(main)
 """
     for exit_code, kept in ((0, False), (3, True)):
-        result = subprocess.run([sys.executable, "-c", code, str(exit_code)],
-                                env=subprocess_env(TMPDIR=str(tmp_path)), capture_output=True,
-                                text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-c", code, str(exit_code)],
+            env=subprocess_env(TMPDIR=str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == exit_code, result.stderr
         assert os.path.isdir(result.stdout.split()[-1]) == kept

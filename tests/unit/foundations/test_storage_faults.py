@@ -28,13 +28,21 @@ def test_a_transient_upload_error_is_retried_and_the_write_completes(fault_proxy
     assert puts(fault_proxy, kind) == 1 and puts(fault_proxy, None) == 1
 
 
-@pytest.mark.parametrize(("kind", "reason"), [
-    ("503", "503 SlowDown: Please reduce your request rate. (after 3 attempts)"),
-    ("500", "500 InternalError: We encountered an internal error. Please try again. "
-            "(after 3 attempts)"),
-    ("hang", "Read timeout on endpoint URL")])
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        ("503", "503 SlowDown: Please reduce your request rate. (after 3 attempts)"),
+        (
+            "500",
+            "500 InternalError: We encountered an internal error. Please try again. "
+            "(after 3 attempts)",
+        ),
+        ("hang", "Read timeout on endpoint URL"),
+    ],
+)
 def test_retries_run_out_after_aws_max_attempts_and_the_message_names_the_uri(
-        fault_proxy, root, kind, reason):
+    fault_proxy, root, kind, reason
+):
     fault_proxy.faults = [Fault(kind, method="PUT")]
     with pytest.raises(StorageError) as failed:
         storage_io.write_text(f"{root}/x.json", "whole")
@@ -50,8 +58,7 @@ def test_aws_max_attempts_sets_the_attempts(fault_proxy, root, monkeypatch):
     storage_io.write_text(f"{root}/x.json", "whole")
     assert puts(fault_proxy, "503") == 3 and puts(fault_proxy, None) == 1
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "none")
-    with pytest.raises(Exception, match="AWS_MAX_ATTEMPTS: must be a positive number, "
-                                        "got 'none'"):
+    with pytest.raises(Exception, match="AWS_MAX_ATTEMPTS: must be a positive number, got 'none'"):
         storage_io.write_text(f"{root}/x.json", "whole")
 
 
@@ -61,8 +68,10 @@ def test_permanent_errors_fail_at_once_naming_the_uri(fault_proxy, root):
         storage_io.write_text(f"{root}/x.json", "whole")
     assert puts(fault_proxy) == 1
     fault_proxy.faults = []
-    with pytest.raises(StorageError, match="^s3://no-such-bucket/x.json: cannot write it: "
-                                           "The specified bucket does not exist$"):
+    with pytest.raises(
+        StorageError,
+        match="^s3://no-such-bucket/x.json: cannot write it: The specified bucket does not exist$",
+    ):
         storage_io.write_text("s3://no-such-bucket/x.json", "whole")
     assert puts(fault_proxy) == 2
 

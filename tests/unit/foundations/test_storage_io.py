@@ -38,8 +38,10 @@ def test_text_files_listings_and_removal(root):
     storage_io.rmtree(f"{root}/a")
     storage_io.rmtree(f"{root}/a")
     assert storage_io.listdir(root) == ["b.txt"]
-    with pytest.raises(StorageError, match="^" + re.escape(
-            f"{root}/nothing: cannot read it: No such file or directory")):
+    with pytest.raises(
+        StorageError,
+        match="^" + re.escape(f"{root}/nothing: cannot read it: No such file or directory"),
+    ):
         storage_io.read_text(f"{root}/nothing")
 
 
@@ -61,9 +63,11 @@ def test_upload_puts_the_marker_last_and_download_selects(root, tmp_path, monkey
         (local / name).write_text(name)
     order = []
     put = storage_io._put_file
-    monkeypatch.setattr(storage_io, "_put_file",
-                        lambda fs, lpath, rpath: (order.append(os.path.basename(rpath)),
-                                                  put(fs, lpath, rpath)))
+    monkeypatch.setattr(
+        storage_io,
+        "_put_file",
+        lambda fs, lpath, rpath: (order.append(os.path.basename(rpath)), put(fs, lpath, rpath)),
+    )
     done = storage_io.upload_dir(str(local), root, last=["state.json", "_COMPLETE"])
     assert done == ["a.index", "b.data", "sub/c.txt", "state.json", "_COMPLETE"]
     assert order == ["a.index", "b.data", "c.txt", "state.json", "_COMPLETE"]
@@ -90,10 +94,12 @@ def test_a_missing_bucket_is_named(s3_server):
     path = "s3://no-such-bucket-here/runs/a"
     with pytest.raises(StorageError) as error:
         storage_io.check_writable(path, "the run's checkpoints")
-    assert str(error.value) == (f"{path}: cannot write the run's checkpoints there: "
-                                "The specified bucket does not exist")
-    with pytest.raises(StorageError, match=f"^{path}/x.json: cannot write it: The specified "
-                                           "bucket does not exist"):
+    assert str(error.value) == (
+        f"{path}: cannot write the run's checkpoints there: The specified bucket does not exist"
+    )
+    with pytest.raises(
+        StorageError, match=f"^{path}/x.json: cannot write it: The specified bucket does not exist"
+    ):
         storage_io.write_text(f"{path}/x.json", "{}")
     assert not storage_io.exists(path) and storage_io.listdir(path) == []
 

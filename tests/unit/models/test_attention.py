@@ -70,8 +70,10 @@ def _garbage_padding(keys: np.ndarray, mask: np.ndarray, seed: int = 1) -> np.nd
 def _more_padding(keys: np.ndarray, mask: np.ndarray, extra: int = 3):
     """The same history with ``extra`` more (garbage) padding positions at the end."""
     noise = np.random.default_rng(2).normal(size=[keys.shape[0], extra, keys.shape[2]])
-    return (np.concatenate([keys, noise.astype(np.float32)], axis=1),
-            np.concatenate([mask, np.zeros([mask.shape[0], extra], bool)], axis=1))
+    return (
+        np.concatenate([keys, noise.astype(np.float32)], axis=1),
+        np.concatenate([mask, np.zeros([mask.shape[0], extra], bool)], axis=1),
+    )
 
 
 # --- masked_softmax -------------------------------------------------------------------
@@ -83,8 +85,13 @@ def test_masked_softmax_normalises_over_real_positions_only():
     e = math.e
     np.testing.assert_allclose(
         masked_softmax(logits, mask).numpy(),
-        [[1 / (1 + e), e / (1 + e), 0.0], [0.0, 0.0, 0.0],
-         [1 / (1 + e + e * e), e / (1 + e + e * e), e * e / (1 + e + e * e)]], rtol=1e-6)
+        [
+            [1 / (1 + e), e / (1 + e), 0.0],
+            [0.0, 0.0, 0.0],
+            [1 / (1 + e + e * e), e / (1 + e + e * e), e * e / (1 + e + e * e)],
+        ],
+        rtol=1e-6,
+    )
 
 
 def test_masked_softmax_gradient_is_finite_with_huge_padding_logits():
@@ -105,20 +112,25 @@ def test_dice_uses_batch_statistics_when_training_and_moving_ones_otherwise():
     dice = Dice()
     x = np.array([[1.0, -2.0], [2.0, 0.0], [3.0, 5.0]], dtype=np.float32)
     # Before any update: moving mean 0, moving variance 1; alpha starts at 0.
-    np.testing.assert_allclose(dice(x, training=False).numpy(),
-                               _np_dice(x, 0.0, 0.0, 1.0), rtol=1e-6)
+    np.testing.assert_allclose(
+        dice(x, training=False).numpy(), _np_dice(x, 0.0, 0.0, 1.0), rtol=1e-6
+    )
     dice.alpha.assign([0.5, -0.25])
     # Training: per unit, mean [2, 1] and (biased) variance [2/3, 26/3].
     mean, variance = np.array([2.0, 1.0]), np.array([2 / 3, 26 / 3])
-    np.testing.assert_allclose(dice(x, training=True).numpy(),
-                               _np_dice(x, np.array([0.5, -0.25]), mean, variance), rtol=1e-6)
+    np.testing.assert_allclose(
+        dice(x, training=True).numpy(),
+        _np_dice(x, np.array([0.5, -0.25]), mean, variance),
+        rtol=1e-6,
+    )
     np.testing.assert_allclose(dice.moving_mean.numpy(), 0.01 * mean, rtol=1e-6)
-    np.testing.assert_allclose(dice.moving_variance.numpy(), 0.99 + 0.01 * variance,
-                               rtol=1e-6)
+    np.testing.assert_allclose(dice.moving_variance.numpy(), 0.99 + 0.01 * variance, rtol=1e-6)
     # Inference now uses the moved statistics.
     np.testing.assert_allclose(
         dice(x, training=False).numpy(),
-        _np_dice(x, np.array([0.5, -0.25]), 0.01 * mean, 0.99 + 0.01 * variance), rtol=1e-6)
+        _np_dice(x, np.array([0.5, -0.25]), 0.01 * mean, 0.99 + 0.01 * variance),
+        rtol=1e-6,
+    )
 
 
 def test_dice_statistics_ignore_padding_rows_and_an_all_padding_batch():
@@ -140,11 +152,13 @@ def test_dice_takes_the_training_flag_as_a_tensor_inside_tf_function():
     dice = Dice()
     x = tf.constant([[1.0], [3.0]])
     call = tf.function(lambda training: dice(x, training=training))
-    np.testing.assert_allclose(call(tf.constant(True)).numpy(),
-                               _np_dice(x.numpy(), 0.0, 2.0, 1.0), rtol=1e-6)
+    np.testing.assert_allclose(
+        call(tf.constant(True)).numpy(), _np_dice(x.numpy(), 0.0, 2.0, 1.0), rtol=1e-6
+    )
     np.testing.assert_allclose(dice.moving_mean.numpy(), [0.02], rtol=1e-6)
-    np.testing.assert_allclose(call(tf.constant(False)).numpy(),
-                               _np_dice(x.numpy(), 0.0, 0.02, 0.99 + 0.01), rtol=1e-6)
+    np.testing.assert_allclose(
+        call(tf.constant(False)).numpy(), _np_dice(x.numpy(), 0.0, 0.02, 0.99 + 0.01), rtol=1e-6
+    )
 
 
 def test_dice_config_roundtrip():
@@ -152,11 +166,14 @@ def test_dice_config_roundtrip():
     assert _roundtrip(dice).get_config()["epsilon"] == 1e-6
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"epsilon": 0.0}, "Dice epsilon must be a positive number. Received: epsilon=0.0"),
-    ({"epsilon": "1e-8"}, "Dice epsilon must be a positive number. Received: epsilon='1e-8'"),
-    ({"momentum": 1.0}, r"Dice momentum must be in \[0, 1\). Received: momentum=1.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"epsilon": 0.0}, "Dice epsilon must be a positive number. Received: epsilon=0.0"),
+        ({"epsilon": "1e-8"}, "Dice epsilon must be a positive number. Received: epsilon='1e-8'"),
+        ({"momentum": 1.0}, r"Dice momentum must be in \[0, 1\). Received: momentum=1.0"),
+    ],
+)
 def test_dice_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Dice(**kwargs)
@@ -171,34 +188,43 @@ def test_activation_layer_builds_each_named_activation():
     np.testing.assert_allclose(prelu(x).numpy(), [[0.0, 3.0]])  # alpha starts at 0
     assert prelu.alpha.shape == (2,)
     np.testing.assert_allclose(activation_layer("relu")(x).numpy(), [[0.0, 3.0]])
-    np.testing.assert_allclose(activation_layer("sigmoid")(x).numpy(), _sigmoid(x.numpy()),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        activation_layer("sigmoid")(x).numpy(), _sigmoid(x.numpy()), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("name", ["tanh", "Dice", "", None])
 def test_activation_layer_rejects_unknown_names(name):
-    with pytest.raises(ValueError, match=(r"activation must be one of 'dice', 'prelu', "
-                                          rf"'relu', 'sigmoid'. Received: activation={name!r}")):
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"activation must be one of 'dice', 'prelu', "
+            rf"'relu', 'sigmoid'. Received: activation={name!r}"
+        ),
+    ):
         activation_layer(name)
 
 
 # --- TargetAttention ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("normalization, expected", [
-    ("none", [7.0, 8.0]),
-    ("softmax", [1 / (1 + math.e), math.e / (1 + math.e)]),
-])
+@pytest.mark.parametrize(
+    "normalization, expected",
+    [
+        ("none", [7.0, 8.0]),
+        ("softmax", [1 / (1 + math.e), math.e / (1 + math.e)]),
+    ],
+)
 def test_target_attention_exact_output(normalization, expected):
-    att = TargetAttention([1], activation="relu", normalization=normalization,
-                          kernel_initializer="ones")
+    att = TargetAttention(
+        [1], activation="relu", normalization=normalization, kernel_initializer="ones"
+    )
     query = tf.constant([[1.0, 2.0]])
     keys = tf.constant([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]])
     mask = tf.constant([[True, True, False]])
     # u_0 = sum [q, k_0, q - k_0, q * k_0] = 3 + 1 + 2 + 1 = 7; u_1 = 3 + 1 + 2 + 2 = 8.
     np.testing.assert_allclose(att(query, keys, mask).numpy(), [expected], rtol=1e-6)
-    np.testing.assert_allclose(_roundtrip(att)(query, keys, mask).numpy(), [expected],
-                               rtol=1e-6)
+    np.testing.assert_allclose(_roundtrip(att)(query, keys, mask).numpy(), [expected], rtol=1e-6)
 
 
 def _np_target_attention(layer, query, keys, mask, training):
@@ -249,21 +275,25 @@ def test_target_attention_ignores_keys_at_padding_positions(normalization, activ
     att = TargetAttention([8, 4], activation=activation, normalization=normalization, seed=0)
     for training in (True, False):
         clean, clean_weights = att(query, keys, mask, training=training, return_weights=True)
-        noisy, noisy_weights = att(query, _garbage_padding(keys, mask), mask,
-                                   training=training, return_weights=True)
+        noisy, noisy_weights = att(
+            query, _garbage_padding(keys, mask), mask, training=training, return_weights=True
+        )
         np.testing.assert_allclose(noisy.numpy(), clean.numpy(), rtol=1e-6)
         np.testing.assert_allclose(noisy_weights.numpy(), clean_weights.numpy(), rtol=1e-6)
         np.testing.assert_array_equal(clean_weights.numpy()[~mask], 0.0)
         # Nor does the number of padding positions (Dice's statistics count real ones only).
-        longer, longer_weights = att(query, *_more_padding(keys, mask), training=training,
-                                     return_weights=True)
+        longer, longer_weights = att(
+            query, *_more_padding(keys, mask), training=training, return_weights=True
+        )
         np.testing.assert_allclose(longer.numpy(), clean.numpy(), rtol=1e-5)
-        np.testing.assert_allclose(longer_weights.numpy()[:, :5], clean_weights.numpy(),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(longer_weights.numpy()[:, :5], clean_weights.numpy(), rtol=1e-5)
     # Even NaN keys at padding positions stay out.
     nan_keys = np.where(mask[..., None], keys, np.nan).astype(np.float32)
-    np.testing.assert_allclose(att(query, nan_keys, mask, training=True).numpy(),
-                               att(query, keys, mask, training=True).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        att(query, nan_keys, mask, training=True).numpy(),
+        att(query, keys, mask, training=True).numpy(),
+        rtol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("normalization", ["none", "softmax"])
@@ -309,8 +339,9 @@ def test_target_attention_uses_the_keras_mask_of_the_keys():
     embedded = tf.keras.layers.Embedding(5, 4, mask_zero=True)(ids)
     query = tf.ones([1, 4])
     att = TargetAttention([4], seed=0)
-    np.testing.assert_allclose(att(query, embedded).numpy(),
-                               att(query, embedded, ids > 0).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        att(query, embedded).numpy(), att(query, embedded, ids > 0).numpy(), rtol=1e-6
+    )
 
 
 def test_target_attention_same_seed_same_weights():
@@ -328,16 +359,24 @@ def test_target_attention_same_seed_same_weights():
 _HIDDEN = "hidden_units must be a non-empty list of positive integers. Received: "
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"hidden_units": []}, _HIDDEN + r"hidden_units=\[\]"),
-    ({"hidden_units": [8, 0]}, _HIDDEN + r"hidden_units=\[8, 0\]"),
-    ({"hidden_units": [-1]}, _HIDDEN + r"hidden_units=\[-1\]"),
-    ({"hidden_units": 80}, _HIDDEN + "hidden_units=80"),
-    ({"activation": "tanh"}, "activation must be one of 'dice', 'prelu', 'relu', 'sigmoid'. "
-                             "Received: activation='tanh'"),
-    ({"normalization": "sum"}, "normalization must be one of 'none', 'softmax'. "
-                               "Received: normalization='sum'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"hidden_units": []}, _HIDDEN + r"hidden_units=\[\]"),
+        ({"hidden_units": [8, 0]}, _HIDDEN + r"hidden_units=\[8, 0\]"),
+        ({"hidden_units": [-1]}, _HIDDEN + r"hidden_units=\[-1\]"),
+        ({"hidden_units": 80}, _HIDDEN + "hidden_units=80"),
+        (
+            {"activation": "tanh"},
+            "activation must be one of 'dice', 'prelu', 'relu', 'sigmoid'. "
+            "Received: activation='tanh'",
+        ),
+        (
+            {"normalization": "sum"},
+            "normalization must be one of 'none', 'softmax'. Received: normalization='sum'",
+        ),
+    ],
+)
 def test_target_attention_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=f"TargetAttention {match}"):
         TargetAttention(**kwargs)
@@ -369,13 +408,13 @@ def _np_transformer(layer, x, mask):
     def split(v):
         return v.reshape(batch, length, heads, width).transpose(0, 2, 1, 3)
 
-    q, k, v = (split(dense(d, x)) for d in (layer.query_dense, layer.key_dense,
-                                             layer.value_dense))
+    q, k, v = (split(dense(d, x)) for d in (layer.query_dense, layer.key_dense, layer.value_dense))
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width)
     key_mask = np.broadcast_to(mask[:, None, None, :], scores.shape)
     weights = _np_softmax(scores, key_mask)
-    attended = dense(layer.output_dense,
-                     (weights @ v).transpose(0, 2, 1, 3).reshape(batch, length, dim))
+    attended = dense(
+        layer.output_dense, (weights @ v).transpose(0, 2, 1, 3).reshape(batch, length, dim)
+    )
     x = _np_layer_norm(x + attended, layer.attention_norm)
     inner = dense(layer.ffn_inner, x)
     inner = np.where(inner > 0, inner, LEAKY_RELU_ALPHA * inner)
@@ -391,8 +430,7 @@ def test_transformer_layer_matches_numpy_and_zeroes_padding():
     for norm in (layer.attention_norm, layer.ffn_norm):
         norm.set_weights([np.array([1.0, 2.0, 0.5, 1.5]), np.array([0.1, -0.1, 0.2, 0.0])])
     outputs = layer(x, mask, training=False).numpy()
-    np.testing.assert_allclose(outputs, _np_transformer(layer, x, mask), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(outputs, _np_transformer(layer, x, mask), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(outputs[~mask], 0.0)
     assert np.all(np.abs(outputs[mask]) > 0)
 
@@ -401,8 +439,9 @@ def test_transformer_layer_ignores_padding_and_all_padding_rows_are_zero():
     _, x, mask = _history()
     layer = TransformerEncoderLayer(num_heads=4, dropout=0.0, seed=0)
     clean = layer(x, mask, training=True).numpy()
-    np.testing.assert_allclose(layer(_garbage_padding(x, mask), mask, training=True).numpy(),
-                               clean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        layer(_garbage_padding(x, mask), mask, training=True).numpy(), clean, rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_array_equal(clean[2], np.zeros([5, 4]))
     longer = layer(*_more_padding(x, mask), training=True).numpy()
     np.testing.assert_allclose(longer[:, :5], clean, rtol=1e-5, atol=1e-6)
@@ -438,8 +477,7 @@ def test_transformer_layer_takes_the_keras_mask_and_passes_it_on():
 def test_transformer_layer_feed_forward_width_and_config_roundtrip(ffn_units, inner):
     _, x, mask = _history()
     x = np.tile(x, [1, 1, 2])  # D = 8
-    layer = TransformerEncoderLayer(num_heads=2, ffn_units=ffn_units, ffn_activation="gelu",
-                                    seed=5)
+    layer = TransformerEncoderLayer(num_heads=2, ffn_units=ffn_units, ffn_activation="gelu", seed=5)
     layer(x, mask)
     assert layer.ffn_inner.kernel.shape == (8, inner)
     clone = _roundtrip(layer)
@@ -456,15 +494,21 @@ def test_transformer_layer_rejects_a_dim_not_divisible_by_num_heads():
         TransformerEncoderLayer(num_heads=3)(tf.ones([2, 5, 10]))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_heads": 0}, "num_heads must be a positive integer. Received: num_heads=0"),
-    ({"num_heads": -2}, "num_heads must be a positive integer. Received: num_heads=-2"),
-    ({"num_heads": 2.0}, "num_heads must be a positive integer. Received: num_heads=2.0"),
-    ({"ffn_units": 0}, "ffn_units must be None or a positive integer. Received: ffn_units=0"),
-    ({"dropout": 1.0}, r"dropout must be in \[0, 1\). Received: dropout=1.0"),
-    ({"ffn_activation": "tanh"}, "ffn_activation must be one of 'leaky_relu', 'gelu', "
-                                 "'relu'. Received: ffn_activation='tanh'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_heads": 0}, "num_heads must be a positive integer. Received: num_heads=0"),
+        ({"num_heads": -2}, "num_heads must be a positive integer. Received: num_heads=-2"),
+        ({"num_heads": 2.0}, "num_heads must be a positive integer. Received: num_heads=2.0"),
+        ({"ffn_units": 0}, "ffn_units must be None or a positive integer. Received: ffn_units=0"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\). Received: dropout=1.0"),
+        (
+            {"ffn_activation": "tanh"},
+            "ffn_activation must be one of 'leaky_relu', 'gelu', "
+            "'relu'. Received: ffn_activation='tanh'",
+        ),
+    ],
+)
 def test_transformer_layer_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=f"TransformerEncoderLayer {match}"):
         TransformerEncoderLayer(**kwargs)
@@ -479,8 +523,9 @@ def test_position_embedding_adds_the_row_of_each_position():
     pos(x)
     pos.table.assign([[0.0, 0.1], [10.0, 10.1], [20.0, 20.1], [30.0, 30.1]])
     np.testing.assert_allclose(pos(x).numpy(), [[[1.0, 1.1], [12.0, 12.1], [23.0, 23.1]]])
-    np.testing.assert_allclose(pos(x, tf.constant([[1.0, 1.0, 0.0]])).numpy(),
-                               [[[1.0, 1.1], [12.0, 12.1], [0.0, 0.0]]])
+    np.testing.assert_allclose(
+        pos(x, tf.constant([[1.0, 1.0, 0.0]])).numpy(), [[[1.0, 1.1], [12.0, 12.1], [0.0, 0.0]]]
+    )
 
 
 def test_position_embedding_seed_and_config_roundtrip():
@@ -492,19 +537,23 @@ def test_position_embedding_seed_and_config_roundtrip():
 
 
 def test_position_embedding_rejects_bad_arguments_and_inputs():
-    with pytest.raises(ValueError, match="PositionEmbedding max_length must be a positive "
-                                         "integer. Received: max_length=0"):
+    with pytest.raises(
+        ValueError,
+        match="PositionEmbedding max_length must be a positive integer. Received: max_length=0",
+    ):
         PositionEmbedding(0, 4)
-    with pytest.raises(ValueError, match="PositionEmbedding dim must be a positive integer. "
-                                         "Received: dim=None"):
+    with pytest.raises(
+        ValueError, match="PositionEmbedding dim must be a positive integer. Received: dim=None"
+    ):
         PositionEmbedding(3, None)
     with pytest.raises(ValueError, match="longer than max_length=3"):
         PositionEmbedding(3, 4)(tf.zeros([1, 5, 4]))
     with pytest.raises(ValueError, match=r"expects inputs \[B, L, dim=4\]"):
         PositionEmbedding(3, 4)(tf.zeros([1, 2, 6]))
     pos = PositionEmbedding(3, 4)
-    check = tf.function(lambda x: pos(x),
-                        input_signature=[tf.TensorSpec([None, None, 4], tf.float32)])
+    check = tf.function(
+        lambda x: pos(x), input_signature=[tf.TensorSpec([None, None, 4], tf.float32)]
+    )
     with pytest.raises(tf.errors.InvalidArgumentError, match="longer than max_length=3"):
         check(tf.zeros([1, 5, 4]))
 
@@ -521,7 +570,8 @@ def _tiny_model() -> tf.keras.Model:
     sequence = TransformerEncoderLayer(num_heads=2, seed=3)(sequence, mask)
     pooled = tf.reduce_sum(sequence, axis=1)
     logit = tf.keras.layers.Dense(1, kernel_initializer="ones")(
-        tf.keras.layers.Concatenate()([din, pooled, query]))
+        tf.keras.layers.Concatenate()([din, pooled, query])
+    )
     return tf.keras.Model({"query": query, "history": history, "mask": mask}, logit)
 
 
@@ -535,6 +585,7 @@ def test_saved_model_roundtrip_gives_the_same_predictions(tmp_path):
     tf.saved_model.save(model, str(tmp_path))
     loaded = tf.saved_model.load(str(tmp_path))
     served = loaded.signatures["serving_default"](
-        query=tf.constant(query), history=tf.constant(keys), mask=tf.constant(mask))
+        query=tf.constant(query), history=tf.constant(keys), mask=tf.constant(mask)
+    )
     np.testing.assert_allclose(next(iter(served.values())).numpy(), expected, rtol=1e-6)
     np.testing.assert_allclose(loaded(inputs, training=False).numpy(), expected, rtol=1e-6)

@@ -56,14 +56,20 @@ def test_mlp_batch_norm_uses_batch_stats_when_training_and_moving_stats_otherwis
     x = tf.constant([[1.0], [2.0], [3.0]])
     eps = 1e-3  # Keras BatchNormalization default epsilon
     # Before any update: moving mean 0, moving variance 1.
-    np.testing.assert_allclose(mlp(x, training=False).numpy().ravel(),
-                               np.array([1.0, 2.0, 3.0]) / math.sqrt(1 + eps), rtol=1e-6)
+    np.testing.assert_allclose(
+        mlp(x, training=False).numpy().ravel(),
+        np.array([1.0, 2.0, 3.0]) / math.sqrt(1 + eps),
+        rtol=1e-6,
+    )
     # Training: batch mean 2, batch variance 2/3.
-    np.testing.assert_allclose(mlp(x, training=True).numpy().ravel(),
-                               (np.array([1.0, 2.0, 3.0]) - 2) / math.sqrt(2 / 3 + eps),
-                               rtol=1e-5)
-    norm = next(layer for layer in mlp.stack
-                if isinstance(layer, tf.keras.layers.BatchNormalization))
+    np.testing.assert_allclose(
+        mlp(x, training=True).numpy().ravel(),
+        (np.array([1.0, 2.0, 3.0]) - 2) / math.sqrt(2 / 3 + eps),
+        rtol=1e-5,
+    )
+    norm = next(
+        layer for layer in mlp.stack if isinstance(layer, tf.keras.layers.BatchNormalization)
+    )
     np.testing.assert_allclose(norm.moving_mean.numpy(), [0.99 * 0 + 0.01 * 2.0], rtol=1e-6)
 
 
@@ -73,11 +79,14 @@ def test_mlp_rejects_bad_arguments(units, dropout):
         MLP(units, dropout=dropout)
 
 
-@pytest.mark.parametrize("num_layers, low_rank, expected", [
-    (1, None, [0.16, 0.32, 0.48]),    # x1 = x0 * (1 . x0 = 0.6) + x0
-    (2, None, [0.256, 0.512, 0.768]),  # x2 = x0 * (1 . x1 = 0.96) + x1
-    (1, 2, [0.22, 0.44, 0.66]),        # U V^T x0 with ones: 2 * 0.6 = 1.2 per unit
-])
+@pytest.mark.parametrize(
+    "num_layers, low_rank, expected",
+    [
+        (1, None, [0.16, 0.32, 0.48]),  # x1 = x0 * (1 . x0 = 0.6) + x0
+        (2, None, [0.256, 0.512, 0.768]),  # x2 = x0 * (1 . x1 = 0.96) + x1
+        (1, 2, [0.22, 0.44, 0.66]),  # U V^T x0 with ones: 2 * 0.6 = 1.2 per unit
+    ],
+)
 def test_cross_network_exact_output(num_layers, low_rank, expected):
     cross = CrossNetwork(num_layers, low_rank, kernel_initializer="ones")
     x0 = tf.constant([[0.1, 0.2, 0.3]])
@@ -89,7 +98,8 @@ def test_cross_network_low_rank_weight_shapes():
     cross = CrossNetwork(2, low_rank=2)
     cross(tf.zeros([1, 5]))
     assert sorted(tuple(w.shape) for w in cross.trainable_weights) == sorted(
-        [(5, 2), (2, 5), (5,)] * 2)
+        [(5, 2), (2, 5), (5,)] * 2
+    )
 
 
 def test_cross_network_rejects_bad_arguments():
@@ -101,17 +111,19 @@ def test_cross_network_rejects_bad_arguments():
 
 def test_factorization_machine_exact_output():
     fm = FactorizationMachine()
-    x = tf.constant([[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]],
-                     [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])
+    x = tf.constant([[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])
     # Row 0: <v1,v2> + <v1,v3> + <v2,v3> = 11 + 17 + 39; row 1: orthogonal vectors.
     np.testing.assert_allclose(fm(x).numpy(), [67.0, 0.0])
     np.testing.assert_allclose(_roundtrip(fm)(x).numpy(), [67.0, 0.0])
 
 
-@pytest.mark.parametrize("self_interaction, expected", [
-    (False, [11.0, 17.0, 39.0]),                     # (0,1) (0,2) (1,2)
-    (True, [5.0, 11.0, 17.0, 25.0, 39.0, 61.0]),    # (0,0) (0,1) (0,2) (1,1) (1,2) (2,2)
-])
+@pytest.mark.parametrize(
+    "self_interaction, expected",
+    [
+        (False, [11.0, 17.0, 39.0]),  # (0,1) (0,2) (1,2)
+        (True, [5.0, 11.0, 17.0, 25.0, 39.0, 61.0]),  # (0,0) (0,1) (0,2) (1,1) (1,2) (2,2)
+    ],
+)
 def test_dot_interaction_exact_output(self_interaction, expected):
     dot = DotInteraction(self_interaction)
     x = tf.constant([[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]])
@@ -120,12 +132,11 @@ def test_dot_interaction_exact_output(self_interaction, expected):
 
 
 def test_mixture_of_experts_exact_output():
-    moe = MixtureOfExperts(num_experts=2, expert_units=[1], num_tasks=2,
-                           kernel_initializer="ones")
+    moe = MixtureOfExperts(num_experts=2, expert_units=[1], num_tasks=2, kernel_initializer="ones")
     x = tf.constant([[1.0, 2.0]])
     moe(x)
     moe.experts[1].set_weights([np.full([2, 1], 2.0), np.zeros([1])])  # expert 1 -> 6
-    moe.gates[0].set_weights([np.zeros([2, 2]), np.zeros([2])])        # uniform gate
+    moe.gates[0].set_weights([np.zeros([2, 2]), np.zeros([2])])  # uniform gate
     moe.gates[1].set_weights([np.array([[1.0, 0.0], [0.0, 0.0]]), np.zeros([2])])
     task0, task1 = moe(x)
     np.testing.assert_allclose(task0.numpy(), [[4.5]], rtol=1e-6)

@@ -25,8 +25,9 @@ from recsys_dist.models.zoo import MODELS, build_model
 
 
 def dynamic_spec(capacity: int = 8, admit_after: int = 1) -> TableSpec:
-    return TableSpec(name="user", dim=4, kind="dynamic", capacity_per_shard=capacity,
-                     admit_after=admit_after)
+    return TableSpec(
+        name="user", dim=4, kind="dynamic", capacity_per_shard=capacity, admit_after=admit_after
+    )
 
 
 def keys(*values: int) -> tf.Tensor:
@@ -35,10 +36,14 @@ def keys(*values: int) -> tf.Tensor:
 
 # ---- the feature config ----------------------------------------------------------------
 FEATURES = {
-    "tables": {"user": {"kind": "dynamic", "dim": 4, "capacity_per_shard": 100},
-               "small": {"rows": 10, "dim": 4}},
-    "features": {"user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
-                 "C2": {"kind": "categorical", "dtype": "int64", "table": "small"}},
+    "tables": {
+        "user": {"kind": "dynamic", "dim": 4, "capacity_per_shard": 100},
+        "small": {"rows": 10, "dim": 4},
+    },
+    "features": {
+        "user_id": {"kind": "categorical", "dtype": "int64", "table": "user"},
+        "C2": {"kind": "categorical", "dtype": "int64", "table": "small"},
+    },
     "labels": {"click": {}},
 }
 
@@ -57,27 +62,51 @@ def test_a_dynamic_table_parses(tmp_path):
     assert not config.tables["small"].dynamic
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d["tables"]["user"].update(rows=5),
-     r"tables\.user\.rows.*does not apply to kind: dynamic"),
-    (lambda d: d["tables"]["user"].pop("capacity_per_shard"),
-     r"tables\.user\.capacity_per_shard.*missing required key"),
-    (lambda d: d["tables"]["user"].update(admit_after=0),
-     r"tables\.user\.admit_after.*expected a value >= 1"),
-    (lambda d: d["tables"]["user"].update(evict_after_days=0),
-     r"tables\.user\.evict_after_days.*expected a value >= 1"),
-    (lambda d: d["tables"]["small"].update(evict_after_days=30),
-     r"tables\.small\.evict_after_days.*only applies to kind: dynamic"),
-    (lambda d: d["tables"]["small"].update(capacity_per_shard=5),
-     r"tables\.small\.capacity_per_shard.*only applies to kind: dynamic"),
-    (lambda d: d["tables"]["small"].pop("rows"),
-     r"tables\.small\.rows.*missing required key"),
-    (lambda d: d["features"].update(I1={"kind": "numeric", "transform": "bucketize",
-                                        "boundaries": [1.0, 2.0], "table": "user"}),
-     r"features\.I1\.table.*'user' is kind: dynamic, but numeric feature values are floats"),
-    (lambda d: d["features"]["user_id"].update(hash_buckets=50),
-     r"features\.user_id\.hash_buckets.*does not apply to a feature of dynamic table 'user'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda d: d["tables"]["user"].update(rows=5),
+            r"tables\.user\.rows.*does not apply to kind: dynamic",
+        ),
+        (
+            lambda d: d["tables"]["user"].pop("capacity_per_shard"),
+            r"tables\.user\.capacity_per_shard.*missing required key",
+        ),
+        (
+            lambda d: d["tables"]["user"].update(admit_after=0),
+            r"tables\.user\.admit_after.*expected a value >= 1",
+        ),
+        (
+            lambda d: d["tables"]["user"].update(evict_after_days=0),
+            r"tables\.user\.evict_after_days.*expected a value >= 1",
+        ),
+        (
+            lambda d: d["tables"]["small"].update(evict_after_days=30),
+            r"tables\.small\.evict_after_days.*only applies to kind: dynamic",
+        ),
+        (
+            lambda d: d["tables"]["small"].update(capacity_per_shard=5),
+            r"tables\.small\.capacity_per_shard.*only applies to kind: dynamic",
+        ),
+        (lambda d: d["tables"]["small"].pop("rows"), r"tables\.small\.rows.*missing required key"),
+        (
+            lambda d: d["features"].update(
+                I1={
+                    "kind": "numeric",
+                    "transform": "bucketize",
+                    "boundaries": [1.0, 2.0],
+                    "table": "user",
+                }
+            ),
+            r"features\.I1\.table.*'user' is kind: dynamic, but numeric feature values are floats",
+        ),
+        (
+            lambda d: d["features"]["user_id"].update(hash_buckets=50),
+            r"features\.user_id\.hash_buckets.*does not apply to a feature of dynamic table 'user'",
+        ),
+    ],
+)
 def test_a_bad_dynamic_table_is_named(tmp_path, change, message):
     with pytest.raises(ConfigError, match=message):
         load_feature_config(write_features(tmp_path, change))
@@ -93,8 +122,9 @@ def test_admission_after_two_batches_then_a_row_each():
     assert np.all(np.abs(second.numpy()).sum(axis=1) > 0)
     stats = table.stats()
     assert (stats["live_ids"], stats["counted_not_admitted"]) == (3, 0)  # counts trimmed
-    np.testing.assert_array_equal(table.lookup(keys(3, 1, 2)).numpy(),
-                                  tf.gather(second, [2, 0, 1]).numpy())
+    np.testing.assert_array_equal(
+        table.lookup(keys(3, 1, 2)).numpy(), tf.gather(second, [2, 0, 1]).numpy()
+    )
 
 
 def test_evaluation_neither_inserts_nor_counts():
@@ -157,8 +187,9 @@ def test_a_step_over_several_groups_of_tables_and_shards_finishes():
     """Two shard groups admitting on the same servers in one tf.function (each call
     takes its indexes' mutexes one at a time, so they cannot deadlock; run in a
     subprocess, so a hang fails, not stalls)."""
-    done = subprocess.run([sys.executable, "-c", STEP_SCRIPT], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", STEP_SCRIPT], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-1] == "20"  # 4 tables x 5 distinct keys
 
@@ -215,8 +246,9 @@ def test_eviction_drops_unseen_ids_and_moves_the_others_with_their_slots():
         table.set_day(day)
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(table.lookup(keys(*ids), training=True))
-        optimizer.apply_gradients(zip(tape.gradient(loss, table.embedding_variables),
-                                      table.embedding_variables))
+        optimizer.apply_gradients(
+            zip(tape.gradient(loss, table.embedding_variables), table.embedding_variables)
+        )
 
     day1, day2, day3 = (datetime.date(2026, 1, d) for d in (1, 2, 3))
     train(range(1, 9), day1)
@@ -250,8 +282,10 @@ def _sharing_tables(capacity: int = 16, admit_after: int = 1, shards: int = 2):
     spec = dynamic_spec(capacity=capacity, admit_after=admit_after)
     with shared_across_layers():
         group = ShardGroup.for_layer([None] * shards)
-        return (dynamic_table(spec, 4, shards, "random_uniform", 1, "deep_user", group),
-                dynamic_table(spec, 1, shards, "random_uniform", 2, "wide_user", group))
+        return (
+            dynamic_table(spec, 4, shards, "random_uniform", 1, "deep_user", group),
+            dynamic_table(spec, 1, shards, "random_uniform", 2, "wide_user", group),
+        )
 
 
 def test_layers_that_read_one_table_share_its_id_index():
@@ -280,8 +314,9 @@ def test_layers_that_read_one_table_share_its_id_index():
         shard = int(deep.shard_of(keys(key)).numpy()[0])
         row = int(deep.shards[shard].index.lookup(keys(key)).numpy()[0])
         for table in (deep, wide):
-            np.testing.assert_array_equal(table.lookup(keys(key)).numpy()[0],
-                                          table.shards[shard].emb.numpy()[row])
+            np.testing.assert_array_equal(
+                table.lookup(keys(key)).numpy()[0], table.shards[shard].emb.numpy()[row]
+            )
 
 
 @pytest.mark.parametrize("in_function", [False, True])
@@ -293,8 +328,10 @@ def test_the_packed_lookup_gives_each_row_the_gradient_of_its_reads(in_function)
     deep, wide = _sharing_tables(capacity=4)  # 2 shards of 4 rows: 8 fit, 9 and 10 refused
     batch = [keys(1, 2, 3, 1, 9, 5, 6), keys(3, 4, 7, 8, 3, 10)]
     lookup_tables([deep, wide], batch, training=True)  # admits every id that fits
-    weights = [tf.random.stateless_normal([7, 4], [1, 2]),
-               tf.random.stateless_normal([6, 1], [3, 4])]
+    weights = [
+        tf.random.stateless_normal([7, 4], [1, 2]),
+        tf.random.stateless_normal([6, 1], [3, 4]),
+    ]
     variables = deep.embedding_variables + wide.embedding_variables
 
     def step():
@@ -312,14 +349,19 @@ def test_the_packed_lookup_gives_each_row_the_gradient_of_its_reads(in_function)
             if row < 0:  # refused: zeros, no gradient
                 assert not vectors[t][position].numpy().any()
                 continue
-            np.testing.assert_array_equal(vectors[t][position].numpy(),
-                                          table.shards[shard].emb.numpy()[row])
+            np.testing.assert_array_equal(
+                vectors[t][position].numpy(), table.shards[shard].emb.numpy()[row]
+            )
             expected[shard][row] += w.numpy()[position]
-        got = gradients[2 * t:2 * t + 2]
+        got = gradients[2 * t : 2 * t + 2]
         for shard, (g, want) in enumerate(zip(got, expected)):
             assert isinstance(g, tf.IndexedSlices)
-            np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(), want, rtol=1e-6,
-                                       err_msg=f"{table.name} shard {shard}")
+            np.testing.assert_allclose(
+                tf.convert_to_tensor(g).numpy(),
+                want,
+                rtol=1e-6,
+                err_msg=f"{table.name} shard {shard}",
+            )
     assert deep.stats()["dropped_full"] > 0  # the refused ids were in the batch
 
 
@@ -333,15 +375,15 @@ def test_eviction_moves_the_rows_of_every_layer_that_shares_the_index():
     for ids, day in ((range(1, 9), day1), (range(5, 13), day2)):
         deep.set_day(day)
         with tf.GradientTape() as tape:
-            loss = tf.add_n([tf.reduce_sum(t.lookup(keys(*ids), training=True))
-                             for t in (deep, wide)])
+            loss = tf.add_n(
+                [tf.reduce_sum(t.lookup(keys(*ids), training=True)) for t in (deep, wide)]
+            )
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     before = [t.lookup(keys(*range(5, 13))).numpy() for t in (deep, wide)]
     with pytest.raises(ValueError, match="wide_user shares the id index of deep_user"):
         wide.evict(day2, [optimizer])
     done = evict_tables([deep, wide], day2, [optimizer])
-    assert done == {"deep_user": {"kept": 8, "evicted": 4},
-                    "wide_user": {"kept": 8, "evicted": 4}}
+    assert done == {"deep_user": {"kept": 8, "evicted": 4}, "wide_user": {"kept": 8, "evicted": 4}}
     for table, vectors in zip((deep, wide), before):
         np.testing.assert_array_equal(table.lookup(keys(*range(5, 13))).numpy(), vectors)
         assert not table.lookup(keys(1, 2, 3, 4)).numpy().any()
@@ -362,8 +404,9 @@ def test_a_checkpoint_restores_keys_rows_and_counts_bit_exactly(tmp_path):
     probe = keys(1, 2, 3, 4, 5, 77)
     np.testing.assert_array_equal(again.lookup(probe).numpy(), table.lookup(probe).numpy())
     for old, new in zip(table.shards, again.shards):
-        assert sorted(zip(*(t.numpy().tolist() for t in old.counts.export()))) == \
-            sorted(zip(*(t.numpy().tolist() for t in new.counts.export())))
+        assert sorted(zip(*(t.numpy().tolist() for t in old.counts.export()))) == sorted(
+            zip(*(t.numpy().tolist() for t in new.counts.export()))
+        )
 
 
 def _trained_with_slots(seed: int, ids=()):
@@ -375,8 +418,9 @@ def _trained_with_slots(seed: int, ids=()):
     optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(table.lookup(keys(*ids), training=True))
-    optimizer.apply_gradients(zip(tape.gradient(loss, table.embedding_variables),
-                                  table.embedding_variables))
+    optimizer.apply_gradients(
+        zip(tape.gradient(loss, table.embedding_variables), table.embedding_variables)
+    )
     save_slots_of_rows_in_use([table], [optimizer])
     return table, optimizer
 
@@ -390,20 +434,31 @@ def test_a_checkpoint_holds_only_the_rows_in_use(tmp_path):
     shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
     for i, shard in enumerate(table.shards):
         used = int(shard.next_row.numpy())
-        rows = {k: v for k, v in shapes.items()
-                if f"shards/{i}/" in k and ("/emb/" in k or "/last_seen/" in k)}
+        rows = {
+            k: v
+            for k, v in shapes.items()
+            if f"shards/{i}/" in k and ("/emb/" in k or "/last_seen/" in k)
+        }
         assert len(rows) == 3 and all(v[0] == used < 1000 for v in rows.values()), rows
     again, optimizer_again = _trained_with_slots(9, [500])  # one id: a row and a slot moved
-    untouched = [(s.emb.numpy(), optimizer_again.get_slot(s.emb, "accumulator").numpy())
-                 for s in again.shards]
-    tf.train.Checkpoint(table=again, optimizer=optimizer_again).restore(prefix) \
-        .assert_existing_objects_matched()
+    untouched = [
+        (s.emb.numpy(), optimizer_again.get_slot(s.emb, "accumulator").numpy())
+        for s in again.shards
+    ]
+    tf.train.Checkpoint(table=again, optimizer=optimizer_again).restore(
+        prefix
+    ).assert_existing_objects_matched()
     for old, new, (emb, slot) in zip(table.shards, again.shards, untouched):
         used = int(old.next_row.numpy())
         assert int(new.next_row.numpy()) == used
-        for before, after, fresh in ((old.emb, new.emb, emb),
-                                     (optimizer.get_slot(old.emb, "accumulator"),
-                                      optimizer_again.get_slot(new.emb, "accumulator"), slot)):
+        for before, after, fresh in (
+            (old.emb, new.emb, emb),
+            (
+                optimizer.get_slot(old.emb, "accumulator"),
+                optimizer_again.get_slot(new.emb, "accumulator"),
+                slot,
+            ),
+        ):
             np.testing.assert_array_equal(after.numpy()[:used], before.numpy()[:used])
             np.testing.assert_array_equal(after.numpy()[used:], fresh[used:])
         np.testing.assert_array_equal(new.last_seen.numpy()[:used], old.last_seen.numpy()[:used])
@@ -423,20 +478,19 @@ def test_a_checkpoint_restores_into_another_capacity_the_rows_in_use_fit(tmp_pat
     used = [int(s.next_row.numpy()) for s in table.shards]
     probe = keys(*range(1, 12), 500)
     for capacity in (64, max(used)):
-        again = DynamicTable(dynamic_spec(capacity=capacity, admit_after=1), 4, shards=2,
-                             seed=9)
+        again = DynamicTable(dynamic_spec(capacity=capacity, admit_after=1), 4, shards=2, seed=9)
         restore(tf.train.Checkpoint(table=again), prefix)
         assert again.shards[0].emb.shape[0] == capacity
         np.testing.assert_array_equal(again.lookup(probe).numpy(), table.lookup(probe).numpy())
     fullest = int(np.argmax(used))
-    small = DynamicTable(dynamic_spec(capacity=max(used) - 1, admit_after=1), 4, shards=2,
-                         seed=9)
+    small = DynamicTable(dynamic_spec(capacity=max(used) - 1, admit_after=1), 4, shards=2, seed=9)
     with pytest.raises(CheckpointError) as error:
         restore(tf.train.Checkpoint(table=small), prefix)
     assert str(error.value) == (
         f"{prefix}: dynamic table 'user' holds {max(used)} rows in use on shard {fullest} in "
         f"the checkpoint, more than its capacity_per_shard {max(used) - 1} now; raise "
-        f"tables.user.capacity_per_shard to at least {max(used)}")
+        f"tables.user.capacity_per_shard to at least {max(used)}"
+    )
 
 
 def test_a_checkpoint_that_holds_every_row_still_restores(tmp_path):
@@ -467,15 +521,17 @@ def test_a_warm_start_keeps_every_id_row_and_may_grow_the_capacity(tmp_path):
     bigger = DynamicTable(dynamic_spec(capacity=20), 4, shards=2, seed=3)
     report = _warm(tmp_path, table, bigger)
     assert any("dynamic table user shard 0" in line for line in report.restored)
-    np.testing.assert_array_equal(bigger.lookup(keys(*range(10))).numpy(),
-                                  table.lookup(keys(*range(10))).numpy())
+    np.testing.assert_array_equal(
+        bigger.lookup(keys(*range(10))).numpy(), table.lookup(keys(*range(10))).numpy()
+    )
     bigger.lookup(keys(100), training=True)  # a new id takes the next free row
     assert bigger.stats()["live_ids"] == 11
 
 
 @pytest.mark.parametrize("before, after", [(2, 3), (3, 1)])
 def test_a_warm_start_into_another_number_of_shards_moves_every_id_to_its_shard(
-        tmp_path, before, after):
+    tmp_path, before, after
+):
     """Every id lands on its new shard with its vector, Adagrad accumulator and last-seen
     day, in a row of its own; ids waiting for admission keep their counts."""
     from recsys_dist.checkpoint.warm_start import WarmStartError, warm_start
@@ -487,14 +543,21 @@ def test_a_warm_start_into_another_number_of_shards_moves_every_id_to_its_shard(
     for batch in (ids, ids, keys(100, 101)):  # 0..29 admitted; 100, 101 counted once
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(table.lookup(batch, training=True) ** 2)
-        optimizer.apply_gradients(zip(tape.gradient(loss, table.embedding_variables),
-                                      table.embedding_variables))
+        optimizer.apply_gradients(
+            zip(tape.gradient(loss, table.embedding_variables), table.embedding_variables)
+        )
     prefix = tf.train.Checkpoint(table=table, optimizer=optimizer).save(str(tmp_path / "c"))
     live = DynamicTable(dynamic_spec(capacity=40, admit_after=2), 4, shards=after, seed=9)
     live_optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
     live_optimizer._create_all_weights(live.embedding_variables)
-    report = warm_start(tf.train.Checkpoint(table=live, optimizer=live_optimizer), prefix,
-                        [], {}, [live_optimizer], source="yesterday")
+    report = warm_start(
+        tf.train.Checkpoint(table=live, optimizer=live_optimizer),
+        prefix,
+        [],
+        {},
+        [live_optimizer],
+        source="yesterday",
+    )
     assert f"dynamic table user: re-sharded from {before} to {after} shards" in report.restored
     assert set(report.ignored) <= {"save_counter"}, report.ignored  # (tf.train.Checkpoint.save)
     np.testing.assert_array_equal(live.lookup(ids).numpy(), table.lookup(ids).numpy())
@@ -504,8 +567,12 @@ def test_a_warm_start_into_another_number_of_shards_moves_every_id_to_its_shard(
         for shard in t.shards:
             stored, rows = (x.numpy() for x in shard.index.export())
             slot = opt.get_slot(shard.emb, "accumulator").numpy()
-            values.update({int(k): (slot[r].tolist(), int(shard.last_seen.numpy()[r]))
-                           for k, r in zip(stored, rows)})
+            values.update(
+                {
+                    int(k): (slot[r].tolist(), int(shard.last_seen.numpy()[r]))
+                    for k, r in zip(stored, rows)
+                }
+            )
         return values
 
     assert accumulators(live, live_optimizer) == accumulators(table, optimizer)
@@ -517,9 +584,12 @@ def test_a_warm_start_into_another_number_of_shards_moves_every_id_to_its_shard(
     live.lookup(keys(100), training=True)  # its second sighting: admitted
     assert live.stats()["live_ids"] == 31
     small = DynamicTable(dynamic_spec(capacity=5), 4, shards=after, seed=0)
-    with pytest.raises(WarmStartError, match=r"dynamic table 'user' from yesterday puts "
-                                             r"[\d,]+ ids on shard 0 of \d, more than "
-                                             r"capacity_per_shard 5"):
+    with pytest.raises(
+        WarmStartError,
+        match=r"dynamic table 'user' from yesterday puts "
+        r"[\d,]+ ids on shard 0 of \d, more than "
+        r"capacity_per_shard 5",
+    ):
         warm_start(tf.train.Checkpoint(table=small), prefix, [], {}, [], source="yesterday")
 
 
@@ -538,27 +608,39 @@ def test_a_warm_start_keeps_every_layers_row_of_a_shared_index(tmp_path, after):
             shard.emb.assign(tf.random.normal(shard.emb.shape, seed=len(table.name)))
     prefix = tf.train.Checkpoint(deep=deep, wide=wide).save(str(tmp_path / "shared"))
     live_deep, live_wide = _sharing_tables(capacity=40, shards=after)
-    warm_start(tf.train.Checkpoint(deep=live_deep, wide=live_wide), prefix, [], {}, [],
-               source="yesterday")
+    warm_start(
+        tf.train.Checkpoint(deep=live_deep, wide=live_wide), prefix, [], {}, [], source="yesterday"
+    )
     for old, new in ((deep, live_deep), (wide, live_wide)):
         np.testing.assert_array_equal(new.lookup(ids).numpy(), old.lookup(ids).numpy())
     assert live_deep.stats()["live_ids"] == 30
 
-    per_layer = [DynamicTable(dynamic_spec(capacity=40), d, 2, seed=0, name=n)
-                 for d, n in ((4, "deep_user"), (1, "wide_user"))]
+    per_layer = [
+        DynamicTable(dynamic_spec(capacity=40), d, 2, seed=0, name=n)
+        for d, n in ((4, "deep_user"), (1, "wide_user"))
+    ]
     for table, batch in zip(per_layer, (keys(1, 2), keys(2, 1))):  # other rows per layer
         table.lookup(batch, training=True)
     old_prefix = tf.train.Checkpoint(deep=per_layer[0], wide=per_layer[1]).save(
-        str(tmp_path / "per_layer"))
+        str(tmp_path / "per_layer")
+    )
     live_deep, live_wide = _sharing_tables(capacity=40, shards=after)
-    with pytest.raises(WarmStartError, match=r"cannot warm start from yesterday: its dynamic "
-                                             r"table 'user' keeps an id index per layer"):
-        warm_start(tf.train.Checkpoint(deep=live_deep, wide=live_wide), old_prefix, [], {},
-                   [], source="yesterday")
+    with pytest.raises(
+        WarmStartError,
+        match=r"cannot warm start from yesterday: its dynamic "
+        r"table 'user' keeps an id index per layer",
+    ):
+        warm_start(
+            tf.train.Checkpoint(deep=live_deep, wide=live_wide),
+            old_prefix,
+            [],
+            {},
+            [],
+            source="yesterday",
+        )
 
 
-def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(small_config,
-                                                                          tmp_path):
+def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(small_config, tmp_path):
     from recsys_dist.checkpoint.signature import check_signature, model_signature
     from recsys_dist.checkpoint.store import CheckpointError, SavedCheckpoint
     from recsys_dist.config import load_config
@@ -566,23 +648,34 @@ def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(smal
     hashed = load_config(small_config())
     features = yaml.safe_load(pathlib.Path(hashed.features.file).read_text())
     table = next(iter(features["tables"]))
-    features["tables"][table] = {"kind": "dynamic", "dim": features["tables"][table]["dim"],
-                                 "capacity_per_shard": 1000}
+    features["tables"][table] = {
+        "kind": "dynamic",
+        "dim": features["tables"][table]["dim"],
+        "capacity_per_shard": 1000,
+    }
     for feature in features["features"].values():
         if feature.get("table") == table:
             feature.pop("hash_buckets", None)
     dynamic_file = tmp_path / "dynamic_features.yaml"
     dynamic_file.write_text(yaml.safe_dump(features))
     dynamic = load_config(small_config(), [f"features={dynamic_file}"])
-    saved = SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7,
-                            {"signature": model_signature(hashed)})
-    with pytest.raises(CheckpointError, match=rf"table '{table}' is \d+ x \d+ in the "
-                                              r"checkpoint but dynamic with capacity_per_shard"):
+    saved = SavedCheckpoint(
+        "/m/checkpoints/ckpt-000000000007", 7, {"signature": model_signature(hashed)}
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=rf"table '{table}' is \d+ x \d+ in the "
+        r"checkpoint but dynamic with capacity_per_shard",
+    ):
         check_signature(saved, dynamic)
-    saved = SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7,
-                            {"signature": model_signature(dynamic)})
-    with pytest.raises(CheckpointError, match=rf"table '{table}' is dynamic .* in the "
-                                              r"checkpoint but \d+ x \d+"):
+    saved = SavedCheckpoint(
+        "/m/checkpoints/ckpt-000000000007", 7, {"signature": model_signature(dynamic)}
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=rf"table '{table}' is dynamic .* in the "
+        r"checkpoint but \d+ x \d+",
+    ):
         check_signature(saved, hashed)
     check_signature(saved, dynamic)  # the same config: fine
     features["tables"][table]["capacity_per_shard"] = 5000
@@ -590,17 +683,24 @@ def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(smal
     check_signature(saved, load_config(small_config(), [f"features={dynamic_file}"]))
     features["tables"][table]["dim"] += 1  # another dim is another table
     dynamic_file.write_text(yaml.safe_dump(features))
-    with pytest.raises(CheckpointError, match=rf"table '{table}' is dynamic with "
-                                              r"capacity_per_shard 1000 and dim \d+ in the "
-                                              r"checkpoint but dynamic with capacity_per_shard "
-                                              r"5000 and dim"):
+    with pytest.raises(
+        CheckpointError,
+        match=rf"table '{table}' is dynamic with "
+        r"capacity_per_shard 1000 and dim \d+ in the "
+        r"checkpoint but dynamic with capacity_per_shard "
+        r"5000 and dim",
+    ):
         check_signature(saved, load_config(small_config(), [f"features={dynamic_file}"]))
     earlier = model_signature(dynamic)
     del earlier["dynamic_index"]  # written before the layers shared one index per table
-    with pytest.raises(CheckpointError, match=r"its dynamic tables keep one id index per "
-                                              r"layer \(written by an earlier version"):
-        check_signature(SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7,
-                                        {"signature": earlier}), dynamic)
+    with pytest.raises(
+        CheckpointError,
+        match=r"its dynamic tables keep one id index per "
+        r"layer \(written by an earlier version",
+    ):
+        check_signature(
+            SavedCheckpoint("/m/checkpoints/ckpt-000000000007", 7, {"signature": earlier}), dynamic
+        )
 
 
 def test_trained_rows_record_the_day_they_were_last_seen():
@@ -617,28 +717,40 @@ def test_trained_rows_record_the_day_they_were_last_seen():
     shard = table.shards[0]
     stored, rows = (t.numpy() for t in shard.index.export())
     seen = dict(zip(stored.tolist(), shard.last_seen.numpy()[rows].tolist()))
-    assert seen == {1: day_number(datetime.date(2026, 1, 2)),
-                    2: day_number(datetime.date(2026, 1, 5))}
+    assert seen == {
+        1: day_number(datetime.date(2026, 1, 2)),
+        2: day_number(datetime.date(2026, 1, 5)),
+    }
 
 
 def test_the_run_prints_each_table_and_warns_when_one_was_full():
     from recsys_dist.train.run import dynamic_table_lines
 
-    stats = {"live_ids": 8, "capacity": 8, "dropped_full": 3, "lookups_without_row": 3,
-             "counted_not_admitted": 0, "shards": 2}
+    stats = {
+        "live_ids": 8,
+        "capacity": 8,
+        "dropped_full": 3,
+        "lookups_without_row": 3,
+        "counted_not_admitted": 0,
+        "shards": 2,
+    }
     lines = dynamic_table_lines({"embeddings_user": stats})
     assert lines[0].startswith("table    embeddings_user: 8 ids of capacity 8 (2 shards); ")
     admitted = dynamic_table_lines({"t": dict(stats, admitted_this_run=5)})[0]
     assert "8 ids of capacity 8 (2 shards), 5 admitted by this run; " in admitted
-    assert lines[1] == ("warning  dynamic table embeddings_user is full: 3 ids were refused "
-                        "a row and read zeros; raise its capacity_per_shard (a resumed run, "
-                        "an evaluation, an export or a warm start takes the new capacity; "
-                        "checkpoints and exports hold the live rows only, so room costs "
-                        "memory on the servers alone)")
+    assert lines[1] == (
+        "warning  dynamic table embeddings_user is full: 3 ids were refused "
+        "a row and read zeros; raise its capacity_per_shard (a resumed run, "
+        "an evaluation, an export or a warm start takes the new capacity; "
+        "checkpoints and exports hold the live rows only, so room costs "
+        "memory on the servers alone)"
+    )
     assert len(dynamic_table_lines({"t": dict(stats, dropped_full=0, fullest_shard=0.5)})) == 1
     nearly = dynamic_table_lines({"t": dict(stats, dropped_full=0, fullest_shard=0.93)})
-    assert nearly[1].startswith("warning  dynamic table t is nearly full: its fullest shard "
-                                "uses 93% of capacity_per_shard; raise it")
+    assert nearly[1].startswith(
+        "warning  dynamic table t is nearly full: its fullest shard "
+        "uses 93% of capacity_per_shard; raise it"
+    )
 
 
 # ---- one lock per server and one index per table for a whole model -----------------
@@ -656,6 +768,7 @@ def _forward_in_training(model, batches):
     """A few forward passes in training mode (admission) through one traced function;
     returns the outputs, and the admission calls the function holds and the indexes
     they admit into."""
+
     @tf.function
     def forward(batch):
         return model(batch, training=True)["click"]
@@ -673,8 +786,13 @@ def test_one_admission_per_server_and_the_same_result(tmp_path):
     and outputs as each layer on its own."""
     config = load_feature_config(write_features(tmp_path, lambda doc: None))
     rng = np.random.default_rng(0)
-    batches = [{"user_id": tf.constant(rng.integers(0, 40, 64), tf.int64),
-                "C2": tf.constant(rng.integers(0, 10, 64), tf.int64)} for _ in range(4)]
+    batches = [
+        {
+            "user_id": tf.constant(rng.integers(0, 40, 64), tf.int64),
+            "C2": tf.constant(rng.integers(0, 10, 64), tf.int64),
+        }
+        for _ in range(4)
+    ]
     merged, separate = _wide_deep(config, merged=True), _wide_deep(config, merged=False)
     layers = [m for m in merged._flatten_modules() if isinstance(m, FeatureEmbeddings)]
     assert len(layers) == 2 and layers[0].dynamic_tables_group is layers[1].dynamic_tables_group
@@ -683,8 +801,9 @@ def test_one_admission_per_server_and_the_same_result(tmp_path):
     # 2 servers (x 2 layers on their own), each call admitting into one index
     assert (merged_calls, separate_calls) == ((2, 2), (4, 4))
     first, second = merged.dynamic_tables["user"]
-    assert first.index_owner is second.index_owner and first.shards[0].index is \
-        second.shards[0].index
+    assert (
+        first.index_owner is second.index_owner and first.shards[0].index is second.shards[0].index
+    )
     for a, b in zip(merged_out, separate_out):
         np.testing.assert_array_equal(a, b)
     for name in ("user",):
@@ -702,8 +821,11 @@ def test_layers_of_one_model_share_a_shard_group_only_on_the_same_servers():
     with shared_across_layers():
         first = ShardGroup.for_layer([None, None])
         assert ShardGroup.for_layer([None, None]) is first
-        with pytest.raises(ValueError, match=r"dynamic tables of one model on different "
-                                             r"servers: \[None, None\] and \[None\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"dynamic tables of one model on different "
+            r"servers: \[None, None\] and \[None\]",
+        ):
             ShardGroup.for_layer([None])
     assert ShardGroup.for_layer([None, None]) is not first  # outside the scope
 
@@ -739,8 +861,12 @@ def test_scoring_restores_rows_in_use_and_names_a_table_of_another_dim(tmp_path)
     scoring = holder(4, 9)
     restore_model(scoring, saved, "config.yaml")
     probe = keys(1, 2, 3, 4, 5, 6)
-    np.testing.assert_array_equal(scoring.table.lookup(probe).numpy(),
-                                  trained.table.lookup(probe).numpy())
-    with pytest.raises(CheckpointError, match=r"does not fit the model of config\.yaml .*"
-                       r"no weight of that shape in the checkpoint: .*_emb:0 \[up to 8, 8\]"):
+    np.testing.assert_array_equal(
+        scoring.table.lookup(probe).numpy(), trained.table.lookup(probe).numpy()
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"does not fit the model of config\.yaml .*"
+        r"no weight of that shape in the checkpoint: .*_emb:0 \[up to 8, 8\]",
+    ):
         restore_model(holder(8, 0), saved, "config.yaml")

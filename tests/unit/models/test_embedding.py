@@ -21,15 +21,26 @@ POOLING_FEATURES = {
     "tables": {"t": {"rows": 4, "dim": 2}, "b": {"rows": 3, "dim": 2}},
     "features": {
         "cat": {"kind": "categorical", "dtype": "int64", "table": "t"},
-        "tags_sum": {"kind": "multi_categorical", "table": "t", "max_length": 3,
-                     "combiner": "sum"},
-        "tags_mean": {"kind": "multi_categorical", "table": "t", "max_length": 3,
-                      "combiner": "mean"},
-        "tags_sqrtn": {"kind": "multi_categorical", "table": "t", "max_length": 3,
-                       "combiner": "sqrtn"},
+        "tags_sum": {"kind": "multi_categorical", "table": "t", "max_length": 3, "combiner": "sum"},
+        "tags_mean": {
+            "kind": "multi_categorical",
+            "table": "t",
+            "max_length": 3,
+            "combiner": "mean",
+        },
+        "tags_sqrtn": {
+            "kind": "multi_categorical",
+            "table": "t",
+            "max_length": 3,
+            "combiner": "sqrtn",
+        },
         "x1": {"kind": "numeric"},
-        "bucket": {"kind": "numeric", "transform": "bucketize", "boundaries": [0.0, 1.0],
-                   "table": "b"},
+        "bucket": {
+            "kind": "numeric",
+            "transform": "bucketize",
+            "boundaries": [0.0, 1.0],
+            "table": "b",
+        },
         "x2": {"kind": "numeric", "transform": "log1p"},
     },
     "labels": {"click": {}},
@@ -39,11 +50,19 @@ POOLING_ORDER = ["x2", "cat", "tags_sum", "tags_mean", "tags_sqrtn", "bucket", "
 
 
 def _pooling_batch() -> dict:
-    tags = {"ids": tf.constant([[1, 2, 0], [3, 0, 0], [0, 0, 0]], tf.int64),
-            "weights": tf.constant([[1.0, 2.0, 0.0], [0.5, 0.0, 0.0], [0.0, 0.0, 0.0]])}
-    return {"cat": tf.constant([3, 0, 2], tf.int64), "tags_sum": tags, "tags_mean": tags,
-            "tags_sqrtn": tags, "bucket": tf.constant([2, 0, 1], tf.int64),
-            "x1": tf.constant([1.0, 2.0, 3.0]), "x2": tf.constant([4.0, 5.0, 6.0])}
+    tags = {
+        "ids": tf.constant([[1, 2, 0], [3, 0, 0], [0, 0, 0]], tf.int64),
+        "weights": tf.constant([[1.0, 2.0, 0.0], [0.5, 0.0, 0.0], [0.0, 0.0, 0.0]]),
+    }
+    return {
+        "cat": tf.constant([3, 0, 2], tf.int64),
+        "tags_sum": tags,
+        "tags_mean": tags,
+        "tags_sqrtn": tags,
+        "bucket": tf.constant([2, 0, 1], tf.int64),
+        "x1": tf.constant([1.0, 2.0, 3.0]),
+        "x2": tf.constant([4.0, 5.0, 6.0]),
+    }
 
 
 T_VALUES = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 3.0]], np.float32)
@@ -53,7 +72,7 @@ POOLED = {
     "cat": [[2, 3], [1, 0], [1, 1]],
     # row 0: 1 * t[1] + 2 * t[2] = [2, 3]; row 1: 0.5 * t[3]; row 2: only padding.
     "tags_sum": [[2, 3], [1, 1.5], [0, 0]],
-    "tags_mean": [[2 / 3, 1], [2, 3], [0, 0]],              # / (1 + 2), / 0.5, 0
+    "tags_mean": [[2 / 3, 1], [2, 3], [0, 0]],  # / (1 + 2), / 0.5, 0
     "tags_sqrtn": [[2 / SQRT5, 3 / SQRT5], [2, 3], [0, 0]],  # / sqrt(1 + 4), / 0.5, 0
     "bucket": [[50, 60], [10, 20], [30, 40]],
 }
@@ -74,7 +93,8 @@ def test_feature_embeddings_pool_exactly_and_share_tables(tmp_path):
     # Both tables (dim 2) are stacked in one weight, t's 4 rows then b's 3; four
     # features share table t.
     assert [v.name for v in layer.trainable_variables] == [
-        "feature_embeddings/embedding/stack_d2:0"]
+        "feature_embeddings/embedding/stack_d2:0"
+    ]
     (stack,) = layer.stacks
     assert stack.layout == {"t": (0, 4), "b": (4, 3)}
     assert stack.key == "feature_embeddings/embedding/stack_d2"
@@ -103,7 +123,8 @@ def test_tables_of_different_dims_get_their_own_stacks(tmp_path):
     layer = FeatureEmbeddings(cfg, POOLING_ORDER)
     assert [(s.key, s.layout) for s in layer.stacks] == [
         ("feature_embeddings/embedding/stack_d2", {"t": (0, 4)}),
-        ("feature_embeddings/embedding/stack_d3", {"b": (0, 3)})]
+        ("feature_embeddings/embedding/stack_d3", {"b": (0, 3)}),
+    ]
     sparse, _ = layer(_pooling_batch())
     assert sparse["cat"].shape == (3, 2) and sparse["bucket"].shape == (3, 3)
     with pytest.raises(ValueError, match=r"shape \(4, 2\) cannot take a value of shape"):
@@ -146,8 +167,9 @@ def test_feature_embeddings_look_up_sharded_tables(tmp_path):
     with tf.GradientTape() as tape:
         sparse, _ = layer(_pooling_batch())
         total = tf.reduce_sum(sparse["cat"])  # reads rows 3, 0 and 2 of t
-    grads = [tf.convert_to_tensor(g).numpy() for g in
-             tape.gradient(total, layer.trainable_variables)]
+    grads = [
+        tf.convert_to_tensor(g).numpy() for g in tape.gradient(total, layer.trainable_variables)
+    ]
     np.testing.assert_allclose(grads[0], [[1, 1], [0, 0], [1, 1], [1, 1]])  # t on shard 0
     np.testing.assert_allclose(grads[1], np.zeros((3, 2)))  # b untouched
 

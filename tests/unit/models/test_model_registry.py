@@ -34,9 +34,11 @@ from tests.support.data import write_parquet
 
 FEATURES = {
     "tables": {"ads": {"rows": 64, "dim": 4}, "sites": {"rows": 16, "dim": 4}},
-    "features": {"ad": {"kind": "categorical", "dtype": "int64", "table": "ads"},
-                 "site": {"kind": "categorical", "dtype": "string", "table": "sites"},
-                 "price": {"kind": "numeric", "transform": "log1p"}},
+    "features": {
+        "ad": {"kind": "categorical", "dtype": "int64", "table": "ads"},
+        "site": {"kind": "categorical", "dtype": "string", "table": "sites"},
+        "price": {"kind": "numeric", "transform": "log1p"},
+    },
     "labels": {"click": {}},
 }
 
@@ -49,10 +51,15 @@ CONFIG = {
     "input": {"batch_size": 64, "seed": 1},
     "model": {"name": "toy_mlp", "params": {"hidden_units": [16]}},
     "cluster": {"mode": "in_process", "workers": 1, "strategy": "mirrored"},
-    "train": {"embedding_optimizer": {"name": "adagrad", "learning_rate": 0.2},
-              "dense_optimizer": {"name": "adam", "learning_rate": 0.01},
-              "epochs": 4, "steps_per_call": 5, "log_every_seconds": 1000,
-              "summary_every_seconds": 1000, "checkpoint_every_seconds": None},
+    "train": {
+        "embedding_optimizer": {"name": "adagrad", "learning_rate": 0.2},
+        "dense_optimizer": {"name": "adam", "learning_rate": 0.01},
+        "epochs": 4,
+        "steps_per_call": 5,
+        "log_every_seconds": 1000,
+        "summary_every_seconds": 1000,
+        "checkpoint_every_seconds": None,
+    },
 }
 
 
@@ -71,23 +78,30 @@ def toy_mlp():
         """
 
         hidden_units: list[int] = dataclasses.field(
-            default_factory=lambda: [8], metadata={"min_items": 1, "item_min": 1})
+            default_factory=lambda: [8], metadata={"min_items": 1, "item_min": 1}
+        )
 
     @zoo_model(ToyMLPParams)
     class ToyMLP(RankingModel):
         """``head(MLP(concat(embeddings, dense)))``."""
 
-        def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]],
-                     labels: list[str], params: ToyMLPParams | None = None, seed: int = 0):
+        def __init__(
+            self,
+            features: FeatureConfig,
+            inputs: dict[str, list[str]],
+            labels: list[str],
+            params: ToyMLPParams | None = None,
+            seed: int = 0,
+        ):
             super().__init__(features, inputs, labels)
             params = params or ToyMLPParams()
-            self.embeddings = FeatureEmbeddings(features, inputs["deep"], name="embeddings",
-                                                seed=derive_seed(seed, "embeddings"))
+            self.embeddings = FeatureEmbeddings(
+                features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+            )
             self.mlp = MLP(params.hidden_units, seed=derive_seed(seed, "mlp"), name="mlp")
             self.head = logit_head(len(labels), seed)
 
-        def compute_logits(self, features: dict[str, Any], training: bool = False
-                           ) -> tf.Tensor:
+        def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
             x = concat_inputs(*self.embeddings(features, training=training))
             return self.head(self.mlp(x, training=training))
 
@@ -108,10 +122,14 @@ def _write_data(root: pathlib.Path, rows: int = 1536) -> None:
     site = rng.integers(0, 10, rows)
     logit = np.where(ad % 2 == 0, 2.0, -2.0) + np.where(site < 5, 0.5, -0.5)
     click = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.int64)
-    table = pa.table({"ad": pa.array(ad, pa.int64()),
-                      "site": pa.array([f"s{s}" for s in site], pa.string()),
-                      "price": pa.array(rng.lognormal(size=rows).astype(np.float32)),
-                      "click": pa.array(click, pa.int64())})
+    table = pa.table(
+        {
+            "ad": pa.array(ad, pa.int64()),
+            "site": pa.array([f"s{s}" for s in site], pa.string()),
+            "price": pa.array(rng.lognormal(size=rows).astype(np.float32)),
+            "click": pa.array(click, pa.int64()),
+        }
+    )
     write_parquet(root / f"dt={DAY}" / "part-0.parquet", table, row_group_size=512)
 
 
@@ -121,15 +139,24 @@ def test_a_registered_model_is_in_the_zoo_and_its_config_validates(tmp_path, toy
     config = load_config(_write_config(tmp_path))
     assert config.model.params == params_class(hidden_units=[16])
     assert config.inputs == {"deep": ["ad", "site", "price"]}
-    with pytest.raises(ConfigError, match=r"model\.params\.hiden_units: unknown key; allowed "
-                                          r"keys are hidden_units\. Did you mean "
-                                          r"\"hidden_units\"\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.params\.hiden_units: unknown key; allowed "
+        r"keys are hidden_units\. Did you mean "
+        r"\"hidden_units\"\?",
+    ):
         load_config(_write_config(tmp_path, {"model.params": {"hiden_units": [16]}}))
-    with pytest.raises(ConfigError, match=r"model\.params\.hidden_units\[0\]: got 0; "
-                                          r"expected a value >= 1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.params\.hidden_units\[0\]: got 0; "
+        r"expected a value >= 1",
+    ):
         load_config(_write_config(tmp_path, {"model.params": {"hidden_units": [0]}}))
-    with pytest.raises(ConfigError, match=r"model\.inputs\.wide: model 'toy_mlp' has no input "
-                                          r"group 'wide'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.inputs\.wide: model 'toy_mlp' has no input "
+        r"group 'wide'",
+    ):
         load_config(_write_config(tmp_path, {"model.inputs": {"wide": ["ad"]}}))
 
 
@@ -156,11 +183,14 @@ def test_a_registered_model_without_a_class_is_named_when_built(tiny):
 
     try:
         assert "toy_classless" not in MODELS
-        with pytest.raises(ValueError, match=r"model 'toy_classless' is registered \(params "
-                                             r".*ClasslessParams\) but has no model class: "
-                                             r"import the module that defines its "
-                                             r"RankingModel, decorated with "
-                                             r"@zoo_model\(.*ClasslessParams\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"model 'toy_classless' is registered \(params "
+            r".*ClasslessParams\) but has no model class: "
+            r"import the module that defines its "
+            r"RankingModel, decorated with "
+            r"@zoo_model\(.*ClasslessParams\)",
+        ):
             build_model("toy_classless", tiny, {"deep": list(tiny.features)}, ["click"])
     finally:
         unregister_model("toy_classless")
@@ -173,12 +203,18 @@ def test_zoo_model_needs_a_registered_params_class_and_a_ranking_model(toy_mlp):
     class Unregistered:
         pass
 
-    with pytest.raises(ValueError, match=r"Unregistered is registered as no model; decorate "
-                                         r"it with @register_model"):
+    with pytest.raises(
+        ValueError,
+        match=r"Unregistered is registered as no model; decorate "
+        r"it with @register_model",
+    ):
         zoo_model(Unregistered)
     with pytest.raises(TypeError, match=r"decorates a RankingModel subclass"):
         zoo_model(params_class)(object)
-    with pytest.raises(ValueError, match=r"model 'toy_mlp' has a class already: "
-                                         r".*ToyMLP"):
+    with pytest.raises(
+        ValueError,
+        match=r"model 'toy_mlp' has a class already: "
+        r".*ToyMLP",
+    ):
         zoo_model(params_class)(type("Other", (RankingModel,), {}))
     assert MODELS["toy_mlp"] is model_class

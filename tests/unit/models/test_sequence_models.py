@@ -22,8 +22,10 @@ from recsys_dist.models.zoo import build_model
 from tests.support.configs import DELETE, changed
 from tests.support.models import TINY_FEATURES, model_inputs, tiny_batch, write_feature_config
 
-HISTORY = {"ids": tf.constant([[3, 9, 4, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
-           "weights": tf.constant([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], tf.float32)}
+HISTORY = {
+    "ids": tf.constant([[3, 9, 4, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+    "weights": tf.constant([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], tf.float32),
+}
 
 
 def _batch(history: dict) -> dict:
@@ -33,8 +35,7 @@ def _batch(history: dict) -> dict:
 
 def _model(tmp_path, name: str, params=None, features=TINY_FEATURES):
     config = write_feature_config(tmp_path, features)
-    model = build_model(name, config, model_inputs(name, config), ["click"], params=params,
-                        seed=4)
+    model = build_model(name, config, model_inputs(name, config), ["click"], params=params, seed=4)
     model.create_variables()
     return model
 
@@ -43,15 +44,22 @@ def _logits(model, history: dict) -> np.ndarray:
     return model(_batch(history), training=False)["click"].numpy()
 
 
-@pytest.mark.parametrize("name, params", [
-    ("din", None), ("din", DINParams(attention_normalization="softmax", activation="dice")),
-    ("din", DINParams(sequence_pooling="mean")), ("bst", None)])
-def test_padding_never_changes_a_prediction_and_empty_histories_are_finite(tmp_path, name,
-                                                                           params):
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("din", None),
+        ("din", DINParams(attention_normalization="softmax", activation="dice")),
+        ("din", DINParams(sequence_pooling="mean")),
+        ("bst", None),
+    ],
+)
+def test_padding_never_changes_a_prediction_and_empty_histories_are_finite(tmp_path, name, params):
     model = _model(tmp_path, name, params)
     base = _logits(model, HISTORY)
-    other_padding = {"ids": tf.where(HISTORY["weights"] > 0, HISTORY["ids"], 17),
-                     "weights": HISTORY["weights"]}
+    other_padding = {
+        "ids": tf.where(HISTORY["weights"] > 0, HISTORY["ids"], 17),
+        "weights": HISTORY["weights"],
+    }
     np.testing.assert_allclose(_logits(model, other_padding), base, rtol=1e-5, atol=1e-6)
     assert np.isfinite(base).all()
 
@@ -59,11 +67,15 @@ def test_padding_never_changes_a_prediction_and_empty_histories_are_finite(tmp_p
 def test_din_weighs_items_by_the_candidate_and_ignores_their_order(tmp_path):
     model = _model(tmp_path, "din")
     base = _logits(model, HISTORY)
-    reordered = {"ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
-                 "weights": HISTORY["weights"]}
+    reordered = {
+        "ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+        "weights": HISTORY["weights"],
+    }
     np.testing.assert_allclose(_logits(model, reordered), base, rtol=1e-5, atol=1e-6)
-    changed_item = {"ids": tf.constant([[3, 9, 5, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
-                    "weights": HISTORY["weights"]}
+    changed_item = {
+        "ids": tf.constant([[3, 9, 5, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+        "weights": HISTORY["weights"],
+    }
     moved = _logits(model, changed_item)
     assert moved[0] != pytest.approx(base[0], abs=1e-6) and moved[1:] == pytest.approx(base[1:])
 
@@ -71,8 +83,10 @@ def test_din_weighs_items_by_the_candidate_and_ignores_their_order(tmp_path):
 def test_bst_reads_the_order_of_the_history(tmp_path):
     model = _model(tmp_path, "bst", BSTParams(attention_dropout=0.0))
     base = _logits(model, HISTORY)
-    reordered = {"ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
-                 "weights": HISTORY["weights"]}
+    reordered = {
+        "ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+        "weights": HISTORY["weights"],
+    }
     assert _logits(model, reordered)[0] != pytest.approx(base[0], abs=1e-6)
 
 
@@ -84,24 +98,46 @@ def test_sequence_pooling_none_reads_no_history(tmp_path):
 
 def test_a_history_without_target_or_a_bad_head_count_is_refused(tmp_path):
     no_target = changed(TINY_FEATURES, {"features.hist_ad.target": DELETE})
-    with pytest.raises(ValueError, match=r"model 'din' compares sequence 'hist_ad' with its "
-                                         r"candidate: set features\.hist_ad\.target"):
+    with pytest.raises(
+        ValueError,
+        match=r"model 'din' compares sequence 'hist_ad' with its "
+        r"candidate: set features\.hist_ad\.target",
+    ):
         _model(tmp_path, "din", features=no_target)
-    with pytest.raises(ValueError, match=r"a position of history 'hist_ad' has dim 4 .* "
-                                         r"model\.params\.num_heads=3 does not divide"):
+    with pytest.raises(
+        ValueError,
+        match=r"a position of history 'hist_ad' has dim 4 .* "
+        r"model\.params\.num_heads=3 does not divide",
+    ):
         _model(tmp_path, "bst", BSTParams(num_heads=3))
 
 
 def test_a_history_whose_target_or_main_sequence_is_not_an_input_is_refused(tmp_path):
     config = write_feature_config(tmp_path, TINY_FEATURES)
     without_target = [n for n in config.features if n != "ad_id"]
-    with pytest.raises(ValueError, match=r"model 'din': the target 'ad_id' of sequence "
-                                         r"'hist_ad' is not among the model's inputs"):
+    with pytest.raises(
+        ValueError,
+        match=r"model 'din': the target 'ad_id' of sequence "
+        r"'hist_ad' is not among the model's inputs",
+    ):
         build_model("din", config, {"deep": without_target}, ["click"])
-    side = changed(TINY_FEATURES, {"features.hist_user": {
-        "kind": "sequence", "table": "user", "max_length": 4, "dtype": "string",
-        "target": "user_id", "side_of": "hist_ad"}})
+    side = changed(
+        TINY_FEATURES,
+        {
+            "features.hist_user": {
+                "kind": "sequence",
+                "table": "user",
+                "max_length": 4,
+                "dtype": "string",
+                "target": "user_id",
+                "side_of": "hist_ad",
+            }
+        },
+    )
     config = write_feature_config(tmp_path, side)
-    with pytest.raises(ValueError, match=r"model 'din': sequence 'hist_user' is side_of "
-                                         r"'hist_ad', which is not among the model's inputs"):
+    with pytest.raises(
+        ValueError,
+        match=r"model 'din': sequence 'hist_user' is side_of "
+        r"'hist_ad', which is not among the model's inputs",
+    ):
         build_model("din", config, {"deep": ["ad_id", "user_id", "hist_user"]}, ["click"])

@@ -40,10 +40,18 @@ def _refs(variables: list[tf.Variable]) -> set:
 
 
 MODEL_CASES = [(name, None) for name in MODELS] + [
-    ("dcn_v2", DCNv2Params(cross_layers=2, low_rank=2, structure="parallel",
-                           hidden_units=[16, 8], dropout=0.1, batch_norm=True)),
-    ("dlrm", DLRMParams(bottom_units=[], top_units=[8], self_interaction=True,
-                        batch_norm=True)),
+    (
+        "dcn_v2",
+        DCNv2Params(
+            cross_layers=2,
+            low_rank=2,
+            structure="parallel",
+            hidden_units=[16, 8],
+            dropout=0.1,
+            batch_norm=True,
+        ),
+    ),
+    ("dlrm", DLRMParams(bottom_units=[], top_units=[8], self_interaction=True, batch_norm=True)),
     ("mmoe", MMoEParams(num_experts=2, expert_units=[8], tower_units=[4], dropout=0.1)),
 ]
 
@@ -68,8 +76,9 @@ def test_model_trains_with_split_optimizers(tiny, name, params):
     assert embedding and dense
     assert not _refs(embedding) & _refs(dense)
     assert _refs(embedding) | _refs(dense) == _refs(model.trainable_variables)
-    stacks = [s.variable for m in model.submodules if isinstance(m, FeatureEmbeddings)
-              for s in m.stacks]
+    stacks = [
+        s.variable for m in model.submodules if isinstance(m, FeatureEmbeddings) for s in m.stacks
+    ]
     assert _refs(embedding) == _refs(stacks)
 
     with tf.GradientTape() as tape:
@@ -86,8 +95,8 @@ def test_model_trains_with_split_optimizers(tiny, name, params):
         with tf.GradientTape() as tape:
             loss = total_loss(model(batch, training=True), labels)
         grads = tape.gradient(loss, embedding + dense)
-        embedding_opt.apply_gradients(zip(grads[:len(embedding)], embedding))
-        dense_opt.apply_gradients(zip(grads[len(embedding):], dense))
+        embedding_opt.apply_gradients(zip(grads[: len(embedding)], embedding))
+        dense_opt.apply_gradients(zip(grads[len(embedding) :], dense))
 
     before = float(total_loss(model(batch), labels))
     for _ in range(50):
@@ -107,15 +116,22 @@ def test_wide_deep_groups_can_differ(tiny):
     inputs = {"wide": ["ad_id", "ad_x_user"], "deep": ["user_id", "price", "tags"]}
     model = build_model("wide_deep", tiny, inputs, LABELS)
     model.create_variables()
-    assert sorted(v.name for v in model.embedding_variables) == sorted([
-        "deep_embeddings/embedding/stack_d4:0", "wide_embeddings/embedding/stack_d2:0"])
+    assert sorted(v.name for v in model.embedding_variables) == sorted(
+        ["deep_embeddings/embedding/stack_d4:0", "wide_embeddings/embedding/stack_d2:0"]
+    )
     assert [list(s.layout) for s in model.wide.embeddings.stacks] == [["ad", "cross"]]
     assert model.wide.embeddings.tables["ad"].shape == (50, 2)  # one column per label
 
 
-@pytest.mark.parametrize("name, linear_prefixes", [
-    ("lr", {"linear_embeddings"}), ("wide_deep", {"wide_embeddings"}),
-    ("deepfm", {"linear_embeddings"}), ("dcn_v2", set())])
+@pytest.mark.parametrize(
+    "name, linear_prefixes",
+    [
+        ("lr", {"linear_embeddings"}),
+        ("wide_deep", {"wide_embeddings"}),
+        ("deepfm", {"linear_embeddings"}),
+        ("dcn_v2", set()),
+    ],
+)
 def test_linear_variables_are_the_per_id_weights_of_linear_parts(tiny, name, linear_prefixes):
     model = build_model(name, tiny, model_inputs(name, tiny), LABELS)
     model.create_variables()
@@ -162,8 +178,11 @@ MIXED_DIMS = changed(TINY_FEATURES, {"tables.user.dim": 8})
 @pytest.mark.parametrize("name", ["deepfm", "dlrm"])
 def test_models_needing_one_dim_reject_mixed_dims(tmp_path, name):
     cfg = write_feature_config(tmp_path, MIXED_DIMS)
-    with pytest.raises(ValueError, match=rf"model '{name}' needs one embedding dim for all its "
-                                         r"tables; got 'ad' \(dim 4\), 'user' \(dim 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"model '{name}' needs one embedding dim for all its "
+        r"tables; got 'ad' \(dim 4\), 'user' \(dim 8\)",
+    ):
         build_model(name, cfg, {"deep": list(cfg.features)}, LABELS)
 
 
@@ -181,32 +200,54 @@ def test_dlrm_needs_dense_and_sparse_features(tiny):
 
 
 def test_mmoe_needs_two_labels(tiny):
-    with pytest.raises(ValueError, match=r"'mmoe' is multi-task; it needs at least 2 labels, "
-                                         r"got \['click'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"'mmoe' is multi-task; it needs at least 2 labels, "
+        r"got \['click'\]",
+    ):
         build_model("mmoe", tiny, {"deep": list(tiny.features)}, ["click"])
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"name": "dcnv2"}, ValueError, "unknown model 'dcnv2'.*Did you mean \"dcn_v2\""),
-    ({"params": WideDeepParams()}, TypeError, "takes DCNv2Params params, got WideDeepParams"),
-    ({"inputs": {"wide": ["ad_id"]}}, ValueError, r"reads input group\(s\) deep; got \['wide'\]"),
-    ({"inputs": {"deep": ["ad_idd"]}}, ValueError, "unknown feature 'ad_idd'.*Did you mean"),
-    ({"labels": ["clicks"]}, ValueError, "unknown label 'clicks'.*Did you mean \"click\""),
-    ({"labels": []}, ValueError, "at least one label"),
-    ({"labels": ["click", "click"]}, ValueError, "more than once"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"name": "dcnv2"}, ValueError, "unknown model 'dcnv2'.*Did you mean \"dcn_v2\""),
+        ({"params": WideDeepParams()}, TypeError, "takes DCNv2Params params, got WideDeepParams"),
+        (
+            {"inputs": {"wide": ["ad_id"]}},
+            ValueError,
+            r"reads input group\(s\) deep; got \['wide'\]",
+        ),
+        ({"inputs": {"deep": ["ad_idd"]}}, ValueError, "unknown feature 'ad_idd'.*Did you mean"),
+        ({"labels": ["clicks"]}, ValueError, "unknown label 'clicks'.*Did you mean \"click\""),
+        ({"labels": []}, ValueError, "at least one label"),
+        ({"labels": ["click", "click"]}, ValueError, "more than once"),
+    ],
+)
 def test_build_model_rejects_bad_arguments(tiny, kwargs, error, match):
-    args = {"name": "dcn_v2", "features": tiny, "inputs": {"deep": ["ad_id"]},
-            "labels": ["click"], **kwargs}
+    args = {
+        "name": "dcn_v2",
+        "features": tiny,
+        "inputs": {"deep": ["ad_id"]},
+        "labels": ["click"],
+        **kwargs,
+    }
     with pytest.raises(error, match=match):
         build_model(**args)
 
 
-@pytest.mark.parametrize("name,params", [
-    ("dcn_v2", DCNv2Params(hidden_units=[16], dropout=0.5, batch_norm=True)),
-    ("mmoe", MMoEParams(num_experts=2, expert_units=[8], tower_units=[4], dropout=0.5,
-                        batch_norm=True)),
-])
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("dcn_v2", DCNv2Params(hidden_units=[16], dropout=0.5, batch_norm=True)),
+        (
+            "mmoe",
+            MMoEParams(
+                num_experts=2, expert_units=[8], tower_units=[4], dropout=0.5, batch_norm=True
+            ),
+        ),
+    ],
+)
 def test_models_honour_the_training_flag(tiny, name, params):
     """Dropout draws anew and batch norm uses batch statistics only with training=True."""
     model = build_model(name, tiny, model_inputs(name, tiny), LABELS, params, seed=3)

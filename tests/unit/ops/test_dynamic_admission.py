@@ -15,8 +15,9 @@ from recsys_dist.models.dynamic_table import DynamicShard
 
 
 def shard(name: str, capacity: int, admit_after: int) -> DynamicShard:
-    spec = TableSpec(name=name, dim=2, kind="dynamic", capacity_per_shard=capacity,
-                     admit_after=admit_after)
+    spec = TableSpec(
+        name=name, dim=2, kind="dynamic", capacity_per_shard=capacity, admit_after=admit_after
+    )
     return DynamicShard(spec, 2, 0, None, "zeros", 0, name)
 
 
@@ -73,12 +74,15 @@ def test_it_runs_in_a_function_and_gives_found_keys_their_rows():
     assert first.tolist() == list(range(50)) and again.tolist() == first[::-1].tolist()
 
 
-@pytest.mark.parametrize("keys, sizes, message", [
-    ([1, 2, 3], [2], "sizes do not add up to the number of keys"),
-    ([1, 2], [1, 1], "sizes must hold one count per index"),
-    ([1, 2], [-1], "sizes must be >= 0"),
-    ([[1, 2]], [2], "keys must be 1-D"),
-])
+@pytest.mark.parametrize(
+    "keys, sizes, message",
+    [
+        ([1, 2, 3], [2], "sizes do not add up to the number of keys"),
+        ([1, 2], [1, 1], "sizes must hold one count per index"),
+        ([1, 2], [-1], "sizes must be >= 0"),
+        ([[1, 2]], [2], "keys must be 1-D"),
+    ],
+)
 def test_bad_keys_or_sizes_are_refused_by_name(keys, sizes, message):
     table = shard("t", capacity=4, admit_after=1)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
@@ -88,56 +92,87 @@ def test_bad_keys_or_sizes_are_refused_by_name(keys, sizes, message):
 def test_a_wrong_resource_is_refused_naming_the_input():
     table = shard("t", capacity=4, admit_after=1)
     with pytest.raises(tf.errors.OpError, match=r"counting\[0\]"):
-        ops.load().admit_ids(*_state(table, counting=table.index.resource_handle),
-                             keys=tf.constant([1], tf.int64), sizes=tf.constant([1], tf.int32),
-                             capacity=[4], admit_after=[1])
+        ops.load().admit_ids(
+            *_state(table, counting=table.index.resource_handle),
+            keys=tf.constant([1], tf.int64),
+            sizes=tf.constant([1], tf.int32),
+            capacity=[4],
+            admit_after=[1],
+        )
 
 
-@pytest.mark.parametrize("capacity, admit_after, message", [
-    ([4], [0], "capacity must be >= 0 and admit_after >= 1"),
-    ([4, 4], [1], "capacity and admit_after need one value per index"),
-])
+@pytest.mark.parametrize(
+    "capacity, admit_after, message",
+    [
+        ([4], [0], "capacity must be >= 0 and admit_after >= 1"),
+        ([4, 4], [1], "capacity and admit_after need one value per index"),
+    ],
+)
 def test_bad_attributes_are_refused(capacity, admit_after, message):
     table = shard("t", capacity=4, admit_after=1)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-        ops.load().admit_ids(*_state(table), keys=tf.constant([1], tf.int64),
-                             sizes=tf.constant([1], tf.int32), capacity=capacity,
-                             admit_after=admit_after)
+        ops.load().admit_ids(
+            *_state(table),
+            keys=tf.constant([1], tf.int64),
+            sizes=tf.constant([1], tf.int32),
+            capacity=capacity,
+            admit_after=admit_after,
+        )
 
 
 def _state(table: DynamicShard, **replace):
     """The kernel's state inputs for one index, with some replaced by name."""
-    handles = {"indexes": table.index.resource_handle, "counts": table.counts.resource_handle,
-               "next_rows": table.next_row.handle, "last_seen": table.last_seen.handle,
-               "dropped_full": table.dropped_full.handle, "waiting": table.waiting.handle,
-               "days": table.day.handle, "counting": table._counting.on.handle}  # noqa: SLF001
+    handles = {
+        "indexes": table.index.resource_handle,
+        "counts": table.counts.resource_handle,
+        "next_rows": table.next_row.handle,
+        "last_seen": table.last_seen.handle,
+        "dropped_full": table.dropped_full.handle,
+        "waiting": table.waiting.handle,
+        "days": table.day.handle,
+        "counting": table._counting.on.handle,
+    }  # noqa: SLF001
     handles.update(replace)
     return [[handle] for handle in handles.values()]
 
 
 def test_a_state_variable_of_another_dtype_or_rank_is_refused_naming_it():
     table = shard("t", capacity=4, admit_after=1)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"next_rows\[0\]: expected a scalar int64 variable, got float "
-                             r"\[4,2\]"):
-        ops.load().admit_ids(*_state(table, next_rows=table.emb.handle),
-                             keys=tf.constant([1], tf.int64), sizes=tf.constant([1], tf.int32),
-                             capacity=[4], admit_after=[1])
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"next_rows\[0\]: expected a scalar int64 variable, got float "
+        r"\[4,2\]",
+    ):
+        ops.load().admit_ids(
+            *_state(table, next_rows=table.emb.handle),
+            keys=tf.constant([1], tf.int64),
+            sizes=tf.constant([1], tf.int32),
+            capacity=[4],
+            admit_after=[1],
+        )
 
 
 def test_a_capacity_beyond_the_rows_is_refused_before_any_admission():
     table = shard("t", capacity=4, admit_after=1)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"capacity\[0\] is 5 rows but last_seen\[0\] holds 4"):
-        ops.load().admit_ids(*_state(table), keys=tf.constant([1], tf.int64),
-                             sizes=tf.constant([1], tf.int32), capacity=[5], admit_after=[1])
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"capacity\[0\] is 5 rows but last_seen\[0\] holds 4"
+    ):
+        ops.load().admit_ids(
+            *_state(table),
+            keys=tf.constant([1], tf.int64),
+            sizes=tf.constant([1], tf.int32),
+            capacity=[5],
+            admit_after=[1],
+        )
     assert index_of(table) == {}
 
 
 def test_an_index_row_past_the_rows_is_refused_naming_the_key():
     table = shard("t", capacity=4, admit_after=1)
     table.index.insert(tf.constant([7], tf.int64), tf.constant([50], tf.int64))
-    with pytest.raises(tf.errors.FailedPreconditionError,
-                       match=r"indexes\[0\] gives key 7 row 50, past the 4 rows of "
-                             r"last_seen\[0\]"):
+    with pytest.raises(
+        tf.errors.FailedPreconditionError,
+        match=r"indexes\[0\] gives key 7 row 50, past the 4 rows of "
+        r"last_seen\[0\]",
+    ):
         admit([table], [7])

@@ -28,13 +28,24 @@ from recsys_dist.ops import build, read_rows
 from tests.support.data import upload_dir
 from tests.support.paths import REPO
 
-NUMPY = {tf.int32: np.int32, tf.int64: np.int64, tf.float32: np.float32,
-         tf.float64: np.float64, tf.bool: np.bool_}
-ARROW = {tf.int32: pa.int32(), tf.int64: pa.int64(), tf.float32: pa.float32(),
-         tf.float64: pa.float64(), tf.bool: pa.bool_()}
+NUMPY = {
+    tf.int32: np.int32,
+    tf.int64: np.int64,
+    tf.float32: np.float32,
+    tf.float64: np.float64,
+    tf.bool: np.bool_,
+}
+ARROW = {
+    tf.int32: pa.int32(),
+    tf.int64: pa.int64(),
+    tf.float32: pa.float32(),
+    tf.float64: pa.float64(),
+    tf.bool: pa.bool_(),
+}
 
 
 # ---- the reference --------------------------------------------------------------------
+
 
 def _flat(array: pa.Array, dtype: tf.DType) -> tuple[np.ndarray, np.ndarray]:
     """Values (nulls as 0 / b"" / False) and validity of a flat pyarrow array."""
@@ -42,16 +53,20 @@ def _flat(array: pa.Array, dtype: tf.DType) -> tuple[np.ndarray, np.ndarray]:
         array = array.dictionary_decode()
     valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     if dtype == tf.string:
-        values = np.array([b"" if v is None else (v if isinstance(v, bytes) else v.encode())
-                           for v in array.to_pylist()], dtype=object)
+        values = np.array(
+            [
+                b"" if v is None else (v if isinstance(v, bytes) else v.encode())
+                for v in array.to_pylist()
+            ],
+            dtype=object,
+        )
         return values, valid
     zero = pa.scalar(False if dtype == tf.bool else 0, ARROW[dtype])
     values = pc.cast(array, ARROW[dtype], safe=False).fill_null(zero)
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=NUMPY[dtype]), valid
 
 
-def expected(path: str, column: str, start: int, stop: int, dtype: tf.DType,
-             ragged: bool = False):
+def expected(path: str, column: str, start: int, stop: int, dtype: tf.DType, ragged: bool = False):
     """(values, valid, row_splits or None) of rows [start, stop) as pyarrow reads them."""
     table = pq.read_table(path, columns=[column])
     start = min(start, table.num_rows)
@@ -91,10 +106,23 @@ def check_all(path, columns: dict, ranges, ragged=frozenset()):
 
 # ---- data -----------------------------------------------------------------------------
 
-ROWS, GROUP = 2000, 300          # row groups: 0-299, 300-599, 600-899 (all null), ...
+ROWS, GROUP = 2000, 300  # row groups: 0-299, 300-599, 600-899 (all null), ...
 NULL_GROUP = slice(600, 900)
-RANGES = [(0, ROWS), (0, 1), (299, 301), (250, 950), (600, 900), (601, 602), (1999, 2000),
-          (1234, 1800), (1500, 5000), (0, 0), (700, 700), (ROWS, ROWS), (2500, 3000)]
+RANGES = [
+    (0, ROWS),
+    (0, 1),
+    (299, 301),
+    (250, 950),
+    (600, 900),
+    (601, 602),
+    (1999, 2000),
+    (1234, 1800),
+    (1500, 5000),
+    (0, 0),
+    (700, 700),
+    (ROWS, ROWS),
+    (2500, 3000),
+]
 
 
 def null_mask(rng, n=ROWS, rate=0.1):
@@ -112,35 +140,51 @@ def scalar_table(seed=0) -> pa.Table:
     def col(values, type_):
         return pa.array(values, type_, mask=null_mask(rng))
 
-    return pa.table({
-        "i32": col(rng.integers(-2**31, 2**31, ROWS), pa.int32()),
-        "i64": col(rng.integers(-2**62, 2**62, ROWS), pa.int64()),
-        "f32": col(rng.standard_normal(ROWS).astype(np.float32), pa.float32()),
-        "f64": col(rng.standard_normal(ROWS), pa.float64()),
-        "flag": col(rng.random(ROWS) < 0.5, pa.bool_()),
-        "str": col(rng.choice(words, ROWS), pa.string()),
-        "i8": col(rng.integers(-128, 128, ROWS), pa.int8()),
-        "i16": col(rng.integers(-2**15, 2**15, ROWS), pa.int16()),
-        "u32": col(rng.integers(0, 2**32, ROWS), pa.uint32()),
-        "small": col(rng.integers(-1000, 1000, ROWS), pa.int64()),
-        # Arrow dictionary arrays: written as Parquet dictionaries; the string one is
-        # read back as an Arrow dictionary column.
-        "dict_str": pa.DictionaryArray.from_arrays(
-            pa.array(rng.integers(0, 40, ROWS), pa.int32(), mask=null_mask(rng)),
-            pa.array(list(words), pa.string())),
-        "dict_i64": pa.DictionaryArray.from_arrays(
-            pa.array(rng.integers(0, 5, ROWS), pa.int8(), mask=null_mask(rng)),
-            pa.array([7, -3, 2**40, 0, 11], pa.int64())),
-        "view": col(rng.choice(words, ROWS), pa.string_view()),  # read back as a view
-        "all_null": pa.nulls(ROWS, pa.int64()),
-        "all_null_str": pa.nulls(ROWS, pa.string()),
-    })
+    return pa.table(
+        {
+            "i32": col(rng.integers(-(2**31), 2**31, ROWS), pa.int32()),
+            "i64": col(rng.integers(-(2**62), 2**62, ROWS), pa.int64()),
+            "f32": col(rng.standard_normal(ROWS).astype(np.float32), pa.float32()),
+            "f64": col(rng.standard_normal(ROWS), pa.float64()),
+            "flag": col(rng.random(ROWS) < 0.5, pa.bool_()),
+            "str": col(rng.choice(words, ROWS), pa.string()),
+            "i8": col(rng.integers(-128, 128, ROWS), pa.int8()),
+            "i16": col(rng.integers(-(2**15), 2**15, ROWS), pa.int16()),
+            "u32": col(rng.integers(0, 2**32, ROWS), pa.uint32()),
+            "small": col(rng.integers(-1000, 1000, ROWS), pa.int64()),
+            # Arrow dictionary arrays: written as Parquet dictionaries; the string one is
+            # read back as an Arrow dictionary column.
+            "dict_str": pa.DictionaryArray.from_arrays(
+                pa.array(rng.integers(0, 40, ROWS), pa.int32(), mask=null_mask(rng)),
+                pa.array(list(words), pa.string()),
+            ),
+            "dict_i64": pa.DictionaryArray.from_arrays(
+                pa.array(rng.integers(0, 5, ROWS), pa.int8(), mask=null_mask(rng)),
+                pa.array([7, -3, 2**40, 0, 11], pa.int64()),
+            ),
+            "view": col(rng.choice(words, ROWS), pa.string_view()),  # read back as a view
+            "all_null": pa.nulls(ROWS, pa.int64()),
+            "all_null_str": pa.nulls(ROWS, pa.string()),
+        }
+    )
 
 
-SCALARS = {"i32": tf.int32, "i64": tf.int64, "f32": tf.float32, "f64": tf.float64,
-           "flag": tf.bool, "str": tf.string, "i8": tf.int64, "i16": tf.int64,
-           "u32": tf.int64, "dict_str": tf.string, "dict_i64": tf.int64, "view": tf.string,
-           "all_null": tf.int64, "all_null_str": tf.string}
+SCALARS = {
+    "i32": tf.int32,
+    "i64": tf.int64,
+    "f32": tf.float32,
+    "f64": tf.float64,
+    "flag": tf.bool,
+    "str": tf.string,
+    "i8": tf.int64,
+    "i16": tf.int64,
+    "u32": tf.int64,
+    "dict_str": tf.string,
+    "dict_i64": tf.int64,
+    "view": tf.string,
+    "all_null": tf.int64,
+    "all_null_str": tf.string,
+}
 
 
 def list_column(rng, values_fn, large=False, value_type=None):
@@ -161,30 +205,50 @@ def list_column(rng, values_fn, large=False, value_type=None):
 def list_table(seed=1) -> pa.Table:
     rng = np.random.default_rng(seed)
     words = [f"tag{i}" for i in range(30)]
-    ints = lambda k: rng.integers(-2**40, 2**40, k).tolist()  # noqa: E731
-    return pa.table({
-        "l_i64": list_column(rng, ints, value_type=pa.int64()),
-        "l_str": list_column(rng, lambda k: rng.choice(words, k).tolist(),
-                             value_type=pa.string()),
-        "l_f32": list_column(rng, lambda k: rng.standard_normal(k).astype(np.float32).tolist(),
-                             value_type=pa.float32()),
-        "l_f64": list_column(rng, lambda k: rng.standard_normal(k).tolist(),
-                             value_type=pa.float64()),
-        "ll_i64": list_column(rng, ints, large=True, value_type=pa.int64()),
-        "ll_str": list_column(rng, lambda k: rng.choice(words, k).tolist(), large=True,
-                              value_type=pa.string()),
-        "l_i32": list_column(rng, lambda k: rng.integers(-100, 100, k).tolist(),
-                             value_type=pa.int32()),
-        "l_dict": pa.array(list_column(rng, lambda k: rng.choice(words, k).tolist(),
-                                       value_type=pa.string()).to_pylist(),
-                           pa.list_(pa.dictionary(pa.int32(), pa.string()))),
-        "l_null": pa.nulls(ROWS, pa.list_(pa.int64())),
-    })
+    ints = lambda k: rng.integers(-(2**40), 2**40, k).tolist()  # noqa: E731
+    return pa.table(
+        {
+            "l_i64": list_column(rng, ints, value_type=pa.int64()),
+            "l_str": list_column(
+                rng, lambda k: rng.choice(words, k).tolist(), value_type=pa.string()
+            ),
+            "l_f32": list_column(
+                rng,
+                lambda k: rng.standard_normal(k).astype(np.float32).tolist(),
+                value_type=pa.float32(),
+            ),
+            "l_f64": list_column(
+                rng, lambda k: rng.standard_normal(k).tolist(), value_type=pa.float64()
+            ),
+            "ll_i64": list_column(rng, ints, large=True, value_type=pa.int64()),
+            "ll_str": list_column(
+                rng, lambda k: rng.choice(words, k).tolist(), large=True, value_type=pa.string()
+            ),
+            "l_i32": list_column(
+                rng, lambda k: rng.integers(-100, 100, k).tolist(), value_type=pa.int32()
+            ),
+            "l_dict": pa.array(
+                list_column(
+                    rng, lambda k: rng.choice(words, k).tolist(), value_type=pa.string()
+                ).to_pylist(),
+                pa.list_(pa.dictionary(pa.int32(), pa.string())),
+            ),
+            "l_null": pa.nulls(ROWS, pa.list_(pa.int64())),
+        }
+    )
 
 
-LISTS = {"l_i64": tf.int64, "l_str": tf.string, "l_f32": tf.float32, "l_f64": tf.float64,
-         "ll_i64": tf.int64, "ll_str": tf.string, "l_i32": tf.int64, "l_dict": tf.string,
-         "l_null": tf.int64}
+LISTS = {
+    "l_i64": tf.int64,
+    "l_str": tf.string,
+    "l_f32": tf.float32,
+    "l_f64": tf.float64,
+    "ll_i64": tf.int64,
+    "ll_str": tf.string,
+    "l_i32": tf.int64,
+    "l_dict": tf.string,
+    "l_null": tf.int64,
+}
 
 
 @pytest.fixture(scope="module")
@@ -217,10 +281,10 @@ def plain_files(data_dir):
 
 # ---- values ---------------------------------------------------------------------------
 
+
 def test_the_test_data_has_what_it_claims(scalar_file, list_file):
     meta = pq.ParquetFile(scalar_file).metadata
-    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == \
-        [300] * 6 + [200]
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [300] * 6 + [200]
     table = pq.read_table(scalar_file)
     assert pa.types.is_dictionary(table.schema.field("dict_str").type)
     assert pa.types.is_string_view(table.schema.field("view").type)
@@ -245,9 +309,20 @@ def test_columns_one_at_a_time_and_in_other_order(scalar_file):
 
 
 def test_integers_read_as_other_widths_and_as_floats(scalar_file):
-    check_all(scalar_file, {"small": tf.int32, "i8": tf.int32, "i32": tf.int64,
-                            "i16": tf.float32, "i64": tf.float64, "flag": tf.int64,
-                            "dict_i64": tf.float64, "u32": tf.float64}, RANGES[:5])
+    check_all(
+        scalar_file,
+        {
+            "small": tf.int32,
+            "i8": tf.int32,
+            "i32": tf.int64,
+            "i16": tf.float32,
+            "i64": tf.float64,
+            "flag": tf.int64,
+            "dict_i64": tf.float64,
+            "u32": tf.float64,
+        },
+        RANGES[:5],
+    )
 
 
 def test_list_types_match_pyarrow(list_file):
@@ -256,13 +331,19 @@ def test_list_types_match_pyarrow(list_file):
 
 def test_list_values_by_hand(tmp_path):
     path = str(tmp_path / "hand.parquet")
-    pq.write_table(pa.table({"tags": pa.array([None, [1, None, 3], [], None, [5]],
-                                               pa.list_(pa.int64())),
-                             "words": pa.array([["a"], None, [None, "bc"], [], None],
-                                               pa.large_list(pa.string()))}),
-                   path, row_group_size=2)
-    got = read_rows(path, 1, 10, {"tags": tf.int64, "words": tf.string},
-                    ragged={"tags", "words"})
+    pq.write_table(
+        pa.table(
+            {
+                "tags": pa.array([None, [1, None, 3], [], None, [5]], pa.list_(pa.int64())),
+                "words": pa.array(
+                    [["a"], None, [None, "bc"], [], None], pa.large_list(pa.string())
+                ),
+            }
+        ),
+        path,
+        row_group_size=2,
+    )
+    got = read_rows(path, 1, 10, {"tags": tf.int64, "words": tf.string}, ragged={"tags", "words"})
     assert got["tags"].values.numpy().tolist() == [1, 0, 3, 5]
     assert got["tags"].valid.numpy().tolist() == [True, False, True, True]
     assert got["tags"].row_splits.numpy().tolist() == [0, 3, 3, 3, 4]
@@ -276,11 +357,15 @@ def test_row_groups_of_different_sizes_and_empty_ones(tmp_path):
     path = str(tmp_path / "uneven.parquet")
     rng = np.random.default_rng(3)
     sizes = [0, 5, 1, 0, 137, 0, 2, 64, 1, 0]
-    full = pa.table({"x": pa.array(rng.integers(0, 1000, sum(sizes)), pa.int64(),
-                                   mask=rng.random(sum(sizes)) < 0.2),
-                     "s": pa.array([f"v{i}" for i in range(sum(sizes))]),
-                     "l": pa.array([[i] * (i % 3) for i in range(sum(sizes))],
-                                   pa.list_(pa.int64()))})
+    full = pa.table(
+        {
+            "x": pa.array(
+                rng.integers(0, 1000, sum(sizes)), pa.int64(), mask=rng.random(sum(sizes)) < 0.2
+            ),
+            "s": pa.array([f"v{i}" for i in range(sum(sizes))]),
+            "l": pa.array([[i] * (i % 3) for i in range(sum(sizes))], pa.list_(pa.int64())),
+        }
+    )
     with pq.ParquetWriter(path, full.schema) as writer:
         at = 0
         for size in sizes:
@@ -292,8 +377,9 @@ def test_row_groups_of_different_sizes_and_empty_ones(tmp_path):
     ranges = [(a, b) for a in range(0, 212, 7) for b in (a, a + 1, a + 6, a + 70, 500)]
     ranges += [(int(b), int(b)) for b in bounds] + [(int(b), int(b) + 1) for b in bounds]
     for start, stop in ranges:
-        got = read_rows(path, start, stop, {"x": tf.int64, "s": tf.string, "l": tf.int64},
-                        ragged={"l"})
+        got = read_rows(
+            path, start, stop, {"x": tf.int64, "s": tf.string, "l": tf.int64}, ragged={"l"}
+        )
         assert_same(path, got["x"], "x", start, stop, tf.int64)
         assert_same(path, got["s"], "s", start, stop, tf.string)
         assert_same(path, got["l"], "l", start, stop, tf.int64, ragged=True)
@@ -301,8 +387,9 @@ def test_row_groups_of_different_sizes_and_empty_ones(tmp_path):
 
 def test_file_with_no_rows(tmp_path):
     path = str(tmp_path / "none.parquet")
-    pq.write_table(pa.table({"x": pa.array([], pa.int64()),
-                             "l": pa.array([], pa.list_(pa.string()))}), path)
+    pq.write_table(
+        pa.table({"x": pa.array([], pa.int64()), "l": pa.array([], pa.list_(pa.string()))}), path
+    )
     got = read_rows(path, 0, 10, {"x": tf.int64, "l": tf.string}, ragged={"l"})
     assert got["x"].values.shape == (0,) and got["x"].valid.shape == (0,)
     assert got["l"].values.shape == (0,) and got["l"].row_splits.numpy().tolist() == [0]
@@ -317,9 +404,12 @@ def test_large_row_group_read_in_parts_twice_and_rewritten(tmp_path):
     nulls = np.random.default_rng(5).random(n) < 0.05
 
     def table(offset):
-        return pa.table({"x": pa.array(np.arange(n) + offset, pa.int64(), mask=nulls),
-                         "l": pa.array([[i + offset, i] for i in range(n)],
-                                       pa.list_(pa.int64()))})
+        return pa.table(
+            {
+                "x": pa.array(np.arange(n) + offset, pa.int64(), mask=nulls),
+                "l": pa.array([[i + offset, i] for i in range(n)], pa.list_(pa.int64())),
+            }
+        )
 
     pq.write_table(table(0), path, row_group_size=n, use_dictionary=False, compression="none")
     ranges = [(100, 200), (100, 200), (59_990, 60_000), (0, 50), (30_000, 45_000), (100, 200)]
@@ -328,8 +418,7 @@ def test_large_row_group_read_in_parts_twice_and_rewritten(tmp_path):
         assert_same(str(path), got["x"], "x", start, stop, tf.int64)
         assert_same(str(path), got["l"], "l", start, stop, tf.int64, ragged=True)
     size, mtime = path.stat().st_size, path.stat().st_mtime_ns
-    pq.write_table(table(10**6), path, row_group_size=n, use_dictionary=False,
-                   compression="none")
+    pq.write_table(table(10**6), path, row_group_size=n, use_dictionary=False, compression="none")
     os.utime(path, ns=(mtime + 10**9, mtime + 10**9))
     assert path.stat().st_size == size
     got = read_rows(str(path), 100, 200, {"x": tf.int64, "l": tf.int64}, ragged={"l"})
@@ -341,16 +430,26 @@ def test_large_strings(tmp_path):
     path = str(tmp_path / "large.parquet")
     rng = np.random.default_rng(7)
     values = [None if i % 9 == 4 else (chr(97 + i % 26) * (100_000 + i)) for i in range(60)]
-    lists = [None if i % 7 == 3 else [values[(i + k) % 60] for k in range(i % 3)]
-             for i in range(60)]
-    pq.write_table(pa.table({"s": pa.array(values), "b": pa.array(values, pa.large_binary()),
-                             "l": pa.array(lists, pa.list_(pa.string()))}),
-                   path, row_group_size=7)
+    lists = [
+        None if i % 7 == 3 else [values[(i + k) % 60] for k in range(i % 3)] for i in range(60)
+    ]
+    pq.write_table(
+        pa.table(
+            {
+                "s": pa.array(values),
+                "b": pa.array(values, pa.large_binary()),
+                "l": pa.array(lists, pa.list_(pa.string())),
+            }
+        ),
+        path,
+        row_group_size=7,
+    )
     ranges = [(0, 60), (5, 6), (6, 22), (int(rng.integers(0, 30)), int(rng.integers(30, 70)))]
     check_all(path, {"s": tf.string, "b": tf.string, "l": tf.string}, ranges, ragged={"l"})
 
 
 # ---- in graphs ------------------------------------------------------------------------
+
 
 def test_inside_a_tf_data_pipeline(plain_files):
     scalar_file, list_file = plain_files
@@ -359,19 +458,26 @@ def test_inside_a_tf_data_pipeline(plain_files):
     def read(path, start, stop):
         scalar = read_rows(path, start, stop, {"i64": tf.int64, "str": tf.string})
         lists = read_rows(list_file, start, stop, {"l_str": tf.string}, ragged={"l_str"})
-        return {"i64": scalar["i64"].values, "i64_valid": scalar["i64"].valid,
-                "str": scalar["str"].values, "l_str": lists["l_str"].ragged(),
-                "l_str_valid": lists["l_str"].valid}
+        return {
+            "i64": scalar["i64"].values,
+            "i64_valid": scalar["i64"].valid,
+            "str": scalar["str"].values,
+            "l_str": lists["l_str"].ragged(),
+            "l_str_valid": lists["l_str"].valid,
+        }
 
-    dataset = (tf.data.Dataset.from_tensor_slices(([scalar_file] * len(RANGES), starts, stops))
-               .map(read, num_parallel_calls=4, deterministic=True))
+    dataset = tf.data.Dataset.from_tensor_slices(([scalar_file] * len(RANGES), starts, stops)).map(
+        read, num_parallel_calls=4, deterministic=True
+    )
     seen = 0
     for (start, stop), element in zip(RANGES, dataset):
         want = expected(scalar_file, "i64", start, stop, tf.int64)
         np.testing.assert_array_equal(element["i64"].numpy(), want[0])
         np.testing.assert_array_equal(element["i64_valid"].numpy(), want[1])
-        assert element["str"].numpy().tolist() == \
-            expected(scalar_file, "str", start, stop, tf.string)[0].tolist()
+        assert (
+            element["str"].numpy().tolist()
+            == expected(scalar_file, "str", start, stop, tf.string)[0].tolist()
+        )
         values, valid, splits = expected(list_file, "l_str", start, stop, tf.string, True)
         ragged = element["l_str"]
         assert ragged.flat_values.numpy().tolist() == values.tolist()
@@ -383,11 +489,18 @@ def test_inside_a_tf_data_pipeline(plain_files):
 
 def test_inside_a_tf_function(plain_files):
     list_file = plain_files[1]
-    @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
-                                  tf.TensorSpec([], tf.int64)])
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([], tf.string),
+            tf.TensorSpec([], tf.int64),
+            tf.TensorSpec([], tf.int64),
+        ]
+    )
     def read(path, start, stop):
-        got = read_rows(path, start, stop, {"l_f32": tf.float32, "ll_i64": tf.int64},
-                        ragged={"l_f32", "ll_i64"})
+        got = read_rows(
+            path, start, stop, {"l_f32": tf.float32, "ll_i64": tf.int64}, ragged={"l_f32", "ll_i64"}
+        )
         return got["l_f32"].values, got["l_f32"].row_splits, got["ll_i64"].ragged()
 
     for start, stop in [(250, 950), (0, 1), (1999, 3000), (5, 5)]:
@@ -404,15 +517,22 @@ def test_inside_a_tf_function(plain_files):
 
 # ---- bad input ------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def good_file(data_dir):
     path = data_dir / "good.parquet"
-    pq.write_table(pa.table({"id": pa.array(range(1000), pa.int64()),
-                             "name": pa.array([f"n{i}" for i in range(1000)]),
-                             "score": pa.array(np.linspace(0, 1, 1000)),
-                             "tags": pa.array([[i, i + 1] for i in range(1000)],
-                                              pa.list_(pa.int64()))}),
-                   path, row_group_size=100)
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(range(1000), pa.int64()),
+                "name": pa.array([f"n{i}" for i in range(1000)]),
+                "score": pa.array(np.linspace(0, 1, 1000)),
+                "tags": pa.array([[i, i + 1] for i in range(1000)], pa.list_(pa.int64())),
+            }
+        ),
+        path,
+        row_group_size=100,
+    )
     return str(path)
 
 
@@ -458,17 +578,29 @@ def test_missing_file_and_directory(tmp_path):
     assert str(tmp_path) in error.message and "not a file" in error.message
 
 
-@pytest.mark.parametrize("dtypes, ragged, words", [
-    ({"id": tf.int64, "clicks": tf.int64}, (), ["'clicks'", "missing"]),
-    ({"name": tf.int64}, (), ["'name'", "string", "int64"]),
-    ({"score": tf.int64}, (), ["'score'", "double", "int64"]),
-    ({"id": tf.string}, (), ["'id'", "int64", "string"]),
-    ({"id": tf.bool}, (), ["'id'", "bool"]),
-    ({"tags": tf.int64}, (), ["'tags'", "list", "not a list"]),
-    ({"id": tf.int64}, ("id",), ["'id'", "expected a list column"]),
-    ({"tags": tf.string}, ("tags",), ["'tags'", "elements cannot be read as string"]),
-], ids=["missing-column", "string-as-int64", "double-as-int64", "int-as-string",
-        "int-as-bool", "list-as-scalar", "scalar-as-list", "list-of-int-as-string"])
+@pytest.mark.parametrize(
+    "dtypes, ragged, words",
+    [
+        ({"id": tf.int64, "clicks": tf.int64}, (), ["'clicks'", "missing"]),
+        ({"name": tf.int64}, (), ["'name'", "string", "int64"]),
+        ({"score": tf.int64}, (), ["'score'", "double", "int64"]),
+        ({"id": tf.string}, (), ["'id'", "int64", "string"]),
+        ({"id": tf.bool}, (), ["'id'", "bool"]),
+        ({"tags": tf.int64}, (), ["'tags'", "list", "not a list"]),
+        ({"id": tf.int64}, ("id",), ["'id'", "expected a list column"]),
+        ({"tags": tf.string}, ("tags",), ["'tags'", "elements cannot be read as string"]),
+    ],
+    ids=[
+        "missing-column",
+        "string-as-int64",
+        "double-as-int64",
+        "int-as-string",
+        "int-as-bool",
+        "list-as-scalar",
+        "scalar-as-list",
+        "list-of-int-as-string",
+    ],
+)
 def test_column_errors_name_file_and_column(good_file, dtypes, ragged, words):
     error = read_error(good_file, dtypes=dtypes, ragged=ragged)
     assert isinstance(error, tf.errors.InvalidArgumentError), error
@@ -546,8 +678,13 @@ def test_hostile_inputs_fail_without_crashing(tmp_path):
     """In a subprocess, so that a crash shows as one failed test: non-scalar inputs, a
     wrong N, duplicate column names, random bytes overwritten anywhere in files. Each
     gives an error naming the file (or, where the damage hit nothing checked, values)."""
-    result = subprocess.run([sys.executable, "-c", HOSTILE_SCRIPT, str(tmp_path)],
-                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", HOSTILE_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.returncode == 0, (result.returncode, result.stderr[-3000:])
     assert "survived" in result.stdout
 
@@ -574,8 +711,10 @@ _S3_IN_SUBPROCESS: dict[str, bool] = {}
 
 def s3_safe_in_process():
     if _S3_IN_SUBPROCESS.get("ok") is False:
-        pytest.skip("reading S3 crashed a subprocess (test_a_process_that_read_s3_exits_"
-                    "cleanly); not tried in this process")
+        pytest.skip(
+            "reading S3 crashed a subprocess (test_a_process_that_read_s3_exits_"
+            "cleanly); not tried in this process"
+        )
 
 
 def test_a_process_that_read_s3_exits_cleanly(s3_server, tmp_path):
@@ -587,8 +726,12 @@ def test_a_process_that_read_s3_exits_cleanly(s3_server, tmp_path):
     for _ in range(2):
         result = subprocess.run(
             [sys.executable, "-c", S3_EXIT_SCRIPT, f"s3://{bucket}/exit/x.parquet"],
-            env={**os.environ, **s3_server["env"]}, capture_output=True, text=True,
-            cwd=REPO, timeout=120)
+            env={**os.environ, **s3_server["env"]},
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
         _S3_IN_SUBPROCESS["ok"] = result.returncode == 0
         assert result.returncode == 0, (result.returncode, result.stderr[-3000:])
         assert "values [0, 1, 2, 3, 4]" in result.stdout
@@ -613,20 +756,30 @@ def test_s3_reads_the_same_values_as_local(s3_server, plain_files, data_dir):
                     assert (a is None) == (b is None)
                     if a is not None:
                         assert a.numpy().tolist() == b.numpy().tolist(), (remote, name, part)
-            assert_same(source, got["l_str" if ragged else "str"],
-                        "l_str" if ragged else "str", start, stop, tf.string, bool(ragged))
+            assert_same(
+                source,
+                got["l_str" if ragged else "str"],
+                "l_str" if ragged else "str",
+                start,
+                stop,
+                tf.string,
+                bool(ragged),
+            )
 
 
 def test_s3_missing_key_and_bucket_name_the_uri(s3_server):
     s3_safe_in_process()
-    for uri in (f"s3://{s3_server['bucket']}/no/such/key.parquet",
-                "s3://no-such-bucket-recsys/key.parquet"):
+    for uri in (
+        f"s3://{s3_server['bucket']}/no/such/key.parquet",
+        "s3://no-such-bucket-recsys/key.parquet",
+    ):
         error = read_error(uri)
         assert isinstance(error, tf.errors.NotFoundError), error
         assert uri in error.message, error.message
 
 
 # ---- building -------------------------------------------------------------------------
+
 
 def test_no_compiler_says_what_to_install(tmp_path, monkeypatch):
     directory = tmp_path / "ops"
@@ -639,10 +792,14 @@ def test_no_compiler_says_what_to_install(tmp_path, monkeypatch):
     assert "apt-get install g++" in message and "dnf install gcc-c++" in message
     assert not directory.exists() or not list(directory.glob("*.so"))
     # The command-line entry point: exit code 2 and the same advice, no traceback.
-    result = subprocess.run([sys.executable, "-m", "recsys_dist.ops.build"],
-                            env={**os.environ, "CXX": "/nonexistent/g++",
-                                 "RECSYS_DIST_OPS_DIR": str(directory)},
-                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "recsys_dist.ops.build"],
+        env={**os.environ, "CXX": "/nonexistent/g++", "RECSYS_DIST_OPS_DIR": str(directory)},
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr
     assert "C++20 compiler" in result.stderr and "Traceback" not in result.stderr
 
@@ -683,14 +840,14 @@ def test_a_changed_build_key_builds_a_new_library(monkeypatch, tmp_path):
     stale.write_bytes(b"not a library")
     monkeypatch.setattr(build, "_compiler_version", lambda cxx: "g++ 99.0 (a new one)")
     path = build.library_path()
-    assert os.path.basename(path) == \
-        f"{build.NAME}-{build.build_key('g++ 99.0 (a new one)')}.so"
+    assert os.path.basename(path) == f"{build.NAME}-{build.build_key('g++ 99.0 (a new one)')}.so"
     assert pathlib.Path(path).read_bytes()[:4] == b"\x7fELF"
     assert not stale.exists()
     assert not list(directory.glob("*.tmp"))
     built = os.stat(path).st_mtime_ns
     calls = []
-    monkeypatch.setattr(build.subprocess, "run",
-                        lambda *a, **k: calls.append(a) or pytest.fail("recompiled"))
+    monkeypatch.setattr(
+        build.subprocess, "run", lambda *a, **k: calls.append(a) or pytest.fail("recompiled")
+    )
     assert build.library_path() == path and os.stat(path).st_mtime_ns == built
     assert not calls

@@ -26,8 +26,9 @@ ROWS = 40_000
 
 def _parquet() -> bytes:
     buffer = io.BytesIO()
-    pq.write_table(pa.table({"x": np.arange(ROWS, dtype=np.int64)}), buffer,
-                   row_group_size=ROWS // 4)
+    pq.write_table(
+        pa.table({"x": np.arange(ROWS, dtype=np.int64)}), buffer, row_group_size=ROWS // 4
+    )
     return buffer.getvalue()
 
 
@@ -50,13 +51,21 @@ def _write(path: str, data: bytes) -> None:
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
-@pytest.mark.parametrize(("content", "reason"), [
-    (b"", "empty file (0 bytes), not Parquet"),
-    (b"not parquet at all", "not a readable Parquet file: Parquet magic bytes not found in "
-                            "footer. Either the file is corrupted or this is not a parquet "
-                            "file.")])
-def test_a_file_that_cannot_be_opened_is_named_with_arrows_reason(where, content, reason,
-                                                                 request, tmp_path):
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "empty file (0 bytes), not Parquet"),
+        (
+            b"not parquet at all",
+            "not a readable Parquet file: Parquet magic bytes not found in "
+            "footer. Either the file is corrupted or this is not a parquet "
+            "file.",
+        ),
+    ],
+)
+def test_a_file_that_cannot_be_opened_is_named_with_arrows_reason(
+    where, content, reason, request, tmp_path
+):
     if where == "s3":
         bucket = request.getfixturevalue("s3_server")["bucket"]
         path = f"s3://{bucket}/op-storage/{tmp_path.name}/bad.parquet"
@@ -80,29 +89,29 @@ def arrow_faults(proxy) -> list[str]:
 
 
 def test_503_on_footer_reads_and_a_reset_in_a_row_range_read_lose_no_row(fault_proxy, on_s3):
-    fault_proxy.faults = [Fault("503", method="GET", part="footer", agent="aws-sdk-cpp",
-                                times=2),
-                          Fault("reset", method="GET", part="rows", agent="aws-sdk-cpp",
-                                bytes=1000, times=1)]
+    fault_proxy.faults = [
+        Fault("503", method="GET", part="footer", agent="aws-sdk-cpp", times=2),
+        Fault("reset", method="GET", part="rows", agent="aws-sdk-cpp", bytes=1000, times=1),
+    ]
     np.testing.assert_array_equal(read_in_graph(on_s3, 5000, 25_000), np.arange(5000, 25_000))
     assert arrow_faults(fault_proxy) == ["GET footer 503", "GET footer 503", "GET rows reset"]
 
 
-def test_a_transient_error_that_stays_fails_after_the_attempts_naming_the_uri(fault_proxy,
-                                                                              on_s3):
+def test_a_transient_error_that_stays_fails_after_the_attempts_naming_the_uri(fault_proxy, on_s3):
     fault_proxy.faults = [Fault("503", method="GET", agent="aws-sdk-cpp")]
     with pytest.raises(StorageError) as failed:
         read_in_graph(on_s3)
     # The SDK names a 503 by its XML code, or by its status when it did not parse the body
-    assert re.match(f"^{re.escape(on_s3)}: cannot read it on a worker: AWS Error "
-                    "(SLOW_DOWN|SERVICE_UNAVAILABLE) during GetObject operation:",
-                    str(failed.value)), str(failed.value)
+    assert re.match(
+        f"^{re.escape(on_s3)}: cannot read it on a worker: AWS Error "
+        "(SLOW_DOWN|SERVICE_UNAVAILABLE) during GetObject operation:",
+        str(failed.value),
+    ), str(failed.value)
     assert len(arrow_faults(fault_proxy)) == 3  # AWS_MAX_ATTEMPTS unset: 3
 
 
 def test_a_hang_is_cut_by_the_request_timeout_and_retried(fault_proxy, on_s3):
-    fault_proxy.faults = [Fault("hang", method="GET", part="rows", agent="aws-sdk-cpp",
-                                times=1)]
+    fault_proxy.faults = [Fault("hang", method="GET", part="rows", agent="aws-sdk-cpp", times=1)]
     np.testing.assert_array_equal(read_in_graph(on_s3), np.arange(ROWS))
     assert arrow_faults(fault_proxy) == ["GET rows hang"]
 

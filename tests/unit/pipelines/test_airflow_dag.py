@@ -71,8 +71,11 @@ def dag_module(monkeypatch):
     bash.BashOperator = FakeBashOperator
     airflow.operators = operators
     operators.bash = bash
-    for name, module in (("airflow", airflow), ("airflow.operators", operators),
-                         ("airflow.operators.bash", bash)):
+    for name, module in (
+        ("airflow", airflow),
+        ("airflow.operators", operators),
+        ("airflow.operators.bash", bash),
+    ):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv("RECSYS_DIST_HOME", str(REPO))
     spec = importlib.util.spec_from_file_location("recsys_dist_airflow_dag", DAG_FILE)
@@ -88,8 +91,9 @@ def render(command: str, params: dict, ds: str = DS) -> str:
     def ds_add(value: str, days: int) -> str:
         return (datetime.date.fromisoformat(value) + datetime.timedelta(days=days)).isoformat()
 
-    return jinja2.Template(command).render(ds=ds, params=params,
-                                           macros=types.SimpleNamespace(ds_add=ds_add))
+    return jinja2.Template(command).render(
+        ds=ds, params=params, macros=types.SimpleNamespace(ds_add=ds_add)
+    )
 
 
 def argv(rendered: str) -> list[str]:
@@ -122,8 +126,7 @@ def test_retrain_is_retried_waits_for_the_previous_day_and_skips_a_gated_day(dag
     assert retrain.kwargs["depends_on_past"] is True
     assert retrain.kwargs["skip_on_exit_code"] == 5  # gate rejected: skipped, not failed
     assert offline_eval.bash_command == dag_module.OFFLINE_EVAL_COMMAND
-    assert "python pipelines/offline_eval.py --root {{ params.root }}" in \
-        offline_eval.bash_command
+    assert "python pipelines/offline_eval.py --root {{ params.root }}" in offline_eval.bash_command
     assert "--dates {{ macros.ds_add(ds, -6) }}..{{ ds }}" in offline_eval.bash_command
     assert offline_eval.kwargs["trigger_rule"] == "none_failed"  # also after a gated day
 
@@ -138,17 +141,21 @@ def test_rendered_commands_are_accepted_by_the_real_command_lines(dag_module):
     offline = argv(render(dag_module.OFFLINE_EVAL_COMMAND, params))
     assert offline[:2] == [".venv/bin/python", "pipelines/offline_eval.py"]
     options = dict(zip(offline[2::2], offline[3::2]))
-    assert options == {"--root": params["root"], "--dates": "2026-01-08..2026-01-14",
-                       "--last": "7", "--out": f"{params['reports']}/{DS}"}
+    assert options == {
+        "--root": params["root"],
+        "--dates": "2026-01-08..2026-01-14",
+        "--last": "7",
+        "--out": f"{params['reports']}/{DS}",
+    }
 
     # The offline evaluation's own parser takes the rendered arguments.
-    spec = importlib.util.spec_from_file_location("offline_eval_script",
-                                                  REPO / "pipelines" / "offline_eval.py")
+    spec = importlib.util.spec_from_file_location(
+        "offline_eval_script", REPO / "pipelines" / "offline_eval.py"
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     parsed = script.build_parser().parse_args(offline[2:])
-    assert (parsed.root, parsed.dates, parsed.last) == (params["root"], "2026-01-08..2026-01-14",
-                                                        7)
+    assert (parsed.root, parsed.dates, parsed.last) == (params["root"], "2026-01-08..2026-01-14", 7)
 
     # Both commands, as rendered (with this interpreter's bin/), exit 0 with --help.
     def run_with_help(words: list[str]) -> subprocess.CompletedProcess:
@@ -159,8 +166,9 @@ def test_rendered_commands_are_accepted_by_the_real_command_lines(dag_module):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--root" in result.stdout and "--dates" in result.stdout
 
-    commands = subprocess.run([str(BIN / "recsys-dist"), "--help"], capture_output=True,
-                              text=True, timeout=300)
+    commands = subprocess.run(
+        [str(BIN / "recsys-dist"), "--help"], capture_output=True, text=True, timeout=300
+    )
     assert commands.returncode == 0, commands.stderr[-2000:]
     if "retrain" not in commands.stdout:
         pytest.skip("recsys-dist has no retrain subcommand yet")

@@ -20,14 +20,30 @@ def test_a_date_that_is_not_published_is_named_with_the_published_ones(tmp_path)
     for date in ("2026-01-01", "2026-01-02"):
         publish(root, date, {"date": date, "checkpoint": "unused"}, None)
     (root / "published" / "2026-01-03").mkdir()  # incomplete: no _SUCCESS
-    result = offline_eval("--root", str(root), "--dates", "2026-01-04", "--models",
-                          "2026-01-02,2026-01-05", "--out", str(tmp_path / "out"))
+    result = offline_eval(
+        "--root",
+        str(root),
+        "--dates",
+        "2026-01-04",
+        "--models",
+        "2026-01-02,2026-01-05",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert "2026-01-05" in result.stderr
     assert "published models: 2026-01-01, 2026-01-02" in result.stderr
-    incomplete = offline_eval("--root", str(root), "--dates", "2026-01-04", "--models",
-                              "2026-01-03", "--out", str(tmp_path / "out"))
+    incomplete = offline_eval(
+        "--root",
+        str(root),
+        "--dates",
+        "2026-01-04",
+        "--models",
+        "2026-01-03",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert incomplete.returncode == 2
     assert "2026-01-03 (incomplete: no _SUCCESS)" in incomplete.stderr
     assert not (tmp_path / "out").exists()
@@ -36,8 +52,9 @@ def test_a_date_that_is_not_published_is_named_with_the_published_ones(tmp_path)
 def test_a_root_without_published_models_is_rejected(tmp_path):
     empty = tmp_path / "empty"
     (empty / "runs" / "2026-01-01").mkdir(parents=True)
-    result = offline_eval("--root", str(empty), "--dates", "2026-01-04", "--out",
-                          str(tmp_path / "out"))
+    result = offline_eval(
+        "--root", str(empty), "--dates", "2026-01-04", "--out", str(tmp_path / "out")
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "no published model" in result.stderr and str(empty / "published") in result.stderr
     assert "Traceback" not in result.stderr
@@ -55,19 +72,24 @@ def test_incomplete_publications_name_the_missing_file(tmp_path):
     no_manifest = tmp_path / "a"
     publish(no_manifest, "2026-01-01", {}, None)
     (no_manifest / "published" / "2026-01-01" / "manifest.json").unlink()
-    expect(no_manifest, str(no_manifest / "published" / "2026-01-01" / "manifest.json"),
-           "missing")
+    expect(no_manifest, str(no_manifest / "published" / "2026-01-01" / "manifest.json"), "missing")
 
     checkpoint = tmp_path / "b" / "runs" / "2026-01-01" / "checkpoints" / "ckpt-000000000010"
     checkpoint.mkdir(parents=True)
     no_config = tmp_path / "b"
-    publish(no_config, "2026-01-01", {"date": "2026-01-01", "checkpoint": str(checkpoint)},
-            None)
+    publish(no_config, "2026-01-01", {"date": "2026-01-01", "checkpoint": str(checkpoint)}, None)
     expect(no_config, str(no_config / "published" / "2026-01-01" / "config.yaml"), "missing")
 
     gone = tmp_path / "c"
-    publish(gone, "2026-01-01", {"date": "2026-01-01", "checkpoint": str(
-        gone / "runs" / "2026-01-01" / "checkpoints" / "ckpt-000000000010")}, None)
+    publish(
+        gone,
+        "2026-01-01",
+        {
+            "date": "2026-01-01",
+            "checkpoint": str(gone / "runs" / "2026-01-01" / "checkpoints" / "ckpt-000000000010"),
+        },
+        None,
+    )
     expect(gone, "ckpt-000000000010", "does not exist")
 
     with pytest.raises(OfflineEvalError, match="2026-01-09..2026-01-04"):

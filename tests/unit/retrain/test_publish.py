@@ -29,19 +29,22 @@ def test_publish_success_last_and_current_never_back(root, tmp_path):
     for date in ("2026-01-02", "2026-01-01"):  # the second is a backfilled older day
         directory = pubs.begin(DAY(date))
         storage_io.write_text(f"{directory}/export/saved_model.pb", "pb")
-        pubs.finish(DAY(date), {"date": date, "checkpoint": f"{root}/runs/{date}/checkpoints/"
-                                                            "ckpt-000000000010"},
-                    {"config.yaml": "features: features.yaml\n",
-                     "features.yaml": "tables: {}\n"})
+        pubs.finish(
+            DAY(date),
+            {"date": date, "checkpoint": f"{root}/runs/{date}/checkpoints/ckpt-000000000010"},
+            {"config.yaml": "features: features.yaml\n", "features.yaml": "tables: {}\n"},
+        )
     assert pubs.dates() == [DAY("2026-01-01"), DAY("2026-01-02")]
     assert pubs.current() == "2026-01-02" and pubs.manifest(DAY("2026-01-01"))["date"] == (
-        "2026-01-01")
+        "2026-01-01"
+    )
     assert pubs.scan() == ([DAY("2026-01-01"), DAY("2026-01-02")], [])
     # A publication cut short (no _SUCCESS) is not published; begin() clears it.
     storage_io.write_text(f"{root}/published/2026-01-03/manifest.json", "{}")
     assert pubs.scan()[1] == [DAY("2026-01-03")]
     assert not pubs.is_published(DAY("2026-01-03")) and pubs.latest_before(
-        DAY("2026-01-04")) == DAY("2026-01-02")
+        DAY("2026-01-04")
+    ) == DAY("2026-01-02")
     pubs.begin(DAY("2026-01-03"))
     assert storage_io.listdir(f"{root}/published/2026-01-03") == []
     scratch = str(tmp_path / "scratch")

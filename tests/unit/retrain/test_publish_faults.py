@@ -41,13 +41,16 @@ def test_throttling_during_publication(pubs, fault_proxy):
         publish(pubs, "2026-01-03")
     assert str(failed.value) == (
         f"{pubs.root}/published/2026-01-03/_SUCCESS: cannot write it: 503 SlowDown: Please "
-        "reduce your request rate. (after 3 attempts)")
+        "reduce your request rate. (after 3 attempts)"
+    )
     fault_proxy.faults = []
     # The next day's run finds yesterday's model: 01-03 is cut short, never CURRENT.
     assert pubs.current() == "2026-01-02"
     assert pubs.scan() == ([DAY("2026-01-01"), DAY("2026-01-02")], [DAY("2026-01-03")])
     assert pubs.latest_before(DAY("2026-01-04")) == DAY("2026-01-02")
-    assert storage_io.read_text(f"{pubs.directory(DAY('2026-01-02'))}/export/saved_model.pb"
-                                ) == "2026-01-02 saved_model.pb"
+    assert (
+        storage_io.read_text(f"{pubs.directory(DAY('2026-01-02'))}/export/saved_model.pb")
+        == "2026-01-02 saved_model.pb"
+    )
     publish(pubs, "2026-01-03")  # the rerun publishes over the cut one
     assert pubs.current() == "2026-01-03" and pubs.dates()[-1] == DAY("2026-01-03")

@@ -40,8 +40,11 @@ def test_a_position_counts_files_by_their_path_under_the_data_root_and_their_siz
 
     local = ("/srv/data/dt=2026-01-01/a.parquet", "/srv/data/dt=2026-01-02/b.parquet")
     moved = ("s3://bucket/copy/dt=2026-01-01/a.parquet", "s3://bucket/copy/dt=2026-01-02/b.parquet")
-    assert relative_paths(local) == relative_paths(moved) == [
-        "dt=2026-01-01/a.parquet", "dt=2026-01-02/b.parquet"]
+    assert (
+        relative_paths(local)
+        == relative_paths(moved)
+        == ["dt=2026-01-01/a.parquet", "dt=2026-01-02/b.parquet"]
+    )
     assert relative_paths(("/srv/data/one.parquet",)) == ["one.parquet"]
     items = (Unit(0, 0, 10), Unit(1, 0, 10))
     position = DataPosition(local, items, 2, True, 3, (100, 200))
@@ -62,8 +65,10 @@ def test_a_position_counts_files_by_their_path_under_the_data_root_and_their_siz
 def test_data_position_of_other_data_is_refused():
     position = _position()
     other = DataPosition(("b.parquet",), position.items, 2, True, 3)
-    with pytest.raises(PositionMismatch, match="ckpt-9: the checkpoint's data position was "
-                                               "recorded over other data"):
+    with pytest.raises(
+        PositionMismatch,
+        match="ckpt-9: the checkpoint's data position was recorded over other data",
+    ):
         other.restore(position.to_json(), "ckpt-9")
 
 

@@ -19,7 +19,8 @@ def test_several_replicas_per_worker_are_refused():
         check_dense_refresh("train.yaml", 8, 2)
     assert str(error.value) == (
         "train.yaml: train.dense_refresh_steps: 8 is not supported with 2 replicas per worker "
-        "(one per GPU); set it to null")
+        "(one per GPU); set it to null"
+    )
 
 
 def test_variables_outside_a_parameter_server_strategy_are_refused():
@@ -27,5 +28,7 @@ def test_variables_outside_a_parameter_server_strategy_are_refused():
 
     with pytest.raises(ValueError) as error:
         DenseWeightCache([tf.Variable(1.0, name="kernel")], 4)
-    assert str(error.value) == ("train.dense_refresh_steps needs ParameterServerStrategy "
-                                "variables; kernel:0 is a ResourceVariable")
+    assert str(error.value) == (
+        "train.dense_refresh_steps needs ParameterServerStrategy "
+        "variables; kernel:0 is a ResourceVariable"
+    )

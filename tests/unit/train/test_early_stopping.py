@@ -12,8 +12,9 @@ from recsys_dist.train.early_stopping import EarlyStopping
 
 
 def _feed(stopping: EarlyStopping, values: list[float]) -> list[bool]:
-    return [stopping.record(epoch, 100 * epoch, value)
-            for epoch, value in enumerate(values, start=1)]
+    return [
+        stopping.record(epoch, 100 * epoch, value) for epoch, value in enumerate(values, start=1)
+    ]
 
 
 def test_auc_stops_after_patience_passes_without_a_gain_and_keeps_the_best():

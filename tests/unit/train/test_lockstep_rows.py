@@ -10,8 +10,10 @@ import pytest
 from recsys_dist.train.lockstep_runner import worker_rows
 
 
-@pytest.mark.parametrize("start, stop, workers", [
-    (0, 256, 2), (100, 1100, 2), (0, 7, 3), (5, 6, 4), (0, 12_345, 5), (40, 40, 2)])
+@pytest.mark.parametrize(
+    "start, stop, workers",
+    [(0, 256, 2), (100, 1100, 2), (0, 7, 3), (5, 6, 4), (0, 12_345, 5), (40, 40, 2)],
+)
 def test_each_row_goes_to_exactly_one_worker_in_contiguous_ranges(start, stop, workers):
     ranges = [worker_rows(start, stop, w, workers) for w in range(workers)]
     assert ranges[0][0] == start and ranges[-1][1] == stop
@@ -25,8 +27,9 @@ def test_every_worker_needs_the_items_steps_unless_the_last_batch_is_tiny(rows):
     batch, workers = 256, 2
     share = batch // workers
     steps = -(-rows // batch)
-    needed = [-(-(b - a) // share) for a, b in
-              (worker_rows(0, rows, w, workers) for w in range(workers))]
+    needed = [
+        -(-(b - a) // share) for a, b in (worker_rows(0, rows, w, workers) for w in range(workers))
+    ]
     assert max(needed) == steps  # no worker needs more steps than the item has
     if rows - (steps - 1) * batch >= workers:  # the last global batch has a row for each
         assert needed == [steps] * workers

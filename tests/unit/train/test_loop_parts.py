@@ -52,8 +52,12 @@ def test_an_attempt_counts_items_and_weighs_the_mean_loss(clock):
 
 
 def test_the_cadence_logs_summarizes_and_checkpoints_when_due(clock):
-    train = TrainSpec(log_every_seconds=10, summary_every_seconds=30,
-                      checkpoint_every_steps=100, checkpoint_every_seconds=None)
+    train = TrainSpec(
+        log_every_seconds=10,
+        summary_every_seconds=30,
+        checkpoint_every_steps=100,
+        checkpoint_every_seconds=None,
+    )
     cadence = Cadence(train, first_step=1000)
     clock.now += 5
     assert not cadence.log_due(clock.now) and not cadence.summary_due(clock.now)
@@ -89,10 +93,12 @@ def test_the_progress_line_shows_rate_loss_progress_and_the_auc_once_it_has_rows
     attempt.window.append((2.0, 500))
     attempt.epoch = 0
     line = progress_line(attempt, position, {"click": FakeAuc(0.7)}, rows_in_flight=100)
-    assert line == ("step 5 | 250 ex/s | loss 0.5000 | auc/click (pass starting) (epoch 1/2) "
-                    "| 25% | ETA 3s")
-    shown = progress_line(attempt, position, {"click": FakeAuc(0.7)},
-                          rows_in_flight=500 // AUC_SHOWN_AFTER)
+    assert line == (
+        "step 5 | 250 ex/s | loss 0.5000 | auc/click (pass starting) (epoch 1/2) | 25% | ETA 3s"
+    )
+    shown = progress_line(
+        attempt, position, {"click": FakeAuc(0.7)}, rows_in_flight=500 // AUC_SHOWN_AFTER
+    )
     assert "auc/click 0.7000 (epoch 1/2)" in shown
 
 
@@ -104,8 +110,7 @@ def test_a_hook_does_nothing_unless_it_says_so():
 
 
 def test_the_training_window_is_the_train_splits_dates_or_today():
-    dates = types.SimpleNamespace(first=datetime.date(2026, 1, 1),
-                                  last=datetime.date(2026, 1, 3))
+    dates = types.SimpleNamespace(first=datetime.date(2026, 1, 1), last=datetime.date(2026, 1, 3))
     data = types.SimpleNamespace(train=types.SimpleNamespace(date_range=lambda: dates))
     assert training_window(data) == (dates.first, dates.last)
     today = datetime.date.today()

@@ -12,8 +12,7 @@ from recsys_dist.config.sections import OptimizerSpec, TrainSpec
 from recsys_dist.train.optimizers import make_optimizer, scaled_learning_rate
 
 
-@pytest.mark.parametrize("scaling,expected", [("none", 0.1), ("linear", 0.4),
-                                              ("sqrt", 0.2)])
+@pytest.mark.parametrize("scaling,expected", [("none", 0.1), ("linear", 0.4), ("sqrt", 0.2)])
 def test_learning_rate_scales_with_the_batch_of_one_step(scaling, expected):
     train = TrainSpec(lr_scaling=scaling, base_batch_size=512)
     spec = OptimizerSpec("adagrad", 0.1)
@@ -23,14 +22,23 @@ def test_learning_rate_scales_with_the_batch_of_one_step(scaling, expected):
     assert math.isclose(scaled_learning_rate(spec, TrainSpec(lr_scaling="sqrt"), 128), 0.05)
 
 
-@pytest.mark.parametrize("spec,cls,config", [
-    (OptimizerSpec("adagrad", 0.05, initial_accumulator_value=0.2), "Adagrad",
-     {"initial_accumulator_value": 0.2}),
-    (OptimizerSpec("ftrl", 0.1, l1=0.01, l2=0.02), "Ftrl",
-     {"l1_regularization_strength": 0.01, "l2_regularization_strength": 0.02}),
-    (OptimizerSpec("sgd", 0.3), "SGD", {}),
-    (OptimizerSpec("adam", 0.001, beta_1=0.8), "Adam", {"beta_1": 0.8}),
-])
+@pytest.mark.parametrize(
+    "spec,cls,config",
+    [
+        (
+            OptimizerSpec("adagrad", 0.05, initial_accumulator_value=0.2),
+            "Adagrad",
+            {"initial_accumulator_value": 0.2},
+        ),
+        (
+            OptimizerSpec("ftrl", 0.1, l1=0.01, l2=0.02),
+            "Ftrl",
+            {"l1_regularization_strength": 0.01, "l2_regularization_strength": 0.02},
+        ),
+        (OptimizerSpec("sgd", 0.3), "SGD", {}),
+        (OptimizerSpec("adam", 0.001, beta_1=0.8), "Adam", {"beta_1": 0.8}),
+    ],
+)
 def test_make_optimizer_builds_the_legacy_optimizer_with_its_settings(spec, cls, config):
     optimizer = make_optimizer(spec, 0.5)
     assert type(optimizer).__name__ == cls
@@ -58,8 +66,9 @@ def test_rows_of_dynamic_tables_skip_the_deduplication_with_the_same_update(name
     other variables keep it (their rows may repeat, and repeats are summed)."""
     from recsys_dist.models.dynamic_table import UNIQUE_ROWS
 
-    grad = tf.IndexedSlices(tf.constant([[1.0, 2.0], [-3.0, 0.5]]), tf.constant([3, 0]),
-                            tf.constant([5, 2]))
+    grad = tf.IndexedSlices(
+        tf.constant([[1.0, 2.0], [-3.0, 0.5]]), tf.constant([3, 0]), tf.constant([5, 2])
+    )
     values = []
     for marked in (True, False):
         table = tf.Variable(tf.ones([5, 2]))
@@ -78,8 +87,9 @@ def test_rows_of_dynamic_tables_skip_the_deduplication_with_the_same_update(name
         values.append(table.numpy())
     np.testing.assert_allclose(values[0], values[1], rtol=1e-6)
 
-    repeated = tf.IndexedSlices(tf.constant([[1.0, 1.0], [1.0, 1.0]]), tf.constant([2, 2]),
-                                tf.constant([5, 2]))
+    repeated = tf.IndexedSlices(
+        tf.constant([[1.0, 1.0], [1.0, 1.0]]), tf.constant([2, 2]), tf.constant([5, 2])
+    )
     table = tf.Variable(tf.zeros([5, 2]))
     make_optimizer(OptimizerSpec("sgd", 1.0), 1.0).apply_gradients([(repeated, table)])
     assert table.numpy()[2].tolist() == [-2.0, -2.0]  # unmarked: the repeats add up
@@ -102,12 +112,16 @@ def test_the_linear_optimizer_updates_the_linear_tables_and_nothing_else(tmp_pat
     features = write_feature_config(tmp_path, TINY_FEATURES)
     model = build_model("deepfm", features, model_inputs("deepfm", features), LABELS)
     model.create_variables()
-    train = TrainSpec(embedding_optimizer=OptimizerSpec("sgd", 0.0),
-                      linear_optimizer=OptimizerSpec("adagrad", 0.5))
+    train = TrainSpec(
+        embedding_optimizer=OptimizerSpec("sgd", 0.0),
+        linear_optimizer=OptimizerSpec("adagrad", 0.5),
+    )
     optimizers = ModelOptimizers(model, train, 512)
-    assert sorted(optimizers.checkpoint_objects()) == ["dense_optimizer",
-                                                       "embedding_optimizer",
-                                                       "linear_optimizer"]
+    assert sorted(optimizers.checkpoint_objects()) == [
+        "dense_optimizer",
+        "embedding_optimizer",
+        "linear_optimizer",
+    ]
     grouped = [optimizers.tables[i] for _, indices in optimizers.table_groups for i in indices]
     assert sorted(v.name for v in grouped) == sorted(v.name for v in model.embedding_variables)
     before = {v.name: v.numpy().copy() for v in model.embedding_variables}
@@ -116,7 +130,7 @@ def test_the_linear_optimizer_updates_the_linear_tables_and_nothing_else(tmp_pat
     with tf.GradientTape() as tape:
         loss = total_loss(model(batch, training=True), labels)
     grads = tape.gradient(loss, tables + dense)
-    optimizers.apply(grads[:len(tables)], grads[len(tables):])
+    optimizers.apply(grads[: len(tables)], grads[len(tables) :])
     moved = {v.name for v in tables if (v.numpy() != before[v.name]).any()}
     assert moved == {v.name for v in model.linear_variables}
     assert optimizers.linear.get_slot(model.linear_variables[0], "accumulator") is not None
@@ -130,9 +144,11 @@ def test_warmup_ramps_the_learning_rate_linearly_then_keeps_it():
 
     schedule = LinearWarmup(0.4, 4)
     assert [float(schedule(tf.constant(s, tf.int64))) for s in range(6)] == pytest.approx(
-        [0.1, 0.2, 0.3, 0.4, 0.4, 0.4])
+        [0.1, 0.2, 0.3, 0.4, 0.4, 0.4]
+    )
     again = tf.keras.optimizers.schedules.deserialize(
-        tf.keras.optimizers.schedules.serialize(schedule))
+        tf.keras.optimizers.schedules.serialize(schedule)
+    )
     assert (again.rate, again.steps) == (0.4, 4)
 
 
@@ -146,12 +162,18 @@ def test_warmup_steps_ramp_every_optimizer_of_a_model(tmp_path):
     features = write_feature_config(tmp_path, TINY_FEATURES)
     model = build_model("deepfm", features, model_inputs("deepfm", features), LABELS)
     model.create_variables()
-    train = TrainSpec(embedding_optimizer=OptimizerSpec("sgd", 0.2),
-                      dense_optimizer=OptimizerSpec("sgd", 0.4),
-                      linear_optimizer=OptimizerSpec("sgd", 0.8), warmup_steps=2)
+    train = TrainSpec(
+        embedding_optimizer=OptimizerSpec("sgd", 0.2),
+        dense_optimizer=OptimizerSpec("sgd", 0.4),
+        linear_optimizer=OptimizerSpec("sgd", 0.8),
+        warmup_steps=2,
+    )
     optimizers = ModelOptimizers(model, train, 512)
-    for optimizer, rate in [(optimizers.embedding, 0.2), (optimizers.dense, 0.4),
-                            (optimizers.linear, 0.8)]:
+    for optimizer, rate in [
+        (optimizers.embedding, 0.2),
+        (optimizers.dense, 0.4),
+        (optimizers.linear, 0.8),
+    ]:
         schedule = optimizer._get_hyper("learning_rate")  # noqa: SLF001
         assert isinstance(schedule, LinearWarmup) and (schedule.rate, schedule.steps) == (rate, 2)
     weight = model.dense_variables[0]
@@ -163,8 +185,12 @@ def test_warmup_steps_ramp_every_optimizer_of_a_model(tmp_path):
         optimizers.apply(tables, ones)
         moves.append(float(np.max(np.abs(weight.numpy() - before))))
     assert moves == pytest.approx([0.2, 0.4, 0.4])
-    assert not isinstance(ModelOptimizers(model, TrainSpec(), 512).dense._get_hyper(  # noqa: SLF001
-        "learning_rate"), LinearWarmup)
+    assert not isinstance(
+        ModelOptimizers(model, TrainSpec(), 512).dense._get_hyper(  # noqa: SLF001
+            "learning_rate"
+        ),
+        LinearWarmup,
+    )
 
 
 def test_warmup_follows_the_restored_step_counter(tmp_path):
@@ -193,12 +219,13 @@ def test_pass_decay_lowers_the_rate_by_its_factor_per_pass_under_the_warmup():
 
     decay = PassDecay(0.8, 0.5, 4)
     assert [float(decay(tf.constant(s, tf.int64))) for s in (0, 2, 4, 8)] == pytest.approx(
-        [0.8, 0.8 * 0.5 ** 0.5, 0.4, 0.2])
+        [0.8, 0.8 * 0.5**0.5, 0.4, 0.2]
+    )
     both = LinearWarmup(decay, 2)
     assert [float(both(tf.constant(s, tf.int64))) for s in (0, 1, 4)] == pytest.approx(
-        [0.4, 0.8 * 0.5 ** 0.25, 0.4])
-    again = tf.keras.optimizers.schedules.deserialize(
-        tf.keras.optimizers.schedules.serialize(both))
+        [0.4, 0.8 * 0.5**0.25, 0.4]
+    )
+    again = tf.keras.optimizers.schedules.deserialize(tf.keras.optimizers.schedules.serialize(both))
     assert isinstance(again.rate, PassDecay) and again.steps == 2
     assert (again.rate.rate, again.rate.factor, again.rate.steps_per_pass) == (0.8, 0.5, 4)
 
@@ -211,8 +238,11 @@ def test_lr_decay_per_epoch_lowers_every_optimizer_and_needs_the_pass_length(tmp
     features = write_feature_config(tmp_path, TINY_FEATURES)
     model = build_model("deepfm", features, model_inputs("deepfm", features), LABELS)
     model.create_variables()
-    train = TrainSpec(embedding_optimizer=OptimizerSpec("sgd", 0.2),
-                      dense_optimizer=OptimizerSpec("sgd", 0.4), lr_decay_per_epoch=0.5)
+    train = TrainSpec(
+        embedding_optimizer=OptimizerSpec("sgd", 0.2),
+        dense_optimizer=OptimizerSpec("sgd", 0.4),
+        lr_decay_per_epoch=0.5,
+    )
     with pytest.raises(ValueError, match="lr_decay_per_epoch needs the steps of one pass"):
         ModelOptimizers(model, train, 512)
     optimizers = ModelOptimizers(model, train, 512, steps_per_epoch=2)
@@ -224,7 +254,9 @@ def test_lr_decay_per_epoch_lowers_every_optimizer_and_needs_the_pass_length(tmp
     moves = []
     for _ in range(3):
         before = weight.numpy().copy()
-        optimizers.apply([tf.zeros_like(v) for v in model.embedding_variables],
-                         [tf.ones_like(v) for v in model.dense_variables])
+        optimizers.apply(
+            [tf.zeros_like(v) for v in model.embedding_variables],
+            [tf.ones_like(v) for v in model.dense_variables],
+        )
         moves.append(float(np.max(np.abs(weight.numpy() - before))))
-    assert moves == pytest.approx([0.4, 0.4 * 0.5 ** 0.5, 0.2])
+    assert moves == pytest.approx([0.4, 0.4 * 0.5**0.5, 0.2])

@@ -74,8 +74,9 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_two_replicas_update_like_one_replica_on_the_whole_batch():
-    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("OK")
 
@@ -137,7 +138,8 @@ BATCH_NORM_SCRIPT = textwrap.dedent("""
 
 
 def test_batch_norm_statistics_move_only_in_training_and_agree_over_replicas():
-    result = subprocess.run([sys.executable, "-c", BATCH_NORM_SCRIPT], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", BATCH_NORM_SCRIPT], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("OK")
