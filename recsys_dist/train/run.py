@@ -61,11 +61,8 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     """``(train input, eval input or None, oracle columns)``, planned and printed."""
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers)
-    lockstep = config.cluster.strategy == "multi_worker_mirrored"
-    if not lockstep or (collective_task() or (None, 0))[1] == 0:  # one process warns
-        _warn_collisions_on_first_run(config, model_dir, train_input)
     log.info(
-        f"train	{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
+        f"train\t{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
         f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
         f"{', '.join(config.labels)}, model_dir {model_dir}"
     )
@@ -85,7 +82,9 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
 def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str, train_input) -> None:
     """On a model dir's first run (no checkpoint yet), logs a warning for each table
     a sample of ``train_input``'s rows shows too small
-    (:func:`~recsys_dist.data.collisions.collision_warnings`), before any server starts."""
+    (:func:`~recsys_dist.data.collisions.collision_warnings`), before the first step. It
+    reads in this process, so it runs once the strategy has set the process's devices up
+    (``mirrored`` needs them before TensorFlow starts)."""
     if CheckpointManager(model_dir).latest() is not None:
         return
     started = time.perf_counter()
@@ -231,6 +230,8 @@ def train_run(
         ) as runtime,
     ):
         log.info(f"cluster\t{runtime.describe()}")
+        if runtime.is_chief:  # after the strategy set this process's devices up
+            _warn_collisions_on_first_run(config, model_dir, train_input)
         trainer = Trainer(config, runtime, train_input, model_dir, validation)
         resumed = trainer.resume()
         warm = None
