@@ -31,8 +31,11 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
+
+from tests.support.paths import REPO
 
 PREFIX = "rdh"
 _OWNED = re.compile(rf"^{PREFIX}(\d+)")
@@ -228,9 +231,20 @@ class HostNetwork:
 
     # ---- processes --------------------------------------------------------------------
     def command(self, host: str, argv: Sequence[str]) -> list[str]:
-        """``argv`` as run on ``host``: in its namespace, with its own ``/tmp``."""
+        """``argv`` as run on ``host``: in its namespace, with its own ``/tmp``. The
+        installed code stays visible: a checkout or environment under ``/tmp`` (a fresh
+        clone there) is bound into the host's ``/tmp`` at the same path first, as every
+        machine of a real cluster has the package installed."""
         h = self.hosts[host]
-        script = 'mount --bind "$0" /tmp && exec "$@"'
+        keep = sorted(
+            {str(p) for p in (REPO, pathlib.Path(sys.prefix).resolve()) if p.is_relative_to("/tmp")}
+        )
+        inside = [f'"$0{path[len("/tmp") :]}"' for path in keep]
+        binds = "".join(
+            f'mkdir -p {there} && mount --bind "{path}" {there} && '
+            for path, there in zip(keep, inside)
+        )
+        script = binds + 'mount --bind "$0" /tmp && exec "$@"'
         return ["ip", "netns", "exec", h.namespace, "sh", "-c", script, str(h.directory), *argv]
 
     def run(
