@@ -37,11 +37,13 @@ def test_s3_takes_endpoint_region_timeouts_and_retries_from_the_environment(aws)
         "region_name": "eu-west-3",
         "endpoint_url": "https://127.0.0.1:9000",
     }
+    connect, request = filesystems.s3_timeouts()
     assert fs.config_kwargs == {
-        "connect_timeout": filesystems.S3_CONNECT_TIMEOUT,
-        "read_timeout": filesystems.S3_READ_TIMEOUT,
-        "retries": {"max_attempts": filesystems.S3_MAX_ATTEMPTS, "mode": "standard"},
+        "connect_timeout": connect,
+        "read_timeout": request,
+        "retries": {"total_max_attempts": filesystems.s3_max_attempts(), "mode": "standard"},
     }
+    assert fs.retries == 1  # botocore's attempts are the only ones
     aws.setenv("AWS_ENDPOINT_URL_S3", "http://s3.local:9000")  # the S3-specific one wins
     fs, _ = filesystems.filesystem("s3a://bucket/x")
     assert fs.client_kwargs["endpoint_url"] == "http://s3.local:9000"
