@@ -244,7 +244,7 @@ class HostNetwork:
             f'mkdir -p {there} && mount --bind "{path}" {there} && '
             for path, there in zip(keep, inside)
         )
-        script = binds + 'mount --bind "$0" /tmp && exec "$@"'
+        script = binds + 'mount --rbind "$0" /tmp && exec "$@"'
         return ["ip", "netns", "exec", h.namespace, "sh", "-c", script, str(h.directory), *argv]
 
     def run(
