@@ -367,7 +367,3 @@ class Trainer:
     def write_run_files(self, result: TrainResult, eval_metrics: dict | None) -> None:
         """Writes the run's figures into ``model_dir``: ``train_result.json``."""
         write_result_file(self.model_dir, result, eval_metrics)
-
-    def dynamic_table_stats(self) -> dict[str, dict]:
-        """The dynamic tables' figures (:meth:`TableBookkeeping.stats`)."""
-        return self.bookkeeping.stats()
