@@ -39,7 +39,8 @@ import tensorflow as tf
 
 import recsys_dist  # noqa: F401  (tf-keras, quiet logs)
 from recsys_dist import storage_io
-from recsys_dist.checkpoint.store import CheckpointManager, create_slots, restore
+from recsys_dist.checkpoint.restore import create_slots, restore
+from recsys_dist.checkpoint.store import CheckpointManager
 from recsys_dist.cluster.runtime import connect
 from recsys_dist.config.sections import ClusterSpec
 from recsys_dist.models.sharding import embedding_tables

@@ -31,6 +31,8 @@ OTHER_UNIT_FOLDERS = {
 #: docstring. A module whose behaviour needs running servers is covered by a module of
 #: ``tests/cluster/``.
 COVERED_BY: dict[str, str] = {
+    "recsys_dist/checkpoint/object_graph.py": "tests/unit/checkpoint/test_warm_start.py",
+    "recsys_dist/checkpoint/restore.py": "tests/unit/checkpoint/test_store.py",
     "recsys_dist/checkpoint/signature.py": "tests/unit/checkpoint/test_store.py",
     "recsys_dist/cluster/in_process.py": "tests/cluster/test_train.py",
     "recsys_dist/cluster/server.py": "tests/unit/cluster/test_local.py",
@@ -50,6 +52,8 @@ COVERED_BY: dict[str, str] = {
     "recsys_dist/config/kinds/vocabulary.py": "tests/unit/features/test_transforms.py",
     "recsys_dist/config/kinds/sequence.py": "tests/unit/features/test_sequences.py",
     "recsys_dist/data/input_fn.py": "tests/unit/data/test_input.py",
+    "recsys_dist/data/synth_columns.py": "tests/unit/data/test_synth.py",
+    "recsys_dist/data/synth_effects.py": "tests/unit/data/test_synth.py",
     "recsys_dist/data/synth_files.py": "tests/unit/data/test_synth.py",
     "recsys_dist/data/synth_schema.py": "tests/unit/data/test_synth.py",
     "recsys_dist/evaluation/job.py": "tests/cluster/test_evaluate.py",
@@ -70,10 +74,12 @@ COVERED_BY: dict[str, str] = {
         )
     },
     "recsys_dist/export/saved_model.py": "tests/cluster/test_export.py",
+    "recsys_dist/models/table_stack.py": "tests/unit/models/test_embedding.py",
     "recsys_dist/models/activations.py": "tests/unit/models/test_attention.py",
     "recsys_dist/models/masking.py": "tests/unit/models/test_attention.py",
     "recsys_dist/models/behaviour.py": "tests/unit/models/test_sequence_models.py",
     "recsys_dist/models/dynamic_lookup.py": "tests/unit/models/test_dynamic_table.py",
+    "recsys_dist/models/rows_in_use.py": "tests/unit/models/test_dynamic_table.py",
     "recsys_dist/models/sharding.py": "tests/unit/cluster/test_placement.py",
     "recsys_dist/models/zoo/bst.py": "tests/unit/models/test_sequence_models.py",
     "recsys_dist/models/zoo/din.py": "tests/unit/models/test_sequence_models.py",

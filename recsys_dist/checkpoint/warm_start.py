@@ -42,12 +42,20 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+from recsys_dist.checkpoint.object_graph import (
+    GRAPH_KEY,
+    assign_rows,
+    assign_value,
+    is_variable,
+    match_objects,
+    saved_dynamic_shard,
+    table_contents,
+    value_key,
+    variable_name,
+)
 from recsys_dist.errors import RecsysError
 from recsys_dist.models.dynamic_table import DynamicTable
-from recsys_dist.models.embedding import TableStack, assign_shard_rows, shard_rows
-
-_VALUE = "VARIABLE_VALUE"
-_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+from recsys_dist.models.table_stack import TableStack
 
 
 class WarmStartError(RecsysError):
@@ -90,82 +98,6 @@ class WarmStartReport:
         return lines
 
 
-def _is_variable(obj) -> bool:
-    return isinstance(obj, (tf.Variable, tf.__internal__.distribute.ShardedVariable))
-
-
-def _children(obj) -> dict:
-    try:
-        return dict(obj._trackable_children(save_type="checkpoint"))  # pylint: disable=protected-access
-    except (AttributeError, TypeError, ValueError):
-        return {}
-
-
-def _match(root, graph) -> dict[int, object]:
-    """Checkpoint node id -> live object, by walking child names from the roots."""
-    matched: dict[int, object] = {}
-    stack = [(root, 0)]
-    while stack:
-        obj, node_id = stack.pop()
-        if node_id in matched:
-            continue
-        matched[node_id] = obj
-        live_children = _children(obj)
-        for child in graph.nodes[node_id].children:
-            live = live_children.get(child.local_name)
-            if live is not None:
-                stack.append((live, child.node_id))
-    return matched
-
-
-def _value_key(node) -> str | None:
-    for attribute in node.attributes:
-        if attribute.name == _VALUE:
-            return attribute.checkpoint_key
-    return None
-
-
-def _read_rows(
-    prefix: str, key: str, saved_shape: list[int], first: int, count: int, dtype: tf.DType
-) -> tf.Tensor:
-    """Rows ``[first, first + count)`` of the checkpoint tensor ``key``."""
-    spec = (
-        " ".join(str(d) for d in saved_shape)
-        + f" {first},{count}"
-        + "".join(":-" for _ in saved_shape[1:])
-    )
-    return tf.raw_ops.RestoreV2(
-        prefix=prefix, tensor_names=[key], shape_and_slices=[spec], dtypes=[dtype]
-    )[0]
-
-
-def _assign(prefix: str, key: str, saved_shape: list[int], variable) -> None:
-    """Copies the whole checkpoint tensor ``key`` into ``variable``, shard by shard."""
-    if not isinstance(variable, tf.__internal__.distribute.ShardedVariable):
-        value = tf.raw_ops.RestoreV2(
-            prefix=prefix, tensor_names=[key], shape_and_slices=[""], dtypes=[variable.dtype]
-        )[0]
-        variable.assign(tf.reshape(value, variable.shape))
-        return
-    for shard, start, stop in shard_rows(variable):
-        shard.assign(_read_rows(prefix, key, saved_shape, start, stop - start, shard.dtype))
-
-
-def _assign_rows(
-    prefix: str, key: str, saved_shape: list[int], variable, saved_first: int, first: int, rows: int
-) -> None:
-    """Copies checkpoint rows ``[saved_first, saved_first + rows)`` of ``key`` into rows
-    ``[first, first + rows)`` of ``variable``, shard by shard."""
-    for shard, start, stop in shard_rows(variable):
-        a, b = max(start, first), min(stop, first + rows)
-        if a < b:
-            assign_shard_rows(
-                shard,
-                a - start,
-                _read_rows(prefix, key, saved_shape, saved_first + a - first, b - a, shard.dtype),
-            )
-
-
 def stack_layouts(stacks: list[TableStack]) -> dict[str, dict[str, list[int]]]:
     """What a checkpoint records of its embedding stacks: key -> table -> [first, rows, dim]."""
     return {
@@ -195,7 +127,7 @@ def _restore_stack(
     old = saved.get(stack.key)
     if old is None:  # no layout recorded: only an identical stack can be taken whole
         if list(saved_shape) == live.shape.as_list():
-            _assign(prefix, key, list(saved_shape), live)
+            assign_value(prefix, key, list(saved_shape), live)
             report.restored.append(name)
         else:
             report.reinitialized.append(name)
@@ -219,7 +151,7 @@ def _restore_stack(
             else:
                 report.reinitialized.append(where)
         else:
-            _assign_rows(prefix, key, list(saved_shape), live, entry[0], first, rows)
+            assign_rows(prefix, key, list(saved_shape), live, entry[0], first, rows)
             report.restored.append(where)
 
 
@@ -251,8 +183,8 @@ def warm_start(
     reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor(_GRAPH_KEY))
-    matched = _match(checkpoint, graph)
+    graph.ParseFromString(reader.get_tensor(GRAPH_KEY))
+    matched = match_objects(checkpoint, graph)
     stack_of = {id(s.variable): s for s in stacks}
     hyper = {
         id(v)
@@ -316,12 +248,12 @@ def _restore_variable(
     """Restores one variable that is not a stacked table: as saved, or reinitialized."""
     if growable and saved_shape != live.shape.as_list():
         # a dynamic table's rows: its capacity may grow, its rows keep their places
-        _assign_rows(prefix, key, saved_shape, live, 0, 0, saved_shape[0])
+        assign_rows(prefix, key, saved_shape, live, 0, 0, saved_shape[0])
         report.restored.append(name)
     elif saved_shape != live.shape.as_list():
         report.reinitialized.append(name)
     else:
-        _assign(prefix, key, saved_shape, live)
+        assign_value(prefix, key, saved_shape, live)
         report.restored.append(name)
 
 
@@ -372,7 +304,7 @@ def _restore_dynamic_tables(
             continue
         for index, shard in enumerate(table.shards):
             growable.update({id(shard.emb), id(shard.last_seen)})
-            keys, rows = _table_contents(reader, graph, node_of.get(id(shard.index)), taken)
+            keys, rows = table_contents(reader, graph, node_of.get(id(shard.index)), taken)
             if keys is None:
                 continue
             if rows.size and int(rows.max()) >= shard.capacity:
@@ -382,7 +314,7 @@ def _restore_dynamic_tables(
                     f"{shard.capacity:,}; raise tables.{name}.capacity_per_shard"
                 )
             shard.index.insert(keys, rows)
-            counted, seen = _table_contents(reader, graph, node_of.get(id(shard.counts)), taken)
+            counted, seen = table_contents(reader, graph, node_of.get(id(shard.counts)), taken)
             if counted is not None and counted.size:
                 shard.counts.insert(counted, seen)
             report.restored.append(f"dynamic table {name} shard {index}: {keys.size:,} ids")
@@ -430,7 +362,7 @@ def _reshard(
     Raises:
       WarmStartError: a live shard would hold more ids than ``capacity_per_shard``.
     """
-    saved = [_saved_shard(reader, graph, node_id, taken) for node_id in shard_nodes]
+    saved = [saved_dynamic_shard(reader, graph, node_id, taken) for node_id in shard_nodes]
     keys = np.concatenate([s["keys"] for s in saved])
     target = table.shard_of(tf.constant(keys, tf.int64)).numpy()
     counted = np.concatenate([s["counted"] for s in saved])
@@ -475,55 +407,6 @@ def _reshard(
     return handled
 
 
-def _saved_shard(reader, graph, node_id: int, taken: set[str]) -> dict:
-    """One saved shard of a dynamic table: its ``keys``, and per key its ``emb`` row,
-    ``last_seen`` day and ``slots`` rows (by (optimizer node, slot name)); its ``counted``
-    ids and how often each was ``seen``."""
-    children = {c.local_name: c.node_id for c in graph.nodes[node_id].children}
-    keys, rows = _table_contents(reader, graph, children.get("index"), taken)
-    counted, seen = _table_contents(reader, graph, children.get("counts"), taken)
-    keys = keys if keys is not None else np.zeros([0], np.int64)
-    rows = rows if rows is not None else np.zeros([0], np.int64)
-
-    def rows_of(child: int) -> np.ndarray:
-        key = _value_key(graph.nodes[child])
-        taken.add(key)
-        return reader.get_tensor(key)[rows]
-
-    for name in ("next_row", "day", "dropped_full", "waiting"):
-        if name in children:
-            taken.add(_value_key(graph.nodes[children[name]]))
-    slots = {
-        (optimizer, slot.slot_name): rows_of(slot.slot_variable_node_id)
-        for optimizer, node in enumerate(graph.nodes)
-        for slot in node.slot_variables
-        if slot.original_variable_node_id == children["emb"]
-    }
-    return {
-        "keys": keys,
-        "emb": rows_of(children["emb"]),
-        "last_seen": rows_of(children["last_seen"]),
-        "slots": slots,
-        "counted": counted if counted is not None else np.zeros([0], np.int64),
-        "seen": seen if seen is not None else np.zeros([0], np.int64),
-    }
-
-
-def _table_contents(reader, graph, node_id: int | None, taken: set[str]):
-    """``(keys, values)`` numpy arrays of a saved hash table, or ``(None, None)``."""
-    if node_id is None:
-        return None, None
-    # A hash table is one attribute, "table", saved as "<key>-keys" and "<key>-values".
-    keys = {a.name: a.checkpoint_key for a in graph.nodes[node_id].attributes}
-    if "table" not in keys or not reader.has_tensor(keys["table"] + "-keys"):
-        return None, None
-    taken.update((keys["table"] + "-keys", keys["table"] + "-values"))
-    return (
-        reader.get_tensor(keys["table"] + "-keys"),
-        reader.get_tensor(keys["table"] + "-values"),
-    )
-
-
 def _targets(
     graph, matched: dict, stack_of: dict, growable: set[int]
 ) -> list[tuple[str, object, str, bool]]:
@@ -532,21 +415,23 @@ def _targets(
     in ``stack_of`` under its stack, a slot of a dynamic table's rows in ``growable``."""
     targets = []
     for node_id, node in enumerate(graph.nodes):
-        key = _value_key(node)
+        key = value_key(node)
         live = matched.get(node_id)
-        if key is not None and live is not None and _is_variable(live):
-            targets.append((key, live, _name(live, key), False))
+        if key is not None and live is not None and is_variable(live):
+            targets.append((key, live, variable_name(live, key), False))
         for slot in node.slot_variables:
             original = matched.get(slot.original_variable_node_id)
             optimizer = matched.get(node_id)
-            slot_key = _value_key(graph.nodes[slot.slot_variable_node_id])
+            slot_key = value_key(graph.nodes[slot.slot_variable_node_id])
             if original is None or optimizer is None or slot_key is None:
                 continue
             try:
                 live_slot = optimizer.get_slot(original, slot.slot_name)
             except (KeyError, AttributeError):
                 continue
-            targets.append((slot_key, live_slot, f"{_name(original, '?')}/{slot.slot_name}", True))
+            targets.append(
+                (slot_key, live_slot, f"{variable_name(original, '?')}/{slot.slot_name}", True)
+            )
             if id(original) in stack_of:
                 stack_of[id(live_slot)] = stack_of[id(original)]
             if id(original) in growable:
@@ -578,16 +463,9 @@ def _report_unused(
             k.split("/.ATTRIBUTES")[0]
             for k in shapes
             if k not in taken
-            and k != _GRAPH_KEY
+            and k != GRAPH_KEY
             and "/.ATTRIBUTES/" in k
             and "OPTIMIZER_SLOT" not in k
             and "/.OBJECT_CONFIG" not in k
         )
     )
-
-
-def _name(variable, default: str) -> str:
-    """A variable's name for messages (a ShardedVariable's is its first shard's)."""
-    if isinstance(variable, tf.__internal__.distribute.ShardedVariable):
-        return variable.variables[0].name.rsplit("/part_", 1)[0]
-    return getattr(variable, "name", default).split(":")[0]

@@ -99,12 +99,34 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from recsys_dist.data.synth_columns import (
+    MISSING_HEX,
+    distinct_per_row,
+    hex_strings,
+    join_lists,
+    list_column,
+)
+from recsys_dist.data.synth_effects import (
+    CLICK_FIELD_SIGMAS,
+    CLICK_PAIR_SIGMAS,
+    CVR_FIELD_SIGMAS,
+    CVR_USER_SIGMA,
+    NO_TAG_EFFECT,
+    NUMERIC_EFFECTS,
+    TAG_SIGMA,
+    TOPIC_SIGMA,
+    USER_SIGMA,
+    affinity,
+    effect_scale,
+    sigmoid,
+    softplus,
+    solve_bias,
+)
 from recsys_dist.data.synth_random import (
     hash64,
     hashed_normal,
@@ -147,37 +169,6 @@ _I2_NEGATIVE_RATE = 0.03
 # Zipf exponents between 1.05 and 1.2, spread over the fields.
 _ZIPF_EXPONENTS = {f: 1.05 + 0.15 * ((7 * i) % 26) / 25 for i, f in enumerate(CATEGORICAL_FIELDS)}
 
-_CLICK_FIELD_SIGMAS = {
-    "C1": 0.25,
-    "C2": 0.22,
-    "C3": 0.22,
-    "C4": 0.22,
-    "C5": 0.18,
-    "C6": 0.22,
-    "C8": 0.18,
-    "C10": 0.22,
-    "C11": 0.22,
-    "C12": 0.22,
-    "C13": 0.18,
-    "C14": 0.22,
-    "C16": 0.22,
-    "C17": 0.25,
-    "C21": 0.22,
-    "C24": 0.22,
-}
-CLICK_PAIR_SIGMAS = {
-    ("C2", "C17"): 0.38,
-    ("C5", "C8"): 0.38,
-    ("C6", "C14"): 0.42,
-    ("C9", "C13"): 0.38,
-}
-_USER_SIGMA = 0.42
-_EFFECT_HEAD, _EFFECT_DECAY = 300.0, 0.5  # rare ids carry smaller effects
-_AFFINITY_RANK = 4  # latent dimensions of each pairwise interaction
-_TAG_SIGMA, _NO_TAG_EFFECT = 0.55, -0.25
-_TOPIC_SIGMA = 0.4
-_CVR_FIELD_SIGMAS = {"C4": 0.4, "C11": 0.35, "C16": 0.4, "C24": 0.35}
-_CVR_USER_SIGMA = 0.45
 _TARGET_CLICK_RATE = 0.25
 _TARGET_CONVERSION_RATE = 0.035
 _PILOT_ROWS = 20_000
@@ -195,8 +186,6 @@ _NEW_ID_RATE_PER_DAY, _NEW_ID_LIFETIME = 0.02, 10  # days; at most 20% new-id sl
 _NEW_ID_MIN_SLOT = 20  # the most popular slots never retire
 _SWAP_HEAD, _SWAP_RATE, _SWAP_MAX_DISTANCE = 10_000, 0.01, 10
 
-_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_MISSING_HEX = 1 << 32  # stands for "" when hashing a string id field
 _WEIGHT_STRINGS = pa.array([f"{c / 100:.2f}" for c in range(101)])
 
 
@@ -208,7 +197,7 @@ class _Batch:
     """The features of ``n`` rows before labelling.
 
     ``categorical`` holds int64 ids for C1..C20 and, for C21..C26, the 32-bit value
-    behind the hex string (``_MISSING_HEX`` when missing). Tags and topics are flat
+    behind the hex string (``MISSING_HEX`` when missing). Tags and topics are flat
     arrays sorted by row; ``*_counts`` give the entries per row.
     """
 
@@ -264,7 +253,7 @@ class RowGenerator:
         rng = np.random.default_rng([self._seed, day, file_index])
         batch = self._features(day, rng, n)
         click_logit = (self._click_logit(batch) + self._click_bias).astype(np.float32)
-        click = rng.random(n) < _sigmoid(click_logit.astype(np.float64))
+        click = rng.random(n) < sigmoid(click_logit.astype(np.float64))
         return batch, click_logit, click, rng
 
     def features(self, day: int, file_index: int, n: int) -> _Batch:
@@ -276,16 +265,16 @@ class RowGenerator:
         """Generates file ``file_index`` of ``day`` with ``n`` rows as an Arrow table."""
         batch, click_logit, click, rng = self.clicks(day, file_index, n)
         cvr_logit = self._cvr_logit(batch) + self._cvr_bias
-        conversion = click & (rng.random(n) < _sigmoid(cvr_logit))
-        log_p = -_softplus(-click_logit.astype(np.float64)) - _softplus(-cvr_logit)
+        conversion = click & (rng.random(n) < sigmoid(cvr_logit))
+        log_p = -softplus(-click_logit.astype(np.float64)) - softplus(-cvr_logit)
         conversion_logit = log_p - np.log(-np.expm1(log_p))
         columns = [pa.array(batch.numeric[f]) for f in NUMERIC_FIELDS]
         columns += [pa.array(batch.categorical[f]) for f in CATEGORICAL_FIELDS[:20]]
-        columns += [_hex_strings(batch.categorical[f]) for f in STRING_ID_FIELDS]
+        columns += [hex_strings(batch.categorical[f]) for f in STRING_ID_FIELDS]
         columns += [
             pa.array(batch.user_id),
-            _lists(pa.array(batch.tag_ids, pa.int64()), batch.tag_counts),
-            _join_lists(_topic_entries(batch), batch.topic_counts),
+            list_column(pa.array(batch.tag_ids, pa.int64()), batch.tag_counts),
+            join_lists(_topic_entries(batch), batch.topic_counts),
             pa.array(click.astype(np.int64)),
             pa.array(conversion.astype(np.int64)),
             pa.array(click_logit),
@@ -305,12 +294,12 @@ class RowGenerator:
         tag_counts = rng.choice(len(_TAG_COUNT_PROBS), size=n, p=_TAG_COUNT_PROBS)
         tag_rows = np.repeat(np.arange(n, dtype=np.int64), tag_counts)
         tag_ranks = self._zipf(rng, tag_rows.size, _TAGS, _TAG_ZIPF)
-        tag_rows, tag_ids = _distinct_per_row(
+        tag_rows, tag_ids = distinct_per_row(
             tag_rows, self._scramble("tags", tag_ranks, _TAGS) + 1, _TAGS + 1
         )
         topic_counts = 1 + rng.choice(len(_TOPIC_COUNT_PROBS), size=n, p=_TOPIC_COUNT_PROBS)
         topic_rows = np.repeat(np.arange(n, dtype=np.int64), topic_counts)
-        topic_rows, topic_ids = _distinct_per_row(
+        topic_rows, topic_ids = distinct_per_row(
             topic_rows, self._zipf(rng, topic_rows.size, _TOPICS, _TOPIC_ZIPF) + 1, _TOPICS + 1
         )
         raw = rng.gamma(1.0, size=topic_rows.size)
@@ -369,7 +358,7 @@ class RowGenerator:
         slot = np.where(missing, 0, slot)
         if field in STRING_ID_FIELDS:
             value = (hash64(stream_key(0, "hex", field), ids) >> np.uint64(32)).astype(np.int64)
-            return np.where(missing, _MISSING_HEX, value), slot
+            return np.where(missing, MISSING_HEX, value), slot
         return np.where(missing, 0, ids), slot
 
     def _zipf(
@@ -425,19 +414,19 @@ class RowGenerator:
     def click_id_terms(self, b: _Batch) -> dict[str, IdTerm]:
         """The click logit's per-id terms: every field, interaction and user effect."""
         seed, terms = self._seed, {}
-        for field, sigma in _CLICK_FIELD_SIGMAS.items():
-            ids, scale = b.categorical[field], sigma * _effect_scale(b.slots[field])
+        for field, sigma in CLICK_FIELD_SIGMAS.items():
+            ids, scale = b.categorical[field], sigma * effect_scale(b.slots[field])
             effect = hashed_normal(stream_key(seed, "click", field), ids)
             terms[field] = IdTerm((ids,), scale, scale * effect)
         for (f, g), sigma in CLICK_PAIR_SIGMAS.items():
-            scale = sigma * np.sqrt(_effect_scale(b.slots[f]) * _effect_scale(b.slots[g]))
+            scale = sigma * np.sqrt(effect_scale(b.slots[f]) * effect_scale(b.slots[g]))
             terms[f"{f} x {g}"] = IdTerm(
                 (b.categorical[f], b.categorical[g]),
                 scale,
                 scale
-                * _affinity(stream_key(seed, "click", f, g), b.categorical[f], b.categorical[g]),
+                * affinity(stream_key(seed, "click", f, g), b.categorical[f], b.categorical[g]),
             )
-        scale = _USER_SIGMA * _effect_scale(b.user_slot)
+        scale = USER_SIGMA * effect_scale(b.user_slot)
         terms["user"] = IdTerm(
             (b.user_id,), scale, scale * hashed_normal(stream_key(seed, "click", "user"), b.user_id)
         )
@@ -454,16 +443,16 @@ class RowGenerator:
             weights=hashed_normal(stream_key(seed, "click", "tag"), b.tag_ids),
         )
         terms["tags"] = np.where(
-            b.tag_counts > 0, _TAG_SIGMA * tag_effect / np.maximum(b.tag_counts, 1), _NO_TAG_EFFECT
+            b.tag_counts > 0, TAG_SIGMA * tag_effect / np.maximum(b.tag_counts, 1), NO_TAG_EFFECT
         )
-        terms["topics"] = _TOPIC_SIGMA * np.bincount(
+        terms["topics"] = TOPIC_SIGMA * np.bincount(
             b.topic_rows,
             minlength=b.n,
             weights=(
                 b.topic_cents / 100 * hashed_normal(stream_key(seed, "click", "topic"), b.topic_ids)
             ),
         )
-        for field, (effect, missing_effect) in _NUMERIC_EFFECTS.items():
+        for field, (effect, missing_effect) in NUMERIC_EFFECTS.items():
             x = b.numeric[field].astype(np.float64)
             missing = np.isnan(x)
             terms[f"num {field}"] = np.where(
@@ -482,15 +471,15 @@ class RowGenerator:
         """The post-click conversion logit without the bias."""
         seed = self._seed
         logit = np.zeros(b.n)
-        for field, sigma in _CVR_FIELD_SIGMAS.items():
+        for field, sigma in CVR_FIELD_SIGMAS.items():
             logit += (
                 sigma
-                * _effect_scale(b.slots[field])
+                * effect_scale(b.slots[field])
                 * hashed_normal(stream_key(seed, "cvr", field), b.categorical[field])
             )
         logit += (
-            _CVR_USER_SIGMA
-            * _effect_scale(b.user_slot)
+            CVR_USER_SIGMA
+            * effect_scale(b.user_slot)
             * hashed_normal(stream_key(seed, "cvr", "user"), b.user_id)
         )
         x6 = b.numeric["I6"].astype(np.float64)
@@ -504,105 +493,13 @@ class RowGenerator:
             0, np.random.default_rng([self._seed, stream_key(0, "pilot")]), _PILOT_ROWS
         )
         click_raw = self._click_logit(batch)
-        click_bias = _solve_bias(lambda b: _sigmoid(click_raw + b).mean(), _TARGET_CLICK_RATE)
-        p_click = _sigmoid(click_raw + click_bias)
+        click_bias = solve_bias(lambda b: sigmoid(click_raw + b).mean(), _TARGET_CLICK_RATE)
+        p_click = sigmoid(click_raw + click_bias)
         cvr_raw = self._cvr_logit(batch)
-        cvr_bias = _solve_bias(
-            lambda b: (p_click * _sigmoid(cvr_raw + b)).mean(), _TARGET_CONVERSION_RATE
+        cvr_bias = solve_bias(
+            lambda b: (p_click * sigmoid(cvr_raw + b)).mean(), _TARGET_CONVERSION_RATE
         )
         return click_bias, cvr_bias
-
-
-def _affinity(key: int, first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """``<u(first), v(second)> / sqrt(K)``: a rank-``K`` interaction of two ids whose latent
-    vectors are standard normals hashed from ``key`` (unit variance, mean 0)."""
-    total = np.zeros(first.shape)
-    for k in range(_AFFINITY_RANK):
-        total += hashed_normal(stream_key(key, "u", k), first) * hashed_normal(
-            stream_key(key, "v", k), second
-        )
-    return total / math.sqrt(_AFFINITY_RANK)
-
-
-def _effect_scale(slot: np.ndarray) -> np.ndarray:
-    """How strongly an id of popularity ``slot`` (0 = most popular) moves the logit."""
-    return (1.0 + slot / _EFFECT_HEAD) ** -_EFFECT_DECAY
-
-
-def _g1(x: np.ndarray) -> np.ndarray:
-    return 0.55 * np.sin(1.7 * np.log1p(x))
-
-
-def _g2(x: np.ndarray) -> np.ndarray:
-    return 0.25 * np.tanh(np.log1p(np.maximum(x, 0.0)) - 2.0) - 0.4 * (x < 0)
-
-
-def _g3(x: np.ndarray) -> np.ndarray:
-    return 0.75 * np.exp(-((np.log1p(x) - 2.2) ** 2) / 0.4) - 0.2
-
-
-def _g5(x: np.ndarray) -> np.ndarray:
-    return 0.45 * (x < 300)
-
-
-def _g7(x: np.ndarray) -> np.ndarray:
-    return 0.9 * (1.0 - np.exp(-x / 4.0)) - 0.45
-
-
-def _g12(x: np.ndarray) -> np.ndarray:
-    return 0.35 * np.cos(2.0 * np.log1p(x))
-
-
-# Numeric field -> (effect of a present value, effect when missing).
-_NUMERIC_EFFECTS = {
-    "I1": (_g1, -0.3),
-    "I2": (_g2, 0.0),
-    "I3": (_g3, 0.25),
-    "I5": (_g5, -0.2),
-    "I7": (_g7, 0.1),
-    "I12": (_g12, -0.15),
-}
-
-
-# ------------------------------------------------------------------------------ helpers
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
-
-
-def _softplus(x: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, x)
-
-
-def _solve_bias(mean_rate: Callable[[float], float], target: float) -> float:
-    """Bisection for the bias at which the increasing ``mean_rate`` equals ``target``."""
-    low, high = -30.0, 30.0
-    for _ in range(60):
-        mid = 0.5 * (low + high)
-        low, high = (mid, high) if mean_rate(mid) < target else (low, mid)
-    return 0.5 * (low + high)
-
-
-def _distinct_per_row(
-    rows: np.ndarray, ids: np.ndarray, bound: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Drops repeated ids within a row; ids (all < ``bound``) come out sorted per row."""
-    unique = np.unique(rows * bound + ids)
-    return unique // bound, unique % bound
-
-
-def _lists(values: pa.Array, counts: np.ndarray, non_null: bool = True) -> pa.ListArray:
-    """``counts[i]`` consecutive ``values`` per row, as a list column."""
-    offsets = np.zeros(counts.size + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    kind = pa.list_(pa.field("item", values.type, nullable=not non_null))
-    return pa.ListArray.from_arrays(pa.array(offsets), values, type=kind)
-
-
-def _join_lists(values: pa.Array, counts: np.ndarray) -> pa.Array:
-    """Joins ``counts[i]`` consecutive string ``values`` per row with ``|``."""
-    return pc.binary_join(_lists(values, counts, non_null=False), "|")
 
 
 def _topic_entries(b: _Batch) -> pa.Array:
@@ -610,15 +507,3 @@ def _topic_entries(b: _Batch) -> pa.Array:
     ids = pc.cast(pa.array(b.topic_ids), pa.string())
     weights = _WEIGHT_STRINGS.take(pa.array(b.topic_cents))
     return pc.binary_join_element_wise(ids, weights, ":")
-
-
-def _hex_strings(values: np.ndarray) -> pa.Array:
-    """8-char lowercase hex of 32-bit ``values``; ``_MISSING_HEX`` becomes ``""``."""
-    present = values != _MISSING_HEX
-    shifts = np.arange(28, -1, -4, dtype=np.int64)
-    digits = _HEX_DIGITS[(values[present, None] >> shifts) & 0xF]
-    offsets = np.zeros(values.size + 1, dtype=np.int32)
-    np.cumsum(np.where(present, 8, 0), out=offsets[1:])
-    return pa.StringArray.from_buffers(
-        values.size, pa.py_buffer(offsets), pa.py_buffer(digits.tobytes()), null_count=0
-    )

@@ -12,8 +12,8 @@ import numpy as np
 import tensorflow as tf
 
 from recsys_dist import hashing
+from recsys_dist.checkpoint.restore import restore_model
 from recsys_dist.checkpoint.signature import saved_dynamic_shards
-from recsys_dist.checkpoint.store import restore_model
 from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
 from recsys_dist.cluster.placement import building_under
 from recsys_dist.cluster.runtime import Runtime

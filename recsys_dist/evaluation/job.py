@@ -29,8 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.restore import restore_model
 from recsys_dist.checkpoint.signature import check_signature, saved_dynamic_shards
-from recsys_dist.checkpoint.store import SavedCheckpoint, find_checkpoint, restore_model
+from recsys_dist.checkpoint.store import SavedCheckpoint, find_checkpoint
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.cluster.placement import building_under
 from recsys_dist.cluster.runtime import connect, log_dir_for

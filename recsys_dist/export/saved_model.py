@@ -51,12 +51,12 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.restore import restore_model
 from recsys_dist.checkpoint.signature import check_signature, saved_dynamic_shards
 from recsys_dist.checkpoint.store import (
     CheckpointError,
     SavedCheckpoint,
     find_checkpoint,
-    restore_model,
     variable_bytes,
 )
 from recsys_dist.config.experiment import ExperimentConfig
@@ -64,7 +64,7 @@ from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.errors import RecsysError
 from recsys_dist.features.transforms import FeatureTransform
 from recsys_dist.models.dynamic_lookup import stock_row_ops
-from recsys_dist.models.dynamic_table import keep_live_rows_only, rows_in_use
+from recsys_dist.models.rows_in_use import keep_live_rows_only, rows_in_use
 from recsys_dist.models.zoo import RankingModel, build_from_config
 
 #: The signature a serving request names (TF Serving's default).

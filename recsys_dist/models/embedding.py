@@ -19,10 +19,10 @@ Tables are stacked: a layer keeps **all its tables of one embedding dim in one w
 each table starts). A step then gathers every feature's rows with one lookup and sends
 one sparse update per stack shard, instead of one per table shard. Each variable a step
 touches on a parameter server costs a round trip and a few ops there whatever its size;
-with the demo's 42 tables, stacking raised a 2-worker / 2-ps run from 16.9k to 24.7k
-examples/s (``docs/training.md``). Rows of different tables never mix: a table's ids are
-offset by its first row, and the feature transforms keep every id below its table's
-``rows`` (the feature config is checked for it).
+with the demo's 42 tables on 2 servers, stacking turns about a hundred round trips per
+step into a few. Rows of different tables never mix: a table's ids are offset by its
+first row, and the feature transforms keep every id below its table's ``rows`` (the
+feature config is checked for it).
 
 Tables on parameter servers: every stack is created with ``add_weight`` when the layer is
 constructed, so constructing the model under ``ParameterServerStrategy.scope()`` with a
@@ -38,136 +38,26 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
 from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.schema import did_you_mean
-from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
+from recsys_dist.models.blocks import InitializerLike, derive_seed
 from recsys_dist.models.dynamic_lookup import lookup_tables
 from recsys_dist.models.dynamic_table import DynamicTable, ShardGroup, dynamic_table, shard_devices
 from recsys_dist.models.sharding import current_placement, dynamic_shards, embedding_tables
-
-
-def _shards(table: tf.Variable) -> tf.Variable | list[tf.Variable]:
-    """A ShardedVariable's shards (so lookups never concatenate the table), else the table.
-
-    ``tf.nn.embedding_lookup`` over a list of shards uses the ``div`` layout that
-    ``ParameterServerStrategy`` partitions with: shard i holds a contiguous block of rows.
-    """
-    if isinstance(table, tf.__internal__.distribute.ShardedVariable):
-        return table.variables
-    return table
-
-
-def shard_rows(variable: tf.Variable) -> list[tuple[tf.Variable, int, int]]:
-    """``(shard, first row, end row)`` of each shard of ``variable`` (one for a plain one)."""
-    out, first = [], 0
-    for shard in _as_list(_shards(variable)):
-        rows = int(shard.shape[0])
-        out.append((shard, first, first + rows))
-        first += rows
-    return out
-
-
-def assign_shard_rows(shard: tf.Variable, first: int, value: tf.Tensor) -> None:
-    """Writes ``value`` into rows ``[first, first + len(value))`` of one shard.
-
-    A scatter, not a sliced assign: under ``ParameterServerStrategy`` a shard is an
-    ``AggregatingVariable``, whose slices are plain tensors.
-    """
-    rows = tf.range(first, first + tf.shape(value, out_type=tf.int64)[0])
-    shard.scatter_update(tf.IndexedSlices(value, rows))
-
-
-def _as_list(shards) -> list:
-    return list(shards) if isinstance(shards, (list, tuple)) else [shards]
-
-
-@dataclasses.dataclass(frozen=True)
-class TableStack:
-    """Every table of one embedding dim in a layer, stacked by rows into one weight.
-
-    Attributes:
-      key: Stable name of the stack, ``<layer>/embedding/stack_d<D>``; checkpoints
-        record each stack's layout under it (``checkpoint/warm_start.py`` reads it).
-      variable: The ``[sum of rows, D]`` weight (a ``ShardedVariable`` when partitioned).
-      layout: Table -> ``(first row, rows)`` inside the stack, in stacking order.
-    """
-
-    key: str
-    variable: tf.Variable
-    layout: dict[str, tuple[int, int]]
-
-
-class StackedTable:
-    """One table's rows inside its :class:`TableStack`: read or assigned as ``[rows, D]``.
-
-    Reads and writes touch only the shards holding the table's rows.
-    """
-
-    def __init__(self, stack: TableStack, table: str):
-        self.stack = stack
-        self.first_row, self.rows = stack.layout[table]
-
-    @property
-    def shape(self) -> tf.TensorShape:
-        return tf.TensorShape([self.rows, self.stack.variable.shape[1]])
-
-    def _pieces(self):
-        end = self.first_row + self.rows
-        for shard, start, stop in shard_rows(self.stack.variable):
-            a, b = max(start, self.first_row), min(stop, end)
-            if a < b:
-                yield shard, a - start, b - start, a - self.first_row, b - self.first_row
-
-    def read_value(self) -> tf.Tensor:
-        return tf.concat([shard[a:b] for shard, a, b, _, _ in self._pieces()], axis=0)
-
-    def numpy(self) -> np.ndarray:
-        return self.read_value().numpy()
-
-    def assign(self, value) -> None:
-        value = tf.convert_to_tensor(value, self.stack.variable.dtype)
-        if value.shape != self.shape:
-            raise ValueError(
-                f"table of shape {self.shape} cannot take a value of shape {value.shape}"
-            )
-        for shard, a, _, i, j in self._pieces():
-            assign_shard_rows(shard, a, value[i:j])
-
-
-class _StackInitializer(tf.keras.initializers.Initializer):
-    """Initialises a stack table by table, each table from its own seed.
-
-    Called for a whole stack or, under a partitioner, for one shard's rows
-    (``partition_offset`` / ``partition_shape``); a table cut by a shard boundary draws
-    each part from a seed derived from where the part starts.
-    """
-
-    def __init__(
-        self, initializer: InitializerLike, seed: int | None, layout: dict[str, tuple[int, int]]
-    ):
-        self._initializer, self._seed, self._layout = initializer, seed, layout
-
-    def __call__(self, shape, dtype=None, **kwargs):
-        first = kwargs.get("partition_offset", (0,))[0]
-        rows = kwargs.get("partition_shape", shape)[0]
-        pieces = []
-        for table, (start, count) in self._layout.items():
-            a, b = max(first, start), min(first + rows, start + count)
-            if a < b:
-                seed = derive_seed(self._seed, table, *([a - start] if a > start else []))
-                pieces.append(
-                    seeded_initializer(self._initializer, seed)((b - a, shape[1]), dtype=dtype)
-                )
-        return tf.concat(pieces, axis=0)
+from recsys_dist.models.table_stack import (
+    StackedTable,
+    StackInitializer,
+    TableStack,
+    shards_of,
+)
 
 
 def _lookup(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:
     """Rows ``[N, D]`` of ``table`` for 1-D ``ids`` ``[N]``; each distinct id is read once."""
     unique_ids, index = tf.unique(ids)
-    return tf.gather(tf.nn.embedding_lookup(_shards(table), unique_ids), index)
+    return tf.gather(tf.nn.embedding_lookup(shards_of(table), unique_ids), index)
 
 
 def _present(ids: tf.Tensor, weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -300,7 +190,7 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                     shape=(sum(rows for _, rows in layout.values()), dim),
                     dtype=tf.float32,
                     trainable=True,
-                    initializer=_StackInitializer(initializer, seed, layout),
+                    initializer=StackInitializer(initializer, seed, layout),
                 )
                 self._stacks[dim] = TableStack(f"{self.name}/{name}", variable, layout)
             group = ShardGroup.for_layer(shard_devices(dynamic_shards())) if dynamic else None

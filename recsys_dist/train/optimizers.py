@@ -12,9 +12,10 @@ import math
 
 import tensorflow as tf
 
-from recsys_dist.checkpoint.store import create_slots
+from recsys_dist.checkpoint.restore import create_slots
 from recsys_dist.config.sections import OptimizerSpec, TrainSpec
-from recsys_dist.models.dynamic_table import has_unique_rows, save_slots_of_rows_in_use
+from recsys_dist.models.dynamic_table import has_unique_rows
+from recsys_dist.models.rows_in_use import save_slots_of_rows_in_use
 
 
 def scaled_learning_rate(spec: OptimizerSpec, train: TrainSpec, batch_size: int) -> float:

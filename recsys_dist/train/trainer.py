@@ -27,6 +27,7 @@ from typing import Literal
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.restore import restore
 from recsys_dist.checkpoint.signature import (
     check_signature,
     model_dir_dynamic_shards,
@@ -39,7 +40,6 @@ from recsys_dist.checkpoint.store import (
     DamagedCheckpoint,
     SavedCheckpoint,
     local_prefix,
-    restore,
 )
 from recsys_dist.checkpoint.warm_start import WarmStartReport, stack_layouts, warm_start
 from recsys_dist.cluster.collective import scratch_dir
@@ -49,7 +49,8 @@ from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
-from recsys_dist.models.embedding import FeatureEmbeddings, TableStack
+from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.table_stack import TableStack
 from recsys_dist.models.zoo import build_from_config
 from recsys_dist.train.async_runner import async_train_item
 from recsys_dist.train.attempt import Attempt

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 
-from recsys_dist.checkpoint.store import CheckpointError, restore
+from recsys_dist.checkpoint.restore import restore
+from recsys_dist.checkpoint.store import CheckpointError
 from recsys_dist.cluster.collective import from_chief
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.evaluation.evaluate import evaluate_on_one_device, evaluate_split

@@ -495,14 +495,18 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
 PSS_STEP_SCRIPT = """
 import tempfile
 import numpy as np, tensorflow as tf
-from recsys_dist.checkpoint.store import create_slots
+from recsys_dist.checkpoint.restore import create_slots
 from recsys_dist.cluster.in_process import InProcessCluster
 from recsys_dist.cluster.placement import building_under
 from recsys_dist.config.features import TableSpec
 from recsys_dist.models.dynamic_lookup import lookup_tables
-from recsys_dist.models.dynamic_table import (ShardGroup, dynamic_table,
-                                              save_slots_of_rows_in_use, shard_devices,
-                                              shared_across_layers)
+from recsys_dist.models.dynamic_table import (
+    ShardGroup,
+    dynamic_table,
+    shard_devices,
+    shared_across_layers,
+)
+from recsys_dist.models.rows_in_use import save_slots_of_rows_in_use
 
 spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
 batches = [tf.constant(b, tf.int64) for b in ([1, 2, 3, 4, 5, 1, 9], [2, 7, 8, 11, 2])]

@@ -207,7 +207,8 @@ def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
     import tensorflow as tf
 
     from recsys_dist import storage_io
-    from recsys_dist.checkpoint.store import CheckpointManager, restore
+    from recsys_dist.checkpoint.restore import restore
+    from recsys_dist.checkpoint.store import CheckpointManager
     from recsys_dist.models.sharding import embedding_tables
 
     values = np.arange(4000 * 8, dtype=np.float32).reshape(4000, 8)
@@ -252,7 +253,8 @@ def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, r
     import numpy as np
     import tensorflow as tf
 
-    from recsys_dist.checkpoint.store import CheckpointManager, local_prefix, restore
+    from recsys_dist.checkpoint.restore import restore
+    from recsys_dist.checkpoint.store import CheckpointManager, local_prefix
     from recsys_dist.cluster.placement import building_under
     from recsys_dist.config.features import TableSpec
     from recsys_dist.models.dynamic_table import DynamicTable

@@ -1,5 +1,6 @@
-"""Atomic checkpoints (local and on moto's S3 server): markers, damage, signatures
-(``checkpoint/store.py`` and ``checkpoint/signature.py``).
+"""Atomic checkpoints (local and on moto's S3 server): markers, damage, signatures and
+reading them back (``checkpoint/store.py``, ``checkpoint/signature.py`` and
+``checkpoint/restore.py``).
 
 The SIGKILL scenarios are in tests/cluster/test_fault_tolerance.py, the data position a
 checkpoint records in tests/unit/train/test_data_position.py; these check the pieces.
@@ -16,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import storage_io
+from recsys_dist.checkpoint.restore import restore
 from recsys_dist.checkpoint.signature import check_signature
 from recsys_dist.checkpoint.store import (
     COMPLETE,
@@ -25,7 +27,6 @@ from recsys_dist.checkpoint.store import (
     DamagedCheckpoint,
     SavedCheckpoint,
     find_checkpoint,
-    restore,
 )
 from recsys_dist.storage_io import StorageError
 from tests.support.configs import SMALL_FEATURES

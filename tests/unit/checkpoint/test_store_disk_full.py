@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recsys_dist.checkpoint.store import CheckpointManager, restore
+from recsys_dist.checkpoint.restore import restore
+from recsys_dist.checkpoint.store import CheckpointManager
 from recsys_dist.storage_io import StorageError
 
 SMALL, LARGE = 100_000, 1_000_000  # floats: 0.4 MB fits the 2 MB disk, 4 MB does not

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recsys_dist.checkpoint.store import COMPLETE, CheckpointManager, restore
+from recsys_dist.checkpoint.restore import restore
+from recsys_dist.checkpoint.store import COMPLETE, CheckpointManager
 from recsys_dist.storage_io import StorageError
 from tests.support.s3_faults import Fault
 

@@ -1,4 +1,6 @@
-"""Warm start of stacked embedding tables under feature drift (no cluster needed).
+"""Warm start of stacked embedding tables under feature drift (no cluster needed):
+``checkpoint/warm_start.py`` and the object-graph reading it uses,
+``checkpoint/object_graph.py``.
 
 Tables of one dim share one stacked weight, so a table added, removed, reordered or
 resized moves every other table's rows inside the stack. These tests save a checkpoint of
@@ -16,7 +18,8 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist.checkpoint.warm_start import WarmStartError, stack_layouts, warm_start
-from recsys_dist.models.embedding import FeatureEmbeddings, shard_rows
+from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.table_stack import shard_rows
 from tests.support.configs import changed
 from tests.support.models import sharding_creator, write_feature_config
 

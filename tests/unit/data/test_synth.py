@@ -1,7 +1,8 @@
-"""The synthetic Criteo-like data: the rows of the generator (``data/synth.py``), their
-columns (``data/synth_schema.py``) and the partitioned data set written from them
-(``data/synth_files.py``: layout, files per day, stale parts removed, reruns, start date,
-argument checks)."""
+"""The synthetic Criteo-like data: the rows of the generator (``data/synth.py``, with its
+label model's curves in ``data/synth_effects.py`` and its Arrow columns built by
+``data/synth_columns.py``), their columns (``data/synth_schema.py``) and the partitioned
+data set written from them (``data/synth_files.py``: layout, files per day, stale parts
+removed, reruns, start date, argument checks)."""
 
 from __future__ import annotations
 

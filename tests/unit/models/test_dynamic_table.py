@@ -1,6 +1,7 @@
 """Dynamic tables (``kind: dynamic``) in one process: config, admission, capacity,
-gradients, checkpoints, warm start. Covers ``models/dynamic_table.py`` and the lookup of
-ids to rows before the gradient tape (``models/dynamic_lookup.py``).
+gradients, checkpoints, warm start. Covers ``models/dynamic_table.py``, the lookup of
+ids to rows before the gradient tape (``models/dynamic_lookup.py``) and the checkpoints
+of rows in use (``models/rows_in_use.py``).
 ``tests/cluster/test_dynamic_tables.py`` trains them on real servers."""
 
 from __future__ import annotations
@@ -412,7 +413,7 @@ def test_a_checkpoint_restores_keys_rows_and_counts_bit_exactly(tmp_path):
 def _trained_with_slots(seed: int, ids=()):
     """A 2-shard table of capacity 1,000 with Adagrad slots saved by rows in use, trained
     on ``ids`` once."""
-    from recsys_dist.models.dynamic_table import save_slots_of_rows_in_use
+    from recsys_dist.models.rows_in_use import save_slots_of_rows_in_use
 
     table = DynamicTable(dynamic_spec(capacity=1000), 4, shards=2, seed=seed)
     optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
@@ -470,7 +471,8 @@ def test_a_checkpoint_restores_into_another_capacity_the_rows_in_use_fit(tmp_pat
     """Resuming, evaluating or exporting with capacity_per_shard raised (or lowered while
     the rows in use still fit) restores every row; below them, the table and shard are
     named with the capacity needed."""
-    from recsys_dist.checkpoint.store import CheckpointError, restore
+    from recsys_dist.checkpoint.restore import restore
+    from recsys_dist.checkpoint.store import CheckpointError
 
     table = DynamicTable(dynamic_spec(capacity=16, admit_after=1), 4, shards=2, seed=0)
     table.lookup(keys(*range(1, 12)), training=True)
@@ -848,7 +850,8 @@ def test_passes_after_the_first_neither_count_nor_admit():
 def test_scoring_restores_rows_in_use_and_names_a_table_of_another_dim(tmp_path):
     """``restore_model`` (evaluate, export) takes a dynamic table's saved rows in use for
     its capacity-sized variables, and names the rows it cannot take."""
-    from recsys_dist.checkpoint.store import CheckpointError, CheckpointManager, restore_model
+    from recsys_dist.checkpoint.restore import restore_model
+    from recsys_dist.checkpoint.store import CheckpointError, CheckpointManager
 
     def holder(dim: int, seed: int) -> tf.Module:
         module = tf.Module()

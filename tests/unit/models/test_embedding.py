@@ -1,5 +1,5 @@
 """Feature embeddings: exact pooling with hand-set table values, stacked and sharded
-tables, and the rejections."""
+tables (``models/embedding.py`` and ``models/table_stack.py``), and the rejections."""
 
 from __future__ import annotations
 
