@@ -40,11 +40,14 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format recsys_dist tests benchmarks pipelines
 
+# The tests that start no cluster run in two processes (pytest-xdist); the cluster tests,
+# which start servers of their own on both cores, one at a time.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not cluster" -n 2
+	$(PY) -m pytest -q -m cluster
 
 test-fast: lint
-	$(PY) -m pytest -q -m "not cluster"
+	$(PY) -m pytest -q -m "not cluster" -n 2
 
 # Every benchmark that has a target, with the arguments of the figures the README and docs
 # cite (benchmarks/README.md). The one-off studies in benchmarks/studies/ are not run.

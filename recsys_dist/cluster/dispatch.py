@@ -8,9 +8,9 @@ coordinator knows exactly which items are done (a checkpoint records that).
 ``ClusterCoordinator`` re-runs a lost worker's closure on another worker, so each item
 returns once.
 
-While a worker is reported lost (``stalled``, from ``cluster/liveness.py``), the oldest
-closure may be the one stuck on it until its link returns: then any closure already back
-is taken first, so the other workers keep training.
+Training takes closures back as they come back instead (``any_order``): each item is
+recorded on its own, and a closure stuck on a worker whose link is down then holds back
+no other.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ import tensorflow as tf
 
 from recsys_dist.errors import ClusterLost, DataError
 
+#: How often :meth:`InFlight.pop` looks for any closure that is back while the oldest is
+#: not.
+ANY_ORDER_POLL_SECONDS = 0.02
+
 
 class InFlight:
     """Closures of one function in flight on a coordinator, returned oldest first.
@@ -30,18 +34,13 @@ class InFlight:
       coordinator: The ``ClusterCoordinator``.
       function: The ``tf.function`` each closure runs.
       limit: Closures in flight at most (normally twice the workers).
-      stalled: Whether a worker is lost now (results may then come back out of order).
+      any_order: Return closures as they come back, not in the order they were
+        scheduled (training, where each item is recorded on its own).
     """
 
-    def __init__(
-        self,
-        coordinator,
-        function: Callable,
-        limit: int,
-        stalled: Callable[[], bool] = lambda: False,
-    ):
+    def __init__(self, coordinator, function: Callable, limit: int, any_order: bool = False):
         self._coordinator, self._function, self._limit = coordinator, function, limit
-        self._stalled = stalled
+        self._any_order = any_order
         self._pending: collections.deque = collections.deque()
 
     def has_room(self) -> bool:
@@ -62,14 +61,14 @@ class InFlight:
         )
 
     def pop(self) -> tuple[Any, Any]:
-        """``(tag, result)`` of the oldest closure, waiting for it; while a worker is lost,
-        of the oldest closure that is back."""
+        """``(tag, result)`` of the oldest closure, waiting for it; with ``any_order``, of
+        the oldest closure that is back, waiting for the first to come back."""
         index = 0
-        while self._stalled() and not _back(self._pending[0][1]):
+        while self._any_order and not _back(self._pending[0][1]):
             index = next((i for i, (_, r) in enumerate(self._pending) if _back(r)), 0)
             if index:
                 break
-            _wait(self._pending[0][1], 0.2)
+            _wait(self._pending[0][1], ANY_ORDER_POLL_SECONDS)
         tag, remote = self._pending[index]
         del self._pending[index]
         result = remote.fetch()

@@ -43,10 +43,7 @@ class TrainingLoop:
         self.cadence = Cadence(trainer.config.train, trainer.step)
         self.attempt = Attempt(trainer.step, max(8, 4 * runtime.num_workers), self.cadence)
         self.in_flight = InFlight(
-            runtime.coordinator,
-            trainer.train_item,
-            2 * runtime.num_workers,
-            stalled=runtime.worker_lost,
+            runtime.coordinator, trainer.train_item, 2 * runtime.num_workers, any_order=True
         )
 
     def run(self) -> TrainResult:

@@ -113,10 +113,11 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
             slots = [k for k in saved if k.startswith(emb + "OPTIMIZER_SLOT/")]
             assert slots and all(saved[k] == [used, dim] for k in slots), slots
         assert saved[f"{base}/last_seen/.ATTRIBUTES/VARIABLE_VALUE"] == [used]
-    # evaluated on 2, 3 and 1 parameter servers: the checkpoint's 2 shards are placed
-    # round-robin on the servers there are, and score the same
-    scores = []
-    for ps in (2, 3, 1):
+    # evaluated on 3 and 1 parameter servers: the checkpoint's 2 shards are placed
+    # round-robin on the servers there are, and score as the training cluster (2 servers)
+    # scored the same weights at the end of training
+    trained_on_2 = result["eval"]["labels"]["click"]
+    for ps in (3, 1):
         evaluated = subprocess.run(
             [
                 str(BIN / "recsys-dist"),
@@ -134,11 +135,9 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
             timeout=600,
         )
         assert evaluated.returncode == 0, evaluated.stderr
-        metrics = json.loads((tmp_path / f"eval{ps}" / "metrics.json").read_text())
-        click = metrics["labels"]["click"]
-        scores.append((click["auc"], click["logloss"]))
-    assert scores[1][0] == scores[2][0] == scores[0][0], scores
-    assert abs(scores[1][1] - scores[0][1]) < 1e-6 and abs(scores[2][1] - scores[0][1]) < 1e-6
+        click = json.loads((tmp_path / f"eval{ps}" / "metrics.json").read_text())["labels"]["click"]
+        assert click["auc"] == pytest.approx(trained_on_2["auc"], abs=1e-9), ps
+        assert click["logloss"] == pytest.approx(trained_on_2["logloss"], abs=1e-6), ps
     exported = subprocess.run(
         [
             str(BIN / "recsys-dist"),

@@ -1,12 +1,13 @@
 """Handing work items to the workers (``recsys_dist/cluster/dispatch.py``): the window of
-closures in flight, results taken back oldest first, a closure that came back empty, and the
-row check of a returned item. The coordinator here is a small object with the
-``ClusterCoordinator`` interface InFlight uses (``schedule`` returning something with
-``fetch``) that runs each function at once, in the order a real one may finish them."""
+closures in flight, results taken back oldest first (or, for training, as they come back),
+a closure that came back empty, and the row check of a returned item. The coordinator
+here is a small object with the ``ClusterCoordinator`` interface InFlight uses
+(``schedule`` returning something with ``fetch``)."""
 
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 import tensorflow as tf
@@ -59,6 +60,56 @@ def test_closures_are_returned_oldest_first_with_their_tags():
     assert returned == [(items[0], 0, 10), (items[1], 1, 20), (items[2], 0, 3)]
     with pytest.raises(IndexError):
         in_flight.pop()
+
+
+class Pending:
+    """A result that comes back when :meth:`arrive` is called (``ClusterCoordinator``'s
+    ``RemoteValue`` sets ``_status_available_event`` the same way)."""
+
+    def __init__(self, value):
+        self.value, self._status_available_event = value, threading.Event()
+
+    def arrive(self):
+        self._status_available_event.set()
+
+    def fetch(self):  # waits for the result, as RemoteValue.fetch does
+        assert self._status_available_event.wait(5), "never came back"
+        return self.value
+
+
+class SlowCoordinator:
+    def __init__(self):
+        self.remotes = []
+
+    def schedule(self, function, args):
+        self.remotes.append(Pending(int(args[0])))
+        return self.remotes[-1]
+
+
+def test_with_any_order_a_closure_stuck_on_a_lost_worker_holds_back_no_other():
+    """The oldest closure hangs (its worker's link is down); the ones scheduled after it
+    are taken as they come back, and the stuck one when it comes back at last."""
+    coordinator = SlowCoordinator()
+    in_flight = InFlight(coordinator, rows_of, limit=3, any_order=True)
+    for tag in ("stuck", "second", "third"):
+        in_flight.put(tag, len(coordinator.remotes))
+    stuck, second, third = coordinator.remotes
+    third.arrive()
+    assert in_flight.pop() == ("third", 2)
+    threading.Timer(0.1, second.arrive).start()
+    assert in_flight.pop() == ("second", 1)  # waits for the first to come back
+    stuck.arrive()
+    assert in_flight.pop() == ("stuck", 0) and len(in_flight) == 0
+
+
+def test_without_any_order_the_oldest_is_waited_for():
+    coordinator = SlowCoordinator()
+    in_flight = InFlight(coordinator, rows_of, limit=2)
+    in_flight.put("first", 0)
+    in_flight.put("second", 1)
+    coordinator.remotes[1].arrive()
+    threading.Timer(0.1, coordinator.remotes[0].arrive).start()
+    assert in_flight.pop() == ("first", 0)
 
 
 def test_a_closure_that_came_back_without_its_result_is_a_lost_task():
