@@ -40,11 +40,11 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format recsys_dist tests benchmarks pipelines
 
-# Two processes (pytest-xdist): one runs the tests that start clusters, one at a time (each
-# uses both cores); the other the host tests, which mostly wait on cut links, and the
-# tests that start no cluster (tests/conftest.py groups them).
+# The tests that start no cluster run in two processes (pytest-xdist); the cluster tests,
+# which start servers of their own on both cores, one at a time.
 test: lint
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -m "not cluster" -n 2
+	$(PY) -m pytest -q -m cluster
 
 test-fast: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2

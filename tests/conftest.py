@@ -24,18 +24,6 @@ def pytest_configure(config):
     scratch.start()
 
 
-def pytest_collection_modifyitems(config, items):
-    """``make test`` runs the suite in two processes (pytest-xdist, ``--dist loadgroup``).
-    The tests that start clusters run one at a time in one of them: each uses both cores.
-    The host tests (``tests/cluster/test_hosts.py``), which spend most of their time
-    waiting on cut links and timeouts, run in the other, beside the tests that start no
-    cluster."""
-    for item in items:
-        if item.get_closest_marker("cluster"):
-            group = "hosts" if item.path.name == "test_hosts.py" else "cluster"
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
 def pytest_unconfigure(config):
     """After the summary, stderr goes to /dev/null. Tests that connect this process to a
     local cluster leave TensorFlow's eager context holding functions on servers that are
