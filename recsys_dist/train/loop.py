@@ -1,4 +1,4 @@
-"""The training loop: hands out the data position's work items, collects them in order,
+"""The training loop: hands out the data position's work items, collects them as they finish,
 ends passes, and logs, writes summaries and checkpoints when the cadence says.
 
 Dynamic sharding: the coordinator hands out work items (row ranges of at most
@@ -127,7 +127,7 @@ class TrainingLoop:
             self._collect(*self.in_flight.pop())
 
     def _collect_one(self) -> None:
-        """Collects the oldest item, then logs, summarizes and checkpoints when due."""
+        """Collects an item that is back, then logs, summarizes and checkpoints when due."""
         trainer, attempt, cadence = self.trainer, self.attempt, self.cadence
         self._collect(*self.in_flight.pop())
         now = time.perf_counter()
