@@ -19,13 +19,17 @@ step (its link's counters, read at each progress line). ``--settings`` adds one 
 settings at 1 ms (``train.steps_per_call``, ``input.batch_size``,
 ``train.dense_refresh_steps``). ``--dispatch N,M`` measures how many closures a second one
 coordinator hands out to N (then M) worker hosts doing almost nothing (batch 8, one step
-per closure), with the chief's CPU time.
+per closure), with the chief's CPU time. ``--planner`` checks ``recsys-dist plan``'s model
+against the four-host runs: its CPU seconds per step of the workers, the servers and the
+chief, and its busiest server's bytes per step, against what the ``hosts`` runs spent
+(``/proc`` CPU times of every process on each host, the ps links' byte counters); and its
+NIC ceiling against the capped runs where it binds (0.1 Gbit/s).
 
 The last line is ``throughput at 1 ms vs 0 ms: X`` (medians, relay at 1 ms against relay
 at 0 ms). Other work on the machine changes the figures: the load (``uptime``) is printed
 with each.
 
-    python benchmarks/network_bench.py --rounds 2 --settings --dispatch 8,16
+    python benchmarks/network_bench.py --rounds 2 --settings --dispatch 8,16 --planner
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from tests.support.host_cluster import BUCKET, HostCluster, host_names  # noqa: 
 from tests.support.hosts import HostNetwork, unavailable_reason  # noqa: E402
 
 DELAYS = (0.0, 0.1, 0.5, 1.0, 2.0)
-LIMITS = (10.0, 1.0)
+LIMITS = (10.0, 1.0, 0.1)
 RELAY_PORT_BASE = 2222
 
 
@@ -123,6 +127,22 @@ class Bench:
             "train.checkpoint_every_seconds=null",
             *sets,
         ]
+        try:
+            return self._case(model_dir, args, delay_ms, gbit, loopback)
+        finally:
+            self.drop(model_dir)
+
+    def drop(self, model_dir: str) -> None:
+        """Deletes a run's model dir from the storage host: moto keeps every object in
+        memory, and each run's final checkpoint of the demo model is about 800 MB."""
+        keys = self.storage.keys(model_dir)
+        s3 = self.storage.s3()
+        for i in range(0, len(keys), 1000):
+            s3.delete_objects(
+                Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]]}
+            )
+
+    def _case(self, model_dir, args, delay_ms, gbit, loopback) -> dict:
         if loopback:
             env = {
                 **os.environ,
@@ -151,7 +171,10 @@ class Bench:
         process = subprocess.Popen(
             command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        points, lines = [], []
+        points, lines, pids = [], [], {}
+        roles = {"worker": [f"worker{i}" for i in range(self.workers)]}
+        roles["ps"] = [f"ps{i}" for i in range(self.ps)]
+        roles["chief"] = ["chief"]
         for line in process.stdout:
             lines.append(line)
             found = re.match(r"step ([\d,]+) \|", line)
@@ -159,7 +182,15 @@ class Bench:
                 counters = (
                     [sum(self.net.link_bytes(f"ps{i}")) for i in range(self.ps)] if cluster else []
                 )
-                points.append((time.perf_counter(), int(found.group(1).replace(",", "")), counters))
+                if cluster and not pids:
+                    pids = {
+                        r: [p for h in hosts for p in self.net.pids(h)]
+                        for r, hosts in roles.items()
+                    }
+                cpu = {r: sum(_cpu_seconds(p) for p in ps) for r, ps in pids.items()}
+                points.append(
+                    (time.perf_counter(), int(found.group(1).replace(",", "")), counters, cpu)
+                )
         if process.wait() != 0:
             sys.exit("train failed:\n" + "".join(lines[-40:]))
         batch = next(
@@ -173,12 +204,15 @@ class Bench:
         steady = [p for p in points if p[1] >= self.steps // 4]
         if len(steady) < 2:
             steady = points[-2:]
-        (t0, s0, c0), (t1, s1, c1) = steady[0], steady[-1]
+        (t0, s0, c0, u0), (t1, s1, c1, u1) = steady[0], steady[-1]
         steps = max(1, s1 - s0)
         per_server = [(b - a) / steps for a, b in zip(c0, c1)]
         return {
             "examples_per_second": steps * batch / (t1 - t0),
             "bytes_per_step_per_server": statistics.mean(per_server) if per_server else None,
+            "bytes_per_step_busiest_server": max(per_server) if per_server else None,
+            # CPU seconds per step of every process of each role (all its hosts)
+            "cpu_per_step": {r: (u1[r] - u0[r]) / steps for r in u1},
             "steps": steps,
             "load": load(),
         }
@@ -186,8 +220,9 @@ class Bench:
     def dispatch(self, workers: int) -> dict:
         """Closures a second handed out to ``workers`` worker hosts, batch 8, 1 step each."""
         cluster = HostCluster(self.net, workers, 1, self.base / "logs")
-        cluster.start_servers()
+        cluster.start_servers(timeout=600)  # 17 processes import TensorFlow on 2 cores
         steps = 3000
+        model_dir = f"s3://{BUCKET}/dispatch/{workers}-{time.time_ns()}"
         args = [
             "train",
             "--config",
@@ -195,7 +230,7 @@ class Bench:
             "--data",
             self.data_url,
             "--model-dir",
-            f"s3://{BUCKET}/dispatch/{workers}-{time.time_ns()}",
+            model_dir,
             "--no-eval",
             "--set",
             f"train.max_steps={steps}",
@@ -243,6 +278,7 @@ class Bench:
         finally:
             cluster.stop_servers()
             self.net.kill_host("chief")
+            self.drop(model_dir)
         steady = [p for p in points if p[1] >= steps // 4]
         (t0, s0, c0), (t1, s1, c1) = steady[0], steady[-1]
         return {
@@ -262,6 +298,75 @@ def _cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def planner_figures(data: pathlib.Path, workers: int, ps: int) -> dict:
+    """What the capacity planner (``recsys_dist/cluster/capacity.py``, its measured rates)
+    predicts for this bench's cluster, with distinct rows per batch measured on the
+    bench's own data: CPU seconds per step of all workers, of all servers and of the
+    chief; the busiest server's bytes per step (sent plus received); its NIC ceiling per
+    Gbit/s."""
+    from recsys_dist.cluster import capacity
+    from recsys_dist.config import load_config
+    from recsys_dist.data.batch_rows import distinct_rows_per_batch
+    from recsys_dist.data.input_fn import prepare_input
+    from recsys_dist.models.footprint import model_footprint
+
+    config = load_config(DEMO_CONFIG).with_data_path(str(data))
+    distinct, _ = distinct_rows_per_batch(prepare_input(config, None, 1), config.features, 20)
+    loads = capacity.server_loads(model_footprint(config), config, ps, distinct)
+    rates, batch = capacity.MEASURED_RATES, config.input.batch_size
+    nic_per_gbit = capacity.ceilings(
+        loads, config, workers, rates, capacity.Machines(1e9 / 8)
+    ).by_resource["server NIC"]
+    return {
+        "cpu_per_step": {
+            "worker": batch / rates.worker_examples_per_core,
+            "ps": sum(load.values for load in loads) / rates.server_values_per_core,
+            "chief": 1 / (rates.chief_closures * config.train.steps_per_call),
+        },
+        "bytes_per_step_busiest_server": max(load.bytes_out + load.bytes_in for load in loads),
+        "nic_examples_per_second_per_gbit": nic_per_gbit,
+    }
+
+
+def check_planner(predicted: dict, results: dict) -> list[str]:
+    """The planner's figures against the four-host runs (``hosts`` and the capped cases)."""
+    out = []
+    hosts = results.get("hosts", [])
+    if hosts:
+        for role, value in predicted["cpu_per_step"].items():
+            measured = statistics.median(r["cpu_per_step"][role] for r in hosts)
+            out.append(
+                f"planner {role + ' CPU/step':>16}: predicted {value * 1e3:7.2f} ms, measured "
+                f"{measured * 1e3:7.2f} ms (hosts, median), predicted/measured "
+                f"{value / measured:.2f}"
+            )
+        measured = statistics.median(r["bytes_per_step_busiest_server"] for r in hosts)
+        value = predicted["bytes_per_step_busiest_server"]
+        out.append(
+            f"planner {'busiest ps bytes':>16}: predicted {value / 1e6:7.3f} MB, measured "
+            f"{measured / 1e6:7.3f} MB per step (its link, both ways), predicted/measured "
+            f"{value / measured:.2f}"
+        )
+    free = statistics.median(r["examples_per_second"] for r in hosts) if hosts else None
+    for name, runs in results.items():
+        if not name.endswith(" gbit"):
+            continue
+        gbit = float(name.split()[0])
+        ceiling = gbit * predicted["nic_examples_per_second_per_gbit"]
+        measured = statistics.median(r["examples_per_second"] for r in runs)
+        binds = free is not None and ceiling < free
+        out.append(
+            f"planner {'NIC ' + name:>16}: ceiling {ceiling:9,.0f} ex/s, measured "
+            f"{measured:9,.0f} ex/s"
+            + (
+                f" (NIC binds: predicted/measured {ceiling / measured:.2f})"
+                if binds
+                else f" (NIC does not bind here: {free:,.0f} ex/s uncapped)"
+            )
+        )
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
@@ -271,6 +376,9 @@ def main() -> int:
     parser.add_argument("--dispatch", default="", help="worker counts, e.g. 8,16")
     parser.add_argument(
         "--cases", default="", help="only these cases, e.g. 'hosts,+0 ms,+1 ms' (default: all)"
+    )
+    parser.add_argument(
+        "--planner", action="store_true", help="check the capacity planner against the runs"
     )
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args()
@@ -320,6 +428,12 @@ def main() -> int:
                 f"{name:>10} {statistics.median(rates):12,.0f} {max(rates):10,.0f} "
                 f"{statistics.median(per) / 1e6 if per else float('nan'):15.2f}"
             )
+        if args.planner:
+            predicted = planner_figures(base / "data", bench.workers, bench.ps)
+            figures["planner"] = predicted
+            print()
+            for line in check_planner(predicted, results):
+                print(line, flush=True)
         if args.settings:
             settings = {
                 "default": (),
@@ -348,9 +462,10 @@ def main() -> int:
             )
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(figures, indent=1))
-    one = statistics.median(r["examples_per_second"] for r in results["+1 ms"])
-    zero = statistics.median(r["examples_per_second"] for r in results["+0 ms"])
-    print(f"throughput at 1 ms vs 0 ms: {one / zero:.2f}")
+    if "+1 ms" in results and "+0 ms" in results:
+        one = statistics.median(r["examples_per_second"] for r in results["+1 ms"])
+        zero = statistics.median(r["examples_per_second"] for r in results["+0 ms"])
+        print(f"throughput at 1 ms vs 0 ms: {one / zero:.2f}")
     return 0
 
 

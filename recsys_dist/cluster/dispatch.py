@@ -10,12 +10,17 @@ returns once.
 
 Training takes closures back as they come back instead (``any_order``): each item is
 recorded on its own, and a closure stuck on a worker whose link is down then holds back
-no other.
+no other. When nothing comes back while a worker is unreachable (the others have run
+everything else, e.g. at the end of a pass), the items in flight are scheduled once
+more, so the stuck one runs on another worker; the stuck copy still finishes when its
+worker's link returns (or ``ClusterCoordinator`` runs it elsewhere once the worker is
+named lost), so such an item trains at most twice, as after a killed worker.
 """
 
 from __future__ import annotations
 
 import collections
+import time
 from typing import Any, Callable
 
 import tensorflow as tf
@@ -25,6 +30,23 @@ from recsys_dist.errors import ClusterLost, DataError
 #: How often :meth:`InFlight.pop` looks for any closure that is back while the oldest is
 #: not.
 ANY_ORDER_POLL_SECONDS = 0.02
+
+#: With ``any_order``, while a worker is unreachable and nothing has come back for this
+#: long (or for 4 times the median wait between results, if that is longer), the
+#: closures in flight are scheduled again: the ones stuck on that worker then run on the
+#: others, and whichever copy comes back first counts.
+DUPLICATE_AFTER_SECONDS = 0.5
+
+
+class _Item:
+    """One scheduled item: its tag, its arguments and every closure running it."""
+
+    def __init__(self, tag: Any, args: tuple, remote):
+        self.tag, self.args, self.remotes = tag, args, [remote]
+
+    def back(self):
+        """The first of its closures that is back, or None."""
+        return next((r for r in self.remotes if came_back(r)), None)
 
 
 class InFlight:
@@ -36,12 +58,25 @@ class InFlight:
       limit: Closures in flight at most (normally twice the workers).
       any_order: Return closures as they come back, not in the order they were
         scheduled (training, where each item is recorded on its own).
+      unreachable: Whether a worker is unreachable now; with ``any_order``, closures that
+        wait too long then run again on the other workers (see
+        :data:`DUPLICATE_AFTER_SECONDS`).
     """
 
-    def __init__(self, coordinator, function: Callable, limit: int, any_order: bool = False):
+    def __init__(
+        self,
+        coordinator,
+        function: Callable,
+        limit: int,
+        any_order: bool = False,
+        unreachable: Callable[[], bool] = lambda: False,
+    ):
         self._coordinator, self._function, self._limit = coordinator, function, limit
-        self._any_order = any_order
-        self._pending: collections.deque = collections.deque()
+        self._any_order, self._unreachable = any_order, unreachable
+        self._pending: collections.deque[_Item] = collections.deque()
+        self._last_back: float | None = None  # none back yet: start-up is no stall
+        self._gaps: collections.deque[float] = collections.deque(maxlen=64)
+        self.duplicated = 0  # items scheduled again because a worker was unreachable
 
     def has_room(self) -> bool:
         return len(self._pending) < self._limit
@@ -51,36 +86,75 @@ class InFlight:
 
     def put(self, tag: Any, *args: int) -> None:
         """Schedules ``function(*args)`` (int64 scalars); :meth:`pop` returns ``tag`` with it."""
-        self._pending.append(
-            (
-                tag,
-                self._coordinator.schedule(
-                    self._function, args=tuple(tf.constant(v, tf.int64) for v in args)
-                ),
-            )
+        if not self._pending and self._last_back is not None:
+            self._last_back = time.monotonic()  # a wait starts with the first item in flight
+        self._pending.append(_Item(tag, args, self._schedule(args)))
+
+    def _schedule(self, args: tuple):
+        return self._coordinator.schedule(
+            self._function, args=tuple(tf.constant(v, tf.int64) for v in args)
         )
 
     def pop(self) -> tuple[Any, Any]:
         """``(tag, result)`` of the oldest closure, waiting for it; with ``any_order``, of
         the oldest closure that is back, waiting for the first to come back."""
-        index = 0
-        while self._any_order and not _back(self._pending[0][1]):
-            index = next((i for i, (_, r) in enumerate(self._pending) if _back(r)), 0)
-            if index:
-                break
-            _wait(self._pending[0][1], ANY_ORDER_POLL_SECONDS)
-        tag, remote = self._pending[index]
+        if not self._any_order:
+            item = self._pending.popleft()
+            return item.tag, _fetch(item.remotes[0])
+        while (index := next((i for i, it in enumerate(self._pending) if it.back()), None)) is None:
+            if (
+                self._last_back is not None
+                and time.monotonic() - self._last_back
+                >= max(DUPLICATE_AFTER_SECONDS, 4 * self._median_gap())
+                and self._unreachable()
+            ):
+                self._schedule_again()
+            _wait(self._pending[0].remotes[-1], ANY_ORDER_POLL_SECONDS)
+        item = self._pending[index]
         del self._pending[index]
-        result = remote.fetch()
-        if result is None:
-            # Seen once under heavy load, after a worker's RPC failed: the coordinator
-            # handed back a closure with no values. Treat it as a lost task (resume from
-            # the last checkpoint) rather than fail on the missing figures.
-            raise ClusterLost("a work item came back from a worker without its result")
-        return tag, result
+        now = time.monotonic()
+        if self._last_back is not None and not self._unreachable():
+            self._gaps.append(now - self._last_back)
+        self._last_back = now
+        # Any other copy of the item is left to finish on its own; its result is dropped.
+        return item.tag, _fetch(item.back())
+
+    def _median_gap(self) -> float:
+        """The median wait between results while every worker answered (a wait for a
+        parameter server, or a checkpoint, is one long gap among many short ones)."""
+        return sorted(self._gaps)[len(self._gaps) // 2] if self._gaps else 0.0
+
+    def _schedule_again(self) -> None:
+        """Schedules every item in flight once more (each at most once)."""
+        for item in self._pending:
+            if len(item.remotes) == 1:
+                item.remotes.append(self._schedule(item.args))
+                self.duplicated += 1
+        self._last_back = time.monotonic()
 
 
-def _back(remote) -> bool:
+def run_on_a_worker(coordinator, function: Callable, unreachable: Callable[[], bool]) -> Any:
+    """``function()``'s values, run as one closure on whichever worker takes it; while a
+    worker is unreachable, a copy stuck on it runs again on another (as training items
+    do), so this returns even when the closure first went to a worker whose link is down.
+    """
+    reader = InFlight(coordinator, function, 1, any_order=True, unreachable=unreachable)
+    reader._last_back = time.monotonic()  # the wait for this one result starts now
+    reader.put(None)
+    return reader.pop()[1]
+
+
+def _fetch(remote):
+    result = remote.fetch()
+    if result is None:
+        # Seen once under heavy load, after a worker's RPC failed: the coordinator
+        # handed back a closure with no values. Treat it as a lost task (resume from
+        # the last checkpoint) rather than fail on the missing figures.
+        raise ClusterLost("a work item came back from a worker without its result")
+    return result
+
+
+def came_back(remote) -> bool:
     """Whether a closure's result (or error) is back, without waiting for it."""
     event = getattr(remote, "_status_available_event", None)
     return event is None or event.is_set()

@@ -8,12 +8,19 @@ without a word. :class:`TaskWatch` probes every task's address from a thread of 
 coordinator (a TCP connection, once a second) and acts on what it sees:
 
 - a task unreachable for ``lost_after`` seconds is reported by job, index and address.
-  For a *worker*, the coordinator's own connections to it are shut down, so the calls
-  in flight to it fail at once; ``ClusterCoordinator`` then runs the worker's closures
-  on the other workers and takes the worker back when it serves again (its own handling
-  of a lost worker). For a *parameter server*, the run waits: its variables live there,
+  For a *worker*, the run goes on without it: its closure in flight stays where it is
+  (its connection is left alone, so the call goes on when the link returns), and the
+  training loop runs that item again on the other workers (``cluster/dispatch.py``).
+  Closing the coordinator's connections to the worker would instead make
+  ``ClusterCoordinator`` rebuild its cluster view, which stalls every worker for about
+  20 s (measured). For a *parameter server*, the run waits: its variables live there,
   and the calls to it go on when the link returns.
 - a task that answers again is reported with how long it was away.
+- a worker whose last probe failed is *unreachable* at once (:meth:`TaskWatch.unreachable`),
+  before it is reported lost; :meth:`TaskWatch.workers_answer` probes the workers right
+  now. The training loop asks both before the few ops it runs on the coordinator that wait
+  for every worker to answer (a summary write, a checkpoint), and holds those until the
+  workers answer again.
 - a task unreachable for ``give_up_after`` seconds ends the run: one line naming the
   task and its address, exit code 4, as for a lost task. A rerun resumes from the last
   checkpoint. This also bounds a start on a cluster with a task that never comes up.
@@ -50,70 +57,6 @@ def _reachable(address: str, timeout: float) -> bool:
         return False
 
 
-def _socket_inodes_to(address: str) -> set[str]:
-    """Inodes of this process's TCP sockets connected to ``address`` (IPv4 and IPv6)."""
-    host, port = _host_port(address)
-    try:
-        ips = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
-    except OSError:
-        return set()
-    wanted = set()
-    for ip in ips:
-        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        packed = socket.inet_pton(family, ip)
-        if family == socket.AF_INET:
-            # /proc/net/tcp prints each 32-bit word in host (little-endian) order
-            hexed = packed[::-1].hex().upper()
-            wanted.add((f"{hexed}:{port:04X}", "tcp"))
-            mapped = b"\0" * 10 + b"\xff\xff" + packed
-            wanted.add((_ipv6_words(mapped) + f":{port:04X}", "tcp6"))
-        else:
-            wanted.add((_ipv6_words(packed) + f":{port:04X}", "tcp6"))
-    inodes = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = open(f"/proc/self/net/{table}").read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if (fields[2], table) in wanted:
-                inodes.add(fields[9])
-    return inodes
-
-
-def _ipv6_words(packed: bytes) -> str:
-    return "".join(packed[i : i + 4][::-1].hex().upper() for i in range(0, 16, 4))
-
-
-def abort_connections_to(address: str) -> int:
-    """Shuts down this process's TCP connections to ``address``; how many there were.
-
-    A connection to a host that dropped off the network would otherwise wait for the
-    kernel's retransmissions to give up; after ``shutdown`` the calls on it fail at once
-    and gRPC connects again when the host answers.
-    """
-    inodes = _socket_inodes_to(address)
-    if not inodes:
-        return 0
-    done = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:[") and target[8:-1] in inodes:
-            sock = socket.socket(fileno=int(fd))
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-                done += 1
-            except OSError:
-                pass
-            finally:
-                sock.detach()  # the descriptor stays gRPC's
-    return done
-
-
 class TaskWatch:
     """Probes the tasks of a cluster from a background thread (see the module docstring).
 
@@ -142,6 +85,8 @@ class TaskWatch:
         self._stop = threading.Event()
         self._down_since: dict[tuple[str, int], float] = {}
         self._reported: set[tuple[str, int]] = set()
+        self._failed_last: set[tuple[str, int]] = set()
+        self._failed_at: dict[tuple[str, int], float] = {}
         self._thread = threading.Thread(target=self._loop, name="TaskWatch", daemon=True)
 
     def __enter__(self) -> TaskWatch:
@@ -156,6 +101,31 @@ class TaskWatch:
         """The tasks reported lost and not back yet, as ``(job, index)``."""
         return sorted(self._reported)
 
+    def unreachable(self) -> list[tuple[str, int]]:
+        """The tasks whose last probe failed or that are reported lost, as ``(job, index)``."""
+        return sorted(self._failed_last | self._reported)
+
+    def unreachable_within(self, seconds: float) -> list[tuple[str, int]]:
+        """The tasks that failed a probe in the last ``seconds`` (or are unreachable now)."""
+        now = time.monotonic()
+        recent = {key for key, at in self._failed_at.items() if now - at <= seconds}
+        return sorted(recent | self._failed_last | self._reported)
+
+    def workers_answer(self, timeout: float = PROBE_SECONDS) -> bool:
+        """Whether every worker accepts a connection now (probed at once, in parallel)."""
+        workers = [(i, a) for job, i, a in self._tasks if job == "worker"]
+        answers: dict[int, bool] = {}
+
+        def probe(index: int, address: str) -> None:
+            answers[index] = _reachable(address, timeout)
+
+        threads = [threading.Thread(target=probe, args=w, daemon=True) for w in workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout + 1)
+        return all(answers.get(i, False) for i, _ in workers)
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
@@ -168,6 +138,7 @@ class TaskWatch:
     def _check(self, job: str, index: int, address: str, up: bool) -> None:
         key, now = (job, index), time.monotonic()
         if up:
+            self._failed_last.discard(key)
             since = self._down_since.pop(key, None)
             if key in self._reported:
                 self._reported.discard(key)
@@ -177,6 +148,8 @@ class TaskWatch:
                     + ("; it takes work again" if job == "worker" else "; training goes on")
                 )
             return
+        self._failed_last.add(key)
+        self._failed_at[key] = now
         since = self._down_since.setdefault(key, now)
         away = now - since
         if away >= self._give_up_after:
@@ -190,11 +163,11 @@ class TaskWatch:
         elif away >= self._lost_after and key not in self._reported:
             self._reported.add(key)
             if job == "worker":
-                aborted = abort_connections_to(address)
                 self._report(
                     f"lost\t{job} {index} ({address}): unreachable for "
-                    f"{away:.0f} s; its work goes to the other workers until it "
-                    f"answers again ({aborted} connection(s) to it closed)"
+                    f"{away:.0f} s; the other workers take its work until it answers "
+                    f"again (the run stops if it is not back within "
+                    f"{self._give_up_after:g} s, cluster.give_up_after_seconds)"
                 )
             else:
                 self._report(

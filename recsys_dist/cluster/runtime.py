@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,8 +29,9 @@ import tensorflow as tf
 
 from recsys_dist import scratch, storage_io
 from recsys_dist.cluster.collective import collective_strategy, collective_task
+from recsys_dist.cluster.executor_scope import borrowed_executors_do_not_wait
 from recsys_dist.cluster.in_process import InProcessCluster
-from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.cluster.liveness import PROBE_SECONDS, TaskWatch
 from recsys_dist.cluster.local import LocalCluster
 from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
@@ -67,9 +69,38 @@ class Runtime:
     task_index: int = 0
     watch: TaskWatch | None = None
 
-    def worker_lost(self) -> bool:
-        """Whether the chief reports a worker lost now (``tf_config`` mode)."""
-        return self.watch is not None and any(job == "worker" for job, _ in self.watch.lost())
+    def worker_unreachable(self) -> bool:
+        """Whether a worker failed its last probe or is reported lost (``tf_config`` mode):
+        a closure on it may be stuck until its link returns."""
+        return self.watch is not None and any(
+            job == "worker" for job, _ in self.watch.unreachable()
+        )
+
+    def workers_unreachable_within(self, seconds: float) -> list[int]:
+        """The workers that failed a probe in the last ``seconds`` (``tf_config`` mode)."""
+        if self.watch is None:
+            return []
+        return [i for job, i in self.watch.unreachable_within(seconds) if job == "worker"]
+
+    def workers_answer(self) -> bool:
+        """Whether every worker answers a probe now (always, outside ``tf_config`` mode)."""
+        return self.watch is None or self.watch.workers_answer()
+
+    def wait_for_workers(self, before: str) -> None:
+        """Waits until every worker answers again, saying so once; ``TaskWatch`` ends the
+        run if one stays away for ``cluster.give_up_after_seconds``."""
+        said = False
+        while self.worker_unreachable() or not self.workers_answer():
+            if not said:
+                away = [i for job, i in self.watch.unreachable() if job == "worker"]
+                log.info(
+                    "wait\tfor worker %s to answer again: %s needs every worker (the run "
+                    "stops if one is away for cluster.give_up_after_seconds)",
+                    ", ".join(map(str, away)) or "?",
+                    before,
+                )
+                said = True
+            time.sleep(PROBE_SECONDS / 2)
 
     @property
     def lockstep(self) -> bool:
@@ -124,6 +155,13 @@ def make_strategy(
     )
 
 
+def cluster_coordinator(strategy) -> tf.distribute.experimental.coordinator.ClusterCoordinator:
+    """The coordinator of a parameter-server ``strategy``, with its worker threads kept
+    from waiting on each other (``cluster/executor_scope.py``)."""
+    borrowed_executors_do_not_wait()
+    return tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+
+
 def _tf_config_resolver():
     spec, task_type, _ = parse_tf_config(os.environ.get("TF_CONFIG"))
     if task_type != "chief":
@@ -169,7 +207,7 @@ def connect(
     if cluster.mode == "in_process":
         servers = InProcessCluster(cluster.workers, cluster.ps)
         strategy = make_strategy(servers.cluster_resolver(), cluster.ps, min_shard_bytes)
-        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        coordinator = cluster_coordinator(strategy)
         with terminate_on_signals():
             yield Runtime(strategy, coordinator, cluster.workers, cluster.ps, cluster.mode)
         return
@@ -180,7 +218,7 @@ def connect(
         ):
             local.supervise_workers(report=log.info)
             strategy = make_strategy(local.cluster_resolver(), cluster.ps, min_shard_bytes)
-            coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+            coordinator = cluster_coordinator(strategy)
             yield Runtime(
                 strategy, coordinator, cluster.workers, cluster.ps, cluster.mode, log_dir, local
             )
@@ -193,7 +231,7 @@ def connect(
         TaskWatch(spec, cluster.lost_after_seconds, cluster.give_up_after_seconds) as watch,
     ):
         strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
-        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        coordinator = cluster_coordinator(strategy)
         yield Runtime(
             strategy, coordinator, len(spec["worker"]), len(spec["ps"]), cluster.mode, watch=watch
         )

@@ -43,7 +43,11 @@ class TrainingLoop:
         self.cadence = Cadence(trainer.config.train, trainer.step)
         self.attempt = Attempt(trainer.step, max(8, 4 * runtime.num_workers), self.cadence)
         self.in_flight = InFlight(
-            runtime.coordinator, trainer.train_item, 2 * runtime.num_workers, any_order=True
+            runtime.coordinator,
+            trainer.train_item,
+            2 * runtime.num_workers,
+            any_order=True,
+            unreachable=runtime.worker_unreachable,
         )
 
     def run(self) -> TrainResult:
@@ -67,6 +71,9 @@ class TrainingLoop:
                 self._collect_one()
         while len(in_flight):
             self._collect_one()
+        # A copy of an item may still be on a worker whose link is down; the final
+        # checkpoint waits for it (and for every worker to answer).
+        trainer.runtime.wait_for_workers("the final checkpoint")
         trainer.runtime.coordinator.join()
         return self._finish()
 
@@ -103,11 +110,8 @@ class TrainingLoop:
         """The training AUC of the pass that has just ended; the AUC metrics then start
         over for the next pass (unless it was the last)."""
         trainer, epoch = self.trainer, self.attempt.epoch
-        aucs = {n: float(m.result()) for n, m in trainer.auc.items()}
+        aucs = trainer.auc_reader.values(reset=reset)
         log_pass(epoch, trainer.position.epochs, aucs)
-        if reset:
-            for metric in trainer.auc.values():
-                metric.reset_state()
         return {"epoch": epoch + 1, "auc": aucs}
 
     def _collect(self, tag: tuple[int, int], result) -> None:
@@ -139,35 +143,47 @@ class TrainingLoop:
             cadence.summary_due(now),
             cadence.checkpoint_due(now, attempt.step),
         )
-        if trainer.runtime.worker_lost():
-            # A checkpoint waits for every closure in flight, one of which may be stuck on
-            # the lost worker; a summary's or the log line's ops on this process waited too
-            # (seen on tf_config clusters): all three resume when the worker is back.
-            due = (False, False, False)
-        if trainer.runtime.lockstep:  # every worker does what the chief decided
-            due = agree(trainer.runtime.strategy, due, trainer.runtime.is_chief)
+        runtime = trainer.runtime
+        if runtime.worker_unreachable() or ((due[1] or due[2]) and not runtime.workers_answer()):
+            # A summary write or a checkpoint on this process waits until every worker
+            # answers (seen on tf_config clusters: the whole run stopped with it until a cut
+            # link came back), and a checkpoint waits for every closure in flight: both
+            # wait until the worker answers again. Progress lines go on.
+            due = (due[0], False, False)
+        if runtime.lockstep:  # every worker does what the chief decided
+            due = agree(runtime.strategy, due, runtime.is_chief)
         log_now, summary, save = due
         if log_now:
-            line = progress_line(attempt, trainer.position, trainer.auc, trainer.rows_in_flight)
+            line = progress_line(
+                attempt,
+                trainer.position,
+                list(trainer.auc),
+                trainer.rows_in_flight,
+                trainer.auc_reader.latest,
+            )
             if line is not None:
                 log.info("%s", line)
         if summary:
             self._summaries(attempt.counters.rows / (now - cadence.start))
         if save:
             self._drain()  # the checkpoint must match the finished items exactly
+        if save and not runtime.lockstep and not runtime.workers_answer():
+            save = False  # a worker went away during the drain: save once it answers
+        if save:
             trainer.checkpoint(attempt)
             self.writer.flush()
             self.sync_summaries()
             attempt.saved(attempt.step)
 
-    def _summaries(self, rate: float) -> None:
+    def _summaries(self, rate: float, final: bool = False) -> None:
+        """Writes the summaries; the AUCs are the latest reading (read now at the end)."""
         trainer = self.trainer
         write_summaries(
             self.writer,
             self.attempt.step,
             rate,
             self.attempt.mean_loss(),
-            trainer.auc,
+            trainer.auc_reader.values() if final else trainer.auc_reader.latest(),
             trainer.bookkeeping.stats(),
         )
 
@@ -180,7 +196,7 @@ class TrainingLoop:
             self._after_pass(attempt.epoch + 1)
         changed = any([hook.end(attempt) for hook in trainer.hooks])
         seconds = time.perf_counter() - self.cadence.start
-        self._summaries(counters.rows / seconds if seconds else 0.0)
+        self._summaries(counters.rows / seconds if seconds else 0.0, final=True)
         self.writer.flush()
         end = time.perf_counter()  # the rates leave out the final checkpoint
         # Never rewrite the restored checkpoint, nor one this attempt just wrote.
@@ -195,11 +211,7 @@ class TrainingLoop:
             else float("nan")
         )
         # The last pass's AUC (a stop between passes has already reset the metrics).
-        auc = (
-            attempt.epochs[-1]["auc"]
-            if attempt.epochs
-            else {n: float(m.result()) for n, m in trainer.auc.items()}
-        )
+        auc = attempt.epochs[-1]["auc"] if attempt.epochs else trainer.auc_reader.values()
         stopping = trainer.early_stopping
         return TrainResult(
             counters.steps,

@@ -4,6 +4,7 @@ each pass and checkpoint, and the scalar summaries."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
@@ -28,14 +29,19 @@ DYNAMIC_SCALARS = (
 
 
 def progress_line(
-    attempt: Attempt, position: DataPosition, auc: dict, rows_in_flight: int
+    attempt: Attempt,
+    position: DataPosition,
+    labels: list[str],
+    rows_in_flight: int,
+    read_aucs: Callable[[], dict[str, float] | None],
 ) -> str | None:
     """``step N | rate | loss | AUCs | done% | ETA``, or None before there is a rate.
 
     The AUC's counts live on the parameter servers and are read while workers add to
     them, so a reading can be off by the rows in flight; early in a pass that is most of
     what was counted (readings above 1 were seen). So it is shown once the pass has
-    counted :data:`AUC_SHOWN_AFTER` times the rows in flight.
+    counted :data:`AUC_SHOWN_AFTER` times the rows in flight. ``read_aucs`` gives the
+    latest reading, or None while the first one is on its way.
     """
     (t0, rows0), (t1, rows1) = attempt.window[0], attempt.window[-1]
     if t1 <= t0 or rows1 <= rows0:
@@ -43,10 +49,15 @@ def progress_line(
     rate = (rows1 - rows0) / (t1 - t0)
     done, total = position.finished_rows, position.total_rows
     eta = (total - done) / rate
+    values = None
     if attempt.counters.rows - attempt.pass_start >= AUC_SHOWN_AFTER * rows_in_flight:
-        aucs = " ".join(f"auc/{n} {float(m.result()):.4f}" for n, m in auc.items())
+        values = read_aucs() or dict.fromkeys(labels)
+    if values is None:
+        aucs = " ".join(f"auc/{n} (pass starting)" for n in labels)
     else:
-        aucs = " ".join(f"auc/{n} (pass starting)" for n in auc)
+        aucs = " ".join(
+            f"auc/{n} " + ("(reading)" if values[n] is None else f"{values[n]:.4f}") for n in labels
+        )
     if position.epochs > 1 and attempt.epoch is not None:
         aucs += f" (epoch {attempt.epoch + 1}/{position.epochs})"
     return (
@@ -80,14 +91,20 @@ def log_checkpoint(saved: SavedCheckpoint, position: DataPosition) -> None:
 
 
 def write_summaries(
-    writer, step: int, rate: float, loss: float, auc: dict, dynamic_tables: dict[str, dict]
+    writer,
+    step: int,
+    rate: float,
+    loss: float,
+    aucs: dict[str, float] | None,
+    dynamic_tables: dict[str, dict],
 ) -> None:
-    """The loss, rate, training AUCs and dynamic tables' figures at global ``step``."""
+    """The loss, rate, training AUCs (unless None: no reading yet) and dynamic tables'
+    figures at global ``step``."""
     with writer.as_default(step=step):
         _scalar("loss", loss)
         _scalar("examples_per_second", rate)
-        for name, metric in auc.items():
-            _scalar(f"auc/{name}", float(metric.result()))
+        for name, value in (aucs or {}).items():
+            _scalar(f"auc/{name}", value)
         for table, stats in dynamic_tables.items():
             for key in DYNAMIC_SCALARS:
                 if key in stats:

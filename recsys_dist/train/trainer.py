@@ -19,6 +19,7 @@ trainer owns the state they share: the model, the data position and the checkpoi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import shutil
@@ -49,11 +50,13 @@ from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
+from recsys_dist.errors import ClusterLost
 from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.table_stack import TableStack
 from recsys_dist.models.zoo import build_from_config
 from recsys_dist.train.async_runner import async_train_item
 from recsys_dist.train.attempt import Attempt
+from recsys_dist.train.auc_reading import AucReader
 from recsys_dist.train.data_position import DataPosition
 from recsys_dist.train.dense_cache import check_dense_refresh
 from recsys_dist.train.hooks import Hook
@@ -70,6 +73,10 @@ from recsys_dist.train.result import (
 from recsys_dist.train.step import ReplicaStep, training_auc
 from recsys_dist.train.table_bookkeeping import TableBookkeeping
 from recsys_dist.train.validation import EarlyStoppingHook
+
+#: A worker's read that failed comes back when its link does; a storage failure counts as
+#: a lost task when its worker failed a probe this recently.
+UNREACHABLE_LOOKBACK_SECONDS = 120.0
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +189,7 @@ class Trainer:
                 steps_per_epoch=math.ceil(pipeline.plan.total_rows / pipeline.spec.batch_size),
             )
             self.auc = training_auc(config.labels)
+            self.auc_reader = AucReader(self.auc, self.runtime)
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
 
     def _runner(self):
@@ -353,6 +361,7 @@ class Trainer:
         # TensorFlow writes the summaries locally; for a remote model dir they are staged
         # and uploaded at each checkpoint and at the end.
         with (
+            self._storage_failures_of_unreachable_workers_as_cluster_lost(),
             worker_errors_as_data_errors(),
             cluster_failures_as_cluster_lost(self.runtime.lockstep),
             storage_io.StagedDir(
@@ -364,6 +373,24 @@ class Trainer:
                 return TrainingLoop(self, writer, summaries.sync).run()
             finally:
                 writer.close()
+
+    @contextlib.contextmanager
+    def _storage_failures_of_unreachable_workers_as_cluster_lost(self):
+        """A worker whose link was down could not reach storage either: its read failed
+        after every retry, and the failure comes back when the link returns (a copy of
+        the item may have trained elsewhere meanwhile, but ``ClusterCoordinator`` fails
+        the run on any closure's error). That is a lost task, not a storage failure: the
+        run restarts from its last checkpoint."""
+        try:
+            yield
+        except storage_io.StorageError as exc:
+            away = self.runtime.workers_unreachable_within(UNREACHABLE_LOOKBACK_SECONDS)
+            if not away:
+                raise
+            raise ClusterLost(
+                f"worker {', '.join(map(str, away))} was unreachable while a read of it "
+                f"failed ({exc})"
+            ) from None
 
     def write_run_files(self, result: TrainResult, eval_metrics: dict | None) -> None:
         """Writes the run's figures into ``model_dir``: ``train_result.json``."""

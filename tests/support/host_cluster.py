@@ -114,14 +114,16 @@ class HostCluster:
         self.servers[host] = process
         return process
 
-    def start_servers(self) -> None:
+    def start_servers(self, timeout: float = 60) -> None:
+        """Starts every worker and ps server; waits up to ``timeout`` s for each to listen."""
         for index in range(self.workers):
             self.start_server("worker", index)
         for index in range(self.ps):
             self.start_server("ps", index)
         for host in self.servers:
-            port = int(self.spec[host.rstrip("0123456789")][int(host[-1])].rsplit(":", 1)[1])
-            self.net.wait_for_port(host, port)
+            job = host.rstrip("0123456789")
+            port = int(self.spec[job][int(host[len(job) :])].rsplit(":", 1)[1])
+            self.net.wait_for_port(host, port, timeout=timeout)
 
     def stop_servers(self) -> None:
         for host in list(self.servers):

@@ -37,11 +37,13 @@ class TrainRun:
             env=None if env is None else {**os.environ, **env},
         )
         self.lines: list[str] = []
+        self.times: list[float] = []  # time.monotonic() when each line was read
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
         for line in self.process.stdout:
+            self.times.append(time.monotonic())
             self.lines.append(line)
 
     @property
@@ -58,6 +60,21 @@ class TrainRun:
                 break
             time.sleep(0.05)
         raise AssertionError(f"no {count} x {pattern!r} in the output:\n{self.output[-4000:]}")
+
+    def steps_per_second(self, start: float, end: float) -> float:
+        """Training steps per second from ``start`` to the last progress line before
+        ``end`` (``time.monotonic()`` times), counted from the step of the last progress
+        line before ``start``; 0 when no progress line came after ``start``."""
+        steps = [
+            (t, int(m.group(1).replace(",", "")))
+            for t, line in zip(list(self.times), list(self.lines))
+            if (m := re.match(r"(?:checkpoint )?step ([\d,]+)", line))
+        ]
+        base = [s for t, s in steps if t <= start]
+        after = [(t, s) for t, s in steps if start < t <= end]
+        if not base or not after:
+            return 0.0
+        return (after[-1][1] - base[-1]) / (after[-1][0] - start)
 
     def finish(self, timeout: float = 400) -> int:
         code = self.process.wait(timeout=timeout)

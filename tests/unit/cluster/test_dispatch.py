@@ -12,6 +12,7 @@ import threading
 import pytest
 import tensorflow as tf
 
+from recsys_dist.cluster import dispatch
 from recsys_dist.cluster.dispatch import InFlight, check_item_rows
 from recsys_dist.data.shard_plan import Unit
 from recsys_dist.errors import ClusterLost, DataError
@@ -78,11 +79,15 @@ class Pending:
 
 
 class SlowCoordinator:
+    """Each closure comes back when the test says; with ``at_once``, as it is scheduled."""
+
     def __init__(self):
-        self.remotes = []
+        self.remotes, self.at_once = [], False
 
     def schedule(self, function, args):
         self.remotes.append(Pending(int(args[0])))
+        if self.at_once:
+            self.remotes[-1].arrive()
         return self.remotes[-1]
 
 
@@ -100,6 +105,68 @@ def test_with_any_order_a_closure_stuck_on_a_lost_worker_holds_back_no_other():
     assert in_flight.pop() == ("second", 1)  # waits for the first to come back
     stuck.arrive()
     assert in_flight.pop() == ("stuck", 0) and len(in_flight) == 0
+
+
+def test_while_a_worker_is_unreachable_an_item_stuck_on_it_is_scheduled_again(monkeypatch):
+    """Nothing comes back for DUPLICATE_AFTER_SECONDS while a worker is unreachable: the
+    items in flight run once more (on the workers that answer); the first copy back
+    counts, and the stuck copy is left to finish on its own."""
+    monkeypatch.setattr(dispatch, "DUPLICATE_AFTER_SECONDS", 0.2)
+    unreachable = [False]
+    coordinator = SlowCoordinator()
+    in_flight = InFlight(
+        coordinator, rows_of, limit=2, any_order=True, unreachable=lambda: unreachable[0]
+    )
+    in_flight.put("stuck", 0)
+    in_flight.put("fine", 1)
+    coordinator.remotes[1].arrive()
+    assert in_flight.pop() == ("fine", 1)
+    unreachable[0], coordinator.at_once = True, True
+    assert in_flight.pop() == ("stuck", 0)  # its second copy
+    assert len(coordinator.remotes) == 3 and in_flight.duplicated == 1
+    assert not coordinator.remotes[0]._status_available_event.is_set()
+
+
+def test_no_item_is_scheduled_again_while_every_worker_answers(monkeypatch):
+    monkeypatch.setattr(dispatch, "DUPLICATE_AFTER_SECONDS", 0.05)
+    coordinator = SlowCoordinator()
+    in_flight = InFlight(coordinator, rows_of, limit=2, any_order=True)
+    in_flight.put("first", 0)
+    in_flight.put("slow", 1)
+    coordinator.remotes[0].arrive()
+    assert in_flight.pop() == ("first", 0)
+    threading.Timer(0.3, coordinator.remotes[1].arrive).start()
+    assert in_flight.pop() == ("slow", 1)
+    assert len(coordinator.remotes) == 2 and in_flight.duplicated == 0
+
+
+def test_run_on_a_worker_returns_from_another_worker_when_the_first_copy_is_stuck(
+    monkeypatch,
+):
+    """A single closure (the training AUC's reading) that went to a worker whose link is
+    down runs again on another one after DUPLICATE_AFTER_SECONDS; with every worker
+    answering, it is scheduled once."""
+    monkeypatch.setattr(dispatch, "DUPLICATE_AFTER_SECONDS", 0.1)
+
+    class FirstCopyStuck:
+        def __init__(self):
+            self.remotes = []
+
+        def schedule(self, function, args):
+            assert args == ()
+            self.remotes.append(Pending(function()))
+            if len(self.remotes) > 1:
+                self.remotes[-1].arrive()
+            return self.remotes[-1]
+
+    coordinator = FirstCopyStuck()
+    assert dispatch.run_on_a_worker(coordinator, lambda: {"auc": 0.75}, lambda: True) == {
+        "auc": 0.75
+    }
+    assert len(coordinator.remotes) == 2
+    coordinator = Coordinator()
+    assert dispatch.run_on_a_worker(coordinator, lambda: 7, lambda: False) == 7
+    assert coordinator.scheduled == [()]
 
 
 def test_without_any_order_the_oldest_is_waited_for():

@@ -76,30 +76,24 @@ def test_the_cadence_logs_summarizes_and_checkpoints_when_due(clock):
     assert by_time.checkpoint_due(clock.now, 10)
 
 
-class FakeAuc:
-    def __init__(self, value):
-        self.value = value
-
-    def result(self):
-        return self.value
-
-
 def test_the_progress_line_shows_rate_loss_progress_and_the_auc_once_it_has_rows(clock):
     attempt = Attempt(first_step=0, keep=8, cadence=Cadence(TrainSpec(), 0))
     position = types.SimpleNamespace(finished_rows=250, total_rows=1000, epochs=2)
     attempt.window.append((0.0, 0))
-    assert progress_line(attempt, position, {"click": FakeAuc(0.7)}, 100) is None  # no rate
+    read = lambda: {"click": 0.7}  # noqa: E731
+    assert progress_line(attempt, position, ["click"], 100, read) is None  # no rate
     attempt.count(loss_sum=5.0, weight=10.0, rows=500, steps=5)
     attempt.window.append((2.0, 500))
     attempt.epoch = 0
-    line = progress_line(attempt, position, {"click": FakeAuc(0.7)}, rows_in_flight=100)
+    line = progress_line(attempt, position, ["click"], 100, read)
     assert line == (
         "step 5 | 250 ex/s | loss 0.5000 | auc/click (pass starting) (epoch 1/2) | 25% | ETA 3s"
     )
-    shown = progress_line(
-        attempt, position, {"click": FakeAuc(0.7)}, rows_in_flight=500 // AUC_SHOWN_AFTER
-    )
+    shown = progress_line(attempt, position, ["click"], 500 // AUC_SHOWN_AFTER, read)
     assert "auc/click 0.7000 (epoch 1/2)" in shown
+    # the first reading is still on its way
+    waiting = progress_line(attempt, position, ["click"], 500 // AUC_SHOWN_AFTER, lambda: None)
+    assert "auc/click (reading) (epoch 1/2)" in waiting
 
 
 def test_a_hook_does_nothing_unless_it_says_so():
@@ -117,3 +111,24 @@ def test_the_training_window_is_the_train_splits_dates_or_today():
     assert training_window(None) == (today, today)
     no_dates = types.SimpleNamespace(train=types.SimpleNamespace(date_range=lambda: None))
     assert training_window(no_dates) == (today, today)
+
+
+def test_a_storage_failure_of_a_worker_that_was_unreachable_is_a_lost_task():
+    """A worker whose link was down failed its read; the failure comes back with the
+    link: the run restarts from its last checkpoint (ClusterLost) instead of stopping on
+    a storage failure. With every worker answering, it stays a storage failure."""
+    from recsys_dist.errors import ClusterLost
+    from recsys_dist.storage_io import StorageError
+    from recsys_dist.train.trainer import Trainer
+
+    def fail(away: list[int]):
+        trainer = types.SimpleNamespace(
+            runtime=types.SimpleNamespace(workers_unreachable_within=lambda seconds: away)
+        )
+        with Trainer._storage_failures_of_unreachable_workers_as_cluster_lost(trainer):
+            raise StorageError("s3://b/part-0.parquet: cannot read it on a worker: timed out")
+
+    with pytest.raises(ClusterLost, match=r"worker 1 was unreachable while a read of it failed"):
+        fail([1])
+    with pytest.raises(StorageError, match="cannot read it on a worker"):
+        fail([])
