@@ -85,7 +85,6 @@ class TaskWatch:
         self._stop = threading.Event()
         self._down_since: dict[tuple[str, int], float] = {}
         self._reported: set[tuple[str, int]] = set()
-        self._failed_last: set[tuple[str, int]] = set()
         self._failed_at: dict[tuple[str, int], float] = {}
         self._thread = threading.Thread(target=self._loop, name="TaskWatch", daemon=True)
 
@@ -103,13 +102,13 @@ class TaskWatch:
 
     def unreachable(self) -> list[tuple[str, int]]:
         """The tasks whose last probe failed or that are reported lost, as ``(job, index)``."""
-        return sorted(self._failed_last | self._reported)
+        return sorted(self._down_since)  # (a task reported lost is down too)
 
     def unreachable_within(self, seconds: float) -> list[tuple[str, int]]:
         """The tasks that failed a probe in the last ``seconds`` (or are unreachable now)."""
         now = time.monotonic()
-        recent = {key for key, at in self._failed_at.items() if now - at <= seconds}
-        return sorted(recent | self._failed_last | self._reported)
+        recent = {key for key, at in list(self._failed_at.items()) if now - at <= seconds}
+        return sorted(recent | set(self._down_since))
 
     def workers_answer(self, timeout: float = PROBE_SECONDS) -> bool:
         """Whether every worker accepts a connection now (probed at once, in parallel)."""
@@ -138,7 +137,6 @@ class TaskWatch:
     def _check(self, job: str, index: int, address: str, up: bool) -> None:
         key, now = (job, index), time.monotonic()
         if up:
-            self._failed_last.discard(key)
             since = self._down_since.pop(key, None)
             if key in self._reported:
                 self._reported.discard(key)
@@ -148,7 +146,6 @@ class TaskWatch:
                     + ("; it takes work again" if job == "worker" else "; training goes on")
                 )
             return
-        self._failed_last.add(key)
         self._failed_at[key] = now
         since = self._down_since.setdefault(key, now)
         away = now - since
