@@ -38,13 +38,6 @@ from collections.abc import Mapping, Sequence
 from tests.support.paths import REPO
 
 PREFIX = "rdh"
-
-# TCP settings of every host. A call whose link is down retransmits with a backoff that
-# doubles up to 120 s, so after a 30 s cut it resumes at its next retransmission, up to
-# about 25 s after the link is back, and a test waits that long. Where the kernel has the
-# setting (Linux 6.15 on), the hosts cap the backoff at 1 s, and allow 100 retransmissions:
-# with the cap and the default 15, TCP drops a connection after about 15 s of a cut.
-TCP_SETTINGS = ("net.ipv4.tcp_rto_max_ms=1000", "net.ipv4.tcp_retries2=100")
 _OWNED = re.compile(rf"^{PREFIX}(\d+)")
 
 
@@ -64,14 +57,6 @@ def unavailable_reason() -> str | None:
         return f"cannot create a network namespace: {made.stderr.strip()[:120]}"
     _ip("netns", "del", probe, check=False)
     return None
-
-
-def _tune_tcp(namespace: str) -> None:
-    """Applies :data:`TCP_SETTINGS` in ``namespace`` when its kernel has them all."""
-    command = ["ip", "netns", "exec", namespace, "sysctl", "-q"]
-    if subprocess.run([*command, "net.ipv4.tcp_rto_max_ms"], capture_output=True).returncode:
-        return  # an older kernel: the defaults, and slower returns after a cut
-    subprocess.run([*command, "-w", *TCP_SETTINGS], check=True, capture_output=True)
 
 
 def _alive(pid: int) -> bool:
@@ -222,7 +207,6 @@ class HostNetwork:
             _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
             _ip("-n", namespace, "link", "set", "eth0", "up")
             _ip("-n", namespace, "link", "set", "lo", "up")
-            _tune_tcp(namespace)
             _ip("link", "set", link, "master", self.bridge)
             _ip("link", "set", link, "up")
             directory = self.directory / name

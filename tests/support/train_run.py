@@ -62,22 +62,35 @@ class TrainRun:
         raise AssertionError(f"no {count} x {pattern!r} in the output:\n{self.output[-4000:]}")
 
     def steps_per_second(self, start: float, end: float) -> float:
-        """Training steps per second from ``start`` to the last progress line before
-        ``end`` (``time.monotonic()`` times), counted from the step of the last progress
-        line before ``start``; 0 when no progress line came after ``start``."""
+        """Training steps per second from ``start`` to ``end`` (``time.monotonic()``
+        times): the steps from the last progress line at or before ``start`` to the last
+        at or before ``end``, over the time from ``start`` to ``end``, or to the run's
+        last progress line when its data ran out before ``end``; 0 when no progress line
+        came after ``start``."""
         steps = [
             (t, int(m.group(1).replace(",", "")))
             for t, line in zip(list(self.times), list(self.lines))
             if (m := re.match(r"(?:checkpoint )?step ([\d,]+)", line))
         ]
         base = [s for t, s in steps if t <= start]
-        after = [(t, s) for t, s in steps if start < t <= end]
-        if not base or not after:
+        inside = [(t, s) for t, s in steps if start < t <= end]
+        if not base or not inside:
             return 0.0
-        return (after[-1][1] - base[-1]) / (after[-1][0] - start)
+        return (inside[-1][1] - base[-1]) / (min(end, steps[-1][0]) - start)
 
     def finish(self, timeout: float = 400) -> int:
-        code = self.process.wait(timeout=timeout)
+        """The run's exit code; a run still going after ``timeout`` seconds is killed and
+        fails the test with the end of its output."""
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            self._reader.join(timeout=10)
+            raise AssertionError(
+                f"the run did not end within {timeout:.0f} s; its output ends:\n"
+                + self.output[-6000:]
+            ) from None
         self._reader.join(timeout=10)
         return code
 
