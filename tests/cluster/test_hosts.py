@@ -16,7 +16,6 @@ of ``test_fault_tolerance.py``, which says why it is 0.01).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -31,7 +30,7 @@ from recsys_dist.data.synth_files import synthesize
 from tests.support import hosts as host_support
 from tests.support.host_cluster import BUCKET, HostCluster, cluster_config, host_names
 from tests.support.hosts import HostNetwork, leftovers
-from tests.support.run_configs import EPOCHS, EVERY, small_run_config
+from tests.support.run_configs import EPOCHS, EVERY
 from tests.support.train_run import TrainRun
 
 pytestmark = pytest.mark.cluster
@@ -44,11 +43,7 @@ needs_namespaces = pytest.mark.skipif(
 IN_FLIGHT = 4 * 10  # 2 closures per worker x 2 workers x steps_per_call
 AUC_TOLERANCE = 0.01
 ROWS_PER_DAY = 12_000
-# The link cut test's run: 4 times the rows a day, so that the 15 s after a worker's cut
-# hold about 6 s of training (on the others' data 1-3 s are left, no longer than it takes
-# to notice that the worker is gone), and a checkpoint only at the end, so that no cut
-# falls on one.
-CUT_ROWS_PER_DAY = 4 * ROWS_PER_DAY
+# The link cut test's run writes a checkpoint only at its end, so that no cut falls on one.
 CUT_TEST_CHANGES = {"train.checkpoint_every_steps": 100_000}
 
 
@@ -71,7 +66,6 @@ def net(tmp_path_factory):
             row_groups_per_file=2,
         )
         network.data_url = storage.upload(data, "data")
-        network.storage = storage
         yield network
     assert leftovers(network.prefix) == []
 
@@ -96,11 +90,11 @@ def held_out_auc(cluster: HostCluster, model_dir: str) -> float:
     return cluster.read_json(f"{model_dir}/train_result.json")["eval"]["labels"]["click"]["auc"]
 
 
-def assert_complete(cluster: HostCluster, model_dir: str, rows_per_day: int = ROWS_PER_DAY) -> None:
+def assert_complete(cluster: HostCluster, model_dir: str) -> None:
     state = cluster.final_state(model_dir)
     position = state["position"]
     assert state["complete"] and position["done"] == [EPOCHS] * position["items"], position
-    assert position["finished_rows"] == position["total_rows"] == EPOCHS * 2 * rows_per_day
+    assert position["finished_rows"] == position["total_rows"] == EPOCHS * 2 * ROWS_PER_DAY
 
 
 @pytest.fixture
@@ -108,26 +102,6 @@ def baseline(fault_free_run):
     """The held-out AUC of the same run without a fault (on 127.0.0.1, the same data and
     model: ``tests/cluster/conftest.py``)."""
     return fault_free_run[2]
-
-
-@pytest.fixture(scope="module")
-def cut_run(net, tmp_path_factory):
-    """The link cut test's data on the storage host and the held-out AUC of its run
-    without a fault (on 127.0.0.1, the same data and model): ``(data url, AUC)``."""
-    tmp = tmp_path_factory.mktemp("cut_run")
-    data = tmp / "data"
-    synthesize(
-        data,
-        days=3,
-        rows_per_day=CUT_ROWS_PER_DAY,
-        seed=7,
-        rows_per_file=6_000,
-        row_groups_per_file=2,
-    )
-    run = TrainRun(small_run_config(tmp, data, changes=CUT_TEST_CHANGES), tmp / "run")
-    assert run.finish() == 0, run.output[-3000:]
-    result = json.loads((tmp / "run" / "train_result.json").read_text())
-    return net.storage.upload(data, "cut_data"), result["eval"]["labels"]["click"]["auc"]
 
 
 def step_of(line_pattern: str, run: TrainRun, count: int = 1) -> int:
@@ -143,7 +117,10 @@ def test_hosts_are_removed_after_their_owner_is_sigkilled(tmp_path):
         f"sys.path.insert(0, {str(pathlib_root())!r})\n"
         "from tests.support.hosts import HostNetwork\n"
         f"net = HostNetwork(['a', 'b'], pathlib.Path({str(tmp_path)!r})).__enter__()\n"
-        "net.run('a', ['sleep', '600'])\n"
+        "net.run('a', ['sleep', '600'], stdout=subprocess.DEVNULL)\n"
+        "deadline = time.time() + 30\n"
+        "while not net.pids('a') and time.time() < deadline:\n"
+        "    time.sleep(0.1)\n"  # the process enters the namespace after it starts
         "print(net.prefix, net.pids('a')[0], flush=True)\n"
         "time.sleep(600)\n"
     )
@@ -233,20 +210,19 @@ def cut_for(net, host: str, seconds: float) -> float:
     return time.monotonic()
 
 
-def test_a_ps_link_and_then_a_worker_link_cut_for_30_s(net, cut_run, cluster):
+def test_a_ps_link_and_then_a_worker_link_cut_for_30_s(net, baseline, cluster):
     """A parameter server's link goes down for 30 s: the run says it waits, and goes on
-    when it is back. Then a worker's link, 2 s later: the run names the worker within
-    ``cluster.lost_after_seconds`` and takes it back when the link returns. The run
-    (``CUT_ROWS_PER_DAY``, ``CUT_TEST_CHANGES``) completes, every item recorded
-    ``epochs`` times, the AUC within the bound of the same run without a fault.
+    when it is back. Then a worker's link, half a second later: the run names the worker
+    within ``cluster.lost_after_seconds`` and takes it back when the link returns. The run
+    (``CUT_TEST_CHANGES``) completes, every item recorded ``epochs`` times, the AUC within
+    the bound.
 
-    The steps per second in the 15 s after the worker's cut (or until the data runs out),
-    against the 2 s before it, are printed, not asserted: the other worker trained on at
-    74-90% of them in 6 of 7 runs, and the run stopped until the link returned in the
-    seventh (docs/multi-machine.md)."""
-    data_url, baseline = cut_run
+    The steps per second after the worker's cut are printed, not asserted: about 1.5 s of
+    work are left at the cut, less than it takes to notice the worker is gone, and the
+    run sometimes stops until the link returns (docs/multi-machine.md). The throughput
+    after a cut is measured by ``benchmarks/studies/worker_cut.py`` on a longer run."""
     model_dir = f"s3://{BUCKET}/cuts"
-    run = cluster.train(config(net, **{"data.path": data_url, **CUT_TEST_CHANGES}), model_dir)
+    run = cluster.train(config(net, **CUT_TEST_CHANGES), model_dir)
     progress = r"^step [\d,]+ \|"
     run.wait_for(progress, count=3)
     cut = cut_for(net, "ps0", 30)
@@ -263,7 +239,7 @@ def test_a_ps_link_and_then_a_worker_link_cut_for_30_s(net, cut_run, cluster):
     count = sum(bool(re.match(progress, line)) for line in run.lines)
     run.wait_for(progress, count=count + 2, timeout=120)  # training goes on
     resumed = time.monotonic()
-    time.sleep(2)  # progress on both workers
+    time.sleep(0.5)  # progress on both workers
     cut = cut_for(net, "worker1", 30)
     address = cluster.spec["worker"][1]
     run.wait_for(
@@ -282,7 +258,7 @@ def test_a_ps_link_and_then_a_worker_link_cut_for_30_s(net, cut_run, cluster):
     trained = [t for t, line in zip(run.times, run.lines) if line.startswith("step ")]
     print(
         f"worker cut: {after:.1f} steps/s in the 15 s after the cut (or until the data ran "
-        f"out, {trained[-1] - cut:.1f} s on), {before:.1f} in the 2 s before it; named after "
+        f"out, {trained[-1] - cut:.1f} s on), {before:.1f} in the 0.5 s before it; named after "
         f"{lost_after:.1f} s, back after {back_after:.1f} s; ps cut: back after "
         f"{ps_back_after:.1f} s"
     )
@@ -293,7 +269,7 @@ def test_a_ps_link_and_then_a_worker_link_cut_for_30_s(net, cut_run, cluster):
     ]
     print("".join(timeline))
     assert run.output.count("restart  lost a task") <= 1, run.output[-3000:]
-    assert_complete(cluster, model_dir, CUT_ROWS_PER_DAY)
+    assert_complete(cluster, model_dir)
     assert abs(held_out_auc(cluster, model_dir) - baseline) <= AUC_TOLERANCE
 
 
