@@ -151,7 +151,8 @@ class Bench:
                 "AWS_SECRET_ACCESS_KEY": "testing",
                 "AWS_REGION": "us-east-1",
             }
-            return self._measure([CLI, *args, "--set", "cluster.mode=local"], env, None)
+            local = ["--set", "cluster.mode=local", "--set", f"cluster.workers={self.workers}"]
+            return self._measure([CLI, *args, *local], env, None)
         addresses = self._relay(delay_ms) if delay_ms is not None else None
         cluster = HostCluster(self.net, self.workers, self.ps, self.base / "logs", addresses)
         for i in range(self.ps):
@@ -180,7 +181,7 @@ class Bench:
             found = re.match(r"step ([\d,]+) \|", line)
             if found:
                 counters = (
-                    [sum(self.net.link_bytes(f"ps{i}")) for i in range(self.ps)] if cluster else []
+                    [self.net.link_bytes(f"ps{i}") for i in range(self.ps)] if cluster else []
                 )
                 if cluster and not pids:
                     pids = {
@@ -206,11 +207,14 @@ class Bench:
             steady = points[-2:]
         (t0, s0, c0, u0), (t1, s1, c1, u1) = steady[0], steady[-1]
         steps = max(1, s1 - s0)
-        per_server = [(b - a) / steps for a, b in zip(c0, c1)]
+        # (sent, received) per step of each server
+        ways = [((b[0] - a[0]) / steps, (b[1] - a[1]) / steps) for a, b in zip(c0, c1)]
+        per_server = [sent + received for sent, received in ways]
         return {
             "examples_per_second": steps * batch / (t1 - t0),
             "bytes_per_step_per_server": statistics.mean(per_server) if per_server else None,
             "bytes_per_step_busiest_server": max(per_server) if per_server else None,
+            "bytes_per_step_sent_received": ways,
             # CPU seconds per step of every process of each role (all its hosts)
             "cpu_per_step": {r: (u1[r] - u0[r]) / steps for r in u1},
             "steps": steps,
@@ -320,9 +324,10 @@ def planner_figures(data: pathlib.Path, workers: int, ps: int) -> dict:
     return {
         "cpu_per_step": {
             "worker": batch / rates.worker_examples_per_core,
-            "ps": sum(load.values for load in loads) / rates.server_values_per_core,
-            "chief": 1 / (rates.chief_closures * config.train.steps_per_call),
+            "ps": sum(capacity.server_seconds_per_step(load, rates) for load in loads),
         },
+        "batch": batch,
+        "steps_per_call": config.train.steps_per_call,
         "bytes_per_step_busiest_server": max(load.bytes_out + load.bytes_in for load in loads),
         "nic_examples_per_second_per_gbit": nic_per_gbit,
     }
@@ -330,10 +335,19 @@ def planner_figures(data: pathlib.Path, workers: int, ps: int) -> dict:
 
 def check_planner(predicted: dict, results: dict) -> list[str]:
     """The planner's figures against the four-host runs (``hosts`` and the capped cases)."""
+    from recsys_dist.cluster import capacity
+
     out = []
     hosts = results.get("hosts", [])
     if hosts:
-        for role, value in predicted["cpu_per_step"].items():
+        # the chief's CPU per step depends on the steps a second: the hosts' own rate
+        steps_per_second = (
+            statistics.median(r["examples_per_second"] for r in hosts) / predicted["batch"]
+        )
+        chief = capacity.chief_seconds_per_step(
+            capacity.MEASURED_RATES, predicted["steps_per_call"], steps_per_second
+        )
+        for role, value in {**predicted["cpu_per_step"], "chief": chief}.items():
             measured = statistics.median(r["cpu_per_step"][role] for r in hosts)
             out.append(
                 f"planner {role + ' CPU/step':>16}: predicted {value * 1e3:7.2f} ms, measured "
@@ -380,6 +394,9 @@ def main() -> int:
     parser.add_argument(
         "--planner", action="store_true", help="check the capacity planner against the runs"
     )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="worker hosts of the training cases (1 or 2)"
+    )
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args()
     reason = unavailable_reason()
@@ -393,13 +410,16 @@ def main() -> int:
     figures: dict = {}
     with HostNetwork(names, base / "hosts") as net:
         bench = Bench(net, args.steps, base)
+        bench.workers = args.workers
         bench.storage.start_storage()
         synthesize(base / "data", days=3, rows_per_day=args.rows, seed=7)
         bench.data_url = bench.storage.upload(base / "data", "data")
         cases = {"loopback": lambda: bench.case(loopback=True), "hosts": lambda: bench.case()}
         for delay in DELAYS:
             cases[f"+{delay:g} ms"] = lambda d=delay: bench.case(delay_ms=d)
-        for gbit in LIMITS:
+        asked = [name for name in args.cases.split(",") if name]
+        limits = {*LIMITS, *(float(n.split()[0]) for n in asked if re.fullmatch(r"[\d.]+ gbit", n))}
+        for gbit in sorted(limits, reverse=True):
             cases[f"{gbit:g} gbit"] = lambda g=gbit: bench.case(gbit=g)
         if args.cases:
             cases = {name: run for name, run in cases.items() if name in args.cases.split(",")}

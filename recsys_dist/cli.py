@@ -405,6 +405,7 @@ def _add_plan(subcommands) -> None:
     for flag, what in (
         ("--worker-examples-per-core", "examples/s one worker core trains"),
         ("--server-values-per-core", "float32 values/s one server core serves"),
+        ("--server-step-ms", "CPU ms one server core spends per step besides its values"),
         ("--chief-closures-per-second", "closures/s one chief dispatches"),
     ):
         plan.add_argument(flag, help=f"{what} (default: measured, docs/scaling.md)")

@@ -412,6 +412,7 @@ def plan(args: argparse.Namespace) -> int:
     nic = _positive_flag(args, "--nic-gbit", "a server's network bandwidth in Gbit/s")
     memory = _positive_flag(args, "--server-memory-gib", "a server's memory in GiB")
     measured = capacity.MEASURED_RATES
+    step_ms = _positive_flag(args, "--server-step-ms", "CPU ms per step")
     rates = capacity.Rates(
         *(
             _positive_flag(args, flag, what) or default
@@ -420,7 +421,8 @@ def plan(args: argparse.Namespace) -> int:
                 ("--server-values-per-core", "values/s", measured.server_values_per_core),
                 ("--chief-closures-per-second", "closures/s", measured.chief_closures),
             )
-        )
+        ),
+        server_step_seconds=step_ms / 1e3 if step_ms else measured.server_step_seconds,
     )
     machines = capacity.Machines(
         nic * 1e9 / 8, memory * 2**30 if memory else None, args.worker_cores, args.server_cores
@@ -443,7 +445,8 @@ def plan(args: argparse.Namespace) -> int:
     )
     print(
         f"rates    {rates.worker_examples_per_core:,.0f} examples/s per worker core, "
-        f"{rates.server_values_per_core:,.0f} values/s per server core, "
+        f"{rates.server_values_per_core:,.0f} values/s and "
+        f"{rates.server_step_seconds * 1e3:.2f} ms per step per server core, "
         f"{rates.chief_closures:,.0f} closures/s per chief; NIC {nic:g} Gbit/s per server"
         + (f", {memory:g} GiB per server" if memory else ", server memory not checked")
     )

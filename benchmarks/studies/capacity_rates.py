@@ -230,6 +230,7 @@ def run_case(case, data: str) -> dict:
     }
     return {
         "case": name,
+        "servers": ps,
         "cpu_per_step": per_step,
         "bytes_per_step": net if isolated else None,
         "seconds_per_step": (b.wall_seconds - a.wall_seconds) / steps,
@@ -268,6 +269,9 @@ def derive(run: dict, planned: dict) -> dict:
     out = {
         "worker_examples_per_core": planned["batch"] / cpu["worker"],
         "server_values_per_core": planned["values"] / cpu["ps"],
+        "servers": run["servers"],
+        "values_per_step": planned["values"],
+        "server_cpu_per_step": cpu["ps"],
         "chief_closures_per_core": 1 / (cpu["coordinator"] * planned["steps_per_call"]),
         "examples_per_second": planned["batch"] / run["seconds_per_step"],
         "predicted_bytes_per_step": planned["bytes"],
@@ -317,6 +321,23 @@ def main() -> None:
     _summary(results)
 
 
+def server_cost_fit(runs: list[dict]) -> tuple[float, float] | None:
+    """The servers' CPU seconds per step as ``P * a + V / r`` (``P`` servers, ``V`` values
+    per step over all servers), fitted by least squares: ``(a, r)``; None when the runs
+    do not tell the two terms apart (one server count and one values figure)."""
+    rows = [(f["servers"], f["values_per_step"], f["server_cpu_per_step"]) for f in runs]
+    spp = sum(p * p for p, _, _ in rows)
+    spv = sum(p * v for p, v, _ in rows)
+    svv = sum(v * v for _, v, _ in rows)
+    spy = sum(p * y for p, _, y in rows)
+    svy = sum(v * y for _, v, y in rows)
+    det = spp * svv - spv * spv
+    if abs(det) <= 1e-9 * spp * svv:
+        return None
+    a, b = (spy * svv - svy * spv) / det, (spp * svy - spv * spy) / det
+    return (a, 1 / b) if b > 0 else None
+
+
 def _summary(results: dict[str, list[dict]]) -> None:
     training = [f for case, runs in results.items() if not case.startswith(DISPATCH) for f in runs]
     for key in ("worker_examples_per_core", "server_values_per_core"):
@@ -326,6 +347,13 @@ def _summary(results: dict[str, list[dict]]) -> None:
                 f"{key}: median {statistics.median(values):,.0f} (best {max(values):,.0f}, "
                 f"{len(values)} runs)"
             )
+    fit = server_cost_fit(training)
+    if fit is not None:
+        step_seconds, values_per_second = fit
+        print(
+            f"server CPU per step = servers x {step_seconds * 1e3:.2f} ms + values / "
+            f"{values_per_second:,.0f} per second (least squares over {len(training)} runs)"
+        )
     for case in (c for c in results if c.startswith(DISPATCH)):
         chief = [f["chief_closures_per_core"] for f in results[case]]
         print(

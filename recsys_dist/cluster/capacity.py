@@ -18,9 +18,11 @@ dynamic tables and dense variables) and the config's optimizers, batch and
   with their ids, every dense weight read (every step, or once per
   ``train.dense_refresh_steps``) and its gradient written;
 - **what bounds the examples per second** of ``W`` workers and ``P`` servers: the
-  workers' cores, the busiest server's cores (float32 values it gathers, updates and
-  sends), the busiest server's NIC (bytes per direction) and the chief, which dispatches
-  one closure of ``steps_per_call`` steps at a time.
+  workers' cores, the busiest server's cores (a fixed cost per step, and the float32
+  values it gathers, updates and sends), the busiest server's NIC (its bytes each way,
+  which one worker's step uses one after the other) and the chief, which dispatches one
+  closure of ``steps_per_call`` steps at a time besides reading the training AUC on a
+  worker once a second.
 
 The per-core rates are measured (:data:`MEASURED_RATES`, ``benchmarks/RESULTS.md``); the
 command's flags override them.
@@ -46,6 +48,9 @@ VALUE_BYTES, ID_BYTES = 4, 8
 DYNAMIC_ROW_BYTES = 32 + 8
 #: The resources that bound a cluster's examples per second, in the order they are printed.
 RESOURCES = ("worker CPU", "server CPU", "server NIC", "chief dispatch")
+#: Closures the chief runs each second besides the training closures: the training AUC,
+#: read by a closure on a worker once a second (``train/auc_reading.py``).
+CHIEF_OTHER_CLOSURES_PER_SECOND = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,19 +64,27 @@ class Rates:
         gathered and dense weights read (sent), gradients applied by the optimizer.
       chief_closures: Closures (``steps_per_call`` steps each) one coordinator
         dispatches and collects per second.
+      server_step_seconds: CPU seconds one server spends on every training step besides
+        its values: taking its part of the step's call, running it, answering. Each step
+        pays it on every server, so more servers cost more CPU in all.
     """
 
     worker_examples_per_core: float
     server_values_per_core: float
     chief_closures: float
+    server_step_seconds: float = 0.0
 
 
-#: Medians measured on this project's 2-core machine (shared, load 10-19) with
-#: ``benchmarks/studies/capacity_rates.py`` on 2026-11-27: the demo model on local clusters
-#: of 1-2 workers and 1-2 servers, and a chief dispatching one-step closures to 4 workers.
+#: Measured on this project's 2-core machine with ``benchmarks/studies/capacity_rates.py``
+#: on 2026-11-27: the demo model on local clusters of 1-2 workers and 1-2 servers (the
+#: worker rate a median; the server's step cost and values rate a least-squares fit over
+#: 12 runs on a quiet machine), and a chief dispatching one-step closures to 4 workers.
 #: The dated record is in ``benchmarks/RESULTS.md``; ``docs/scaling.md`` explains them.
 MEASURED_RATES = Rates(
-    worker_examples_per_core=41_200, server_values_per_core=199_000_000, chief_closures=163
+    worker_examples_per_core=41_200,
+    server_values_per_core=357_000_000,
+    chief_closures=163,
+    server_step_seconds=0.00265,
 )
 
 
@@ -244,6 +257,35 @@ class Ceilings:
         return min(self.by_resource, key=self.by_resource.get)
 
 
+def server_seconds_per_step(load: ServerLoad, rates: Rates) -> float:
+    """CPU seconds one server core spends per training step on ``load``."""
+    return rates.server_step_seconds + load.values / rates.server_values_per_core
+
+
+def link_bytes_per_step(load: ServerLoad, workers: int) -> float:
+    """Bytes per step that take a server's link each direction's time: the busier
+    direction's, plus the other's divided by the workers. A worker reads its rows and
+    weights, computes, then sends its gradients, so alone it leaves one direction idle
+    while it uses the other (both directions add up); with more workers, one's reads
+    overlap another's gradients."""
+    busy, other = sorted((load.bytes_out, load.bytes_in), reverse=True)
+    return busy + other / max(1, workers)
+
+
+def chief_closures_for_training(rates: Rates) -> float:
+    """Training closures one chief dispatches per second, after its other closures."""
+    return max(0.0, rates.chief_closures - CHIEF_OTHER_CLOSURES_PER_SECOND)
+
+
+def chief_seconds_per_step(rates: Rates, steps_per_call: int, steps_per_second: float) -> float:
+    """The chief's CPU seconds per training step at ``steps_per_second``: its cost of a
+    closure shared by the closure's steps, and its other closures of each second shared
+    by that second's steps."""
+    return (1 / steps_per_call + CHIEF_OTHER_CLOSURES_PER_SECOND / steps_per_second) / (
+        rates.chief_closures
+    )
+
+
 def ceilings(
     loads: list[ServerLoad],
     config: ExperimentConfig,
@@ -253,19 +295,18 @@ def ceilings(
 ) -> Ceilings:
     """What each resource allows ``workers`` workers and the servers of ``loads``."""
     batch = config.input.batch_size
-    busiest_values = max(load.values for load in loads)
-    busiest_bytes = max(max(load.bytes_out, load.bytes_in) for load in loads)
+    busiest_seconds = max(server_seconds_per_step(load, rates) for load in loads)
+    busiest_bytes = max(link_bytes_per_step(load, workers) for load in loads)
     return Ceilings(
         workers,
         len(loads),
         {
             "worker CPU": workers * machines.worker_cores * rates.worker_examples_per_core,
-            "server CPU": _per_step(
-                machines.server_cores * rates.server_values_per_core, busiest_values
-            )
-            * batch,
+            "server CPU": _per_step(machines.server_cores, busiest_seconds) * batch,
             "server NIC": _per_step(machines.nic_bytes_per_second, busiest_bytes) * batch,
-            "chief dispatch": rates.chief_closures * config.train.steps_per_call * batch,
+            "chief dispatch": chief_closures_for_training(rates)
+            * config.train.steps_per_call
+            * batch,
         },
     )
 

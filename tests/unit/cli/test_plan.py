@@ -18,6 +18,8 @@ RATES = [
     "1e12",
     "--chief-closures-per-second",
     "1e6",
+    "--server-step-ms",
+    "1e-6",
 ]
 
 
@@ -30,9 +32,9 @@ def test_plan_prints_the_smallest_cluster_memory_and_bytes(small_config, tmp_pat
         r"^rows     distinct rows per batch: measured on 4 batches of .*data$", out, re.M
     )
     assert (
-        "rates    1,000 examples/s per worker core, 1,000,000,000,000 values/s per server "
-        "core, 1,000,000 closures/s per chief; NIC 10 Gbit/s per server, server memory "
-        "not checked"
+        "rates    1,000 examples/s per worker core, 1,000,000,000,000 values/s and 0.00 ms "
+        "per step per server core, 1,000,000 closures/s per chief; NIC 10 Gbit/s per "
+        "server, server memory not checked"
     ) in out
     assert re.search(
         r"^config   2 workers \+ 1 ps: worker CPU 2,000, .* examples/s; worker "

@@ -124,8 +124,9 @@ def test_ceilings_and_the_resource_that_binds(config):
         {
             "worker CPU": 300,
             "server CPU": 1000 / 2104 * 10,
-            "server NIC": 8000 / 4416 * 10,
-            "chief dispatch": 5 * 10 * 10,
+            # ps1 receives 4,416 bytes a step and sends 4,208: 3 workers overlap a third
+            "server NIC": 8000 / (4416 + 4208 / 3) * 10,
+            "chief dispatch": (5 - 1) * 10 * 10,  # less the training AUC's reads
         }
     )
     assert found.binding == "server CPU"
@@ -134,6 +135,31 @@ def test_ceilings_and_the_resource_that_binds(config):
     )
     assert more_cores.by_resource["worker CPU"] == 600
     assert more_cores.binding == "server NIC"
+
+
+def test_a_fixed_cost_per_step_and_server_is_paid_on_every_server(config):
+    loads = capacity.server_loads(FOOTPRINT, config(), 2, DISTINCT)
+    rates = Rates(100, 1000, 5, server_step_seconds=0.5)
+    assert [capacity.server_seconds_per_step(load, rates) for load in loads] == pytest.approx(
+        [0.5 + load.values / 1000 for load in loads]
+    )
+    found = capacity.ceilings(loads, config(), 3, rates, Machines(8000))
+    assert found.by_resource["server CPU"] == pytest.approx(1 / (0.5 + 2104 / 1000) * 10)
+
+
+def test_one_worker_uses_a_links_two_directions_one_after_the_other(config):
+    _, ps1 = capacity.server_loads(FOOTPRINT, config(), 2, DISTINCT)
+    assert capacity.link_bytes_per_step(ps1, 1) == 4416 + 4208
+    assert capacity.link_bytes_per_step(ps1, 4) == 4416 + 4208 / 4
+
+
+def test_the_chief_pays_for_its_closures_and_for_the_auc_read_each_second():
+    from recsys_dist.train.auc_reading import READ_EVERY_SECONDS
+
+    assert capacity.CHIEF_OTHER_CLOSURES_PER_SECOND == 1 / READ_EVERY_SECONDS
+    rates = Rates(100, 1000, chief_closures=200)
+    # 50 steps per closure at 100 steps/s: 2 training closures and 1 read a second
+    assert capacity.chief_seconds_per_step(rates, 50, 100.0) == pytest.approx(3 / 200 / 100)
 
 
 def test_the_smallest_cluster_fits_memory_then_the_rate(config):
