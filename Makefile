@@ -44,7 +44,7 @@ format: $(STAMP)
 # which start servers of their own on both cores, one at a time.
 test: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2
-	$(PY) -m pytest -q -m cluster
+	$(PY) -m pytest -q -m cluster --durations=20
 
 test-fast: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2
