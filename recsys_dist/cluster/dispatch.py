@@ -24,12 +24,13 @@ import time
 from typing import Any, Callable
 
 import tensorflow as tf
+from tensorflow.python.distribute.coordinator.remote_value import RemoteValueStatus
 
 from recsys_dist.errors import ClusterLost, DataError
 
 #: How often :meth:`InFlight.pop` looks for any closure that is back while the oldest is
-#: not.
-ANY_ORDER_POLL_SECONDS = 0.02
+#: not (a closure's copy back to the coordinator has no event to wait on).
+ANY_ORDER_POLL_SECONDS = 0.005
 
 #: With ``any_order``, while a worker is unreachable and nothing has come back for this
 #: long (or for 4 times the median wait between results, if that is longer), the
@@ -155,15 +156,34 @@ def _fetch(remote):
 
 
 def came_back(remote) -> bool:
-    """Whether a closure's result (or error) is back, without waiting for it."""
+    """Whether a closure's result (or error) is back on the coordinator, so that fetching
+    it does not wait.
+
+    ``ClusterCoordinator`` marks a closure's status available as soon as its function is
+    dispatched (the call is asynchronous); the worker's thread then copies the outputs to
+    the coordinator, holding the value's lock until the copy is done. A fetch in between
+    waits for that lock, and when the worker's link is down the copy waits for the link:
+    so a result is back only once its copy is done, or with an error."""
     event = getattr(remote, "_status_available_event", None)
-    return event is None or event.is_set()
+    if event is None:
+        return True
+    if not event.is_set():
+        return False
+    if getattr(remote, "_error", None) is not None or (
+        getattr(remote, "_status", None) is RemoteValueStatus.ABORTED
+    ):
+        return True  # fetch raises at once, without the copy's lock
+    return getattr(remote, "_has_fetched_to_local", True)
 
 
 def _wait(remote, seconds: float) -> None:
+    """Waits at most ``seconds`` for ``remote`` to be dispatched; once it is, for its copy
+    back, which has no event of its own: sleeps ``seconds``."""
     event = getattr(remote, "_status_available_event", None)
-    if event is not None:
+    if event is not None and not event.is_set():
         event.wait(seconds)
+    else:
+        time.sleep(seconds)
 
 
 def check_item_rows(files: list[str], item, rows: int, done: str) -> None:

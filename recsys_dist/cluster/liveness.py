@@ -75,6 +75,7 @@ class TaskWatch:
         give_up_after: float,
         report: Callable[[str], None] | None = None,
         give_up: Callable[[str], None] | None = None,
+        back: Callable[[str, int], None] | None = None,
     ):
         self._tasks = [
             (job, i, a) for job in ("worker", "ps") for i, a in enumerate(spec.get(job, []))
@@ -82,6 +83,7 @@ class TaskWatch:
         self._lost_after, self._give_up_after = lost_after, give_up_after
         self._report = report or log.info
         self._give_up = give_up or _end_run
+        self._back = back
         self._stop = threading.Event()
         self._down_since: dict[tuple[str, int], float] = {}
         self._reported: set[tuple[str, int]] = set()
@@ -145,6 +147,10 @@ class TaskWatch:
                     f"{now - since:.0f} s unreachable"
                     + ("; it takes work again" if job == "worker" else "; training goes on")
                 )
+                if self._back is not None:  # in a thread: it may wait on the task
+                    threading.Thread(
+                        target=self._back, args=key, name="TaskBack", daemon=True
+                    ).start()
             return
         self._failed_at[key] = now
         since = self._down_since.setdefault(key, now)

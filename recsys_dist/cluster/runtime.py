@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.eager import context as tf_context
 
 from recsys_dist import scratch, storage_io
 from recsys_dist.cluster.collective import collective_strategy, collective_task
@@ -162,6 +163,20 @@ def cluster_coordinator(strategy) -> tf.distribute.experimental.coordinator.Clus
     return tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
 
 
+def _call_again(job: str, index: int) -> None:
+    """Sends one call to a task whose link came back, over the chief's own connection.
+
+    While a link is down the task may close its end of that connection (a write failed),
+    and nothing tells the chief: a call the chief sent before the cut then waits for an
+    answer that never comes, until TensorFlow's next keep-alive (every 300 s) writes to
+    the connection and the reset fails the call, which the coordinator then runs again.
+    This call writes at once, so a dead connection fails now and is made anew."""
+    try:
+        tf_context.context().check_alive(f"/job:{job}/replica:0/task:{index}")
+    except Exception as error:  # noqa: BLE001 - a failed check is the point; log it
+        log.info("check of %s %d after its link came back: %s", job, index, error)
+
+
 def _tf_config_resolver():
     spec, task_type, _ = parse_tf_config(os.environ.get("TF_CONFIG"))
     if task_type != "chief":
@@ -228,7 +243,9 @@ def connect(
     # Watched from before the strategy connects: a task that never answers ends the run.
     with (
         terminate_on_signals(),
-        TaskWatch(spec, cluster.lost_after_seconds, cluster.give_up_after_seconds) as watch,
+        TaskWatch(
+            spec, cluster.lost_after_seconds, cluster.give_up_after_seconds, back=_call_again
+        ) as watch,
     ):
         strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
         coordinator = cluster_coordinator(strategy)

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 import tensorflow as tf
+from tensorflow.python.distribute.coordinator import values
 
 from recsys_dist.cluster import dispatch
 from recsys_dist.cluster.dispatch import InFlight, check_item_rows
@@ -167,6 +168,60 @@ def test_run_on_a_worker_returns_from_another_worker_when_the_first_copy_is_stuc
     coordinator = Coordinator()
     assert dispatch.run_on_a_worker(coordinator, lambda: 7, lambda: False) == 7
     assert coordinator.scheduled == [()]
+
+
+class Copying:
+    """A real ``RemoteValueImpl`` whose function was dispatched and whose outputs are being
+    copied to the coordinator by its worker's thread (which holds the value's lock, as
+    ``ClusterCoordinator`` does) until :meth:`copied`."""
+
+    def __init__(self, value):
+        self.remote = values.RemoteValueImpl(None, None)
+        self.remote._has_fetched_to_local_lock.acquire()
+        self.remote._set_values(tf.constant(value))
+
+    def copied(self):
+        self.remote._fetched_tensors = self.remote._values
+        self.remote._has_fetched_to_local = True
+        self.remote._has_fetched_to_local_lock.release()
+
+
+def test_a_dispatched_closure_whose_copy_waits_for_its_workers_link_is_not_back(monkeypatch):
+    """The oldest closure was dispatched to a worker whose link then went down: its
+    status is available, but its outputs' copy to the coordinator waits for the link, so
+    fetching it would wait too. The next closure is taken first; while the worker is
+    unreachable the stuck one is scheduled again and its second copy counts."""
+    monkeypatch.setattr(dispatch, "DUPLICATE_AFTER_SECONDS", 0.2)
+    copies = []
+
+    class Coordinator:
+        def schedule(self, function, args):
+            copies.append(Copying(int(args[0])))
+            return copies[-1].remote
+
+    unreachable = [False]
+    in_flight = InFlight(
+        Coordinator(), rows_of, limit=2, any_order=True, unreachable=lambda: unreachable[0]
+    )
+    in_flight.put("stuck", 0)
+    in_flight.put("fine", 1)
+    assert not dispatch.came_back(copies[0].remote)
+    copies[1].copied()
+    assert in_flight.pop() == ("fine", 1)
+    unreachable[0] = True
+    threading.Timer(0.4, lambda: copies[2].copied()).start()
+    assert in_flight.pop() == ("stuck", 0)  # its second copy
+    assert len(copies) == 3 and in_flight.duplicated == 1
+    copies[0].copied()
+
+
+def test_a_closure_that_failed_or_was_aborted_is_back_at_once():
+    failed = values.RemoteValueImpl(None, None)
+    failed._set_error(ValueError("worker said no"))
+    aborted = values.RemoteValueImpl(None, None)
+    aborted._set_aborted(None)
+    assert dispatch.came_back(failed) and dispatch.came_back(aborted)
+    assert not dispatch.came_back(values.RemoteValueImpl(None, None))
 
 
 def test_without_any_order_the_oldest_is_waited_for():

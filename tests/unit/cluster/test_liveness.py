@@ -70,3 +70,24 @@ def test_a_task_that_failed_a_probe_recently_is_remembered_after_it_answers_agai
     time.sleep(0.2)
     assert watch.unreachable_within(0.1) == []
     worker.close()
+
+
+def test_a_task_reported_lost_that_answers_again_is_called_back_once():
+    """The chief's callback for a returned task (it sends that task one call over the
+    chief's own connection) runs once per return, for reported losses only."""
+    spec = {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]}
+    called = []
+    watch = TaskWatch(
+        spec,
+        lost_after=0,
+        give_up_after=60,
+        report=lambda line: None,
+        back=lambda *k: called.append(k),
+    )
+    watch._check("ps", 0, "127.0.0.1:2", up=False)  # reported lost at once (lost_after 0)
+    watch._check("ps", 0, "127.0.0.1:2", up=True)
+    watch._check("ps", 0, "127.0.0.1:2", up=True)
+    watch._check("worker", 0, "127.0.0.1:1", up=True)  # never lost: no call
+    wait_until(lambda: called == [("ps", 0)], timeout=5)
+    time.sleep(0.2)
+    assert called == [("ps", 0)]
