@@ -218,9 +218,9 @@ def test_a_ps_link_and_then_a_worker_link_cut_for_30_s(net, baseline, cluster):
     the bound.
 
     The steps per second after the worker's cut are printed, not asserted: about 1.5 s of
-    work are left at the cut, less than it takes to notice the worker is gone, and the
-    run sometimes stops until the link returns (docs/multi-machine.md). The throughput
-    after a cut is measured by ``benchmarks/studies/worker_cut.py`` on a longer run."""
+    work are left at the cut, less than it takes to notice the worker is gone. The
+    throughput after a cut is measured by ``benchmarks/studies/worker_cut.py`` on a
+    longer run (docs/multi-machine.md)."""
     model_dir = f"s3://{BUCKET}/cuts"
     run = cluster.train(config(net, **CUT_TEST_CHANGES), model_dir)
     progress = r"^step [\d,]+ \|"
