@@ -412,7 +412,7 @@ def plan(args: argparse.Namespace) -> int:
     nic = _positive_flag(args, "--nic-gbit", "a server's network bandwidth in Gbit/s")
     memory = _positive_flag(args, "--server-memory-gib", "a server's memory in GiB")
     measured = capacity.MEASURED_RATES
-    step_ms = _positive_flag(args, "--server-step-ms", "CPU ms per step")
+    step_ms = _positive_flag(args, "--server-step-ms", "CPU ms a server spends per step")
     rates = capacity.Rates(
         *(
             _positive_flag(args, flag, what) or default

@@ -72,6 +72,7 @@ def test_without_data_the_plan_says_it_assumes_evenly_spread_ids(small_config, c
         ("--nic-gbit", "0", "a server's network bandwidth in Gbit/s"),
         ("--server-memory-gib", "inf", "a server's memory in GiB"),
         ("--chief-closures-per-second", "nan", "closures/s"),
+        ("--server-step-ms", "-1", "CPU ms a server spends per step"),
     ],
 )
 def test_a_bad_number_is_one_line_naming_the_flag(small_config, capsys, flag, value, what):
