@@ -40,11 +40,12 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format recsys_dist tests benchmarks pipelines
 
-# The tests that start no cluster run in two processes (pytest-xdist); the cluster tests,
-# which start servers of their own on both cores, one at a time.
+# The tests that start no cluster run in two processes (pytest-xdist); so do the cluster
+# tests, a whole module to a process (tests/cluster/conftest.py): their servers spend much
+# of a run waiting on each other, so two runs side by side use the two cores.
 test: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2
-	$(PY) -m pytest -q -m cluster --durations=20
+	$(PY) -m pytest -q -m cluster -n 2 --dist loadgroup --durations=20
 
 test-fast: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2

@@ -10,6 +10,24 @@ from recsys_dist.data.synth_files import synthesize
 from tests.support.run_configs import small_run_config
 from tests.support.train_run import TrainRun
 
+#: Session fixtures whose modules run in one process, so each is built once.
+SHARED_SESSION_FIXTURES = ("fault_free_run",)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``pytest -n N --dist loadgroup`` (``make test``) each module of
+    ``tests/cluster/`` runs whole in one process, so its module fixtures start their
+    servers once; modules that use the same session fixture run in the same process."""
+    cluster_items = [item for item in items if item.path.parent.name == "cluster"]
+    shared = {}  # a module -> the shared session fixture one of its tests uses
+    for item in cluster_items:
+        for name in SHARED_SESSION_FIXTURES:
+            if name in item.fixturenames:
+                shared.setdefault(item.path, name)
+    for item in cluster_items:
+        item.add_marker(pytest.mark.xdist_group(shared.get(item.path, item.path.stem)))
+
 
 @pytest.fixture(scope="session")
 def fault_free_run(tmp_path_factory):
