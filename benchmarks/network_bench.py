@@ -39,6 +39,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -402,11 +403,19 @@ def main() -> int:
     reason = unavailable_reason()
     if reason:
         sys.exit(f"network_bench needs network namespaces: {reason}")
+    base = pathlib.Path(tempfile.mkdtemp(prefix="network_bench_"))
+    try:
+        return run(args, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, base: pathlib.Path) -> int:
+    """The cases ``args`` asks for, with their data, hosts and runs under ``base``."""
     from recsys_dist.data.synth_files import synthesize
 
     dispatch = [int(n) for n in args.dispatch.split(",") if n]
     names = host_names(max([2, *dispatch]), 2) + ["relay"]
-    base = pathlib.Path(tempfile.mkdtemp(prefix="network_bench_"))
     figures: dict = {}
     with HostNetwork(names, base / "hosts") as net:
         bench = Bench(net, args.steps, base)

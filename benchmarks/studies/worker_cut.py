@@ -24,6 +24,7 @@ import argparse
 import os
 import pathlib
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -153,6 +154,14 @@ def main() -> int:
     if reason:
         sys.exit(f"worker_cut needs network namespaces: {reason}")
     base = pathlib.Path(tempfile.mkdtemp(prefix="worker_cut_"))
+    try:
+        return run(args, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, base: pathlib.Path) -> int:
+    """``args.rounds`` cuts, with the data, hosts and runs under ``base``."""
     ratios = []
     with HostNetwork(host_names(2, 2), base / "hosts") as net:
         cluster = HostCluster(net, 2, 2, base / "logs")
