@@ -38,9 +38,19 @@ from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strate
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.cluster.signals import terminate_on_signals
 from recsys_dist.config.sections import ClusterSpec
+from recsys_dist.errors import ClusterLost
 from recsys_dist.models.sharding import TablePartitioner
 
 log = logging.getLogger(__name__)
+
+#: A worker whose link was down counts as recently away for this long after its last
+#: failed probe.
+RECENTLY_AWAY_SECONDS = 120.0
+
+#: How long the end of training waits, once every worker answers, for the calls still
+#: out on a worker that was recently away: longer than TCP's longest retransmission
+#: back-off (120 s), after which a call sent before the cut arrives if it ever will.
+WORK_BACK_SECONDS = 150.0
 
 
 @dataclasses.dataclass
@@ -102,6 +112,26 @@ class Runtime:
                 )
                 said = True
             time.sleep(PROBE_SECONDS / 2)
+
+    def join(self, timeout: float = WORK_BACK_SECONDS) -> None:
+        """Waits for every closure, as ``coordinator.join()`` does. When a worker was away
+        within :data:`RECENTLY_AWAY_SECONDS`, a call the chief sent it before its link went
+        down may never come back (its connection died with the link); after ``timeout``
+        seconds this raises :class:`ClusterLost`, so the run restarts from its last
+        checkpoint instead of waiting for ever."""
+        away = self.workers_unreachable_within(RECENTLY_AWAY_SECONDS)
+        if not away:
+            self.coordinator.join()
+            return
+        deadline = time.monotonic() + timeout
+        while not self.coordinator.done():
+            if time.monotonic() > deadline:
+                raise ClusterLost(
+                    f"work sent to worker {', '.join(map(str, away))} before its link went "
+                    f"down has not come back {timeout:g} s after every worker answered "
+                    "again"
+                )
+            time.sleep(0.1)
 
     @property
     def lockstep(self) -> bool:

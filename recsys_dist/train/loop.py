@@ -74,7 +74,7 @@ class TrainingLoop:
         # A copy of an item may still be on a worker whose link is down; the final
         # checkpoint waits for it (and for every worker to answer).
         trainer.runtime.wait_for_workers("the final checkpoint")
-        trainer.runtime.coordinator.join()
+        trainer.runtime.join()
         return self._finish()
 
     def _work(self) -> Iterator[tuple[int, int, int]]:

@@ -46,7 +46,7 @@ from recsys_dist.checkpoint.warm_start import WarmStartReport, stack_layouts, wa
 from recsys_dist.cluster.collective import scratch_dir
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.cluster.placement import building_under, new_run_dynamic_shards
-from recsys_dist.cluster.runtime import Runtime
+from recsys_dist.cluster.runtime import RECENTLY_AWAY_SECONDS, Runtime
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
@@ -73,10 +73,6 @@ from recsys_dist.train.result import (
 from recsys_dist.train.step import ReplicaStep, training_auc
 from recsys_dist.train.table_bookkeeping import TableBookkeeping
 from recsys_dist.train.validation import EarlyStoppingHook
-
-#: A worker's read that failed comes back when its link does; a storage failure counts as
-#: a lost task when its worker failed a probe this recently.
-UNREACHABLE_LOOKBACK_SECONDS = 120.0
 
 log = logging.getLogger(__name__)
 
@@ -384,7 +380,7 @@ class Trainer:
         try:
             yield
         except storage_io.StorageError as exc:
-            away = self.runtime.workers_unreachable_within(UNREACHABLE_LOOKBACK_SECONDS)
+            away = self.runtime.workers_unreachable_within(RECENTLY_AWAY_SECONDS)
             if not away:
                 raise
             raise ClusterLost(

@@ -43,3 +43,56 @@ def test_tf_config_mode_rejects_a_bad_or_non_chief_tf_config(
     with pytest.raises(ClusterError, match=re.escape(message)):
         with connect(ClusterSpec("tf_config", 1, 1), str(tmp_path), 1024):
             pass
+
+
+class _Coordinator:
+    """A coordinator whose closures finish after ``polls`` calls of ``done`` (never: None)."""
+
+    def __init__(self, polls):
+        self.polls, self.joined = polls, False
+
+    def join(self):
+        self.joined = True
+
+    def done(self):
+        if self.polls is None:
+            return False
+        self.polls -= 1
+        return self.polls <= 0
+
+
+class _Watch:
+    def __init__(self, away):
+        self.away = away
+
+    def unreachable_within(self, seconds):
+        return [("worker", i) for i in self.away]
+
+
+def _runtime(coordinator, away):
+    from recsys_dist.cluster.runtime import Runtime
+
+    return Runtime(None, coordinator, 2, 2, mode="tf_config", watch=_Watch(away))
+
+
+def test_join_waits_for_the_closures_as_the_coordinator_does_when_no_worker_was_away():
+    coordinator = _Coordinator(polls=None)
+    _runtime(coordinator, away=[]).join(timeout=0.0)
+    assert coordinator.joined
+
+
+def test_join_waits_for_work_out_on_a_worker_that_was_away_while_it_comes_back():
+    coordinator = _Coordinator(polls=3)
+    _runtime(coordinator, away=[1]).join(timeout=5.0)
+    assert coordinator.polls == 0 and not coordinator.joined
+
+
+def test_join_gives_up_on_work_sent_to_a_worker_before_its_link_went_down():
+    from recsys_dist.errors import ClusterLost
+
+    with pytest.raises(ClusterLost) as raised:
+        _runtime(_Coordinator(polls=None), away=[1]).join(timeout=0.3)
+    assert str(raised.value) == (
+        "work sent to worker 1 before its link went down has not come back 0.3 s after every "
+        "worker answered again"
+    )
