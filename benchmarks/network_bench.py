@@ -39,7 +39,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -403,11 +402,8 @@ def main() -> int:
     reason = unavailable_reason()
     if reason:
         sys.exit(f"network_bench needs network namespaces: {reason}")
-    base = pathlib.Path(tempfile.mkdtemp(prefix="network_bench_"))
-    try:
-        return run(args, base)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="network_bench_", ignore_cleanup_errors=True) as base:
+        return run(args, pathlib.Path(base))
 
 
 def run(args: argparse.Namespace, base: pathlib.Path) -> int:

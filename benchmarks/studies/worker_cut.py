@@ -24,7 +24,6 @@ import argparse
 import os
 import pathlib
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -153,11 +152,8 @@ def main() -> int:
     reason = unavailable_reason()
     if reason:
         sys.exit(f"worker_cut needs network namespaces: {reason}")
-    base = pathlib.Path(tempfile.mkdtemp(prefix="worker_cut_"))
-    try:
-        return run(args, base)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="worker_cut_", ignore_cleanup_errors=True) as base:
+        return run(args, pathlib.Path(base))
 
 
 def run(args: argparse.Namespace, base: pathlib.Path) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
@@ -19,7 +20,8 @@ def pytest_collection_modifyitems(config, items):
     """Under ``pytest -n N --dist loadgroup`` (``make test``) each module of
     ``tests/cluster/`` runs whole in one process, so its module fixtures start their
     servers once; modules that use the same session fixture run in the same process."""
-    cluster_items = [item for item in items if item.path.parent.name == "cluster"]
+    here = pathlib.Path(__file__).parent
+    cluster_items = [item for item in items if item.path.parent == here]
     shared = {}  # a module -> the shared session fixture one of its tests uses
     for item in cluster_items:
         for name in SHARED_SESSION_FIXTURES:
