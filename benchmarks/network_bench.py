@@ -394,9 +394,7 @@ def main() -> int:
     parser.add_argument(
         "--planner", action="store_true", help="check the capacity planner against the runs"
     )
-    parser.add_argument(
-        "--workers", type=int, default=2, help="worker hosts of the training cases (1 or 2)"
-    )
+    parser.add_argument("--workers", type=int, default=2, help="worker hosts of the training cases")
     parser.add_argument("--out", help="write the figures as JSON here")
     args = parser.parse_args()
     reason = unavailable_reason()
@@ -411,7 +409,7 @@ def run(args: argparse.Namespace, base: pathlib.Path) -> int:
     from recsys_dist.data.synth_files import synthesize
 
     dispatch = [int(n) for n in args.dispatch.split(",") if n]
-    names = host_names(max([2, *dispatch]), 2) + ["relay"]
+    names = host_names(max([2, args.workers, *dispatch]), 2) + ["relay"]
     figures: dict = {}
     with HostNetwork(names, base / "hosts") as net:
         bench = Bench(net, args.steps, base)

@@ -12,7 +12,8 @@ every console entry point must:
 - it gets a run-scoped temporary directory (``TMPDIR``; ``recsys_dist/scratch.py``),
   removed on every way out: the normal end, ``SystemExit``, the signals above;
 - a crash in native code (SIGSEGV, SIGABRT, ...) prints every Python thread's stack on
-  stderr before the process dies (``faulthandler``), so a bug report has a place.
+  stderr before the process dies (``faulthandler``), so a bug report has a place;
+  SIGUSR1 prints the same stacks and the command goes on (what is a stuck run doing?).
 
 Inside, :func:`reporting_errors` turns a :class:`~recsys_dist.errors.RecsysError` into
 ``error: <message>`` on stderr and the error's exit code, never a traceback.
@@ -186,6 +187,8 @@ def run_command(
     scratch.start()  # TMPDIR: autograph's files and staging dirs go there, removed at exit
     filter_stderr_for_life()  # TF_CPP_MIN_LOG_LEVEL for TensorFlow's Abseil lines too
     faulthandler.enable()  # a native crash leaves the Python stacks on stderr
+    # `kill -USR1 <pid>` prints every thread's Python stack on stderr; the command goes on
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         with terminate_on_signals():  # SIGTERM, SIGHUP and SIGINT at any moment
             code = main()

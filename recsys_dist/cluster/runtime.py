@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import faulthandler
 import logging
 import os
 import time
@@ -126,6 +127,11 @@ class Runtime:
         deadline = time.monotonic() + timeout
         while not self.coordinator.done():
             if time.monotonic() > deadline:
+                log.warning(
+                    "the coordinator's threads, for a bug report (work that never came back "
+                    "is not expected):"
+                )
+                faulthandler.dump_traceback(all_threads=True)
                 raise ClusterLost(
                     f"work sent to worker {', '.join(map(str, away))} before its link went "
                     f"down has not come back {timeout:g} s after every worker answered "

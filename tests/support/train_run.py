@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -59,7 +60,24 @@ class TrainRun:
             if self.process.poll() is not None and not self._reader.is_alive():
                 break
             time.sleep(0.05)
-        raise AssertionError(f"no {count} x {pattern!r} in the output:\n{self.output[-4000:]}")
+        raise AssertionError(
+            f"no {count} x {pattern!r} in the output:\n{self.output[-4000:]}{self.stacks()}"
+        )
+
+    def stacks(self) -> str:
+        """Every Python thread's stack of the running command (it prints them on SIGUSR1,
+        ``recsys_dist/console.py``), for a test that gives up on it; "" once it ended."""
+        if self.process.poll() is not None:
+            return ""
+        start = len(self.lines)
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            line.startswith(("Thread 0x", "Current thread")) for line in self.lines[start:]
+        ):
+            time.sleep(0.1)
+        time.sleep(1)  # the rest of the stacks
+        return "\nits threads' stacks when the test gave up:\n" + "".join(self.lines[start:])
 
     def steps_per_second(self, start: float, end: float) -> float:
         """Training steps per second from ``start`` to ``end`` (``time.monotonic()``
@@ -84,12 +102,15 @@ class TrainRun:
         try:
             code = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            start = len(self.lines)
+            stacks = self.stacks()
             self.process.kill()
             self.process.wait()
             self._reader.join(timeout=10)
             raise AssertionError(
                 f"the run did not end within {timeout:.0f} s; its output ends:\n"
-                + self.output[-6000:]
+                + "".join(self.lines[:start])[-6000:]
+                + stacks
             ) from None
         self._reader.join(timeout=10)
         return code

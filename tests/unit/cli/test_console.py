@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import subprocess
 import sys
 
@@ -105,3 +106,25 @@ def test_an_embedding_program_routes_the_library_lines_with_standard_logging():
         "[recsys_dist.train.run] WARNING dynamic table t is full"
     )
     assert "trained" not in done.stderr
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on():
+    """What a stuck command is doing: ``kill -USR1 <pid>`` (docs/cli.md)."""
+    program = (
+        "import threading, time\nfrom recsys_dist.console import run_command\n"
+        "def main():\n    waiting = threading.Event()\n"
+        "    threading.Thread(target=waiting.wait, name='helper', daemon=True).start()\n"
+        "    print('ready', flush=True)\n    time.sleep(3)\n    print('done', flush=True)\n"
+        "    return 0\n"
+        "run_command(main)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline() == "ready\n"
+    process.send_signal(signal.SIGUSR1)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert stdout == "done\n"
+    assert stderr.count("Thread 0x") == 1 and "Current thread" in stderr, stderr
+    assert "in main" in stderr and "in wait" in stderr, stderr

@@ -141,6 +141,20 @@ def test_no_item_is_scheduled_again_while_every_worker_answers(monkeypatch):
     assert len(coordinator.remotes) == 2 and in_flight.duplicated == 0
 
 
+def test_the_wait_between_looks_for_a_result_follows_the_results_pace():
+    """A tenth of the median wait between results, within ANY_ORDER_POLL_SECONDS: often
+    for one-step closures, at most 20 times a second for long ones."""
+    in_flight = InFlight(SlowCoordinator(), rows_of, limit=2, any_order=True)
+    shortest, longest = dispatch.ANY_ORDER_POLL_SECONDS
+    assert in_flight._poll_seconds() == shortest  # no result yet
+    in_flight._gaps.extend([0.002, 0.004, 0.003])  # one-step closures
+    assert in_flight._poll_seconds() == shortest
+    in_flight._gaps.extend([0.2] * 4)
+    assert in_flight._poll_seconds() == pytest.approx(0.02)
+    in_flight._gaps.extend([0.7] * 20)  # the demo's 50-step closures
+    assert in_flight._poll_seconds() == longest
+
+
 def test_run_on_a_worker_returns_from_another_worker_when_the_first_copy_is_stuck(
     monkeypatch,
 ):

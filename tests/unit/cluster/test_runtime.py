@@ -87,7 +87,7 @@ def test_join_waits_for_work_out_on_a_worker_that_was_away_while_it_comes_back()
     assert coordinator.polls == 0 and not coordinator.joined
 
 
-def test_join_gives_up_on_work_sent_to_a_worker_before_its_link_went_down():
+def test_join_gives_up_on_work_sent_to_a_worker_before_its_link_went_down(capfd, caplog):
     from recsys_dist.errors import ClusterLost
 
     with pytest.raises(ClusterLost) as raised:
@@ -96,3 +96,7 @@ def test_join_gives_up_on_work_sent_to_a_worker_before_its_link_went_down():
         "work sent to worker 1 before its link went down has not come back 0.3 s after every "
         "worker answered again"
     )
+    # the threads' stacks, for a bug report, this test's among them
+    assert "the coordinator's threads, for a bug report" in caplog.text
+    stacks = capfd.readouterr().err
+    assert "Current thread" in stacks and "in test_join_gives_up_on_work" in stacks, stacks

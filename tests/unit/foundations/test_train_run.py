@@ -3,6 +3,8 @@ failure of a run that does not end."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from tests.support.train_run import TrainRun
@@ -24,10 +26,20 @@ def test_steps_per_second_divides_by_the_window_or_until_the_data_ran_out():
     assert run.steps_per_second(40.0, 50.0) == 0.0  # nothing after the start
 
 
-def test_a_run_that_does_not_end_fails_with_its_output():
-    run = TrainRun("unused.yaml", "unused", prefix=("sh", "-c", "echo started; exec sleep 30"))
+def test_a_run_that_does_not_end_fails_with_its_output_and_its_threads_stacks():
+    """The command prints its stacks on SIGUSR1 (``recsys_dist/console.py``); so does this
+    stand-in."""
+    stand_in = (
+        "import faulthandler, signal, sys, time\n"
+        "faulthandler.register(signal.SIGUSR1, all_threads=True, file=sys.stdout)\n"
+        "print('started', flush=True)\ntime.sleep(30)\n"
+    )
+    run = TrainRun("unused.yaml", "unused", prefix=(sys.executable, "-c", stand_in, "--"))
+    run.wait_for("started")  # its handler is in place
     with pytest.raises(
-        AssertionError, match=r"(?s)did not end within 1 s; its output ends:\nstarted"
+        AssertionError,
+        match=r"(?s)did not end within 1 s; its output ends:\nstarted\n\n"
+        r"its threads' stacks when the test gave up:\nCurrent thread .*in <module>",
     ):
         run.finish(timeout=1)
     assert run.process.poll() is not None  # killed
