@@ -134,14 +134,16 @@ def test_nulls_and_list_columns_train_from_local_disk_and_s3(tmp_path, data, run
     for where, root in (("local", nulls), ("s3", url)):
         run = tmp_path / where
         run.mkdir()
-        trainer, evaluation = _trainer(run, root, runtime, "dcn_v2", epochs=1)
+        trainer, evaluation = _trainer(run, root, runtime, "dcn_v2", epochs=2)
         assert trainer.pipeline.transform.column_dtypes["tags"] == "list<int64>"
         before = held_out(trainer, evaluation, {"click": "oracle_logit"})
         result = trainer.fit()
         after = held_out(trainer, evaluation, {"click": "oracle_logit"})
-        assert result.examples == 12_000, where  # every row: nulls are values, not bad rows
+        assert result.examples == 2 * 12_000, where  # every row: nulls are values, not bad rows
         click_before, click_after = before["labels"]["click"], after["labels"]["click"]
-        assert click_after["auc"] > click_before["auc"] + 0.01, (where, before, after)
+        # two passes: 0.580-0.583 from 0.530 alone; one pass gained 0.017-0.023 alone and
+        # 0.0096 beside the other cluster tests
+        assert click_after["auc"] > click_before["auc"] + 0.02, (where, before, after)
         assert click_after["logloss"] < click_before["logloss"] - 0.005, (where, before, after)
 
 
