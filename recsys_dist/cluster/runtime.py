@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.eager import context as tf_context
 
 from recsys_dist import scratch, storage_io
 from recsys_dist.cluster.collective import collective_strategy, collective_task
@@ -206,10 +205,16 @@ def _call_again(job: str, index: int) -> None:
     and nothing tells the chief: a call the chief sent before the cut then waits for an
     answer that never comes, until TensorFlow's next keep-alive (every 300 s) writes to
     the connection and the reset fails the call, which the coordinator then runs again.
-    This call writes at once, so a dead connection fails now and is made anew."""
+    This call writes at once, so a dead connection fails now and is made anew.
+
+    The call is an op that does nothing, run on the task. TensorFlow's own check
+    (``context().check_alive``) keeps Python's lock while it waits for the answer, so a
+    task slow to answer froze the whole coordinator for as long: its progress, its
+    probes and :meth:`Runtime.join`'s limit. An op lets go of the lock while it waits."""
     try:
-        tf_context.context().check_alive(f"/job:{job}/replica:0/task:{index}")
-    except Exception as error:  # noqa: BLE001 - a failed check is the point; log it
+        with tf.device(f"/job:{job}/replica:0/task:{index}/device:CPU:0"):
+            tf.raw_ops.NoOp()
+    except Exception as error:  # noqa: BLE001 - a failed call is the point; log it
         log.info("check of %s %d after its link came back: %s", job, index, error)
 
 

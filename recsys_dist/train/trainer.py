@@ -366,9 +366,17 @@ class Trainer:
         ):
             writer = tf.summary.create_file_writer(summaries.local)
             try:
-                return TrainingLoop(self, writer, summaries.sync).run()
-            finally:
+                result = TrainingLoop(self, writer, summaries.sync).run()
+            except ClusterLost:
+                # Left open: with a task lost, closing it can wait for ever (seen with a
+                # worker's connection dead for good), and the run restarts from its last
+                # checkpoint, whose summaries were written then.
+                raise
+            except BaseException:
                 writer.close()
+                raise
+            writer.close()
+            return result
 
     @contextlib.contextmanager
     def _storage_failures_of_unreachable_workers_as_cluster_lost(self):

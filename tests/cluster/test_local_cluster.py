@@ -9,11 +9,13 @@ tests/unit/cluster/test_local.py.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -101,6 +103,32 @@ def test_scheduled_functions_update_a_ps_variable(coordinator):
     coordinator.join()
     assert [r.fetch() for r in results] == [7.0] * 6
     assert counter.numpy() == 6.0
+
+
+def test_the_call_to_a_task_that_answers_again_leaves_the_coordinator_running(cluster, coordinator):
+    """The call the chief sends a task whose link came back (``_call_again``,
+    ``cluster/runtime.py``) waits for the task's answer without Python's lock: while
+    worker 1 is stopped (its kernel accepts, nothing answers) this thread goes on, and
+    the call returns once the worker does. TensorFlow's ``check_alive`` kept the lock,
+    so the whole coordinator froze until the worker answered."""
+    from recsys_dist.cluster.runtime import _call_again
+
+    pid = cluster.pid("worker", 1)
+    os.kill(pid, signal.SIGSTOP)
+    # resumed by another process: a frozen test could not do it
+    subprocess.Popen(["sh", "-c", f"sleep 3; kill -CONT {pid}"])
+    start = time.monotonic()
+    call = threading.Thread(target=_call_again, args=("worker", 1), daemon=True)
+    call.start()
+    ticks = []
+    while time.monotonic() - start < 2:
+        ticks.append(time.monotonic() - start)
+        time.sleep(0.05)
+    assert ticks[0] < 0.5 and len(ticks) > 20, ticks[:5]
+    assert call.is_alive()  # it waits for the stopped worker
+    call.join(timeout=30)
+    assert not call.is_alive()
+    assert time.monotonic() - start >= 2.5  # the answer came after the worker went on
 
 
 def test_worker_runs_the_parquet_op_on_nulls_and_lists(coordinator, tmp_path):
