@@ -7,6 +7,7 @@ arguments and returning the exit code (the parser that declares the arguments is
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import sys
@@ -184,6 +185,10 @@ def read(args: argparse.Namespace) -> int:
 #: Exit code of a ``train`` attempt that asks ``run()`` to start it again (lost ps).
 RESTART_EXIT = 75
 _restart_as: int | None = None  # set by train: the restart number to exec as
+#: The lost-task errors of this process, kept until it ends or starts again: their frames
+#: hold the cluster's resources (variables, the workers' datasets), and freeing one
+#: calls the task that owns it, which waits for ever on a connection left dead.
+_lost: list[BaseException] = []
 
 
 def restart_after(exc, config) -> int:
@@ -193,6 +198,8 @@ def restart_after(exc, config) -> int:
     global _restart_as
     from recsys_dist.errors import ClusterLost
 
+    _lost.append(exc)
+    gc.disable()  # nor may the collector free them
     restart = int(os.environ.get("RECSYS_DIST_RESTART", "0"))
     if restart >= config.train.max_restarts:
         raise ClusterLost(
