@@ -368,8 +368,8 @@ class Trainer:
             try:
                 result = TrainingLoop(self, writer, summaries.sync).run()
             except ClusterLost:
-                # Left open: with a task lost, closing it can wait for ever (seen with a
-                # worker's connection dead for good), and the run restarts from its last
+                # Left open: closing it runs an op that, with a task lost, can wait for
+                # ever on the task's dead connection; the run restarts from its last
                 # checkpoint, whose summaries were written then.
                 raise
             except BaseException:
