@@ -19,7 +19,25 @@ def checkpoint(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
     }
 
 
+#: How far two runs of the same steps may drift apart, per float tensor, norm-wise (see
+#: :func:`assert_same_state`).
+DRIFT = 1e-3
+
+
 def assert_same_state(a: pathlib.Path, b: pathlib.Path) -> None:
+    """Two runs that trained the same batches in the same order, under other strategies,
+    devices or thread counts, saved the same state.
+
+    Exact where the arithmetic is exact: the same keys and shapes, and integer tensors
+    (step counters, hash table keys) equal. Float tensors are the same computation summed
+    in another order (an all-reduce across processes, Eigen's reductions split over
+    other thread pools), so they differ by rounding, and rounding is not bounded per
+    value: Adagrad and Adam divide a gradient by its running scale, so a row whose
+    gradient is rounding noise (a rarely seen id, a sum that cancels) takes a step of up
+    to the learning rate in either sign. Per tensor the drift stays small against the
+    tensor's size, so each is compared norm-wise: ``||x - y|| <= DRIFT * ||x||``. A run
+    that trained other batches, or lost one replica's gradients, misses that by orders
+    of magnitude; the tests compare the predictions (held-out AUC) as well."""
     left, right = checkpoint(a), checkpoint(b)
     assert sorted(left) == sorted(right)
     slots = [k for k in left if "OPTIMIZER_SLOT" in k]
@@ -28,6 +46,11 @@ def assert_same_state(a: pathlib.Path, b: pathlib.Path) -> None:
         x, y = np.asarray(left[key]), np.asarray(right[key])
         assert x.shape == y.shape, (key, x.shape, y.shape)
         if x.dtype.kind == "f":
-            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6, err_msg=key)
+            x, y = x.astype(np.float64), y.astype(np.float64)
+            drift, size = np.linalg.norm(x - y), max(np.linalg.norm(x), np.linalg.norm(y))
+            assert drift <= DRIFT * size, (
+                f"{key}: ||a - b|| = {drift:.3g} > {DRIFT} * ||a|| = {DRIFT * size:.3g}; "
+                f"largest difference {np.max(np.abs(x - y)):.3g}"
+            )
         else:
             np.testing.assert_array_equal(x, y, err_msg=key)

@@ -869,7 +869,91 @@ def test_scoring_restores_rows_in_use_and_names_a_table_of_another_dim(tmp_path)
     )
     with pytest.raises(
         CheckpointError,
-        match=r"does not fit the model of config\.yaml .*"
-        r"no weight of that shape in the checkpoint: .*_emb:0 \[up to 8, 8\]",
+        match=r"does not fit the model of config\.yaml .*weight\(s\) of another shape: "
+        r"model/table/shards/0/emb is \[\d, 4\] in the checkpoint, \[up to 8, 8\] in the model",
     ):
         restore_model(holder(8, 0), saved, "config.yaml")
+
+
+def _tables(capacities: dict[str, int], shards: int, seed: int) -> tf.Module:
+    """A model's worth of dynamic tables of the given capacities (dim 4); the table
+    ``shared`` (if named) is read by two layers, as two features of one table are."""
+    from recsys_dist.models.dynamic_table import ShardGroup, dynamic_table, shared_across_layers
+
+    module = tf.Module()
+    with shared_across_layers():
+        group = ShardGroup.for_layer([None] * shards)
+        for n, (name, capacity) in enumerate(capacities.items()):
+            spec = TableSpec(name=name, dim=4, kind="dynamic", capacity_per_shard=capacity)
+            setattr(
+                module,
+                name,
+                dynamic_table(spec, 4, shards, "random_uniform", seed + n, name, group),
+            )
+            if name == "shared":
+                module.shared_wide = dynamic_table(
+                    spec, 1, shards, "random_uniform", seed + 9, "w", group
+                )
+    return module
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3])
+@pytest.mark.parametrize(
+    "capacities",
+    [
+        {"user": 40, "item": 100},  # the larger table saves fewer rows than the smaller holds
+        {"user": 40, "item": 100, "shared": 60},
+    ],
+    ids=["two", "three_one_shared"],
+)
+def test_scoring_restores_each_dynamic_table_by_its_checkpoint_key(tmp_path, capacities, shards):
+    """Several dynamic tables of different capacities restore for scoring: each saved
+    weight is paired with the model's by its checkpoint key, never by shape. ``user``
+    (capacity 40 a shard) saves about 10 rows a shard and ``item`` (capacity 100) about
+    60: a pairing by shape could hand user's rows to item, whose rows then fit nowhere
+    (it did, for a model with two dynamic tables of different capacities)."""
+    from recsys_dist.checkpoint.restore import restore_model
+    from recsys_dist.checkpoint.store import CheckpointManager
+
+    trained = _tables(capacities, shards, seed=0)
+    per_shard = {"user": 10, "item": 60, "shared": 20}
+    probes = {}
+    for n, name in enumerate(capacities):
+        first = 1000 * (n + 1)
+        # 9999 is never admitted: it reads the zero row
+        probes[name] = keys(*range(first, first + per_shard[name] * shards), 9999)
+        getattr(trained, name).lookup(probes[name], training=True)
+    probes["shared_wide"] = probes.get("shared")
+    saved = CheckpointManager(str(tmp_path)).save(tf.train.Checkpoint(model=trained), 1, {})
+    scoring = _tables(capacities, shards, seed=50)
+    restore_model(scoring, saved, "config.yaml")
+    for name, probe in probes.items():
+        if probe is not None:
+            # the restore copies saved bytes into the same rows: exactly equal
+            np.testing.assert_array_equal(
+                getattr(scoring, name).lookup(probe).numpy(),
+                getattr(trained, name).lookup(probe).numpy(),
+                err_msg=name,
+            )
+
+
+def test_scoring_names_a_missing_an_extra_and_a_reshaped_weight_by_key(tmp_path):
+    """A model that is not the checkpoint's is refused with every weight that does not
+    fit, by its key: missing from the checkpoint, only in the checkpoint, or of another
+    trailing shape (both shapes named)."""
+    from recsys_dist.checkpoint.restore import restore_model
+    from recsys_dist.checkpoint.store import CheckpointError, CheckpointManager
+
+    trained = _tables({"user": 40, "item": 100}, 1, seed=0)
+    trained.user.lookup(keys(1, 2, 3), training=True)
+    trained.dense = tf.Variable(tf.ones([3, 2]))
+    saved = CheckpointManager(str(tmp_path)).save(tf.train.Checkpoint(model=trained), 1, {})
+    other = _tables({"user": 40, "page": 100}, 1, seed=0)
+    other.dense = tf.Variable(tf.ones([3, 5]))
+    with pytest.raises(CheckpointError) as refused:
+        restore_model(other, saved, "config.yaml")
+    message = str(refused.value)
+    assert "model/dense is [3, 2] in the checkpoint, [3, 5] in the model" in message
+    assert "model weight(s) not in the checkpoint: " in message
+    assert "model/page/shards/0/emb [100, 4]" in message.split("not in the checkpoint: ")[1]
+    assert "model/item/shards/0/emb [0, 4]" in message.split("the model does not have: ")[1]
