@@ -6,7 +6,7 @@ CLI    := $(VENV)/bin/recsys-dist
 STAMP  := $(VENV)/.installed
 DEMO_DATA := data/demo
 
-.PHONY: install demo lint format test test-fast bench clean-demo
+.PHONY: install demo lint format test test-fast test-arith bench clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,17 @@ test: lint
 
 test-fast: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2
+
+# The tests once more with other arithmetic: oneDNN off, so TensorFlow's ops run on its
+# own Eigen kernels, which are compiled into the wheel and round the same way on every
+# x86-64 CPU, where oneDNN picks its kernels by the CPU (AVX-512 or not). A test that
+# passes both runs does not lean on one CPU's rounding (docs/testing.md). The cluster
+# tests here are those that compare two strategies' runs.
+ARITH_CLUSTER := tests/cluster/test_mirrored.py tests/cluster/test_multi_worker.py \
+	tests/cluster/test_sequence_models.py::test_bst_trains_under_mirrored_and_multi_worker_mirrored_on_hashed_tables
+test-arith: $(STAMP)
+	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -m "not cluster" -n 2
+	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -m cluster -n 2 --dist loadgroup $(ARITH_CLUSTER)
 
 # Every benchmark that has a target, with the arguments of the figures the README and docs
 # cite (benchmarks/README.md). The one-off studies in benchmarks/studies/ are not run.

@@ -407,10 +407,16 @@ def test_export_serves_padded_histories_as_evaluate_scores_them(setup, evaluated
     assert served["signature"] == signature
 
     got = np.asarray(served["zero_padded"])
+    # probabilities from another process and other batches: float32 rounding of the logits
     np.testing.assert_allclose(got, expected, atol=1e-5)
     assert expected.std() > 1e-3
-    np.testing.assert_allclose(np.asarray(served["other_padding"]), got, atol=1e-6)
+    # 7 more positions change the shapes: the sums over up to 50 real positions (and the
+    # element-wise exps, vectorised or not) may round differently, up to 50 u of their
+    # absolute sums before the tower; a probability moves by at most a quarter of its
+    # logit's change. The same 1e-5 as against evaluate's predictions above.
+    np.testing.assert_allclose(np.asarray(served["other_padding"]), got, atol=1e-5)
     # the histories count: without them the predictions change, except where there were none
+    # (their attention outputs are exact zeros either way, and the towers see the same rows)
     without = np.asarray(served["without_histories"])
     had = lengths[picked] > 0
     np.testing.assert_allclose(without[~had], got[~had], atol=1e-6)
@@ -552,4 +558,8 @@ def test_bst_trains_under_mirrored_and_multi_worker_mirrored_on_hashed_tables(se
         assert MIN_AUC < click["auc"] < click["oracle"]["auc"], (name, click)
     print("bst held-out AUC: " + ", ".join(f"{k} {v:.4f}" for k, v in aucs.items()))
     assert abs(aucs["mirrored"] - aucs["multi_worker_mirrored"]) < 1e-3
-    assert_same_state(work / "mirrored", work / "multi_worker_mirrored")
+    # the key projection's bias adds the same q . b to every score of a row, which the
+    # softmax ignores: its gradient is 0 in exact arithmetic, rounding noise in practice
+    assert_same_state(
+        work / "mirrored", work / "multi_worker_mirrored", noise_only=("key_dense/bias",)
+    )
