@@ -50,16 +50,22 @@ test: lint
 test-fast: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2
 
-# The tests once more with other arithmetic: oneDNN off, so TensorFlow's ops run on its
-# own Eigen kernels, which are compiled into the wheel and round the same way on every
-# x86-64 CPU, where oneDNN picks its kernels by the CPU (AVX-512 or not). A test that
-# passes both runs does not lean on one CPU's rounding (docs/testing.md). The cluster
-# tests here are those that compare two strategies' runs.
+# The tests once more with other arithmetic: TensorFlow's oneDNN kernels switched the other
+# way from this machine's default. TensorFlow turns them on by itself only on CPUs with
+# AVX-512 VNNI and the like; elsewhere its own Eigen kernels run, compiled into the wheel
+# and rounding the same way on every x86-64 CPU. So on a machine with AVX-512 this run
+# computes as one without it does, and the other way round. A test that passes both runs
+# does not lean on one CPU's rounding (docs/testing.md). The cluster tests here are those
+# that compare two strategies' runs.
 ARITH_CLUSTER := tests/cluster/test_mirrored.py tests/cluster/test_multi_worker.py \
 	tests/cluster/test_sequence_models.py::test_bst_trains_under_mirrored_and_multi_worker_mirrored_on_hashed_tables
+ONEDNN_FLIPPED = $$($(PY) -c 'from tensorflow.python.util import _pywrap_util_port as p; \
+	print(0 if p.IsMklEnabled() else 1)' 2>/dev/null)
 test-arith: $(STAMP)
-	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -m "not cluster" -n 2
-	TF_ENABLE_ONEDNN_OPTS=0 $(PY) -m pytest -q -m cluster -n 2 --dist loadgroup $(ARITH_CLUSTER)
+	flipped=$(ONEDNN_FLIPPED); echo "TF_ENABLE_ONEDNN_OPTS=$$flipped"; \
+	TF_ENABLE_ONEDNN_OPTS=$$flipped $(PY) -m pytest -q -m "not cluster" -n 2 && \
+	TF_ENABLE_ONEDNN_OPTS=$$flipped $(PY) -m pytest -q -m cluster -n 2 --dist loadgroup \
+		$(ARITH_CLUSTER)
 
 # Every benchmark that has a target, with the arguments of the figures the README and docs
 # cite (benchmarks/README.md). The one-off studies in benchmarks/studies/ are not run.
