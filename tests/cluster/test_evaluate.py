@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 
 import numpy as np
@@ -250,7 +251,11 @@ def test_evaluate_rejections_name_the_problem(trained, tmp_path):
         "model.params.hidden_units=[64, 16]",
     )
     assert wider.returncode == 2 and "does not fit the model of" in wider.stderr, wider.stderr
-    assert "dcn_v2/deep/dense_0/kernel" in wider.stderr
+    # weights are named by their checkpoint key, with both shapes
+    assert re.search(
+        r"model/deep/stack/0/kernel is \[\d+, \d+\] in the checkpoint, \[\d+, 64\] in the model",
+        wider.stderr,
+    ), wider.stderr
     none = cli(
         "evaluate",
         "--config",

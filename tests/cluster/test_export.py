@@ -429,7 +429,9 @@ def test_export_refuses_a_checkpoint_of_other_model_params(trained, tmp_path):
         )
     message = str(info.value)
     assert "does not fit the model of" in message, message
-    assert "dcn_v2/deep/dense_0/kernel:0 [66, 64]" in message, message
+    # weights are named by their checkpoint key, with both shapes
+    assert "model/deep/stack/0/kernel is [66, " in message, message
+    assert "[66, 64] in the model" in message, message
 
 
 def test_export_refuses_a_model_dir_without_a_checkpoint(trained, tmp_path):
