@@ -166,14 +166,12 @@ def weight_mismatches(model, reader, graph) -> list[str]:
         key = value_key(graph.nodes[node_id]) if is_variable(obj) else None
         if key is not None:
             key_of[id(obj)] = key
-    path_of = _live_paths(model)
     wrong, missing, taken = [], [], set()
     for variable in _whole_variables(model):
         key = key_of.get(id(variable))
-        name = path_of.get(id(variable)) or variable_name(variable, "?")
         live = variable.shape.as_list()
         if key is None or key not in shapes:
-            missing.append(f"{name} {_shape_text(live)}")
+            missing.append(variable)
             continue
         taken.add(key)
         stored = list(shapes[key])
@@ -198,8 +196,15 @@ def weight_mismatches(model, reader, graph) -> list[str]:
     problems = []
     if wrong:
         problems.append("weight(s) of another shape: " + ", ".join(wrong))
-    if missing:
-        problems.append("model weight(s) not in the checkpoint: " + ", ".join(missing))
+    if missing:  # no key names them: their paths in the live model do
+        path_of = _live_paths(model)
+        problems.append(
+            "model weight(s) not in the checkpoint: "
+            + ", ".join(
+                f"{path_of.get(id(v)) or variable_name(v, '?')} {_shape_text(v.shape.as_list())}"
+                for v in missing
+            )
+        )
     if extra:
         problems.append("checkpoint weight(s) the model does not have: " + ", ".join(extra))
     return problems
