@@ -6,7 +6,7 @@ CLI    := $(VENV)/bin/recsys-dist
 STAMP  := $(VENV)/.installed
 DEMO_DATA := data/demo
 
-.PHONY: install demo lint format test test-fast test-arith bench clean-demo
+.PHONY: install demo lint format test test-fast test-arith test-configs bench clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,14 @@ test: lint
 
 test-fast: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2
+
+# CASES configs drawn from the config space (tests/support/config_space.py), each run end to
+# end as a user would: validate, train, evaluate, export, and serving in plain TensorFlow.
+# Case i has seed SEED + i (SEED random when unset); every failure prints its seed, and
+# `$(PY) -m tests.support.config_space --seed S --cases 1` replays it (docs/testing.md).
+CASES ?= 200
+test-configs: $(STAMP)
+	$(PY) -m tests.support.config_space --cases $(CASES) $(if $(SEED),--seed $(SEED))
 
 # The tests once more with other arithmetic: TensorFlow's oneDNN kernels switched the other
 # way from this machine's default. TensorFlow turns them on by itself only on CPUs with

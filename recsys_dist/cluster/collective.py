@@ -33,6 +33,7 @@ runs ``recsys-dist train`` itself with a ``TF_CONFIG`` of task type ``worker``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -102,8 +103,12 @@ def collective_task() -> tuple[dict[str, list[str]], int] | None:
     return spec, index
 
 
+@functools.cache
 def collective_strategy():
-    """The ``MultiWorkerMirroredStrategy`` of this worker (one replica: its CPU).
+    """The ``MultiWorkerMirroredStrategy`` of this worker (one replica: its CPU), one per
+    process: TensorFlow configures collective ops only before its first op, so a worker
+    makes it before it plans its input, which may run ops
+    (:func:`recsys_dist.cluster.runtime.prepare_devices`), and ``connect`` gets the same.
 
     Raises:
       ClusterError: the worker has several devices (GPUs): untested, so refused.

@@ -25,20 +25,35 @@ import tensorflow as tf
 from recsys_dist.cluster.server import ClusterError
 
 
+def split_cpu(replicas: int) -> None:
+    """Splits this process's CPU into ``replicas`` logical devices for a
+    ``MirroredStrategy``, unless the process has that many GPUs.
+
+    TensorFlow fixes a process's devices when it starts, at its first op, so a command
+    calls this before it plans its input (:func:`recsys_dist.cluster.runtime.
+    prepare_devices`): planning may run ops already (a string vocabulary's fingerprints).
+    Called after TensorFlow started, it changes nothing; :func:`mirrored_strategy` then
+    names the problem.
+    """
+    if len(tf.config.list_physical_devices("GPU")) >= replicas:
+        return
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+        )
+    except RuntimeError:
+        pass  # TensorFlow has started: the devices it made are checked by the caller.
+
+
 def mirrored_strategy(replicas: int) -> tf.distribute.MirroredStrategy:
     """A ``MirroredStrategy`` over ``replicas`` devices of this process: its GPUs when it
-    has that many, else logical CPU devices (created here, before TensorFlow starts)."""
+    has that many, else logical CPU devices (:func:`split_cpu`)."""
     gpus = tf.config.list_physical_devices("GPU")
     if len(gpus) >= replicas:
         devices = [f"/gpu:{i}" for i in range(replicas)]
     else:
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        try:
-            tf.config.set_logical_device_configuration(
-                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
-            )
-        except RuntimeError:
-            pass  # TensorFlow has started: the devices it made are checked below.
+        split_cpu(replicas)
         have = len(tf.config.list_logical_devices("CPU"))
         if have < replicas:
             raise ClusterError(

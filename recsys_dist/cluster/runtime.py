@@ -34,7 +34,7 @@ from recsys_dist.cluster.executor_scope import borrowed_executors_do_not_wait
 from recsys_dist.cluster.in_process import InProcessCluster
 from recsys_dist.cluster.liveness import PROBE_SECONDS, TaskWatch
 from recsys_dist.cluster.local import LocalCluster
-from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
+from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy, split_cpu
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.cluster.signals import terminate_on_signals
 from recsys_dist.config.sections import ClusterSpec
@@ -227,6 +227,17 @@ def _tf_config_resolver():
             "with python -m recsys_dist.cluster.server"
         )
     return tf.distribute.cluster_resolver.TFConfigClusterResolver(), spec
+
+
+def prepare_devices(cluster: ClusterSpec) -> None:
+    """Sets this process up for ``cluster`` before anything runs a TensorFlow op, which
+    fixes its devices and its collective ops: the replicas of ``mirrored``; on a worker of
+    ``multi_worker_mirrored``, its strategy. A command that will :func:`connect` calls it
+    before it plans its input, which may run ops (a string vocabulary's fingerprints)."""
+    if cluster.strategy == "mirrored":
+        split_cpu(cluster.workers)
+    elif cluster.strategy == "multi_worker_mirrored" and collective_task() is not None:
+        collective_strategy()
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ import yaml
 
 from recsys_dist.config import model_params  # noqa: F401  registers the built-in models
 from recsys_dist.config.features import FeatureConfig, load_feature_config
+from recsys_dist.config.model_params import check_model_inputs
 from recsys_dist.config.model_registry import (
     MODEL_INPUT_GROUPS as MODEL_INPUT_GROUPS,  # re-exported: model name -> its input groups
 )
@@ -303,6 +304,7 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
         raise doc.error("model.labels", too_few)
     inputs = _resolve_inputs(doc, parsed.model, spec, features)
     _check_sequence_input(doc, parsed.model, spec, inputs, features)
+    check_model_inputs(doc, parsed.model, inputs, features)
     parsed, raw = _with_model_and_data_defaults(parsed, raw, spec, inputs)
     _check_optimizers(doc, raw, parsed.train)
     _check_early_stopping(doc, parsed, labels)

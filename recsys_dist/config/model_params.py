@@ -99,6 +99,89 @@ class _Params:
     def __post_init__(self) -> None:
         _check_bounds(self)
 
+    def input_problem(
+        self, model: str, features: Any, inputs: dict[str, list[str]]
+    ) -> InputProblem | None:
+        """What model ``model`` with these params cannot read among ``inputs`` (input
+        group -> names of features of the feature config ``features``), or None.
+
+        The model's constructor refuses the same with a ``ValueError``, but only once a
+        command has started its cluster, as a traceback; the config check asks here
+        first (:func:`check_model_inputs`), so ``validate`` refuses it.
+        """
+        return None
+
+
+def check_model_inputs(doc: Any, model: Any, inputs: dict[str, list[str]], features: Any) -> None:
+    """Raises a ConfigError (``doc.error``) for what the model of ``model`` (the config's
+    ``model`` section, its params parsed) would refuse among its ``inputs``: its params'
+    :meth:`~_Params.input_problem` (one dim for all tables, a dense feature, each
+    history's targets, attention heads that divide a history's dim), naming the key."""
+    check = getattr(model.params, "input_problem", None)  # a params class of the zoo's kind
+    problem = check(model.name, features, inputs) if check is not None else None
+    if problem is None:
+        return
+    where = "model.inputs" if model.inputs is not None else "model.name"
+    raise doc.error(problem.key or where, problem.message)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputProblem:
+    """Why a model cannot read its inputs: the message, and the config key to name
+    (None: the model's inputs, ``model.inputs`` or ``model.name`` when it has none)."""
+
+    message: str
+    key: str | None = None
+
+
+def one_dim_problem(model: str, features: Any, names: list[str]) -> InputProblem | None:
+    """The tables of ``names`` must exist and share one dim (a model that interacts the
+    embeddings pairwise: ``common_dim`` in ``models/zoo/ranking_model.py``)."""
+    dims = {
+        t: features.tables[t].dim
+        for t in (features.features[n].table_name for n in names)
+        if t is not None
+    }
+    if not dims:
+        return InputProblem(
+            f"model {model!r} needs at least one id-valued feature (categorical, cross, "
+            f"multi_categorical, sequence or bucketized numeric); got only {names}"
+        )
+    if len(set(dims.values())) > 1:
+        listing = ", ".join(f"{t!r} (dim {d})" for t, d in dims.items())
+        return InputProblem(
+            f"model {model!r} needs one embedding dim for all its tables; got {listing}. "
+            f"Give these tables the same 'dim' in {features.file}"
+        )
+    return None
+
+
+def history_problem(model: str, features: Any, names: list[str]) -> InputProblem | None:
+    """Every history among ``names`` has its main sequence there, and each of its
+    sequences a ``target`` there (a model comparing histories with their candidates:
+    ``check_histories`` in ``models/behaviour.py``)."""
+    for name in names:
+        main = getattr(features.features[name], "side_of", None)
+        if main is not None and main not in names:
+            return InputProblem(
+                f"model {model!r}: sequence {name!r} is side_of {main!r}, which is not "
+                "among the model's inputs"
+            )
+    for group in features.sequence_groups(names):
+        for sequence, target in zip(group.sequences, group.targets):
+            if target is None:
+                return InputProblem(
+                    f"model {model!r} compares sequence {sequence!r} with its candidate: "
+                    f"set features.{sequence}.target in {features.file} to the "
+                    "candidate's feature"
+                )
+            if target not in names:
+                return InputProblem(
+                    f"model {model!r}: the target {target!r} of sequence {sequence!r} "
+                    f"is not among the model's inputs {names}"
+                )
+    return None
+
 
 @register_model("lr", input_groups=("wide",))
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +230,12 @@ class DeepFMParams(_DeepTowerParams):
 
     linear_inputs: ClassVar[str | None] = "deep"
 
+    def input_problem(
+        self, model: str, features: Any, inputs: dict[str, list[str]]
+    ) -> InputProblem | None:
+        """Its factorization machine takes dot products: one dim for all tables."""
+        return one_dim_problem(model, features, inputs["deep"])
+
 
 @register_model("dcn_v2")
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +280,20 @@ class DLRMParams(_Params):
     self_interaction: bool = False
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
+
+    def input_problem(
+        self, model: str, features: Any, inputs: dict[str, list[str]]
+    ) -> InputProblem | None:
+        """Dot products need one dim for all tables, the bottom MLP a dense feature."""
+        names = inputs["deep"]
+        problem = one_dim_problem(model, features, names)
+        if problem is None and all(features.features[n].table_name is not None for n in names):
+            problem = InputProblem(
+                f"model {model!r} needs at least one dense numeric feature (numeric "
+                f"without transform 'bucketize') for its bottom MLP; got only "
+                f"id-valued features {names}"
+            )
+        return problem
 
 
 @register_model("mmoe", min_labels=2)
@@ -246,6 +349,12 @@ class DINParams(_Params):
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
 
+    def input_problem(
+        self, model: str, features: Any, inputs: dict[str, list[str]]
+    ) -> InputProblem | None:
+        """Each history is compared with its candidates, so they are all inputs."""
+        return history_problem(model, features, inputs["deep"])
+
 
 @register_model("bst", needs_sequence=True)
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +385,25 @@ class BSTParams(_Params):
     hidden_units: list[int] = _units(256, 128, 64)
     dropout: float = field(default=0.0, metadata=_DROPOUT)
     batch_norm: bool = False
+
+    def input_problem(
+        self, model: str, features: Any, inputs: dict[str, list[str]]
+    ) -> InputProblem | None:
+        """As DIN's, and the heads split each history position's dim evenly."""
+        names = inputs["deep"]
+        problem = history_problem(model, features, names)
+        if problem is not None:
+            return problem
+        for group in features.sequence_groups(names):
+            dim = sum(features.tables[features.features[n].table_name].dim for n in group.sequences)
+            if dim % self.num_heads:
+                return InputProblem(
+                    f"model {model!r}: a position of history {group.main!r} has dim {dim} "
+                    f"(its sequences' dims summed), which num_heads={self.num_heads} does "
+                    "not divide",
+                    "model.params.num_heads",
+                )
+        return None
 
 
 def defaults_row(name: str) -> str:

@@ -34,7 +34,7 @@ from recsys_dist.checkpoint.signature import check_signature, saved_dynamic_shar
 from recsys_dist.checkpoint.store import SavedCheckpoint, find_checkpoint
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.cluster.placement import building_under
-from recsys_dist.cluster.runtime import connect, log_dir_for
+from recsys_dist.cluster.runtime import connect, log_dir_for, prepare_devices
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import prepare_input
 from recsys_dist.data.oracle import oracle_candidates, oracle_columns
@@ -172,7 +172,7 @@ def run_evaluation(
       CheckpointError: no usable checkpoint, or one of another model or feature config.
       DataError: the split is empty or bad, or a slice/group column is missing.
     """
-
+    prepare_devices(config.cluster)
     saved = find_checkpoint(model_dir, checkpoint)
     check_signature(saved, config, what=config.file)
     base_saved, base_metrics_path = _baseline(config, baseline)

@@ -17,7 +17,7 @@ from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import CheckpointManager, SavedCheckpoint
 from recsys_dist.cluster.collective import CollectiveRun, agree, collective_task, launch
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
-from recsys_dist.cluster.runtime import connect, log_dir_for
+from recsys_dist.cluster.runtime import connect, log_dir_for, prepare_devices
 from recsys_dist.cluster.server import ClusterError
 from recsys_dist.config.experiment import CONFIG_FILE, ExperimentConfig, resolved_files
 from recsys_dist.data.collisions import SAMPLE_ROWS, collision_warnings
@@ -208,6 +208,7 @@ def train_run(
     """
     if config.cluster.strategy == "multi_worker_mirrored" and collective_task() is None:
         return _launch_workers(config, model_dir, evaluate, warm_start_from, on_table_resize)
+    prepare_devices(config.cluster)
     train_input, eval_input, oracle = _plan_inputs(config, model_dir, evaluate)
     validation = _plan_validation(config)
     done = completed_run(config, train_input, model_dir)

@@ -248,13 +248,26 @@ class _Ragged:
             self.values = raw.flat_values
             self.splits = tf.cast(raw.row_splits, tf.int64)
             self.valid = present.flat_values if present is not None else None
+            self.blank = None
         else:  # a delimited string; a null string reads as "" (no ids)
             split = tf.strings.split(raw, separator)
             self.values = split.flat_values
             self.splits = tf.cast(split.row_splits, tf.int64)
             self.valid = tf.strings.length(self.values) > 0
+            # "" splits into one empty token, a null id: a list of one null id, or the
+            # empty list of a null or empty list column (see agrees)
+            self.blank = tf.equal(raw, "")
         self.lengths = self.splits[1:] - self.splits[:-1]
         self.nrows = tf.shape(self.splits, out_type=tf.int64)[0] - 1
+
+    def agrees(self, other: _Ragged) -> tf.Tensor:
+        """``[N]``: the rows whose lengths agree with ``other``'s. A blank string (one
+        null token) agrees with an empty list too: either way no position is kept."""
+        same = tf.equal(self.lengths, other.lengths)
+        for blank, length in ((self.blank, other.lengths), (other.blank, self.lengths)):
+            if blank is not None:
+                same = tf.logical_or(same, tf.logical_and(blank, tf.equal(length, 0)))
+        return same
 
 
 def _align_sides(
@@ -272,7 +285,7 @@ def _align_sides(
     aligned = [main.values]
     bad_row = tf.zeros([main.nrows], tf.bool)
     for feat, column, part in zip(feats[1:], columns[1:], parts[1:]):
-        differ = tf.not_equal(part.lengths, main.lengths)
+        differ = tf.logical_not(part.agrees(main))
         checks.append(
             (
                 differ,

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import tensorflow as tf
 
 from recsys_dist.config.features import FeatureConfig
+from recsys_dist.config.model_params import one_dim_problem
 from recsys_dist.config.model_registry import (
     MODEL_REGISTRY,
     RegisteredModel,
@@ -263,24 +264,13 @@ MODELS: Mapping[str, type[RankingModel]] = _Models()
 
 
 def common_dim(features: FeatureConfig, names: list[str], model: str) -> int:
-    """The one embedding dim D shared by the tables of ``names``; raises ValueError."""
-    dims = {
-        t: features.tables[t].dim
-        for t in (features.features[n].table_name for n in names)
-        if t is not None
-    }
-    if not dims:
-        raise ValueError(
-            f"model {model!r} needs at least one id-valued feature (categorical, "
-            f"cross, multi_categorical or bucketized numeric); got only {names}"
-        )
-    if len(set(dims.values())) > 1:
-        listing = ", ".join(f"{t!r} (dim {d})" for t, d in dims.items())
-        raise ValueError(
-            f"model {model!r} needs one embedding dim for all its tables; got "
-            f"{listing}. Give these tables the same 'dim' in {features.file}"
-        )
-    return next(iter(dims.values()))
+    """The one embedding dim D shared by the tables of ``names``; raises ValueError with
+    the message ``validate`` gives (:func:`recsys_dist.config.model_params.one_dim_problem`)."""
+    problem = one_dim_problem(model, features, names)
+    if problem is not None:
+        raise ValueError(problem.message)
+    tables = (features.features[n].table_name for n in names)
+    return next(features.tables[t].dim for t in tables if t is not None)
 
 
 def concat_inputs(sparse: dict[str, tf.Tensor], dense: tf.Tensor | None) -> tf.Tensor:

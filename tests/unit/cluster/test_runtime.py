@@ -1,15 +1,21 @@
-"""Joining a TF_CONFIG cluster: the coordinator must be the chief, with clear errors."""
+"""Joining a TF_CONFIG cluster: the coordinator must be the chief, with clear errors; the
+replicas of ``mirrored`` set up before a command's first TensorFlow op."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from recsys_dist.cluster.runtime import connect
 from recsys_dist.cluster.server import ClusterError
 from recsys_dist.config.sections import ClusterSpec
+from tests.support.data import free_port
+from tests.support.paths import REPO
 
 CLUSTER = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
 
@@ -100,3 +106,45 @@ def test_join_gives_up_on_work_sent_to_a_worker_before_its_link_went_down(capfd,
     assert "the coordinator's threads, for a bug report" in caplog.text
     stacks = capfd.readouterr().err
     assert "Current thread" in stacks and "in test_join_gives_up_on_work" in stacks, stacks
+
+
+#: A command's start with a string vocabulary: planning the input fingerprints the
+#: vocabulary, the first TensorFlow op of the process, which fixes its devices and its
+#: collective ops; ``prepare_devices`` must have set them up before it.
+AFTER_A_VOCABULARY = """
+import sys
+
+import recsys_dist
+from recsys_dist.cluster.runtime import connect, prepare_devices
+from recsys_dist.config.kinds.vocabulary import Vocabulary
+from recsys_dist.config.sections import ClusterSpec
+
+cluster = ClusterSpec("local", int(sys.argv[2]), 1, strategy=sys.argv[1])
+prepare_devices(cluster)
+Vocabulary.build(["a", "b"], 1, strings=True)
+with connect(cluster, "unused", 1024) as runtime:
+    print("replicas", runtime.strategy.num_replicas_in_sync)
+"""
+
+
+@pytest.mark.parametrize("strategy,replicas", [("mirrored", 2), ("multi_worker_mirrored", 1)])
+def test_the_strategy_is_set_up_when_the_input_plan_ran_an_op_first(strategy, replicas):
+    """``train`` and ``evaluate`` call ``prepare_devices`` before they plan their input.
+    Without it, a string vocabulary ended a ``mirrored`` run with "mirrored needs 2 CPU
+    devices but TensorFlow started in this process with 1", and each worker of a
+    ``multi_worker_mirrored`` run with "Collective ops must be configured at program
+    startup" (here one worker, of a TF_CONFIG cluster of one)."""
+    tf_config = {
+        "cluster": {"worker": [f"127.0.0.1:{free_port()}"]},
+        "task": {"type": "worker", "index": 0},
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_A_VOCABULARY, strategy, str(replicas)],
+        cwd=REPO,
+        env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["replicas", str(replicas)]

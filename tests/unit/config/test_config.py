@@ -47,6 +47,10 @@ MODEL = {
 }
 
 
+#: For the models whose tables share one dim (deepfm, dlrm).
+ONE_DIM_FEATURES = changed(FEATURES, {"tables.ads.dim": 4})
+
+
 def write(tmp_path: pathlib.Path, features: dict = FEATURES, model: dict = MODEL) -> str:
     write_yaml(tmp_path / "features.yaml", features)
     return write_yaml(tmp_path / "model.yaml", model)
@@ -252,6 +256,71 @@ def test_model_config_rejections(tmp_path, changes, pattern):
         load_config(model_with(tmp_path, changes))
 
 
+HISTORY = {"kind": "sequence", "table": "ads", "max_length": 3, "target": "ad"}
+#: Changes of the feature config and of the model config, and the error: what a model's
+#: constructor refuses among its inputs (a ValueError once the cluster has started, a
+#: traceback of train, evaluate or export) is refused by the config check.
+MODEL_INPUT_REJECTIONS = [
+    (
+        {},
+        {"model.name": "deepfm"},
+        r"model\.yaml:\d+: model\.name: model 'deepfm' needs one embedding dim for all its "
+        r"tables; got 'ads' \(dim 8\), 'tags' \(dim 4\), 'cross' \(dim 4\)\. Give these "
+        r"tables the same 'dim' in .*features\.yaml",
+    ),
+    (
+        {"features.price": DELETE, "tables.ads.dim": 4},
+        {"model.name": "dlrm"},
+        r"model\.name: model 'dlrm' needs at least one dense numeric feature",
+    ),
+    (
+        {"features.hist_ad": changed(HISTORY, {"target": DELETE})},
+        {"model.name": "din"},
+        r"model\.name: model 'din' compares sequence 'hist_ad' with its candidate: set "
+        r"features\.hist_ad\.target in .*features\.yaml",
+    ),
+    (
+        {"features.hist_ad": HISTORY},
+        {"model.name": "bst", "model.params": {"num_heads": 3}},
+        r"model\.params\.num_heads: model 'bst': a position of history 'hist_ad' has dim 8 "
+        r"\(its sequences' dims summed\), which num_heads=3 does not divide",
+    ),
+    (
+        {"features.hist_ad": HISTORY, "features.price": DELETE},
+        {"model.name": "dlrm", "model.inputs": {"deep": ["ad", "site", "tags", "hist_ad"]}},
+        r"model\.inputs: model 'dlrm' needs one embedding dim",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "feature_changes,changes,pattern",
+    MODEL_INPUT_REJECTIONS,
+    ids=[c["model.name"] for _, c, _ in MODEL_INPUT_REJECTIONS],
+)
+def test_what_a_model_cannot_read_is_refused_with_the_key(
+    tmp_path, feature_changes, changes, pattern
+):
+    features = changed(FEATURES, feature_changes)
+    if "model.inputs" in changes:  # the cross is left out
+        del features["features"]["ad_x_site"], features["tables"]["cross"]
+    path = write(tmp_path, features, changed(MODEL, changes))
+    with pytest.raises(ConfigError, match=pattern):
+        load_config(path)
+    assert main(["validate", "--config", path]) == 2
+
+
+def test_models_take_the_inputs_their_constructors_take(tmp_path):
+    """One dim and a dense feature for dlrm, a history with its target for din and bst
+    with heads dividing its dim: accepted."""
+    features = changed(
+        ONE_DIM_FEATURES, {"features.hist_ad": HISTORY, "features.hist_ad.max_length": 2}
+    )
+    for model in ({"name": "dlrm"}, {"name": "din"}, {"name": "bst", "params": {"num_heads": 4}}):
+        config = load_config(write(tmp_path, features, changed(MODEL, {"model": model})))
+        assert config.model.name == model["name"]
+
+
 def test_invalid_yaml_names_file_and_line(tmp_path):
     path = write(tmp_path)
     (tmp_path / "model.yaml").write_text("features: features.yaml\nmodel: {name: [\n")
@@ -317,8 +386,10 @@ def test_an_invalid_date_is_a_config_error_in_the_file_in_a_set_and_from_code(tm
 
 
 def test_set_model_name_drops_the_params_of_the_files_model_with_a_note(tmp_path, caplog):
-    path = model_with(
-        tmp_path, {"model.params": {"cross_layers": 3, "deep_units": [32], "dropout": 0.1}}
+    path = write(
+        tmp_path,
+        ONE_DIM_FEATURES,
+        changed(MODEL, {"model.params": {"cross_layers": 3, "deep_units": [32], "dropout": 0.1}}),
     )
     with caplog.at_level("INFO", logger="recsys_dist"):
         config = load_config(path, ["model.name=deepfm"])
@@ -519,7 +590,8 @@ def test_a_model_with_a_linear_part_gets_a_linear_optimizer_by_default(
         if model == "wide_deep"
         else {}
     )
-    config = load_config(model_with(tmp_path, {"model.name": model, **inputs}))
+    features = ONE_DIM_FEATURES if model == "deepfm" else FEATURES
+    config = load_config(write(tmp_path, features, changed(MODEL, {"model.name": model, **inputs})))
     spec = config.train.linear_optimizer
     if linear_features is None:
         assert spec is None and "linear_optimizer" not in config.raw.get("train", {})

@@ -167,6 +167,40 @@ def test_empty_and_null_histories_in_every_row(tmp_path):
     assert valid.numpy().tolist() == [1, 1]
 
 
+def test_a_list_column_and_a_delimited_side_agree_on_empty_and_null_histories(tmp_path):
+    """A null or empty string splits into one empty token (a null id): it agrees with a
+    list of one id, and with an empty or null list too, since either way no position is
+    kept (every empty history was a side of another length, bad data, when one column
+    was a list and the other a delimited string)."""
+    transform = FeatureTransform(
+        _config(tmp_path), ["click"], dict(DTYPES, hist_cate="string"), "fail"
+    )
+    raw = {
+        "item": tf.constant([1, 2, 3, 4, 5], tf.int64),
+        "cate": tf.constant([1, 2, 3, 4, 5]),
+        "hist": tf.ragged.constant([[], [], [7, 8], [7, 8], [9]], tf.int64),  # row 1: null
+        "hist_cate": tf.constant(["", "", "1|2", "1|", ""]),  # row 1: null
+        "click": tf.constant([0, 1, 0, 1, 0]),
+    }
+    present = {
+        "hist": tf.ragged.constant([[], [], [True, True], [True, True], [True]]),
+        "hist_cate": tf.constant([True, False, True, True, True]),
+    }
+    out, _, valid = transform(raw, tf.constant("f"), tf.constant(0, tf.int64), present)
+    assert valid.numpy().tolist() == [1, 1, 1, 1, 1]
+    # row 3: the side's id 2 is null; row 4: its only id
+    weights = [[0, 0, 0], [0, 0, 0], [1, 1, 0], [1, 0, 0], [0, 0, 0]]
+    assert out["hist_cate"]["weights"].numpy().tolist() == weights
+    assert out["hist_cate"]["ids"].numpy()[2].tolist()[:2] == _rows([2, 1], 11)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"differs in length .* at row 0"):
+        transform(
+            dict(raw, hist_cate=tf.constant(["5", "", "1|2", "1|", ""])),
+            tf.constant("f"),
+            tf.constant(0, tf.int64),
+            present,
+        )
+
+
 @pytest.mark.parametrize(
     "changes, pattern",
     [
