@@ -23,7 +23,9 @@ pytestmark = pytest.mark.cluster
 
 
 def test_two_workers_never_give_an_id_two_rows(tmp_path):
-    """Real servers: 2 workers admit the same new users concurrently, 2 shards."""
+    """Real servers: 2 workers admit the same new users concurrently, 2 shards. The
+    servers run inside the command's process (``in_process``): the workers' closures
+    still run at once, each on its own worker server, against the same table shards."""
     import pyarrow.parquet as pq
 
     from recsys_dist.data.synth_files import synthesize
@@ -59,7 +61,7 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
             "steps_per_call": 5,
             "log_every_seconds": 0,
         },
-        "cluster": {"mode": "local", "workers": 2, "ps": 2},
+        "cluster": {"mode": "in_process", "workers": 2, "ps": 2},
     }
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config))

@@ -24,6 +24,7 @@ import pytest
 from recsys_dist.data.synth_files import synthesize
 from tests.support.configs import changed
 from tests.support.paths import CLI
+from tests.support.refusals import refused_here
 from tests.support.run_configs import SMALL_FEATURES as FEATURES
 from tests.support.run_configs import small_run_config as write_config
 
@@ -181,7 +182,7 @@ def test_baseline_model_and_baseline_metrics_give_deltas_and_a_bootstrap_interva
         assert "vs baseline: AUC +" in result.stdout
 
 
-def test_without_config_evaluate_reads_the_runs_own_local_or_on_s3(trained, tmp_path):
+def test_without_config_evaluate_reads_the_runs_own_local_or_on_s3(trained, tmp_path, capsys):
     tmp, _, _, weak = trained
     for run in (str(tmp / "model"), weak):
         out = tmp_path / run.replace("/", "_")
@@ -192,7 +193,9 @@ def test_without_config_evaluate_reads_the_runs_own_local_or_on_s3(trained, tmp_
         assert json.loads((out / "metrics.json").read_text())["rows"] == 8_000
     nothing = tmp_path / "not-a-run"
     nothing.mkdir()
-    missing = cli("evaluate", "--model-dir", str(nothing), "--out", str(tmp_path / "x"))
+    missing = refused_here(
+        capsys, "evaluate", "--model-dir", str(nothing), "--out", str(tmp_path / "x")
+    )
     assert missing.returncode == 2
     assert missing.stderr == (
         f"error: {nothing}/config.yaml: not found, and no --config was "
@@ -201,10 +204,11 @@ def test_without_config_evaluate_reads_the_runs_own_local_or_on_s3(trained, tmp_
     )
 
 
-def test_evaluate_rejections_name_the_problem(trained, tmp_path):
+def test_evaluate_rejections_name_the_problem(trained, tmp_path, capsys):
     tmp, config, data, _ = trained
     model = str(tmp / "model")
-    missing = cli(
+    missing = refused_here(
+        capsys,
         "evaluate",
         "--config",
         config,
@@ -217,7 +221,8 @@ def test_evaluate_rejections_name_the_problem(trained, tmp_path):
     )
     assert missing.returncode == 3
     assert "'country'" in missing.stderr and "evaluation.slice_columns" in missing.stderr
-    empty = cli(
+    empty = refused_here(
+        capsys,
         "evaluate",
         "--config",
         config,
@@ -234,11 +239,11 @@ def test_evaluate_rejections_name_the_problem(trained, tmp_path):
     resized = write_config(
         other, data, mode="in_process", features=changed(FEATURES, {"tables.big.rows": 5000})
     )
-    refused = cli(
-        "evaluate", "--config", resized, "--model-dir", model, "--out", str(tmp_path / "c")
+    other_size = refused_here(
+        capsys, "evaluate", "--config", resized, "--model-dir", model, "--out", str(tmp_path / "c")
     )
-    assert refused.returncode == 2
-    assert "table 'big' is 4000 x 8 in the checkpoint but 5000 x 8" in refused.stderr
+    assert other_size.returncode == 2
+    assert "table 'big' is 4000 x 8 in the checkpoint but 5000 x 8" in other_size.stderr
     wider = cli(
         "evaluate",
         "--config",
@@ -256,7 +261,8 @@ def test_evaluate_rejections_name_the_problem(trained, tmp_path):
         r"model/deep/stack/0/kernel is \[\d+, \d+\] in the checkpoint, \[\d+, 64\] in the model",
         wider.stderr,
     ), wider.stderr
-    none = cli(
+    none = refused_here(
+        capsys,
         "evaluate",
         "--config",
         config,
@@ -266,7 +272,8 @@ def test_evaluate_rejections_name_the_problem(trained, tmp_path):
         str(tmp_path / "d"),
     )
     assert none.returncode == 2 and "no complete checkpoint" in none.stderr
-    bucket = cli(
+    bucket = refused_here(
+        capsys,
         "evaluate",
         "--config",
         config,

@@ -23,6 +23,7 @@ import subprocess
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support.chance import learned
 from tests.support.paths import CLI
 from tests.support.run_configs import COLLECTIVE, small_run_config
 from tests.support.state import assert_same_state, checkpoint
@@ -107,7 +108,10 @@ def test_a_killed_mirrored_run_resumes_from_its_checkpoint(runs):
     state = json.loads((newest / "state.json").read_text())
     assert state["complete"] and state["position"]["finished_rows"] == 2 * 8000
     result = json.loads((model_dir / "train_result.json").read_text())
-    assert result["eval"]["labels"]["click"]["auc"] > 0.55
+    # it learned: held-out AUC above what no signal reaches (a few thousand rows of weak
+    # signal score about 0.55; a lost state is caught by the restored step and rows done)
+    above, line = learned(result)
+    assert above, line
 
 
 def test_daily_retraining_warm_starts_across_the_switch_both_ways(runs):

@@ -36,6 +36,7 @@ import pytest
 
 from recsys_dist.cluster.local import free_ports
 from recsys_dist.data.synth_files import synthesize
+from tests.support.chance import learned
 from tests.support.paths import CLI
 from tests.support.run_configs import COLLECTIVE, small_run_config
 from tests.support.state import assert_same_state, checkpoint
@@ -186,7 +187,10 @@ def test_a_killed_worker_restarts_the_job_from_its_last_checkpoint(runs):
     state = json.loads((newest / "state.json").read_text())
     assert state["complete"] and state["position"]["finished_rows"] == 3 * 6000
     result = json.loads((model_dir / "train_result.json").read_text())
-    assert result["eval"]["labels"]["click"]["auc"] > 0.55
+    # it learned: held-out AUC above what no signal reaches (a few thousand rows of weak
+    # signal score about 0.55; a lost state is caught by the restored step and rows done)
+    above, line = learned(result)
+    assert above, line
 
 
 def test_tf_config_workers_restart_from_the_checkpoint_when_one_is_lost(runs):

@@ -14,24 +14,16 @@ import signal
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
-from tests.support.run_configs import SMALL_FEATURES, small_run_config
+from tests.support.run_configs import small_run_config
 from tests.support.train_run import TrainRun
 
 pytestmark = pytest.mark.cluster
-
-#: The run's features with a small table: the checkpoints are written fast.
-FEATURES = {
-    **SMALL_FEATURES,
-    "tables": {**SMALL_FEATURES["tables"], "huge": {"rows": 20_000, "dim": 8}},
-}
 
 
 def test_a_run_with_a_killed_worker_leaves_nothing_in_its_tmpdir(tmp_path):
     data = tmp_path / "data"
     synthesize(data, days=3, rows_per_day=6_000, seed=7, rows_per_file=3_000)
-    config = small_run_config(
-        tmp_path, data, features=FEATURES, changes={"train.checkpoint_every_steps": 10}
-    )
+    config = small_run_config(tmp_path, data, changes={"train.checkpoint_every_steps": 10})
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     run = TrainRun(config, tmp_path / "run", env={"TMPDIR": str(tmpdir)})

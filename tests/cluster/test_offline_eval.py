@@ -20,12 +20,10 @@ import subprocess
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
-from tests.support.configs import changed
 from tests.support.data import upload_dir
 from tests.support.paths import CLI
 from tests.support.retrain import publish
 from tests.support.retrain import run_offline_eval as offline_eval
-from tests.support.run_configs import SMALL_FEATURES as FEATURES
 from tests.support.run_configs import small_run_config as write_config
 
 pytestmark = pytest.mark.cluster
@@ -47,10 +45,7 @@ def root(tmp_path_factory, s3_server):
     tmp = tmp_path_factory.mktemp("offline_eval")
     data = tmp / "data"
     synthesize(data, days=4, rows_per_day=4000, seed=3, rows_per_file=2000, row_groups_per_file=2)
-    # The fault-tolerance config's 2M-row table only makes checkpoints slow here.
-    config = write_config(
-        tmp, data, mode="in_process", features=changed(FEATURES, {"tables.huge.rows": 20000})
-    )
+    config = write_config(tmp, data, mode="in_process")
     root = tmp / "root"
     parent = None
     for date, window in MODELS.items():

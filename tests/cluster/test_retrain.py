@@ -25,6 +25,7 @@ import pytest
 from recsys_dist.data.synth_files import synthesize
 from tests.support.configs import DELETE, changed
 from tests.support.paths import CLI, REPO
+from tests.support.refusals import refused_here
 from tests.support.run_configs import SMALL_FEATURES as FEATURES
 from tests.support.run_configs import small_run_config
 
@@ -140,7 +141,7 @@ def test_rerunning_a_day_changes_nothing(days):
     assert snapshot(root) == before
 
 
-def test_backfill_runs_days_in_order_and_skips_what_is_done(days):
+def test_backfill_runs_days_in_order_and_skips_what_is_done(days, capsys):
     _, config, root, _, _ = days
     before = snapshot(root)
     result = subprocess.run(
@@ -155,18 +156,16 @@ def test_backfill_runs_days_in_order_and_skips_what_is_done(days):
     )
     assert "backfill 2026-01-01 already_published, 2026-01-02 already_published" in result.stdout
     assert snapshot(root) == before
-    backwards = subprocess.run(
-        [CLI, "backfill", "--config", config, "--from", "2026-01-03", "--to", "2026-01-01"],
-        capture_output=True,
-        text=True,
+    backwards = refused_here(
+        capsys, "backfill", "--config", config, "--from", "2026-01-03", "--to", "2026-01-01"
     )
     assert backwards.returncode == 2 and "before --from" in backwards.stderr
 
 
-def test_a_missing_partition_fails_and_publishes_nothing(days):
+def test_a_missing_partition_fails_and_publishes_nothing(days, capsys):
     _, config, root, _, _ = days
     before = snapshot(root)
-    missing = retrain(config, "2026-01-09")
+    missing = refused_here(capsys, "retrain", "--config", config, "--date", "2026-01-09")
     assert missing.returncode == 3, missing.stdout + missing.stderr
     assert "dt=2026-01-09" in missing.stderr
     assert not (root / "published/2026-01-09").exists() and snapshot(root) == before
@@ -208,16 +207,17 @@ def test_feature_drift_new_table_fresh_removed_ignored_resized_refused(days, tmp
     assert not (tmp_path / "root2/published/2026-01-03").exists()
 
 
-def test_retrain_rejections_name_the_key(days, tmp_path):
+def test_retrain_rejections_name_the_key(days, tmp_path, capsys):
     tmp, config, _, _, _ = days
     no_section = write_config(tmp_path, tmp / "data", None)
-    result = retrain(no_section, "2026-01-02")
+    result = refused_here(capsys, "retrain", "--config", no_section, "--date", "2026-01-02")
     assert result.returncode == 2 and "retrain: missing" in result.stderr, result.stderr
-    bad = retrain(config, "2026-01-02", "--set", "retrain.train_dates={day-1}")
+    day = ("retrain", "--config", config, "--date", "2026-01-02")
+    bad = refused_here(capsys, *day, "--set", "retrain.train_dates={day-1}")
     assert bad.returncode == 2 and "retrain.train_dates" in bad.stderr, bad.stderr
-    stopping = retrain(
-        config,
-        "2026-01-02",
+    stopping = refused_here(
+        capsys,
+        *day,
         "--set",
         "data.validation={dates: 2026-01-03}",
         "--set",

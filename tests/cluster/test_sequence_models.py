@@ -38,6 +38,7 @@ import yaml
 
 from tests.support.configs import changed, write_yaml
 from tests.support.paths import CLI, REPO
+from tests.support.refusals import refused_here
 from tests.support.retrain import publish
 from tests.support.run_configs import COLLECTIVE
 from tests.support.serving import ONLY_TENSORFLOW, serving_env
@@ -430,8 +431,9 @@ def test_export_serves_padded_histories_as_evaluate_scores_them(setup, evaluated
 
 def test_daily_retraining_warm_starts_din_from_the_published_run(setup):
     """The din run published by hand as FIRST_DAY's model (as test_offline_eval.py does);
-    ``recsys-dist retrain --date NEXT_DAY`` trains NEXT_DAY from it, on a local cluster of
-    server processes, and scores both models on the day after."""
+    ``recsys-dist retrain --date NEXT_DAY`` trains NEXT_DAY from it and scores both models
+    on the day after. Its servers run inside the command's process: the first run put din
+    on server processes already, and each server process costs seconds of start-up."""
     tmp, data, config, _ = setup
     root = tmp / "root"
     first = root / "runs" / FIRST_DAY
@@ -465,7 +467,7 @@ def test_daily_retraining_warm_starts_din_from_the_published_run(setup):
         "--set",
         "retrain.gate.max_drop=1.0",
         "--set",
-        "cluster.mode=local",
+        "cluster.mode=in_process",
     )
     warm = re.search(r"^warm +start from (\S+): step ([\d,]+)", done.stdout, re.M)
     assert warm and warm.group(1) == str(checkpoint), done.stdout[-3000:]
@@ -511,15 +513,12 @@ def test_daily_retraining_warm_starts_din_from_the_published_run(setup):
     assert moved > 0.9 * len(reread), (moved, len(reread))
 
 
-def test_bst_trains_under_mirrored_and_multi_worker_mirrored_on_hashed_tables(setup):
+def test_bst_trains_under_mirrored_and_multi_worker_mirrored_on_hashed_tables(setup, capsys):
     tmp, data, config, _ = setup
     work = tmp / "bst"
     # those strategies copy every table to each replica: a dynamic table is refused
-    refused = subprocess.run(
-        [CLI, "train", "--config", config, "--model-dir", str(work / "refused"), *BST, *MIRRORED],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    refused = refused_here(
+        capsys, "train", "--config", config, "--model-dir", str(work / "refused"), *BST, *MIRRORED
     )
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
     assert "mirrored needs hashed tables, but table 'item' of" in refused.stderr, refused.stderr

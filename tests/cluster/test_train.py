@@ -26,6 +26,7 @@ from recsys_dist.data.synth_files import synthesize
 from recsys_dist.models.embedding import FeatureEmbeddings
 from tests.support.data import upload_dir
 from tests.support.paths import CLI
+from tests.support.refusals import refused_here
 from tests.support.run_configs import zoo_config as write_config
 
 pytestmark = pytest.mark.cluster
@@ -366,6 +367,8 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
             str(run),
             "--set",
             "input.batch_size=512",
+            "--set",
+            "cluster.mode=in_process",  # what it writes does not depend on the mode
         ],
         capture_output=True,
         text=True,
@@ -517,19 +520,16 @@ def test_sigterm_to_an_in_process_train_ends_it_with_one_line(tmp_path, data):
     assert "Traceback" not in output
 
 
-def test_an_unwritable_model_dir_stops_train_before_the_cluster_starts(tmp_path, data, s3_server):
+def test_an_unwritable_model_dir_stops_train_before_the_cluster_starts(
+    tmp_path, data, s3_server, capsys
+):
     config = write_config(tmp_path, data, "lr", epochs=1)
     (tmp_path / "file").write_text("")
     for model_dir, reason in (
         ("s3://no-such-bucket-train/run", "The specified bucket does not exist"),
         (str(tmp_path / "file" / "run"), "Not a directory"),
     ):
-        result = subprocess.run(
-            [CLI, "train", "--config", config, "--model-dir", model_dir],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        result = refused_here(capsys, "train", "--config", config, "--model-dir", model_dir)
         assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
         assert result.stderr.startswith(
             f"error: {model_dir}: cannot write the run's checkpoints there: {reason}"

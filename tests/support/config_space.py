@@ -1149,7 +1149,7 @@ def _compare(outcome: Outcome, served: dict, predictions: pa.Table, row_ids: np.
     worst = 0.0
     for label in (c[len("logit_") :] for c in predictions.column_names if c.startswith("logit_")):
         logits = predictions[f"logit_{label}"].to_numpy().astype(np.float64)
-        expected = 1 / (1 + np.exp(-logits))
+        expected = 0.5 * (1 + np.tanh(logits / 2))  # the sigmoid, without overflow
         got = np.asarray(served["outputs"].get(label, []), np.float64)
         if got.shape != row_ids.shape:
             problems.append(f"served {got.shape} values for {label}, not {row_ids.shape}")
