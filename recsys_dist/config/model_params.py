@@ -157,16 +157,10 @@ def one_dim_problem(model: str, features: Any, names: list[str]) -> InputProblem
 
 
 def history_problem(model: str, features: Any, names: list[str]) -> InputProblem | None:
-    """Every history among ``names`` has its main sequence there, and each of its
-    sequences a ``target`` there (a model comparing histories with their candidates:
-    ``check_histories`` in ``models/behaviour.py``)."""
-    for name in names:
-        main = getattr(features.features[name], "side_of", None)
-        if main is not None and main not in names:
-            return InputProblem(
-                f"model {model!r}: sequence {name!r} is side_of {main!r}, which is not "
-                "among the model's inputs"
-            )
+    """Every sequence of a history among ``names`` has a ``target`` (a model comparing
+    histories with their candidates: ``check_histories`` in ``models/behaviour.py``). The
+    targets and main sequences are among ``names`` already: these models read one input
+    group, and every feature must be in a group."""
     for group in features.sequence_groups(names):
         for sequence, target in zip(group.sequences, group.targets):
             if target is None:
@@ -174,11 +168,6 @@ def history_problem(model: str, features: Any, names: list[str]) -> InputProblem
                     f"model {model!r} compares sequence {sequence!r} with its candidate: "
                     f"set features.{sequence}.target in {features.file} to the "
                     "candidate's feature"
-                )
-            if target not in names:
-                return InputProblem(
-                    f"model {model!r}: the target {target!r} of sequence {sequence!r} "
-                    f"is not among the model's inputs {names}"
                 )
     return None
 

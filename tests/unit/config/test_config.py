@@ -286,6 +286,15 @@ MODEL_INPUT_REJECTIONS = [
         r"\(its sequences' dims summed\), which num_heads=3 does not divide",
     ),
     (
+        {
+            "features": {"price": {"kind": "numeric", "transform": "log1p"}},
+            "tables": {},
+        },
+        {"model.name": "deepfm"},
+        r"model\.name: model 'deepfm' needs at least one id-valued feature \(categorical, "
+        r"cross, multi_categorical, sequence or bucketized numeric\); got only \['price'\]",
+    ),
+    (
         {"features.hist_ad": HISTORY, "features.price": DELETE},
         {"model.name": "dlrm", "model.inputs": {"deep": ["ad", "site", "tags", "hist_ad"]}},
         r"model\.inputs: model 'dlrm' needs one embedding dim",
