@@ -89,18 +89,56 @@ class _UniqueRowsFirst:
         return super()._resource_apply_sparse_duplicate_indices(grad, var, indices, **kwargs)
 
 
-def _with_unique_rows(base: type) -> type:
-    return type(base.__name__, (_UniqueRowsFirst, base), {"__module__": __name__})
+class _SparseSumsNeverEmpty:
+    """Sums replicas' sparse gradients with one extra row each, index -1 and zeros, which
+    is dropped from the sum. TensorFlow's collective all-gather of a sparse gradient ends
+    the process (SIGSEGV in ``RingGatherer``) when every replica's gradient of a table has
+    no rows in the same step, which happens under ``multi_worker_mirrored`` when a
+    list feature's ids are all null in every replica's slice of a batch. With the extra
+    row no gather is ever empty; the sum is unchanged."""
+
+    def _aggregate_gradients(self, grads_and_vars):
+        context = tf.distribute.get_replica_context()
+        if context is None or context.num_replicas_in_sync == 1:
+            return super()._aggregate_gradients(grads_and_vars)
+        padded = [(_with_padding_row(g), v) for g, v in grads_and_vars]
+        return [(_without_padding_rows(g), v) for g, v in super()._aggregate_gradients(padded)]
+
+
+def _with_padding_row(gradient):
+    if not isinstance(gradient, tf.IndexedSlices):
+        return gradient
+    values = gradient.values
+    zeros = tf.zeros(tf.concat([[1], tf.shape(values)[1:]], 0), values.dtype)
+    return tf.IndexedSlices(
+        tf.concat([values, zeros], 0),
+        tf.concat([gradient.indices, tf.constant([-1], gradient.indices.dtype)], 0),
+        gradient.dense_shape,
+    )
+
+
+def _without_padding_rows(gradient):
+    if not isinstance(gradient, tf.IndexedSlices):
+        return gradient
+    kept = tf.where(gradient.indices >= 0)[:, 0]
+    return tf.IndexedSlices(
+        tf.gather(gradient.values, kept), tf.gather(gradient.indices, kept), gradient.dense_shape
+    )
+
+
+def _optimizer_class(base: type, unique_rows: bool) -> type:
+    mixins = (_SparseSumsNeverEmpty,) + ((_UniqueRowsFirst,) if unique_rows else ())
+    return type(base.__name__, (*mixins, base), {"__module__": __name__})
 
 
 _legacy = tf.keras.optimizers.legacy
 #: The optimizer class of each name. Plain SGD applies sparse gradients with a scatter-add,
-#: which needs no de-duplication, so it stays as it is.
+#: which needs no de-duplication, so it keeps its own.
 OPTIMIZERS = {
-    "adagrad": _with_unique_rows(_legacy.Adagrad),
-    "ftrl": _with_unique_rows(_legacy.Ftrl),
-    "sgd": _legacy.SGD,
-    "adam": _with_unique_rows(_legacy.Adam),
+    "adagrad": _optimizer_class(_legacy.Adagrad, unique_rows=True),
+    "ftrl": _optimizer_class(_legacy.Ftrl, unique_rows=True),
+    "sgd": _optimizer_class(_legacy.SGD, unique_rows=False),
+    "adam": _optimizer_class(_legacy.Adam, unique_rows=True),
 }
 
 

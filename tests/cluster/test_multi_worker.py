@@ -27,6 +27,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -274,3 +275,34 @@ def test_bad_data_on_the_second_worker_stops_the_job_with_its_error(runs):
         f"error: numeric column 'I1' (feature 'I1') has an infinite value in {path} "
         "(rows 125..250) at row 200 (set data.on_bad_row: skip to skip such rows)\n"
     ) in result.stderr
+
+
+def test_sparse_gradients_with_no_rows_on_every_worker_are_summed_without_a_crash():
+    """TensorFlow's all-gather of sparse gradients crashed both workers (SIGSEGV) in a step
+    where every worker's gradient of a table had no rows (a list feature whose ids were
+    all null). Steps with both, one and neither worker empty: the sum is exact (SGD at rate
+    1 on a sum of looked-up rows moves each row by minus its count, in small integers)."""
+    ports = free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.support.sparse_sum_worker"],
+            env={
+                **os.environ,
+                "SPARSE_SUM_OPTIMIZER": "sgd",
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": i}}
+                ),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    counts = np.zeros(8)
+    np.add.at(counts, [3, 3, 1, 5, 5, 2], 1)
+    table = np.array(json.loads(outputs[0].strip().splitlines()[-1]))
+    np.testing.assert_array_equal(table, -np.repeat(counts[:, None], 2, axis=1))
