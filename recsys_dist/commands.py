@@ -215,12 +215,22 @@ def restart_after(exc, config) -> int:
     return RESTART_EXIT
 
 
+def _start_servers_early(config) -> None:
+    """A local cluster's servers start importing TensorFlow beside this command's import."""
+    if config.cluster.mode == "local" and config.cluster.strategy == "parameter_server":
+        from recsys_dist.cluster.local import start_forks_early
+
+        start_forks_early()
+
+
 def train(args: argparse.Namespace) -> int:
     from recsys_dist.config import load_config
+
+    config = load_config(args.config, args.set).with_data_path(args.data)
+    _start_servers_early(config)
     from recsys_dist.errors import ClusterLost
     from recsys_dist.train.run import train_run
 
-    config = load_config(args.config, args.set).with_data_path(args.data)
     model_dir = args.model_dir or os.path.join(
         "runs", os.path.splitext(os.path.basename(config.file))[0]
     )
@@ -245,13 +255,15 @@ def train(args: argparse.Namespace) -> int:
 
 def evaluate(args: argparse.Namespace) -> int:
     from recsys_dist.config import load_config
-    from recsys_dist.evaluation.job import run_evaluation
-    from recsys_dist.progress import Progress
 
     dates = {"data.eval": {"dates": args.dates}} if args.dates is not None else None
     config = load_config(
         args.config or run_config(args.model_dir), args.set, dates, source="--dates"
     ).with_data_path(args.data)
+    _start_servers_early(config)
+    from recsys_dist.evaluation.job import run_evaluation
+    from recsys_dist.progress import Progress
+
     result = run_evaluation(
         config,
         args.model_dir,

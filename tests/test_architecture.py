@@ -276,6 +276,8 @@ IMPORTS_INSIDE_FUNCTIONS = {
     "recsys_dist/commands.py": "a command imports what it runs: validate without TensorFlow",
     "recsys_dist/cluster/local.py": "the console runner imports it; TensorFlow only to connect",
     "recsys_dist/cluster/server.py": "cluster/local.py imports its constants without TensorFlow",
+    "recsys_dist/cluster/server_forks.py": "cluster/local.py imports it without TensorFlow; "
+    "only its forking process imports TensorFlow",
     "recsys_dist/models/footprint.py": "the planner (cluster/capacity.py) reads its records "
     "without TensorFlow; building the model needs it",
     "recsys_dist/ops/__init__.py": "the build step runs only when the library is missing",
@@ -289,6 +291,7 @@ WITHOUT_TENSORFLOW = (
     "recsys_dist.console",
     "recsys_dist.cluster.local",
     "recsys_dist.cluster.server",
+    "recsys_dist.cluster.server_forks",
     "recsys_dist.storage_io",
     "recsys_dist.models.footprint",
     "recsys_dist.cluster.capacity",

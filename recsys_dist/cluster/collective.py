@@ -50,14 +50,9 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist import scratch
-from recsys_dist.cluster.local import (
-    _die_with_parent,
-    _tail,
-    child_env,
-    free_ports,
-    shared_intra_op_threads,
-)
+from recsys_dist.cluster.local import _tail, child_env, free_ports, shared_intra_op_threads
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
+from recsys_dist.cluster.server_forks import die_with_parent
 from recsys_dist.errors import ClusterLost, RecsysError
 
 #: Environment variable naming the run file a worker process reads.
@@ -199,7 +194,7 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
                         stdout=subprocess.PIPE if index == 0 else out,
                         stderr=subprocess.STDOUT,
                         env=env,
-                        preexec_fn=_die_with_parent(os.getpid()),
+                        preexec_fn=die_with_parent(os.getpid()),
                         start_new_session=True,
                     )
                 )

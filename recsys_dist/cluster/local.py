@@ -1,10 +1,13 @@
-"""A local training cluster: one server subprocess per worker and parameter server.
+"""A local training cluster: one server process per worker and parameter server.
 
-Every task runs ``python -m recsys_dist.cluster.server`` on ``127.0.0.1`` and writes its
-output to ``log_dir/{job}-{index}.log``. The calling process is the coordinator.
+Every task runs what ``python -m recsys_dist.cluster.server`` runs, on ``127.0.0.1``,
+forked from one process that has imported TensorFlow once (:mod:`server_forks`), and
+writes its output to ``log_dir/{job}-{index}.log``. The calling process is the
+coordinator.
 
-No task outlives the coordinator: each child asks the kernel to SIGKILL it when its
-parent dies (``PR_SET_PDEATHSIG``), :meth:`LocalCluster.stop` runs at interpreter exit,
+No task outlives the coordinator: the forking process and each task ask the kernel to
+SIGKILL them when their parent dies (``PR_SET_PDEATHSIG``), :meth:`LocalCluster.stop`
+runs at interpreter exit,
 and :func:`terminate_on_signals` turns SIGTERM / SIGHUP into a normal ``SystemExit`` so
 context managers tear the cluster down.
 
@@ -16,14 +19,12 @@ Example:
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import os
 import pathlib
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,13 +33,14 @@ from typing import TYPE_CHECKING
 import recsys_dist
 from recsys_dist import scratch
 from recsys_dist.cluster.server import SERVER_JOBS, ClusterError
+from recsys_dist.cluster.server_forks import ForkedTask, ServerForks
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 _HOST = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1
 _LOG_TAIL_LINES = 20
+_START_TIMEOUT = 90.0
 _POLL_SECONDS = 0.2
 _PROJECT_ROOT = str(pathlib.Path(recsys_dist.__file__).resolve().parent.parent)
 
@@ -47,11 +49,12 @@ _TaskKey = tuple[str, int]
 
 
 class LocalCluster:
-    """Worker and parameter-server subprocesses on 127.0.0.1 for one coordinator.
+    """Worker and parameter-server processes on 127.0.0.1 for one coordinator.
 
-    Children die with the thread that started them (``PR_SET_PDEATHSIG`` follows the
-    parent *thread*), so call :meth:`start` and :meth:`restart` from a thread that
-    lives as long as the cluster, normally the main thread.
+    The forking process dies with the thread that started it (``PR_SET_PDEATHSIG``
+    follows the parent *thread*), and the tasks with it, so call :meth:`start` and
+    :meth:`restart` from a thread that lives as long as the cluster, normally the main
+    thread.
 
     Stop the cluster only after the ``ClusterCoordinator`` is idle: ``join()`` can
     return while TensorFlow is still reconnecting to a restarted worker, and if the
@@ -86,7 +89,7 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         inter_op_threads: int | None = None,
         intra_op_threads: int | None = None,
-        start_timeout: float = 90.0,
+        start_timeout: float = _START_TIMEOUT,
     ):
         _check_count("workers", workers)
         _check_count("ps", ps)
@@ -106,7 +109,8 @@ class LocalCluster:
         self._intra_op_threads = intra_op_threads
         self._start_timeout = start_timeout
         self._ports: dict[_TaskKey, int] = {}
-        self._processes: dict[_TaskKey, subprocess.Popen] = {}
+        self._processes: dict[_TaskKey, ForkedTask] = {}
+        self._forks: ServerForks | None = None
         self._supervisor: threading.Thread | None = None
         self._stopping = threading.Event()
         self.restarts: list[tuple[float, str, int, int]] = []  # (time, job, index, exit code)
@@ -139,6 +143,9 @@ class LocalCluster:
         self._ports = dict(zip(keys, free_ports(len(keys))))
         self._processes = {}
         atexit.register(self.stop)
+        self._forks = _take_early_forks(self._child_env()) or ServerForks(
+            self._child_env(), self._start_timeout
+        )
         try:
             for key in keys:
                 self._spawn(key)
@@ -172,6 +179,8 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if self._forks is not None:
+            self._forks.stop(grace)
         scratch.remove_left_by(process.pid for process in self._processes.values())
 
     @property
@@ -303,15 +312,15 @@ class LocalCluster:
         if not self._ports:
             raise RuntimeError("LocalCluster is not started; call start() or use `with`")
 
-    def _process(self, job: str, index: int) -> subprocess.Popen:
+    def _process(self, job: str, index: int) -> ForkedTask:
         self._check_task(job, index)
         self._require_started()
         return self._processes[job, index]
 
-    def _command(self, key: _TaskKey) -> list[str]:
+    def _server_flags(self, key: _TaskKey) -> list[str]:
+        """The flags of ``python -m recsys_dist.cluster.server`` for one task."""
         job, index = key
         command = [
-            sys.executable, "-m", "recsys_dist.cluster.server",
             "--job", job, "--index", str(index),
             "--cluster-spec", json.dumps(self.cluster_spec, separators=(",", ":")),
         ]  # fmt: skip
@@ -321,21 +330,13 @@ class LocalCluster:
         return command
 
     def _child_env(self) -> dict[str, str]:
-        env = child_env(self._env)
-        env.setdefault("GRPC_FAIL_FAST", "use_caller")
-        return env
+        return _task_env(self._env)
 
     def _spawn(self, key: _TaskKey) -> None:
-        with open(self.log_path(*key), "ab") as log:
-            self._processes[key] = subprocess.Popen(
-                self._command(key),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._child_env(),
-                preexec_fn=_die_with_parent(os.getpid()),
-                start_new_session=True,  # a terminal's Ctrl-C reaches only the coordinator
-            )
+        job, index = key
+        self._processes[key] = self._forks.spawn(
+            self._server_flags(key), self.log_path(job, index), f"{job}-{index}"
+        )
 
     def _wait_ready(self, keys: list[_TaskKey]) -> None:
         """Blocks until every task in ``keys`` accepts TCP connections on its port."""
@@ -363,6 +364,35 @@ class LocalCluster:
             f"local cluster task {job}:{index} ({_address(self._ports[key])}) {what}; "
             f"last lines of {log_path}:\n{_tail(log_path, _LOG_TAIL_LINES)}"
         )
+
+
+_early_forks: ServerForks | None = None
+
+
+def start_forks_early() -> None:
+    """Starts the forking process of the local cluster this command is about to start, so
+    that its import of TensorFlow runs beside the command's own, on the other core.
+    :meth:`LocalCluster.start` takes it over when its tasks' environment is the one it
+    was started with (no ``env`` of the cluster's own), and stops it otherwise; it ends
+    with this process at the latest."""
+    global _early_forks
+    if _early_forks is None:
+        _early_forks = ServerForks(_task_env({}), _START_TIMEOUT).launch()
+
+
+def _take_early_forks(env: Mapping[str, str]) -> ServerForks | None:
+    global _early_forks
+    forks, _early_forks = _early_forks, None
+    if forks is not None and forks.env != env:
+        forks.stop()
+        return None
+    return forks
+
+
+def _task_env(extra: Mapping[str, str]) -> dict[str, str]:
+    env = child_env(extra)
+    env.setdefault("GRPC_FAIL_FAST", "use_caller")
+    return env
 
 
 def shared_intra_op_threads(tasks: int) -> int:
@@ -421,27 +451,8 @@ def _address(port: int) -> str:
     return f"{_HOST}:{port}"
 
 
-def _running(process: subprocess.Popen) -> bool:
+def _running(process: ForkedTask) -> bool:
     return process.poll() is None
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None] | None:
-    """Returns a ``preexec_fn`` that makes the child get SIGKILL when its parent dies.
-
-    Returns None where ``prctl`` does not exist (not Linux).
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork
-    kill_signal = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        # Runs in the forked child between fork and exec: keep it minimal.
-        prctl(_PR_SET_PDEATHSIG, kill_signal, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os.kill(os.getpid(), kill_signal)
-
-    return preexec
 
 
 def _tail(path: pathlib.Path, lines: int) -> str:
@@ -467,4 +478,21 @@ def child_pids(parent: int) -> list[int]:
             continue  # the process ended while we looked
         if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
             found.append(int(entry.name))
+    return found
+
+
+def server_pids(coordinator: int) -> dict[tuple[str, int], int]:
+    """The live server tasks of the local cluster of the process ``coordinator``, by
+    ``(job, index)`` (from /proc, Linux): the children of its forking process, each
+    named ``{job}-{index}`` (``ps -o comm`` shows the name too)."""
+    found = {}
+    for forks in child_pids(coordinator):
+        for pid in child_pids(forks):
+            try:
+                name = pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue  # the task ended while we looked
+            job, _, index = name.rpartition("-")
+            if job in SERVER_JOBS and index.isdigit():
+                found[job, int(index)] = pid
     return found

@@ -21,7 +21,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from recsys_dist.cluster.local import child_pids
+from recsys_dist.cluster.local import child_pids, server_pids
 from recsys_dist.data.synth_files import synthesize
 from recsys_dist.models.embedding import FeatureEmbeddings
 from tests.support.data import upload_dir
@@ -321,14 +321,10 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent)
         for line in process.stdout:
             lines.append(line)
             if line.startswith("cluster "):
-                children = set(child_pids(process.pid))  # the servers, the stderr filter
-                servers = {
-                    pid
-                    for pid in children
-                    if b"recsys_dist.cluster.server"
-                    in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-                }
-                assert len(servers) == 4 and len(children) == 5, "".join(lines)
+                # the servers' forking process and the stderr filter; the servers
+                children = set(child_pids(process.pid))
+                servers = set(server_pids(process.pid).values())
+                assert len(servers) == 4 and len(children) == 2, "".join(lines)
                 if when == "starting":
                     break
             if line.startswith("step "):  # training is under way
@@ -348,9 +344,10 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent)
     assert output.splitlines()[-1] == f"error: stopped by {sent.name}", output
     assert "Traceback" not in output
     deadline = time.time() + 20
-    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in children):
+    started = children | servers
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in started):
         time.sleep(0.2)
-    assert not [p for p in children if os.path.exists(f"/proc/{p}")]
+    assert not [p for p in started if os.path.exists(f"/proc/{p}")]
 
 
 def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, data):
@@ -417,11 +414,7 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
 
 
 def _servers_of(pid: int) -> list[int]:
-    return [
-        child
-        for child in child_pids(pid)
-        if b"recsys_dist.cluster.server" in pathlib.Path(f"/proc/{child}/cmdline").read_bytes()
-    ]
+    return sorted(server_pids(pid).values())
 
 
 def test_in_process_mode_trains_in_one_process_and_a_local_cluster_resumes_it(tmp_path, data):

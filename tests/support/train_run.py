@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from recsys_dist.cluster.local import child_pids
+from recsys_dist.cluster.local import child_pids, server_pids
 from tests.support.paths import CLI
 
 
@@ -117,15 +117,8 @@ class TrainRun:
 
     def servers(self, job: str) -> list[int]:
         """Pids of this run's ``job`` server processes, by task index."""
-        found = {}
-        for pid in child_pids(self.process.pid):
-            try:
-                argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except FileNotFoundError:
-                continue
-            if b"--job" in argv and argv[argv.index(b"--job") + 1].decode() == job:
-                found[int(argv[argv.index(b"--index") + 1])] = pid
-        return [found[i] for i in sorted(found)]
+        found = server_pids(self.process.pid)
+        return [found[key] for key in sorted(found) if key[0] == job]
 
     def collective_workers(self) -> list[int]:
         """Pids of this run's ``multi_worker_mirrored`` worker processes, by worker index."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
 import pytest
 
+from recsys_dist.cluster import local
 from recsys_dist.cluster.local import LocalCluster, shared_intra_op_threads
 from recsys_dist.cluster.server import ClusterError
 from recsys_dist.cluster.signals import terminate_on_signals
@@ -125,11 +127,28 @@ def test_terminate_on_signals_ends_the_process_with_one_line_and_restores_handle
     assert done.stderr == "error: stopped by SIGINT\n"
 
 
-def test_start_failure_names_task_exit_code_and_log(tmp_path):
+def test_start_failure_of_the_forking_process_names_its_exit_code_and_log(tmp_path):
     # A Python that cannot find its standard library dies at once with exit code 1.
     cluster = LocalCluster(1, 1, tmp_path, env={"PYTHONHOME": "/nonexistent"})
-    expected = r"task worker:0 \(127\.0\.0\.1:\d+\) exited with code 1"
+    expected = "the forking process of the local cluster exited with code 1"
     with pytest.raises(ClusterError, match=expected) as e:
         cluster.start()
-    assert "No module named 'encodings'" in str(e.value)  # the log tail
+    assert "its last lines:" in str(e.value)
+    assert "No module named 'encodings'" in str(e.value)
+
+
+def test_start_failure_of_a_task_names_the_task_its_exit_code_and_log(tmp_path, monkeypatch):
+    # The worker's port is taken (bound, not listening): its server cannot bind it.
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    ports = [taken.getsockname()[1], *local.free_ports(1)]
+    monkeypatch.setattr(local, "free_ports", lambda count: ports[:count])
+    cluster = LocalCluster(1, 1, tmp_path)
+    expected = rf"task worker:0 \(127\.0\.0\.1:{ports[0]}\) exited with code 1"
+    try:
+        with pytest.raises(ClusterError, match=expected) as e:
+            cluster.start()
+    finally:
+        taken.close()
     assert str(tmp_path / "worker-0.log") in str(e.value)
+    assert "Traceback" in str(e.value)  # the log tail
