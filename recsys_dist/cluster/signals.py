@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from types import FrameType
 
@@ -19,7 +20,14 @@ def terminate_on_signals(
     signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT),
 ) -> Iterator[None]:
     """Ends the process on SIGTERM, SIGHUP and SIGINT while active: one line
-    ``error: stopped by SIG...``, exit code 128 + signum (see :func:`_exit_now`).
+    ``error: stopped by SIG...``, exit code 128 + signum (see :func:`_exit_now`), within
+    moments of the signal wherever the process's threads are.
+
+    A Python signal handler runs only in the main thread, between two bytecodes. A main
+    thread that waits inside native code (TensorFlow waiting on a server that does not
+    answer) runs none, and the kernel may hand the signal to any of TensorFlow's threads,
+    which does not interrupt that wait. So the signal also reaches a thread of its own
+    (:func:`_watch_signals`, through Python's wakeup fd), which ends the process itself.
 
     SIGINT too: Python's ``KeyboardInterrupt`` raised inside TensorFlow's C code can come
     out as another error, with a traceback. Previous handlers are restored when the
@@ -32,13 +40,8 @@ def terminate_on_signals(
       >>> with terminate_on_signals(), LocalCluster(2, 1, "logs") as cluster:
       ...     train(cluster)
     """
-
-    def _exit(signum: int, frame: FrameType | None) -> None:
-        global _received_signal
-        _received_signal = signum
-        _exit_now(signum)
-
-    previous = {sig: signal.signal(sig, _exit) for sig in signals}
+    _watch_signals()
+    previous = {sig: signal.signal(sig, _exit_on) for sig in signals}
     try:
         yield
     finally:
@@ -47,10 +50,41 @@ def terminate_on_signals(
 
 
 _received_signal: int | None = None
+_exiting = threading.Lock()
+_watching = False
+
+
+def _exit_on(signum: int, frame: FrameType | None) -> None:
+    """The handler :func:`terminate_on_signals` installs."""
+    _exit_now(signum)
+
+
+def _watch_signals() -> None:
+    """Starts, once per process, the thread that ends it on a signal whose handler is
+    :func:`_exit_on`: every signal with a Python handler writes its number to the
+    wakeup fd from whichever thread the kernel chose, and this thread reads it."""
+    global _watching
+    if _watching:
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(
+        target=_end_on_signals, args=(read_fd,), name="signal-watcher", daemon=True
+    ).start()
+    _watching = True
+
+
+def _end_on_signals(read_fd: int) -> None:
+    while True:
+        for signum in os.read(read_fd, 64):
+            if 0 < signum < signal.NSIG and signal.getsignal(signum) is _exit_on:
+                _exit_now(signum)
 
 
 def _exit_now(signum: int) -> None:
-    """Ends the process at once, with one line and exit code 128 + ``signum``.
+    """Ends the process at once, with one line and exit code 128 + ``signum``; called
+    by the main thread's handler or the watching thread, whichever runs first.
 
     Its servers die with it (``PR_SET_PDEATHSIG``), and a checkpoint being written has no
     ``_COMPLETE`` marker yet, so it is never restored. Unwinding with ``SystemExit``
@@ -61,6 +95,10 @@ def _exit_now(signum: int) -> None:
     directory (``TMPDIR``: autograph's files, staging directories such as
     ``recsys_dist_stage_*``), is done first (``recsys_dist/scratch.py``).
     """
+    global _received_signal
+    if not _exiting.acquire(blocking=False):
+        threading.Event().wait()  # the other caller is ending the process
+    _received_signal = signum
     try:
         scratch.remove()
         sys.stdout.flush()

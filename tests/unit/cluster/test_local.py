@@ -127,6 +127,42 @@ def test_terminate_on_signals_ends_the_process_with_one_line_and_restores_handle
     assert done.stderr == "error: stopped by SIGINT\n"
 
 
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_ends_the_process_while_the_main_thread_waits_in_native_code(sent):
+    """The main thread blocks the signals and waits on a lock that nothing releases, as it
+    did inside TensorFlow's first ``schedule`` while a server was unreachable: the kernel
+    hands the signal to another thread, and the main thread never runs a Python handler.
+    The process still ends, with the one line and 128 + signum."""
+    script = (
+        "import signal, sys, threading, time\n"
+        "from recsys_dist.cluster.signals import terminate_on_signals\n"
+        "ending = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]\n"
+        "with terminate_on_signals():\n"
+        "    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, ending)\n"
+        "    lock = threading.Lock()\n"
+        "    lock.acquire()\n"
+        "    print('waiting', flush=True)\n"
+        "    lock.acquire()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout.readline() == "waiting\n"
+    process.send_signal(sent)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"{sent.name} did not end the process")
+    assert process.returncode == 128 + sent
+    assert stderr == f"error: stopped by {sent.name}\n"
+
+
 def test_start_failure_of_the_forking_process_names_its_exit_code_and_log(tmp_path):
     # A Python that cannot find its standard library dies at once with exit code 1.
     cluster = LocalCluster(1, 1, tmp_path, env={"PYTHONHOME": "/nonexistent"})
