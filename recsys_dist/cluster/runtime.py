@@ -28,7 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist import scratch, storage_io
+from recsys_dist import ops, scratch, storage_io
 from recsys_dist.cluster.collective import collective_strategy, collective_task
 from recsys_dist.cluster.executor_scope import borrowed_executors_do_not_wait
 from recsys_dist.cluster.in_process import InProcessCluster
@@ -36,10 +36,11 @@ from recsys_dist.cluster.liveness import PROBE_SECONDS, TaskWatch
 from recsys_dist.cluster.local import LocalCluster
 from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy, split_cpu
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
-from recsys_dist.cluster.signals import terminate_on_signals
+from recsys_dist.cluster.signals import terminate_on_signals, watch_signals_natively
 from recsys_dist.config.sections import ClusterSpec
 from recsys_dist.errors import ClusterLost
 from recsys_dist.models.sharding import TablePartitioner
+from recsys_dist.ops.build import library_path
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +253,8 @@ def connect(
       min_shard_bytes: Minimum embedding shard size.
       env: Extra environment for local server processes.
     """
+    ops.load()  # TensorFlow registers its ops before ctypes opens it too
+    watch_signals_natively(library_path())  # a wait inside TensorFlow may hold the GIL
     if cluster.strategy in ("mirrored", "multi_worker_mirrored"):
         task = collective_task() if cluster.strategy == "multi_worker_mirrored" else None
         with terminate_on_signals():

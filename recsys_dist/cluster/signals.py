@@ -5,6 +5,7 @@ servers it started die with it (``PR_SET_PDEATHSIG``, ``cluster/local.py``)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -42,16 +43,23 @@ def terminate_on_signals(
     """
     _watch_signals()
     previous = {sig: signal.signal(sig, _exit_on) for sig in signals}
+    _arm_native(signals)
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _arm_native(signals)
 
 
 _received_signal: int | None = None
 _exiting = threading.Lock()
 _watching = False
+_forward_fd: int | None = None  # where the watching thread reads the signals
+_native = None  # the library of the native watching thread, once it runs
+#: Seconds the Python threads get to end the process, with its cleanup, before the
+#: native thread ends it without.
+NATIVE_GRACE_SECONDS = 2.0
 
 
 def _exit_on(signum: int, frame: FrameType | None) -> None:
@@ -63,7 +71,7 @@ def _watch_signals() -> None:
     """Starts, once per process, the thread that ends it on a signal whose handler is
     :func:`_exit_on`: every signal with a Python handler writes its number to the
     wakeup fd from whichever thread the kernel chose, and this thread reads it."""
-    global _watching
+    global _watching, _forward_fd
     if _watching:
         return
     read_fd, write_fd = os.pipe()
@@ -72,7 +80,38 @@ def _watch_signals() -> None:
     threading.Thread(
         target=_end_on_signals, args=(read_fd,), name="signal-watcher", daemon=True
     ).start()
-    _watching = True
+    _watching, _forward_fd = True, write_fd
+
+
+def watch_signals_natively(library_path: str) -> None:
+    """Also ends the process from a native thread (``ops/exit_on_signals.cc`` in the op
+    library at ``library_path``), :data:`NATIVE_GRACE_SECONDS` after a signal that
+    :func:`terminate_on_signals` handles, if the Python threads have not ended it by
+    then: a thread that holds the GIL inside TensorFlow (waiting for a server that never
+    answers) keeps every other Python thread from running. That exit skips the removal
+    of the run-scoped temporary directory, which the next command removes
+    (``scratch.remove_stale``). Call it from the main thread once TensorFlow is loaded;
+    once per process."""
+    global _native
+    if _native is not None or not _watching:
+        return
+    library = ctypes.CDLL(library_path)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    failed = library.recsys_watch_signals(read_fd, _forward_fd, int(NATIVE_GRACE_SECONDS * 1000))
+    if failed:
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    _native = library
+    _arm_native((signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
+
+
+def _arm_native(signals) -> None:
+    if _native is not None:
+        for sig in signals:
+            _native.recsys_arm_signal(int(sig), int(signal.getsignal(sig) is _exit_on))
 
 
 def _end_on_signals(read_fd: int) -> None:

@@ -29,8 +29,8 @@ import time
 
 from recsys_dist.errors import RecsysError
 
-#: The op library's C++ sources: the Parquet reader, the fused feature transforms and
-#: the dynamic tables' admission.
+#: The op library's C++ sources: the Parquet reader, the fused feature transforms, the
+#: dynamic tables' admission, and the native thread that ends a command on a signal.
 SOURCES = [
     os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
     for name in (
@@ -39,6 +39,7 @@ SOURCES = [
         "dynamic_admission.cc",
         "dynamic_rows.cc",
         "dynamic_routing.cc",
+        "exit_on_signals.cc",
     )
 ]
 #: Headers the sources include (part of the build key, not compiled on their own).
