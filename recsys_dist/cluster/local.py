@@ -256,8 +256,8 @@ class LocalCluster:
         Args:
           interval: Seconds between checks.
           report: Called with a one-line message when a worker is found dead, and again
-            when it serves again or did not come back. A new server takes seconds to
-            start, so a run may end before the second message.
+            when it serves again or did not come back (a forked server serves within
+            a second; a run may still end before the second message).
         """
         self._require_started()
         self._stopping.clear()
