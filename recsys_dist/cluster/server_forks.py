@@ -281,13 +281,11 @@ def _returncode(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def _run_task(request: dict, parent_pid: int, prctl) -> None:
+def _run_task(request: dict, die_with_forks: Callable[[], None], prctl) -> None:
     """In a forked child: becomes the server task of ``request``; never returns."""
     code = 1
     try:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os._exit(1)
+        die_with_forks()
         prctl(_PR_SET_NAME, request["name"].encode()[:15], 0, 0, 0)
         atexit._clear()  # the forking process's exit functions are not the task's
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -317,7 +315,7 @@ def _serve() -> int:
     # isort: on
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent_pid = os.getpid()
+    die_with_forks = die_with_parent(os.getpid())
     children: set[int] = set()
     out = sys.stdout
     print("ready", file=out, flush=True)
@@ -337,7 +335,7 @@ def _serve() -> int:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _run_task(request, parent_pid, prctl)
+                    _run_task(request, die_with_forks, prctl)
                 children.add(pid)
                 print(f"started {pid}", file=out, flush=True)
         while children:
