@@ -38,6 +38,15 @@ def _serves(port: int, timeout: float = 60) -> bool:
     return False
 
 
+def _logged(log: pathlib.Path, line: str, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and line in log.read_text():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _server_flags(job: str, ports: list[int]) -> list[str]:
     spec = {"worker": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{ports[1]}"]}
     return ["--job", job, "--index", "0", "--cluster-spec", json.dumps(spec)]
@@ -54,12 +63,15 @@ def test_a_task_that_refuses_its_flags_reports_its_exit_code_and_its_line(forks,
 def test_a_task_serves_under_its_name_and_a_kill_is_reported(forks, tmp_path):
     ports = free_ports(2)
     task = forks.spawn(_server_flags("ps", ports), tmp_path / "ps-0.log", "ps-0")
-    assert _serves(ports[1]), (tmp_path / "ps-0.log").read_text()
+    log = tmp_path / "ps-0.log"
+    # The port accepts as soon as TensorFlow's server starts, a moment before the task
+    # writes its line: wait for the line, which comes last.
+    assert _logged(log, "serving on 127.0.0.1"), log.read_text()
+    assert _serves(ports[1]), log.read_text()
     assert pathlib.Path(f"/proc/{task.pid}/comm").read_text().strip() == "ps-0"
     assert task.poll() is None
     task.kill()
     assert task.wait(timeout=60) == -signal.SIGKILL
-    assert "serving on 127.0.0.1" in (tmp_path / "ps-0.log").read_text()
 
 
 def test_tasks_end_with_their_forking_process_which_starts_again(forks, tmp_path):
