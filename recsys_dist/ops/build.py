@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 
 from recsys_dist.errors import RecsysError
@@ -93,8 +94,8 @@ def _shared_library(directory: str, stem: str) -> str:
     return min(names, key=len)
 
 
-def compile_command(cxx: str, sources: list[str], output: str) -> list[str]:
-    """The compiler command line for the installed TensorFlow and pyarrow."""
+def _flags() -> tuple[list[str], list[str]]:
+    """The compile flags and the link flags for the installed TensorFlow and pyarrow."""
     import pyarrow
     import tensorflow as tf
 
@@ -115,15 +116,54 @@ def compile_command(cxx: str, sources: list[str], output: str) -> list[str]:
             f"-l:{_shared_library(arrow_dir, 'arrow_s3')}",
             "-Wl,--as-needed",
         ]
-    return (
-        [cxx, "-O2", "-shared", "-fPIC", "-std=c++20", "-w", *sources, "-o", output]
-        + tf_flags
-        + [f"-I{pyarrow.get_include()}"]
-        + tf_link
-        + [f"-L{arrow_dir}"]
-        + libs
-        + [f"-Wl,-rpath,{d}" for d in tf_dirs + [arrow_dir]]
+    compile_flags = ["-O2", "-fPIC", "-std=c++20", "-w", *tf_flags, f"-I{pyarrow.get_include()}"]
+    link_flags = (
+        tf_link + [f"-L{arrow_dir}"] + libs + [f"-Wl,-rpath,{d}" for d in tf_dirs + [arrow_dir]]
     )
+    return compile_flags, link_flags
+
+
+def compile_commands(
+    cxx: str, sources: list[str], output: str, objects_dir: str
+) -> tuple[list[list[str]], list[str]]:
+    """One compiler command per source (an object file each, so they can run side by
+    side) and the command that links the objects into ``output``."""
+    compile_flags, link_flags = _flags()
+    objects = [
+        os.path.join(objects_dir, f"{index}-{os.path.basename(source)}.o")
+        for index, source in enumerate(sources)
+    ]
+    compiles = [
+        [cxx, *compile_flags, "-c", source, "-o", obj] for source, obj in zip(sources, objects)
+    ]
+    link = [cxx, "-shared", "-fPIC", *objects, "-o", output, *link_flags]
+    return compiles, link
+
+
+def _run_all(commands: list[list[str]], jobs: int) -> tuple[list[str], int, str] | None:
+    """Runs the commands, ``jobs`` at a time; the first failure's command, exit code and
+    output, or None when all succeed."""
+    pending = list(commands)
+    running: list[tuple[list[str], subprocess.Popen]] = []
+    failure = None
+    while pending or running:
+        while pending and len(running) < jobs and failure is None:
+            command = pending.pop(0)
+            running.append(
+                (
+                    command,
+                    subprocess.Popen(
+                        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                    ),
+                )
+            )
+        if not running:
+            break
+        command, process = running.pop(0)
+        output, _ = process.communicate()
+        if process.returncode != 0 and failure is None:
+            failure = (command, process.returncode, output)
+    return failure
 
 
 def build_key(cxx_version: str) -> str:
@@ -179,7 +219,6 @@ def library_path(quiet: bool = True) -> str:
         if os.path.exists(target):  # another process built it while we waited
             return target
         temporary = f"{target}.{os.getpid()}.tmp"
-        command = compile_command(cxx, SOURCES, temporary)
         if not quiet:
             log.info(
                 "recsys_dist: building the Parquet op library (%s) for the installed "
@@ -187,15 +226,16 @@ def library_path(quiet: bool = True) -> str:
                 os.path.basename(target),
             )
         began = time.monotonic()
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
+        with tempfile.TemporaryDirectory(dir=directory, prefix=".objects-") as objects_dir:
+            compiles, link = compile_commands(cxx, SOURCES, temporary, objects_dir)
+            failure = _run_all(compiles, jobs=os.cpu_count() or 1) or _run_all([link], jobs=1)
+        if failure is not None:
             if os.path.exists(temporary):
                 os.remove(temporary)
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-25:])
+            command, code, output = failure
+            tail = "\n".join(output.strip().splitlines()[-25:])
             raise OpBuildError(
-                f"compiling {', '.join(SOURCES)} failed (exit "
-                f"{result.returncode}):\n"
-                f"{' '.join(command)}\n{tail}"
+                f"compiling {', '.join(SOURCES)} failed (exit {code}):\n{' '.join(command)}\n{tail}"
             )
         os.replace(temporary, target)
         for old in glob.glob(os.path.join(directory, f"{NAME}-*.so")):

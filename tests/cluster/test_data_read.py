@@ -4,17 +4,16 @@ The command line's other commands are in tests/unit/cli/test_cli.py."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
+from tests.support import command_forks
 from tests.support.paths import CLI, DEMO_CONFIG
 
 pytestmark = pytest.mark.cluster
 
 
 def test_data_read_checks_exactly_once_on_a_local_cluster(synth_dir):
-    result = subprocess.run(
+    result = command_forks.run(
         [
             CLI,
             "data",

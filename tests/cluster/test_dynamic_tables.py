@@ -16,8 +16,8 @@ import tensorflow as tf
 import yaml
 
 from recsys_dist.config.features import TableSpec
-
-BIN = pathlib.Path(sys.executable).parent
+from tests.support import command_forks
+from tests.support.paths import CLI
 
 pytestmark = pytest.mark.cluster
 
@@ -66,8 +66,8 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config))
     run = tmp_path / "run"
-    trained = subprocess.run(
-        [str(BIN / "recsys-dist"), "train", "--config", str(config_file), "--model-dir", str(run)],
+    trained = command_forks.run(
+        [CLI, "train", "--config", str(config_file), "--model-dir", str(run)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -120,9 +120,9 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     # scored the same weights at the end of training
     trained_on_2 = result["eval"]["labels"]["click"]
     for ps in (3, 1):
-        evaluated = subprocess.run(
+        evaluated = command_forks.run(
             [
-                str(BIN / "recsys-dist"),
+                CLI,
                 "evaluate",
                 "--model-dir",
                 str(run),
@@ -145,9 +145,9 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
         # gives rows other vectors, far more.
         assert click["auc"] == pytest.approx(trained_on_2["auc"], abs=1e-6), ps
         assert click["logloss"] == pytest.approx(trained_on_2["logloss"], abs=1e-6), ps
-    exported = subprocess.run(
+    exported = command_forks.run(
         [
-            str(BIN / "recsys-dist"),
+            CLI,
             "export",
             "--model-dir",
             str(run),
@@ -190,9 +190,9 @@ def test_two_workers_never_give_an_id_two_rows(tmp_path):
     # in a row of its own
     features["tables"]["user"]["capacity_per_shard"] = 30_000
     (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
-    resumed = subprocess.run(
+    resumed = command_forks.run(
         [
-            str(BIN / "recsys-dist"),
+            CLI,
             "train",
             "--config",
             str(config_file),
@@ -293,9 +293,9 @@ def test_daily_retraining_evicts_the_ids_not_seen_within_evict_after_days(tmp_pa
     )
     outputs = []
     for day in (1, 2, 3):
-        done = subprocess.run(
+        done = command_forks.run(
             [
-                str(BIN / "recsys-dist"),
+                CLI,
                 "retrain",
                 "--config",
                 str(config_file),
@@ -364,9 +364,9 @@ def test_train_warm_start_moves_a_dynamic_table_to_more_servers(tmp_path):
     config_file = write_user_run(tmp_path, data, {"capacity_per_shard": 5_000})
 
     def train(day: int, model_dir: str, *extra: str) -> str:
-        done = subprocess.run(
+        done = command_forks.run(
             [
-                str(BIN / "recsys-dist"),
+                CLI,
                 "train",
                 "--config",
                 str(config_file),
@@ -455,9 +455,9 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
         train={"epochs": 3, "steps_per_call": 5, "log_every_seconds": 1000},
     )
     run = tmp_path / "run"
-    trained = subprocess.run(
+    trained = command_forks.run(
         [
-            str(BIN / "recsys-dist"),
+            CLI,
             "train",
             "--config",
             str(config_file),
@@ -476,9 +476,9 @@ def test_passes_after_the_first_admit_no_id_seen_once(tmp_path):
     assert 0 < user["live_ids"] <= repeated, (user, repeated, once)
     assert user["admitted_this_run"] == user["live_ids"]
     # one more pass resumes the run: it still counts the ids admitted since it began
-    resumed = subprocess.run(
+    resumed = command_forks.run(
         [
-            str(BIN / "recsys-dist"),
+            CLI,
             "train",
             "--config",
             str(config_file),
@@ -628,8 +628,8 @@ def test_a_tf_config_cluster_gives_a_dynamic_table_a_shard_per_server(tmp_path):
         )
 
     servers = [
-        subprocess.Popen(
-            [str(BIN / "recsys-dist"), "server"],
+        command_forks.popen(
+            [CLI, "server"],
             env=env(job, index),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -638,9 +638,9 @@ def test_a_tf_config_cluster_gives_a_dynamic_table_a_shard_per_server(tmp_path):
         for job, index in (("worker", 0), ("ps", 0), ("ps", 1))
     ]
     try:
-        trained = subprocess.run(
+        trained = command_forks.run(
             [
-                str(BIN / "recsys-dist"),
+                CLI,
                 "train",
                 "--config",
                 str(config_file),
@@ -666,9 +666,9 @@ def test_a_tf_config_cluster_gives_a_dynamic_table_a_shard_per_server(tmp_path):
     assert json.loads((newest / "state.json").read_text())["signature"]["dynamic_shards"] == 2
     saved = tf.train.load_checkpoint(str(newest / "variables")).get_variable_to_shape_map()
     assert {k.split("/shards/")[1].split("/")[0] for k in saved if "/shards/" in k} == {"0", "1"}
-    exported = subprocess.run(
+    exported = command_forks.run(
         [
-            str(BIN / "recsys-dist"),
+            CLI,
             "export",
             "--model-dir",
             str(tmp_path / "run"),

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 
 import pytest
 import yaml
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.paths import CLI
 from tests.support.run_configs import zoo_config
 from tests.support.train_run import TrainRun
@@ -73,7 +73,7 @@ def test_a_killed_run_resumes_its_record_stops_and_ends_with_the_best_pass(tmp_p
     kept = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
     assert f"ckpt-{best['step']:012d}" in kept and len(kept) == 2, kept
 
-    scored = subprocess.run(
+    scored = command_forks.run(
         [
             CLI,
             "evaluate",

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.configs import changed
 from tests.support.paths import CLI
 from tests.support.refusals import refused_here
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.cluster
 
 
 def cli(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+    return command_forks.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def rank_auc(labels: np.ndarray, scores: np.ndarray) -> float:

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.configs import changed
 from tests.support.paths import BIN
 from tests.support.run_configs import ZOO_FEATURES, zoo_config
@@ -534,11 +535,11 @@ def test_export_from_and_to_s3(trained, exported, s3_server):
         model_dir,
         "--out",
     ]
-    again = subprocess.run([*command, given], capture_output=True, text=True, timeout=300)
+    again = command_forks.run([*command, given], capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr[-2000:]
     assert f"error: {given}: exists and is not empty" in again.stderr
     missing = "s3://no-such-bucket-export/1"
-    nowhere = subprocess.run([*command, missing], capture_output=True, text=True, timeout=300)
+    nowhere = command_forks.run([*command, missing], capture_output=True, text=True, timeout=300)
     assert nowhere.returncode == 2 and "Traceback" not in nowhere.stderr, nowhere.stderr[-2000:]
     assert (
         f"error: {missing}: cannot write the export there: The specified bucket does not exist"

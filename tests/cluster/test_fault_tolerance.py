@@ -25,11 +25,11 @@ import json
 import os
 import pathlib
 import signal
-import subprocess
 import time
 
 import pytest
 
+from tests.support import command_forks
 from tests.support.paths import CLI
 from tests.support.run_configs import EPOCHS, EVERY, SLOW_CHECKPOINT_FEATURES, small_run_config
 from tests.support.train_run import TrainRun
@@ -212,7 +212,7 @@ def test_a_damaged_newest_checkpoint_is_named_and_resume_takes_the_previous_one(
         ["evaluate", "--out", str(tmp_path / "eval")],
         ["export", "--out", str(tmp_path / "export")],
     ):
-        refused = subprocess.run(
+        refused = command_forks.run(
             [CLI, *command, "--model-dir", str(model_dir)],
             capture_output=True,
             text=True,

@@ -18,11 +18,11 @@ import json
 import re
 import shutil
 import signal
-import subprocess
 
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.chance import learned
 from tests.support.paths import CLI
 from tests.support.run_configs import COLLECTIVE, small_run_config
@@ -129,7 +129,7 @@ def test_daily_retraining_warm_starts_across_the_switch_both_ways(runs):
         ("2026-01-04", in_process),
     )
     for n, (day, strategy) in enumerate(days):
-        result = subprocess.run(
+        result = command_forks.run(
             [
                 CLI,
                 "retrain",

@@ -37,6 +37,7 @@ import pytest
 
 from recsys_dist.cluster.local import free_ports
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.chance import learned
 from tests.support.paths import CLI
 from tests.support.run_configs import COLLECTIVE, small_run_config
@@ -249,7 +250,7 @@ def test_bad_data_on_the_second_worker_stops_the_job_with_its_error(runs):
         pa.array(values, pa.float32()),
     )
     pq.write_table(table, path)
-    result = subprocess.run(
+    result = command_forks.run(
         [
             CLI,
             "train",

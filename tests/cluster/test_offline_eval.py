@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.data import upload_dir
 from tests.support.paths import CLI
 from tests.support.retrain import publish
@@ -53,7 +53,7 @@ def root(tmp_path_factory, s3_server):
         settings = [
             x for s in [f"data.train={{dates: '{window}'}}", *TRAIN_SETTINGS] for x in ("--set", s)
         ]
-        result = subprocess.run(
+        result = command_forks.run(
             [CLI, "train", "--config", config, "--no-eval", "--model-dir", str(run), *settings],
             capture_output=True,
             text=True,

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.paths import CLI
 
 pytestmark = pytest.mark.cluster
@@ -38,7 +39,7 @@ FEATURES = {
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=400)
+    result = command_forks.run([CLI, *args], capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, (args, result.stdout[-3000:], result.stderr[-3000:])
     return result
 

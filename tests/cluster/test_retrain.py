@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.configs import DELETE, changed
 from tests.support.paths import CLI, REPO
 from tests.support.refusals import refused_here
@@ -56,7 +57,7 @@ def retrain(
     config: str, date: str, *extra: str, pipeline: bool = False
 ) -> subprocess.CompletedProcess:
     command = [sys.executable, PIPELINE] if pipeline else [CLI, "retrain"]
-    return subprocess.run(
+    return command_forks.run(
         [*command, "--config", config, "--date", date, *extra],
         capture_output=True,
         text=True,
@@ -144,7 +145,7 @@ def test_rerunning_a_day_changes_nothing(days):
 def test_backfill_runs_days_in_order_and_skips_what_is_done(days, capsys):
     _, config, root, _, _ = days
     before = snapshot(root)
-    result = subprocess.run(
+    result = command_forks.run(
         [CLI, "backfill", "--config", config, "--from", "2026-01-01", "--to", "2026-01-02"],
         capture_output=True,
         text=True,

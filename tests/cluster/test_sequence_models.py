@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.support import command_forks
 from tests.support.configs import changed, write_yaml
 from tests.support.paths import CLI, REPO
 from tests.support.refusals import refused_here
@@ -85,7 +86,7 @@ MIRRORED = (
 
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+    result = command_forks.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 

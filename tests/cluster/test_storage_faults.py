@@ -20,6 +20,7 @@ import pytest
 from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import CheckpointManager, local_prefix
 from recsys_dist.data.synth_files import synthesize
+from tests.support import command_forks
 from tests.support.data import upload_dir
 from tests.support.paths import CLI
 from tests.support.run_configs import zoo_config
@@ -45,7 +46,7 @@ def config_on(tmp_path, s3_data) -> str:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=400)
+    return command_forks.run([CLI, *args], capture_output=True, text=True, timeout=400)
 
 
 def faults_seen(proxy) -> set[tuple[str, str, str | None, str]]:

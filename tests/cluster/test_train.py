@@ -24,6 +24,7 @@ import tensorflow as tf
 from recsys_dist.cluster.local import child_pids, server_pids
 from recsys_dist.data.synth_files import synthesize
 from recsys_dist.models.embedding import FeatureEmbeddings
+from tests.support import command_forks
 from tests.support.data import upload_dir
 from tests.support.paths import CLI
 from tests.support.refusals import refused_here
@@ -308,7 +309,7 @@ def test_sigterm_to_train_leaves_no_server_processes(tmp_path, data, when, sent)
     (SIGSTOP: it holds its connections and never answers) as the cluster starts, the
     command waits inside TensorFlow for it, where no Python signal handler runs."""
     config = write_config(tmp_path, data, "lr", epochs=1000)
-    process = subprocess.Popen(
+    process = command_forks.popen(
         [
             CLI,
             "train",
@@ -364,7 +365,7 @@ def test_train_command_writes_summaries_resolved_config_and_result(tmp_path, dat
     config = write_config(tmp_path, data, "lr", epochs=2)
     run = tmp_path / "run"
     started = time.time()
-    result = subprocess.run(
+    result = command_forks.run(
         [
             CLI,
             "train",
@@ -431,7 +432,7 @@ def test_in_process_mode_trains_in_one_process_and_a_local_cluster_resumes_it(tm
     import json
 
     config, run = write_config(tmp_path, data, "lr", epochs=1), tmp_path / "run"
-    process = subprocess.Popen(
+    process = command_forks.popen(
         [
             CLI,
             "train",
@@ -461,7 +462,7 @@ def test_in_process_mode_trains_in_one_process_and_a_local_cluster_resumes_it(tm
     first = json.loads((run / "train_result.json").read_text())
     assert first["examples"] == 12_000 and 0.5 < first["eval"]["labels"]["click"]["auc"] < 1
     # the same run goes on with one process per server: same strategy, same checkpoint
-    resumed = subprocess.run(
+    resumed = command_forks.run(
         [
             CLI,
             "train",
@@ -489,7 +490,7 @@ def test_in_process_mode_trains_in_one_process_and_a_local_cluster_resumes_it(tm
 
 def test_sigterm_to_an_in_process_train_ends_it_with_one_line(tmp_path, data):
     config = write_config(tmp_path, data, "lr", epochs=1000)
-    process = subprocess.Popen(
+    process = command_forks.popen(
         [
             CLI,
             "train",
@@ -560,7 +561,7 @@ def test_bad_value_on_a_worker_stops_train_with_one_clear_error(tmp_path, data):
     )
     pq.write_table(table, path, row_group_size=1000)
     config = write_config(tmp_path, bad_data, "lr", epochs=1)
-    result = subprocess.run(
+    result = command_forks.run(
         [CLI, "train", "--config", config, "--model-dir", str(tmp_path / "run"), "--no-eval"],
         capture_output=True,
         text=True,

@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 
 from recsys_dist.config import model_params  # noqa: F401  registers the built-in models
 from recsys_dist.config.model_registry import model_names, registered_model
+from tests.support import command_forks
 from tests.support.configs import dump_yaml, write_yaml
 from tests.support.paths import CLI
 from tests.support.serving import ONLY_TENSORFLOW, serving_env
@@ -886,7 +887,7 @@ class Outcome:
         argv = [CLI, name, *args]
         start = time.monotonic()
         try:
-            done = subprocess.run(
+            done = command_forks.run(
                 argv, capture_output=True, text=True, timeout=timeout, cwd=self.directory
             )
             code, stdout, stderr = done.returncode, done.stdout, done.stderr

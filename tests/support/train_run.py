@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 from recsys_dist.cluster.local import child_pids, server_pids
+from tests.support import command_forks
 from tests.support.paths import CLI
 
 
@@ -30,7 +31,7 @@ class TrainRun:
     ):
         """``prefix``: a command that runs the rest (e.g. on a host of
         :class:`tests.support.hosts.HostNetwork`)."""
-        self.process = subprocess.Popen(
+        self.process = command_forks.popen(
             [*prefix, CLI, "train", "--config", config, "--model-dir", str(model_dir), *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

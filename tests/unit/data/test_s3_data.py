@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from recsys_dist.cli import main
+from tests.support import command_forks
 from tests.support.data import free_port, small_table, upload_dir, write_parquet
 
 
@@ -88,7 +89,7 @@ def test_dead_endpoint_fails_naming_the_uri(tmp_path, small_config):
             "--no-eval",
         ],
     ):
-        result = subprocess.run(
+        result = command_forks.run(
             [str(pathlib.Path(sys.executable).parent / "recsys-dist"), *command],
             env=env,
             capture_output=True,
@@ -176,7 +177,7 @@ def locked_s3(tmp_path_factory):
 
 
 def _one_line_error(command: list[str], env: dict, code: int = 2) -> str:
-    result = subprocess.run(
+    result = command_forks.run(
         [CLI, *command], env=env, capture_output=True, text=True, timeout=300
     )  # a hang guard, not a bound
     assert result.returncode == code, result.stdout[-2000:] + result.stderr[-2000:]

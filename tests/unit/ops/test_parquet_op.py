@@ -12,6 +12,7 @@ pyarrow change.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pathlib
 import subprocess
@@ -829,21 +830,29 @@ def test_build_key_covers_the_tensorflow_and_pyarrow_versions(monkeypatch, packa
 
 
 def test_a_changed_build_key_builds_a_new_library(monkeypatch, tmp_path):
-    """One real compile into a fresh directory under a fake compiler version: the library
-    is named by the new key; a library for another key is neither loaded nor kept; the
-    next call finds the built one without compiling."""
+    """One real compile and link into a fresh directory under a fake compiler version: the
+    library is named by the new key; a library for another key is neither loaded nor
+    kept; the next call finds the built one without compiling. The sources are the
+    signal thread (the one without TensorFlow headers) and a one-line file beside it:
+    objects compiled apart and linked, without a minute of compiling in the suite."""
     directory = tmp_path / "ops"
     directory.mkdir()
     monkeypatch.setenv("RECSYS_DIST_OPS_DIR", str(directory))
     monkeypatch.delenv("CXX", raising=False)
+    second = tmp_path / "second.cc"
+    second.write_text('extern "C" int recsys_second_source() { return 2; }\n')
+    signals = next(s for s in build.SOURCES if s.endswith("exit_on_signals.cc"))
+    monkeypatch.setattr(build, "SOURCES", [signals, str(second)])
     stale = directory / f"{build.NAME}-{build.build_key('g++ 1.0 (stale)')}.so"
     stale.write_bytes(b"not a library")
     monkeypatch.setattr(build, "_compiler_version", lambda cxx: "g++ 99.0 (a new one)")
     path = build.library_path()
     assert os.path.basename(path) == f"{build.NAME}-{build.build_key('g++ 99.0 (a new one)')}.so"
     assert pathlib.Path(path).read_bytes()[:4] == b"\x7fELF"
+    library = ctypes.CDLL(path)
+    assert library.recsys_second_source() == 2 and library.recsys_watch_signals
     assert not stale.exists()
-    assert not list(directory.glob("*.tmp"))
+    assert not list(directory.glob("*.tmp")) and not list(directory.glob(".objects-*"))
     built = os.stat(path).st_mtime_ns
     calls = []
     monkeypatch.setattr(
@@ -851,3 +860,20 @@ def test_a_changed_build_key_builds_a_new_library(monkeypatch, tmp_path):
     )
     assert build.library_path() == path and os.stat(path).st_mtime_ns == built
     assert not calls
+
+
+def test_a_source_that_does_not_compile_is_named_with_the_compiler_output(monkeypatch, tmp_path):
+    directory = tmp_path / "ops"
+    monkeypatch.setenv("RECSYS_DIST_OPS_DIR", str(directory))
+    monkeypatch.delenv("CXX", raising=False)
+    broken = tmp_path / "broken.cc"
+    broken.write_text("int recsys_broken( { return 1; }\n")
+    signals = next(s for s in build.SOURCES if s.endswith("exit_on_signals.cc"))
+    monkeypatch.setattr(build, "SOURCES", [signals, str(broken)])
+    with pytest.raises(build.OpBuildError) as caught:
+        build.library_path()
+    message = str(caught.value)
+    assert "failed (exit 1)" in message and f"-c {broken} -o" in message
+    assert "broken.cc:1" in message  # the compiler's own diagnostic, with the line
+    assert not list(directory.glob("*.so")) and not list(directory.glob("*.tmp"))
+    assert not list(directory.glob(".objects-*"))
