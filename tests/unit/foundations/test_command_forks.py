@@ -62,8 +62,8 @@ def test_a_forked_server_reads_its_environment_and_ends_on_sigterm_with_its_line
     try:
         assert isinstance(process, command_forks.ForkedCommand)
         assert _parent(process.pid) != os.getpid()  # a child of the forking process
-        assert pathlib.Path(f"/proc/{process.pid}/comm").read_text().strip() == "recsys-dist"
         _wait_for_line(process.stdout, f"recsys_dist server ps:0 serving on {ps}")
+        assert pathlib.Path(f"/proc/{process.pid}/comm").read_text().strip() == "recsys-dist"
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 128 + signal.SIGTERM
         assert process.stdout.read().strip().splitlines()[-1] == "error: stopped by SIGTERM"
