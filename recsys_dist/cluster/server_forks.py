@@ -35,6 +35,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 from recsys_dist.cluster import server
 from recsys_dist.cluster.server import ClusterError
@@ -277,23 +278,20 @@ def _wait_gone(pid: int, timeout: float = 10.0) -> None:
 # The forking process.
 
 
-def _returncode(status: int) -> int:
+def returncode_of(status: int) -> int:
+    """A ``waitpid`` status as ``subprocess`` reports it (negative: the ending signal)."""
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def _run_task(request: dict, die_with_forks: Callable[[], None], prctl) -> None:
-    """In a forked child: becomes the server task of ``request``; never returns."""
+def end_fork_with(body: Callable[..., int], *args) -> NoReturn:
+    """In a child just forked from a forking process: runs ``body(*args)`` and ends the process
+    with its exit code (a ``SystemExit``'s code; 1 after the traceback of any other
+    error), running only the exit functions registered since the fork."""
     code = 1
     try:
-        die_with_forks()
-        prctl(_PR_SET_NAME, request["name"].encode()[:15], 0, 0, 0)
-        atexit._clear()  # the forking process's exit functions are not the task's
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        atexit._clear()  # the forking process's exit functions are not the child's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        code = server.main(request["argv"])
+        code = body(*args)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:
@@ -305,6 +303,18 @@ def _run_task(request: dict, die_with_forks: Callable[[], None], prctl) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _run_task(request: dict, die_with_forks: Callable[[], None], prctl) -> int:
+    """In a forked child: becomes the server task of ``request`` (through
+    :func:`end_fork_with`)."""
+    die_with_forks()
+    prctl(_PR_SET_NAME, request["name"].encode()[:15], 0, 0, 0)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    return server.main(request["argv"])
 
 
 def _serve() -> int:
@@ -335,7 +345,7 @@ def _serve() -> int:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _run_task(request, die_with_forks, prctl)
+                    end_fork_with(_run_task, request, die_with_forks, prctl)
                 children.add(pid)
                 print(f"started {pid}", file=out, flush=True)
         while children:
@@ -343,7 +353,7 @@ def _serve() -> int:
             if pid == 0:
                 break
             children.discard(pid)
-            print(f"exited {pid} {_returncode(status)}", file=out, flush=True)
+            print(f"exited {pid} {returncode_of(status)}", file=out, flush=True)
     for pid in children:  # stdin closed: the cluster is stopping
         try:
             os.kill(pid, signal.SIGKILL)

@@ -39,7 +39,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 
 from tests.support.paths import CLI, REPO
@@ -50,6 +49,10 @@ READ_AT_IMPORT = ("TF_", "PYTHON", "OMP_", "KMP_", "MKL", "LD_", "GRPC_", "CUDA_
 #: Variables a command may set differently and still be forked: read when used, or (the
 #: path) naming the same checkout the forking process imported the package from.
 READ_WHEN_USED = ("TF_CONFIG", "PYTHONPATH")
+#: The ``subprocess.Popen`` arguments a forked command takes (others run it plainly).
+_POPEN_ARGUMENTS = frozenset(
+    ("stdout", "stderr", "stdin", "env", "cwd", "text", "universal_newlines", "start_new_session")
+)
 _START_TIMEOUT = 180.0
 _HEADER_LIMIT = 1 << 20
 
@@ -61,7 +64,11 @@ def _read_at_import(name: str) -> bool:
 class ForkedCommand:
     """A forked ``recsys-dist`` command: the part of ``subprocess.Popen`` the tests use."""
 
-    def __init__(self, args: list[str], connection: socket.socket, pid: int, streams: dict):
+    def __init__(
+        self, args: list[str], connection: socket.socket, pid: int, answer: bytes, streams: dict
+    ):
+        """``answer``: what the forking process sent after ``started`` (its ``exited`` line
+        already, when the command ended at once)."""
         self.args = args
         self.pid = pid
         self.returncode: int | None = None
@@ -69,7 +76,7 @@ class ForkedCommand:
         self.stdout = streams.get("stdout")
         self.stderr = streams.get("stderr")
         self._connection = connection
-        self._answer = b""
+        self._answer = answer
         self._lock = threading.Lock()
 
     def _collect(self, timeout: float | None) -> int | None:
@@ -229,22 +236,20 @@ class _Forks:
 _FORKS = _Forks()
 
 
-def _stream_fd(value, default_fd: int, text: bool, keep: list, close: list):
-    """The child's end of one standard stream (and the parent's pipe end, if piped)."""
+def _child_end(value, inherited: int, text: bool, close: list[int]):
+    """The child's end of one standard stream and, when it is piped, the caller's end; a
+    descriptor opened here is added to ``close`` (closed here once the child has it)."""
     if value == subprocess.PIPE:
         read_end, write_end = os.pipe()
         close.append(write_end)
-        keep.append(open(read_end, "r" if text else "rb"))  # noqa: SIM115  the caller's
-        return write_end
-    if value == subprocess.DEVNULL or (value is None and default_fd < 0):
+        return write_end, open(read_end, "r" if text else "rb")  # noqa: SIM115  the caller's
+    if value == subprocess.DEVNULL:
         fd = os.open(os.devnull, os.O_RDWR)
         close.append(fd)
-        return fd
+        return fd, None
     if value is None:
-        return default_fd
-    if isinstance(value, int):
-        return value
-    return value.fileno()
+        return inherited, None
+    return (value if isinstance(value, int) else value.fileno()), None
 
 
 def popen(args: Sequence[str], **kwargs):
@@ -254,29 +259,22 @@ def popen(args: Sequence[str], **kwargs):
     ``start_new_session``."""
     args = [str(a) for a in args]
     env = kwargs.get("env")
-    supported = {"stdout", "stderr", "stdin", "env", "cwd", "text", "universal_newlines"}
-    supported.add("start_new_session")
     if (
-        set(kwargs) - supported
+        set(kwargs) - _POPEN_ARGUMENTS
         or kwargs.get("stdin") not in (None, subprocess.DEVNULL)
         or not _FORKS.forkable(args, env)
     ):
         return subprocess.Popen(args, **kwargs)
     text = bool(kwargs.get("text") or kwargs.get("universal_newlines"))
-    keep: list = []
     close: list[int] = []
-    stdin = _stream_fd(subprocess.DEVNULL, -1, text, [], close)
-    stdout = _stream_fd(kwargs.get("stdout"), 1, text, keep, close)
-    out_stream = keep[-1] if kwargs.get("stdout") == subprocess.PIPE else None
+    stdin, _ = _child_end(subprocess.DEVNULL, 0, text, close)
+    stdout, out_stream = _child_end(kwargs.get("stdout"), 1, text, close)
     if kwargs.get("stderr") == subprocess.STDOUT:
-        stderr = stdout
-        err_stream = None
+        stderr, err_stream = stdout, None
     else:
-        before = len(keep)
-        stderr = _stream_fd(kwargs.get("stderr"), 2, text, keep, close)
-        err_stream = keep[-1] if len(keep) > before else None
+        stderr, err_stream = _child_end(kwargs.get("stderr"), 2, text, close)
     try:
-        connection, pid, _ = _FORKS.spawn(
+        connection, pid, answer = _FORKS.spawn(
             args,
             os.environ if env is None else env,
             kwargs.get("cwd"),
@@ -286,7 +284,8 @@ def popen(args: Sequence[str], **kwargs):
     finally:
         for fd in close:
             os.close(fd)
-    return ForkedCommand(args, connection, pid, {"stdout": out_stream, "stderr": err_stream})
+    streams = {"stdout": out_stream, "stderr": err_stream}
+    return ForkedCommand(args, connection, pid, answer, streams)
 
 
 def run(args: Sequence[str], *, timeout: float | None = None, check: bool = False, **kwargs):
@@ -311,41 +310,27 @@ def run(args: Sequence[str], *, timeout: float | None = None, check: bool = Fals
 # The forking process.
 
 
-def _run_command(request: dict, fds: list[int], prctl) -> None:
-    """In a forked child: becomes ``recsys-dist *argv``; never returns."""
-    code = 1
-    try:
-        if request["new_session"]:
-            os.setsid()
-        prctl(15, b"recsys-dist", 0, 0, 0)  # PR_SET_NAME, as the console script's process
-        atexit._clear()  # the forking process's exit functions are not the command's
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        for fd in set(fds):
-            if fd > 2:
-                os.close(fd)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        sys.argv = list(request["argv"])
-        import recsys_dist
-        from recsys_dist.cli import run
+def _run_command(request: dict, fds: list[int], prctl) -> int:
+    """In a forked child: becomes ``recsys-dist *argv`` (through :func:`end_fork_with`)."""
+    if request["new_session"]:
+        os.setsid()
+    prctl(15, b"recsys-dist", 0, 0, 0)  # PR_SET_NAME, as the console script's process
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in set(fds):
+        if fd > 2:
+            os.close(fd)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = list(request["argv"])
+    import recsys_dist
+    from recsys_dist.cli import run
 
-        recsys_dist.COMMAND_STARTED_AT = time.time()
-        run()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        try:
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+    recsys_dist.COMMAND_STARTED_AT = time.time()
+    run()  # ends the process itself
+    return 0
 
 
 def _serve(socket_path: str) -> int:
@@ -356,7 +341,7 @@ def _serve(socket_path: str) -> int:
     import recsys_dist.commands  # noqa: F401
 
     # isort: on
-    from recsys_dist.cluster.server_forks import _returncode
+    from recsys_dist.cluster.server_forks import end_fork_with, returncode_of
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the test process
@@ -383,7 +368,7 @@ def _serve(socket_path: str) -> int:
                 for other in children.values():
                     other.close()
                 connection.close()
-                _run_command(request, fds, prctl)
+                end_fork_with(_run_command, request, fds, prctl)
             for fd in fds:
                 os.close(fd)
             children[pid] = connection
@@ -395,7 +380,7 @@ def _serve(socket_path: str) -> int:
             connection = children.pop(pid, None)
             if connection is not None:
                 try:
-                    connection.sendall(f"exited {_returncode(status)}\n".encode())
+                    connection.sendall(f"exited {returncode_of(status)}\n".encode())
                 except OSError:
                     pass
                 connection.close()
