@@ -829,20 +829,28 @@ def test_build_key_covers_the_tensorflow_and_pyarrow_versions(monkeypatch, packa
     assert build.build_key("g++ 12") != key
 
 
+def _build_signals_and(monkeypatch, tmp_path, name: str, source: str) -> pathlib.Path:
+    """Builds the library in ``tmp_path/ops`` (returned, not created) from two sources:
+    the signal thread (the one without TensorFlow headers) and ``name`` with ``source``."""
+    directory = tmp_path / "ops"
+    monkeypatch.setenv("RECSYS_DIST_OPS_DIR", str(directory))
+    monkeypatch.delenv("CXX", raising=False)
+    (tmp_path / name).write_text(source)
+    signals = next(s for s in build.SOURCES if s.endswith("exit_on_signals.cc"))
+    monkeypatch.setattr(build, "SOURCES", [signals, str(tmp_path / name)])
+    return directory
+
+
 def test_a_changed_build_key_builds_a_new_library(monkeypatch, tmp_path):
     """One real compile and link into a fresh directory under a fake compiler version: the
     library is named by the new key; a library for another key is neither loaded nor
     kept; the next call finds the built one without compiling. The sources are the
     signal thread (the one without TensorFlow headers) and a one-line file beside it:
     objects compiled apart and linked, without a minute of compiling in the suite."""
-    directory = tmp_path / "ops"
+    directory = _build_signals_and(
+        monkeypatch, tmp_path, "second.cc", 'extern "C" int recsys_second_source() { return 2; }\n'
+    )
     directory.mkdir()
-    monkeypatch.setenv("RECSYS_DIST_OPS_DIR", str(directory))
-    monkeypatch.delenv("CXX", raising=False)
-    second = tmp_path / "second.cc"
-    second.write_text('extern "C" int recsys_second_source() { return 2; }\n')
-    signals = next(s for s in build.SOURCES if s.endswith("exit_on_signals.cc"))
-    monkeypatch.setattr(build, "SOURCES", [signals, str(second)])
     stale = directory / f"{build.NAME}-{build.build_key('g++ 1.0 (stale)')}.so"
     stale.write_bytes(b"not a library")
     monkeypatch.setattr(build, "_compiler_version", lambda cxx: "g++ 99.0 (a new one)")
@@ -855,21 +863,19 @@ def test_a_changed_build_key_builds_a_new_library(monkeypatch, tmp_path):
     assert not list(directory.glob("*.tmp")) and not list(directory.glob(".objects-*"))
     built = os.stat(path).st_mtime_ns
     calls = []
-    monkeypatch.setattr(
-        build.subprocess, "run", lambda *a, **k: calls.append(a) or pytest.fail("recompiled")
-    )
+    for name in ("run", "Popen"):  # the compiler's version and the compiles
+        monkeypatch.setattr(
+            build.subprocess, name, lambda *a, **k: calls.append(a) or pytest.fail("recompiled")
+        )
     assert build.library_path() == path and os.stat(path).st_mtime_ns == built
     assert not calls
 
 
 def test_a_source_that_does_not_compile_is_named_with_the_compiler_output(monkeypatch, tmp_path):
-    directory = tmp_path / "ops"
-    monkeypatch.setenv("RECSYS_DIST_OPS_DIR", str(directory))
-    monkeypatch.delenv("CXX", raising=False)
+    directory = _build_signals_and(
+        monkeypatch, tmp_path, "broken.cc", "int recsys_broken( { return 1; }\n"
+    )
     broken = tmp_path / "broken.cc"
-    broken.write_text("int recsys_broken( { return 1; }\n")
-    signals = next(s for s in build.SOURCES if s.endswith("exit_on_signals.cc"))
-    monkeypatch.setattr(build, "SOURCES", [signals, str(broken)])
     with pytest.raises(build.OpBuildError) as caught:
         build.library_path()
     message = str(caught.value)
