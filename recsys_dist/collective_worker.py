@@ -1,6 +1,6 @@
 """A worker process of a local ``multi_worker_mirrored`` run (``cluster/collective.py``).
 
-``python -m recsys_dist.collective_worker``, started by the run's launcher with
+``python -m recsys_dist.collective_worker``, started (or forked) by the run's launcher with
 ``TF_CONFIG`` and the run file (:data:`~recsys_dist.cluster.collective.RUN_FILE_ENV`) in
 its environment: it trains the run with the command line's handling of signals and errors,
 and worker 0 writes the run's outcome for the launcher.
@@ -15,12 +15,14 @@ import os
 import tensorflow as tf
 
 from recsys_dist.checkpoint.store import find_checkpoint
+from recsys_dist.cluster.child_fork import name_process
 from recsys_dist.cluster.collective import (
     INTRA_OP_THREADS_ENV,
     OUTCOME_FILE,
     RUN_FILE_ENV,
     CollectiveRun,
     collective_task,
+    worker_name,
 )
 from recsys_dist.config import load_config
 from recsys_dist.console import configure_output, reporting_errors, run_command
@@ -35,6 +37,7 @@ def main() -> None:
 
 
 def _run_worker() -> int:
+    name_process(worker_name(collective_task()[1]))
 
     # Before TensorFlow starts: the workers share this machine's cores (as a local
     # parameter-server cluster's servers do; docs/cluster.md#threads-of-a-local-cluster).

@@ -23,8 +23,10 @@ training loop (SPMD), so every worker must take the same decisions in the same o
   saving takes part in collectives (batch norm's replica-local statistics).
 
 A local run (``cluster.mode: local``) is :func:`launch`: the command starts one worker
-process per ``cluster.workers`` on 127.0.0.1 (``python -m recsys_dist.collective_worker``)
-and streams worker 0's output. If a worker dies, the others are stopped and the run raises
+process per ``cluster.workers`` on 127.0.0.1, named ``collective-{index}``: forked from the
+command when it has imported TensorFlow and run nothing (``child_fork.can_fork``), else
+``python -m recsys_dist.collective_worker``; it streams worker 0's output. If a worker
+dies, the others are stopped and the run raises
 :class:`~recsys_dist.errors.ClusterLost`: the command starts again and resumes from the
 last checkpoint (``train.max_restarts``). Under ``cluster.mode: tf_config`` every machine
 runs ``recsys-dist train`` itself with a ``TF_CONFIG`` of task type ``worker``.
@@ -38,6 +40,7 @@ import hashlib
 import json
 import os
 import pathlib
+import runpy
 import shutil
 import signal
 import subprocess
@@ -50,6 +53,7 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist import scratch
+from recsys_dist.cluster.child_fork import can_fork, fork_child
 from recsys_dist.cluster.local import _tail, child_env, free_ports, shared_intra_op_threads
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.cluster.server_forks import die_with_parent
@@ -186,18 +190,26 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
             env = _worker_env(spec, index, run_file)
             log = pathlib.Path(log_dir) / f"worker-{index}.log"
             logs.append(log)
+            streams = {"stdin": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
             with open(log, "ab") as out:
-                processes.append(
-                    subprocess.Popen(
+                streams["stdout"] = subprocess.PIPE if index == 0 else out
+                if can_fork(env):  # this process has imported TensorFlow: no second import
+                    process = fork_child(
+                        functools.partial(_run_as_main, module),
+                        env=env,
+                        name=worker_name(index),
+                        new_session=True,
+                        **streams,
+                    )
+                else:
+                    process = subprocess.Popen(
                         [sys.executable, "-m", module],
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE if index == 0 else out,
-                        stderr=subprocess.STDOUT,
                         env=env,
                         preexec_fn=die_with_parent(os.getpid()),
                         start_new_session=True,
+                        **streams,
                     )
-                )
+                processes.append(process)
         echo = threading.Thread(target=_echo, args=(processes[0], logs[0]), daemon=True)
         echo.start()
         failed = _wait_all(processes)
@@ -225,6 +237,18 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
     )
     error.exit_code = code
     raise error
+
+
+def _run_as_main(module: str) -> int:
+    """In a forked worker: runs ``module`` as ``python -m module`` would."""
+    sys.argv = [module]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+def worker_name(index: int) -> str:
+    """The process name (``comm``, as ``ps -o comm`` shows it) of local worker ``index``."""
+    return f"collective-{index}"
 
 
 def _stop(processes: list[subprocess.Popen]) -> None:

@@ -8,8 +8,9 @@ serves a fraction of a second after it is asked for, and shares the imported pag
 its siblings. TensorFlow's own multi-process tests start their tasks the same way, from a
 fork server that has imported TensorFlow and run no op.
 
-The forking process (``python -m recsys_dist.cluster.server_forks``) prints ``ready`` once
-imported, then reads one JSON request per line on stdin,
+The forking process (``python -m recsys_dist.cluster.server_forks``, or a fork of this
+process when it has imported TensorFlow and run nothing: ``child_fork.can_fork``) prints
+``ready`` once imported, then reads one JSON request per line on stdin,
 ``{"argv": [...], "log": path, "name": "worker-0"}``, forks a task that runs
 ``python -m recsys_dist.cluster.server`` with ``argv`` and its output in ``log``, and
 answers ``started <pid>``; when a task ends it prints ``exited <pid> <returncode>``
@@ -21,7 +22,6 @@ and its tasks die with it (``PR_SET_PDEATHSIG``); it exits when its stdin closes
 
 from __future__ import annotations
 
-import atexit
 import collections
 import ctypes
 import json
@@ -33,11 +33,10 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn
 
 from recsys_dist.cluster import server
+from recsys_dist.cluster.child_fork import can_fork, end_fork_with, fork_child, returncode_of
 from recsys_dist.cluster.server import ClusterError
 
 _PR_SET_PDEATHSIG = 1
@@ -165,17 +164,21 @@ class ServerForks:
 
     def _launch(self) -> None:
         self.stop()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "recsys_dist.cluster.server_forks"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self.env,
-            text=True,
-            bufsize=1,
-            preexec_fn=die_with_parent(os.getpid()),
-            start_new_session=True,  # a terminal's Ctrl-C reaches only the coordinator
-        )
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        if can_fork(self.env):  # this process has imported TensorFlow: no second import
+            process = fork_child(
+                _serve, env=self.env, name="server-forks", text=True, new_session=True, **pipes
+            )
+        else:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "recsys_dist.cluster.server_forks"],
+                env=self.env,
+                text=True,
+                bufsize=1,
+                preexec_fn=die_with_parent(os.getpid()),
+                start_new_session=True,  # a terminal's Ctrl-C reaches only the coordinator
+                **pipes,
+            )
         self._process, self._ready = process, False
         with self._changed:
             self._answers.clear()
@@ -276,33 +279,6 @@ def _wait_gone(pid: int, timeout: float = 10.0) -> None:
 
 
 # The forking process.
-
-
-def returncode_of(status: int) -> int:
-    """A ``waitpid`` status as ``subprocess`` reports it (negative: the ending signal)."""
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-
-def end_fork_with(body: Callable[..., int], *args) -> NoReturn:
-    """In a child just forked from a forking process: runs ``body(*args)`` and ends the process
-    with its exit code (a ``SystemExit``'s code; 1 after the traceback of any other
-    error), running only the exit functions registered since the fork."""
-    code = 1
-    try:
-        atexit._clear()  # the forking process's exit functions are not the child's
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        code = body(*args)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        try:
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
 
 
 def _run_task(request: dict, die_with_forks: Callable[[], None], prctl) -> int:

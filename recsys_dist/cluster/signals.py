@@ -108,6 +108,16 @@ def watch_signals_natively(library_path: str) -> None:
     _arm_native((signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
 
 
+def forget_in_child() -> None:
+    """In a child forked from a process whose signals are watched: the watching threads
+    did not come along, so signals stop going to their pipe, and the child starts
+    watching anew when it enters :func:`terminate_on_signals`."""
+    global _watching, _forward_fd, _native, _received_signal, _exiting
+    signal.set_wakeup_fd(-1)
+    _watching, _forward_fd, _native, _received_signal = False, None, None, None
+    _exiting = threading.Lock()
+
+
 def _arm_native(signals) -> None:
     if _native is not None:
         for sig in signals:

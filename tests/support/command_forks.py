@@ -14,7 +14,7 @@ back as ``subprocess`` gives it (negative: the signal that ended it).
 What stays a plain subprocess: anything that is not a ``recsys-dist`` command, a command
 run through another one (``ip netns exec``, a shell), and a command whose environment
 differs from the forking process's in a variable read while TensorFlow or Python load
-(:data:`READ_AT_IMPORT`), since the fork has loaded them already. Setting
+(``recsys_dist.cluster.child_fork.read_at_import``), since the fork has loaded them already. Setting
 ``RECSYS_DIST_TESTS_FORK=0`` runs every command as a plain subprocess.
 
 The forking process (``python -m tests.support.command_forks SOCKET``) listens on a Unix
@@ -41,24 +41,15 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
+from recsys_dist.cluster.child_fork import read_at_import
 from tests.support.paths import CLI, REPO
 
-#: Environment variables a process reads while Python, TensorFlow or gRPC load: a command
-#: whose value differs from the forking process's runs as a plain subprocess.
-READ_AT_IMPORT = ("TF_", "PYTHON", "OMP_", "KMP_", "MKL", "LD_", "GRPC_", "CUDA_", "MALLOC")
-#: Variables a command may set differently and still be forked: read when used, or (the
-#: path) naming the same checkout the forking process imported the package from.
-READ_WHEN_USED = ("TF_CONFIG", "PYTHONPATH")
 #: The ``subprocess.Popen`` arguments a forked command takes (others run it plainly).
 _POPEN_ARGUMENTS = frozenset(
     ("stdout", "stderr", "stdin", "env", "cwd", "text", "universal_newlines", "start_new_session")
 )
 _START_TIMEOUT = 180.0
 _HEADER_LIMIT = 1 << 20
-
-
-def _read_at_import(name: str) -> bool:
-    return name.startswith(READ_AT_IMPORT) and name not in READ_WHEN_USED
 
 
 class ForkedCommand:
@@ -205,7 +196,7 @@ class _Forks:
             return True
         names = set(env) | set(self._env)
         return not any(
-            _read_at_import(name) and env.get(name) != self._env.get(name) for name in names
+            read_at_import(name) and env.get(name) != self._env.get(name) for name in names
         )
 
     def spawn(self, argv: list[str], env: Mapping[str, str], cwd, new_session: bool, fds):
@@ -341,7 +332,7 @@ def _serve(socket_path: str) -> int:
     import recsys_dist.commands  # noqa: F401
 
     # isort: on
-    from recsys_dist.cluster.server_forks import end_fork_with, returncode_of
+    from recsys_dist.cluster.child_fork import end_fork_with, returncode_of
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG: dies with the test process

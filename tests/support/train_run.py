@@ -3,7 +3,6 @@ runs (to kill it, or one of its servers, at a chosen moment)."""
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import re
@@ -122,17 +121,17 @@ class TrainRun:
         return [found[key] for key in sorted(found) if key[0] == job]
 
     def collective_workers(self) -> list[int]:
-        """Pids of this run's ``multi_worker_mirrored`` worker processes, by worker index."""
+        """Pids of this run's ``multi_worker_mirrored`` worker processes, by worker index
+        (the launcher's children named ``collective-{index}``)."""
         found = {}
         for pid in child_pids(self.process.pid):
             try:
-                argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except FileNotFoundError:
-                continue
-            if b"recsys_dist.collective_worker" in argv:
-                tf_config = next(e for e in environ if e.startswith(b"TF_CONFIG="))
-                found[json.loads(tf_config.split(b"=", 1)[1])["task"]["index"]] = pid
+                name = pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue  # it ended while we looked
+            prefix, _, index = name.rpartition("-")
+            if prefix == "collective" and index.isdigit():
+                found[int(index)] = pid
         return [found[i] for i in sorted(found)]
 
     def last_step(self) -> int:
