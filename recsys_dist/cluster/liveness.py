@@ -24,10 +24,18 @@ coordinator (a TCP connection, once a second) and acts on what it sees:
 - a task unreachable for ``give_up_after`` seconds ends the run: one line naming the
   task and its address, exit code 4, as for a lost task. A rerun resumes from the last
   checkpoint. This also bounds a start on a cluster with a task that never comes up.
+
+A thread that holds the GIL inside TensorFlow (connecting to a server that does not
+answer, creating variables on it, the first trace) keeps this Python thread from running
+at all. So the watch also starts a native thread (``ops/watch_tasks.cc``, given the op
+library's path) that probes the same tasks and, when this thread has not run for
+:data:`STALE_SECONDS`, prints the same ``lost`` line and ends the run with the same
+error line and exit code.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import socket
@@ -42,6 +50,9 @@ from recsys_dist.errors import ClusterLost
 log = logging.getLogger(__name__)
 
 PROBE_SECONDS = 1.0
+#: Seconds without a probe of this thread after which the native thread acts for it (one
+#: probe of an unreachable task takes PROBE_SECONDS).
+STALE_SECONDS = 3 * PROBE_SECONDS
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -66,6 +77,8 @@ class TaskWatch:
       give_up_after: Seconds unreachable before the run ends.
       report: Called with each one-line message (default: this module's logger).
       give_up: Called with the final message instead of ending the process (tests).
+      native_library: The op library's path: also watch from its native thread (see the
+        module docstring).
     """
 
     def __init__(
@@ -76,6 +89,7 @@ class TaskWatch:
         report: Callable[[str], None] | None = None,
         give_up: Callable[[str], None] | None = None,
         back: Callable[[str, int], None] | None = None,
+        native_library: str | None = None,
     ):
         self._tasks = [
             (job, i, a) for job in ("worker", "ps") for i, a in enumerate(spec.get(job, []))
@@ -89,13 +103,18 @@ class TaskWatch:
         self._reported: set[tuple[str, int]] = set()
         self._failed_at: dict[tuple[str, int], float] = {}
         self._thread = threading.Thread(target=self._loop, name="TaskWatch", daemon=True)
+        self._native = _native_watch(self._tasks, lost_after, give_up_after, native_library)
 
     def __enter__(self) -> TaskWatch:
+        if self._native is not None:
+            self._native.start()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
+        if self._native is not None:
+            self._native.recsys_watch_tasks_stop()
         self._thread.join(timeout=5)
 
     def lost(self) -> list[tuple[str, int]]:
@@ -133,6 +152,8 @@ class TaskWatch:
             for job, index, address in self._tasks:
                 if self._stop.is_set():
                     return
+                if self._native is not None:
+                    self._native.recsys_watch_tasks_beat()
                 self._check(job, index, address, _reachable(address, PROBE_SECONDS))
             self._stop.wait(max(0.0, PROBE_SECONDS - (time.monotonic() - started)))
 
@@ -165,6 +186,8 @@ class TaskWatch:
             self._stop.set()
         elif away >= self._lost_after and key not in self._reported:
             self._reported.add(key)
+            if self._native is not None:
+                self._native.recsys_watch_tasks_reported(self._tasks.index((job, index, address)))
             if job == "worker":
                 self._report(
                     f"lost\t{job} {index} ({address}): unreachable for "
@@ -179,6 +202,33 @@ class TaskWatch:
                     f"there) and stops if it is not back within "
                     f"{self._give_up_after:g} s (cluster.give_up_after_seconds)"
                 )
+
+
+def _native_watch(tasks, lost_after: float, give_up_after: float, library: str | None):
+    """The op library with its task watch's functions typed and ``start`` bound to
+    ``tasks``, or None without a library."""
+    if library is None:
+        return None
+    native = ctypes.CDLL(library)
+    native.recsys_watch_tasks.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_double,
+        ctypes.c_double,
+        ctypes.c_double,
+        ctypes.c_int,
+    ]
+    native.recsys_watch_tasks_reported.argtypes = [ctypes.c_int]
+    lines = "".join(f"{job} {index} {address}\n" for job, index, address in tasks).encode()
+
+    def start() -> None:
+        failed = native.recsys_watch_tasks(
+            lines, lost_after, give_up_after, STALE_SECONDS, ClusterLost.exit_code
+        )
+        if failed:
+            raise OSError(failed, f"the native task watch did not start: {os.strerror(failed)}")
+
+    native.start = start
+    return native
 
 
 def _end_run(message: str) -> None:

@@ -299,7 +299,11 @@ def connect(
     with (
         terminate_on_signals(),
         TaskWatch(
-            spec, cluster.lost_after_seconds, cluster.give_up_after_seconds, back=_call_again
+            spec,
+            cluster.lost_after_seconds,
+            cluster.give_up_after_seconds,
+            back=_call_again,
+            native_library=library_path(),
         ) as watch,
     ):
         strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)

@@ -31,7 +31,8 @@ import time
 from recsys_dist.errors import RecsysError
 
 #: The op library's C++ sources: the Parquet reader, the fused feature transforms, the
-#: dynamic tables' admission, and the native thread that ends a command on a signal.
+#: dynamic tables' admission, and the native threads that end a command on a signal and
+#: watch a cluster's tasks while Python cannot run.
 SOURCES = [
     os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
     for name in (
@@ -41,6 +42,7 @@ SOURCES = [
         "dynamic_rows.cc",
         "dynamic_routing.cc",
         "exit_on_signals.cc",
+        "watch_tasks.cc",
     )
 ]
 #: Headers the sources include (part of the build key, not compiled on their own).

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import re
 import socket
+import subprocess
+import sys
 import time
 
+import pytest
+
 from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.ops.build import library_path
+from tests.support.paths import REPO
 
 
 def listening() -> socket.socket:
@@ -91,3 +99,56 @@ def test_a_task_reported_lost_that_answers_again_is_called_back_once():
     wait_until(lambda: called == [("ps", 0)], timeout=5)
     time.sleep(0.2)
     assert called == [("ps", 0)]
+
+
+WATCH_HELD = """
+import ctypes, socket, sys, time
+from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.console import configure_output
+configure_output()
+free = socket.socket()
+free.bind(("127.0.0.1", 0))
+port = free.getsockname()[1]
+free.close()  # nothing listens there: the server's machine is gone
+worker = socket.socket()
+worker.bind(("127.0.0.1", 0))
+worker.listen(8)
+spec = {"worker": [f"127.0.0.1:{worker.getsockname()[1]}"], "ps": [f"127.0.0.1:{port}"]}
+print("ps", f"127.0.0.1:{port}", flush=True)
+with TaskWatch(spec, lost_after=1, give_up_after=4, native_library=sys.argv[1]):
+    if sys.argv[2] == "held":
+        ctypes.PyDLL(None).sleep(120)  # holds the GIL, as a wait inside TensorFlow can
+    else:
+        time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("gil", ["held", "free"])
+def test_a_lost_server_is_named_and_ends_the_run_even_while_a_thread_holds_the_gil(gil):
+    """A thread that holds the GIL keeps the Python watch from running: the native watch
+    then names the lost server and ends the run with the same lines and exit code. With
+    the GIL free, the Python watch does it, and the native one adds nothing."""
+    result = subprocess.run(
+        [sys.executable, "-c", WATCH_HELD, library_path(), gil],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    first, *lost = result.stdout.splitlines()
+    address = first.split()[1]
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert len(lost) == 1, result.stdout
+    assert re.fullmatch(
+        rf"lost     ps 0 \({re.escape(address)}\): unreachable for \d+ s; training waits for "
+        r"it \(its variables are there\) and stops if it is not back within 4 s "
+        r"\(cluster.give_up_after_seconds\)",
+        lost[0],
+    ), lost[0]
+    assert re.fullmatch(
+        rf"error: ps 0 \({re.escape(address)}\) has been unreachable for \d+ s "
+        r"\(cluster.give_up_after_seconds = 4\); the run stops. Bring the task back, then "
+        r"run the command again to resume from the last checkpoint\n",
+        result.stderr,
+    ), result.stderr

@@ -1,0 +1,231 @@
+// A native thread that watches the tasks of a tf_config cluster while the Python watch
+// (cluster/liveness.py) cannot run: a thread that holds Python's GIL inside TensorFlow
+// (connecting to a server that does not answer, creating variables on it) keeps every
+// Python thread from running, the watch's included.
+//
+// The Python watch calls recsys_watch_tasks_beat() once per probe round. While those
+// beats come, this thread only probes. When none came for `stale_s` seconds, it acts as
+// the Python watch would: a task unreachable for `lost_s` seconds is reported on stdout
+// with the line the Python watch logs (once; recsys_watch_tasks_reported() tells it which
+// the Python watch reported already), and one unreachable for `give_up_s` seconds ends
+// the process with the Python watch's error line and exit code 4. Plain C: no
+// TensorFlow, no GIL.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Task {
+  std::string job;
+  int index;
+  std::string host;
+  std::string port;
+  double down_since = -1;  // monotonic seconds, -1 while it answers
+  std::atomic<bool> reported{false};
+};
+
+struct Watch {
+  std::vector<Task*> tasks;
+  double lost_s;
+  double give_up_s;
+  double stale_s;
+  int exit_code;
+  int generation;
+};
+
+std::atomic<double> last_beat{0};
+// A watch acts while its generation is the current one; starting or stopping a watch
+// moves it on. Watches are never freed: a process starts a few at most.
+std::atomic<int> generation{0};
+std::atomic<Watch*> current{nullptr};
+
+double now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+// Whether a TCP connection to the task opens within `timeout_ms`.
+bool reachable(const Task& task, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(task.host.c_str(), task.port.c_str(), &hints, &found) != 0) return false;
+  bool up = false;
+  for (addrinfo* a = found; a != nullptr && !up; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      up = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, timeout_ms) == 1) {
+        int error = 0;
+        socklen_t size = sizeof(error);
+        up = getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return up;
+}
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += n;
+  }
+}
+
+std::string address(const Task& t) {
+  const bool v6 = t.host.find(':') != std::string::npos;
+  return (v6 ? "[" + t.host + "]" : t.host) + ":" + t.port;
+}
+
+std::string seconds(double s) {  // as Python's f"{s:g}" for the settings' values
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", s);
+  return text;
+}
+
+void* watch(void* argument) {
+  Watch& w = *static_cast<Watch*>(argument);
+  auto stopped = [&w] { return generation.load() != w.generation; };
+  while (!stopped()) {
+    const double started = now();
+    for (Task* task : w.tasks) {
+      if (stopped()) return nullptr;
+      const bool up = reachable(*task, 1000);
+      const double at = now();
+      if (up) {
+        task->down_since = -1;
+        task->reported.store(false);
+        continue;
+      }
+      if (task->down_since < 0) task->down_since = at;
+      const double away = at - task->down_since;
+      const bool python_stuck = at - last_beat.load() >= w.stale_s;
+      if (!python_stuck) continue;
+      const std::string name = task->job + " " + std::to_string(task->index);
+      char away_text[32];
+      std::snprintf(away_text, sizeof(away_text), "%.0f", away);
+      if (away >= w.give_up_s) {
+        write_all(STDERR_FILENO,
+                  "error: " + name + " (" + address(*task) + ") has been unreachable for " +
+                      away_text + " s (cluster.give_up_after_seconds = " +
+                      seconds(w.give_up_s) +
+                      "); the run stops. Bring the task back, then run the command again "
+                      "to resume from the last checkpoint\n");
+        _exit(w.exit_code);
+      }
+      if (away >= w.lost_s && !task->reported.exchange(true)) {
+        const std::string then = task->job == "worker"
+            ? "; the other workers take its work until it answers again (the run stops "
+              "if it is not back within " + seconds(w.give_up_s) +
+              " s, cluster.give_up_after_seconds)"
+            : "; training waits for it (its variables are there) and stops if it is not "
+              "back within " + seconds(w.give_up_s) + " s (cluster.give_up_after_seconds)";
+        write_all(STDOUT_FILENO, "lost     " + name + " (" + address(*task) +
+                                     "): unreachable for " + away_text + " s" + then + "\n");
+      }
+    }
+    const double left = 1.0 - (now() - started);
+    if (left > 0) {
+      timespec pause{static_cast<time_t>(left), static_cast<long>((left - (long)left) * 1e9)};
+      while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Starts the thread, in place of a watch started before. `tasks`: one "job index
+// host:port" per line. Returns 0, or an errno value (EINVAL: a line it cannot read).
+int recsys_watch_tasks(const char* tasks, double lost_s, double give_up_s, double stale_s,
+                       int exit_code) {
+  auto* w = new Watch{{}, lost_s, give_up_s, stale_s, exit_code, 0};
+  const char* line = tasks;
+  while (*line != '\0') {
+    const char* end = std::strchr(line, '\n');
+    const std::string text(line, end ? end - line : std::strlen(line));
+    char job[64], addr[256];
+    int index = 0;
+    if (!text.empty()) {
+      if (std::sscanf(text.c_str(), "%63s %d %255s", job, &index, addr) != 3) {
+        delete w;
+        return EINVAL;
+      }
+      std::string a(addr);
+      const size_t colon = a.rfind(':');
+      if (colon == std::string::npos) {
+        delete w;
+        return EINVAL;
+      }
+      auto* t = new Task;
+      t->job = job;
+      t->index = index;
+      t->host = a.substr(0, colon);
+      if (t->host.size() > 1 && t->host.front() == '[') {
+        t->host = t->host.substr(1, t->host.size() - 2);
+      }
+      t->port = a.substr(colon + 1);
+      w->tasks.push_back(t);
+    }
+    if (end == nullptr) break;
+    line = end + 1;
+  }
+  last_beat.store(now());
+  w->generation = generation.fetch_add(1) + 1;
+  current.store(w);
+  pthread_t thread;
+  const int failed = pthread_create(&thread, nullptr, watch, w);
+  if (failed != 0) {
+    current.store(nullptr);
+    return failed;
+  }
+  pthread_detach(thread);
+  return 0;
+}
+
+// The Python watch ran a probe round.
+void recsys_watch_tasks_beat() { last_beat.store(now()); }
+
+// The Python watch reported task `position` (its place in the `tasks` lines) lost.
+void recsys_watch_tasks_reported(int position) {
+  Watch* w = current.load();
+  if (w != nullptr && position >= 0 && position < static_cast<int>(w->tasks.size())) {
+    w->tasks[position]->reported.store(true);
+  }
+}
+
+// Stops the watch (the watched run ended).
+void recsys_watch_tasks_stop() {
+  generation.fetch_add(1);
+  current.store(nullptr);
+}
+
+}
