@@ -161,11 +161,20 @@ class TaskWatch:
         key, now = (job, index), time.monotonic()
         if up:
             since = self._down_since.pop(key, None)
-            if key in self._reported:
+            away = None if since is None else now - since
+            said_by_native = False
+            if self._native is not None:  # it may have said "lost" while this thread could not
+                native_away = ctypes.c_double(0)
+                position = self._tasks.index((job, index, address))
+                said_by_native = bool(
+                    self._native.recsys_watch_tasks_take_back(position, ctypes.byref(native_away))
+                )
+                away = native_away.value if away is None else away
+            if key in self._reported or said_by_native:
                 self._reported.discard(key)
                 self._report(
                     f"back\t{job} {index} ({address}) answers again after "
-                    f"{now - since:.0f} s unreachable"
+                    f"{away:.0f} s unreachable"
                     + ("; it takes work again" if job == "worker" else "; training goes on")
                 )
                 if self._back is not None:  # in a thread: it may wait on the task
@@ -218,6 +227,7 @@ def _native_watch(tasks, lost_after: float, give_up_after: float, library: str |
         ctypes.c_int,
     ]
     native.recsys_watch_tasks_reported.argtypes = [ctypes.c_int]
+    native.recsys_watch_tasks_take_back.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
     lines = "".join(f"{job} {index} {address}\n" for job, index, address in tasks).encode()
 
     def start() -> None:

@@ -8,8 +8,8 @@
 // the Python watch would: a task unreachable for `lost_s` seconds is reported on stdout
 // with the line the Python watch logs (once; recsys_watch_tasks_reported() tells it which
 // the Python watch reported already), and one unreachable for `give_up_s` seconds ends
-// the process with the Python watch's error line and exit code 4. Plain C: no
-// TensorFlow, no GIL.
+// the process with the Python watch's error line and exit code 4. The Python watch says
+// when a task is back (recsys_watch_tasks_take_back). Plain C: no TensorFlow, no GIL.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -35,8 +35,9 @@ struct Task {
   int index;
   std::string host;
   std::string port;
-  double down_since = -1;  // monotonic seconds, -1 while it answers
-  std::atomic<bool> reported{false};
+  std::atomic<double> down_since{-1};  // monotonic seconds, -1 while it answers
+  std::atomic<bool> reported{false};  // lost and not back yet, said by either watch
+  std::atomic<double> last_away{0};   // seconds it was unreachable, when it last came back
 };
 
 struct Watch {
@@ -118,26 +119,17 @@ void* watch(void* argument) {
       const bool up = reachable(*task, 1000);
       const double at = now();
       if (up) {
-        task->down_since = -1;
-        task->reported.store(false);
-        continue;
+        const double since = task->down_since.exchange(-1);
+        if (since >= 0) task->last_away.store(at - since);
+        continue;  // the Python watch says it is back (recsys_watch_tasks_take_back)
       }
-      if (task->down_since < 0) task->down_since = at;
-      const double away = at - task->down_since;
+      if (task->down_since.load() < 0) task->down_since.store(at);
+      const double away = at - task->down_since.load();
       const bool python_stuck = at - last_beat.load() >= w.stale_s;
       if (!python_stuck) continue;
       const std::string name = task->job + " " + std::to_string(task->index);
       char away_text[32];
       std::snprintf(away_text, sizeof(away_text), "%.0f", away);
-      if (away >= w.give_up_s) {
-        write_all(STDERR_FILENO,
-                  "error: " + name + " (" + address(*task) + ") has been unreachable for " +
-                      away_text + " s (cluster.give_up_after_seconds = " +
-                      seconds(w.give_up_s) +
-                      "); the run stops. Bring the task back, then run the command again "
-                      "to resume from the last checkpoint\n");
-        _exit(w.exit_code);
-      }
       if (away >= w.lost_s && !task->reported.exchange(true)) {
         const std::string then = task->job == "worker"
             ? "; the other workers take its work until it answers again (the run stops "
@@ -147,6 +139,15 @@ void* watch(void* argument) {
               "back within " + seconds(w.give_up_s) + " s (cluster.give_up_after_seconds)";
         write_all(STDOUT_FILENO, "lost     " + name + " (" + address(*task) +
                                      "): unreachable for " + away_text + " s" + then + "\n");
+      }
+      if (away >= w.give_up_s) {
+        write_all(STDERR_FILENO,
+                  "error: " + name + " (" + address(*task) + ") has been unreachable for " +
+                      away_text + " s (cluster.give_up_after_seconds = " +
+                      seconds(w.give_up_s) +
+                      "); the run stops. Bring the task back, then run the command again "
+                      "to resume from the last checkpoint\n");
+        _exit(w.exit_code);
       }
     }
     const double left = 1.0 - (now() - started);
@@ -220,6 +221,17 @@ void recsys_watch_tasks_reported(int position) {
   if (w != nullptr && position >= 0 && position < static_cast<int>(w->tasks.size())) {
     w->tasks[position]->reported.store(true);
   }
+}
+
+// For the Python watch, which sees task `position` answer: whether either watch had
+// reported it lost (and forgets it), with the seconds it was unreachable in `away`.
+int recsys_watch_tasks_take_back(int position, double* away) {
+  Watch* w = current.load();
+  if (w == nullptr || position < 0 || position >= static_cast<int>(w->tasks.size())) return 0;
+  Task* task = w->tasks[position];
+  const double since = task->down_since.load();  // this thread has not probed it since
+  *away = since >= 0 ? now() - since : task->last_away.load();
+  return task->reported.exchange(false) ? 1 : 0;
 }
 
 // Stops the watch (the watched run ended).

@@ -152,3 +152,40 @@ def test_a_lost_server_is_named_and_ends_the_run_even_while_a_thread_holds_the_g
         r"run the command again to resume from the last checkpoint\n",
         result.stderr,
     ), result.stderr
+
+
+WATCH_HELD_THEN_BACK = """
+import ctypes, socket, sys, time
+from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.console import configure_output
+configure_output()
+ps = socket.socket()
+ps.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ps.bind(("127.0.0.1", 0))
+spec = {"ps": [f"127.0.0.1:{ps.getsockname()[1]}"]}
+with TaskWatch(spec, lost_after=1, give_up_after=60, native_library=sys.argv[1]):
+    ctypes.PyDLL(None).sleep(6)  # the GIL held while nothing listens
+    ps.listen(8)  # the server answers again
+    time.sleep(3 * 1.0)  # three probe rounds of the Python watch
+"""
+
+
+def test_a_server_named_lost_by_the_native_watch_is_named_back_by_the_python_one():
+    result = subprocess.run(
+        [sys.executable, "-c", WATCH_HELD_THEN_BACK, library_path()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lost, back = result.stdout.splitlines()
+    assert lost.startswith("lost     ps 0 (127.0.0.1:"), lost
+    # Unreachable from the first probe until the listen, after the 6 s the GIL was held.
+    assert re.fullmatch(
+        r"back     ps 0 \(127.0.0.1:\d+\) answers again after (\d+) s unreachable; "
+        r"training goes on",
+        back,
+    ), back
+    assert int(re.search(r"after (\d+) s", back).group(1)) >= 5
