@@ -169,7 +169,8 @@ class TaskWatch:
                 said_by_native = bool(
                     self._native.recsys_watch_tasks_take_back(position, ctypes.byref(native_away))
                 )
-                away = native_away.value if away is None else away
+                if said_by_native:  # it saw the whole time; this thread may have missed it
+                    away = max(away or 0.0, native_away.value)
             if key in self._reported or said_by_native:
                 self._reported.discard(key)
                 self._report(
