@@ -91,7 +91,29 @@ def end_fork_with(body: Callable[..., int], *args) -> NoReturn:
             os._exit(code)
 
 
-class ForkedChild:
+class Signalled:
+    """``send_signal`` and ``kill`` as ``subprocess.Popen`` has them, for a child with
+    ``pid`` and ``poll``: a child that has ended gets no signal."""
+
+    pid: int
+
+    def poll(self) -> int | None:
+        raise NotImplementedError
+
+    def send_signal(self, sig: int) -> None:
+        """Sends ``sig`` to the child unless it has ended."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """Sends SIGKILL."""
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkedChild(Signalled):
     """A child of :func:`fork_child`: ``pid``, ``returncode``, the parent's ends of piped
     streams (``stdin``, ``stdout``, ``stderr``), ``poll``, ``wait``, ``send_signal``,
     ``kill``, as ``subprocess.Popen`` has them."""
@@ -122,16 +144,6 @@ class ForkedChild:
                 raise subprocess.TimeoutExpired(self.args, timeout)
             time.sleep(_POLL_SECONDS)
         return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 def fork_child(

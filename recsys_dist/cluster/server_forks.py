@@ -36,7 +36,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from recsys_dist.cluster import server
-from recsys_dist.cluster.child_fork import can_fork, end_fork_with, fork_child, returncode_of
+from recsys_dist.cluster.child_fork import (
+    Signalled,
+    can_fork,
+    end_fork_with,
+    fork_child,
+    returncode_of,
+)
 from recsys_dist.cluster.server import ClusterError
 
 _PR_SET_PDEATHSIG = 1
@@ -45,7 +51,7 @@ _REAP_SECONDS = 0.05
 _ERROR_LINES = 20
 
 
-class ForkedTask:
+class ForkedTask(Signalled):
     """A task of :class:`ServerForks`: the part of ``subprocess.Popen`` a local cluster
     uses (``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``)."""
 
@@ -64,18 +70,6 @@ class ForkedTask:
           subprocess.TimeoutExpired: It still runs after ``timeout`` seconds.
         """
         return self._forks.wait_for(self.pid, timeout)
-
-    def send_signal(self, sig: int) -> None:
-        """Sends ``sig`` to the task unless it has ended."""
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill(self) -> None:
-        """Sends SIGKILL."""
-        self.send_signal(signal.SIGKILL)
 
 
 class ServerForks:

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from recsys_dist.cluster.child_fork import read_at_import
+from recsys_dist.cluster.child_fork import Signalled, read_at_import
 from tests.support.paths import CLI, REPO
 
 #: The ``subprocess.Popen`` arguments a forked command takes (others run it plainly).
@@ -52,7 +52,7 @@ _START_TIMEOUT = 180.0
 _HEADER_LIMIT = 1 << 20
 
 
-class ForkedCommand:
+class ForkedCommand(Signalled):
     """A forked ``recsys-dist`` command: the part of ``subprocess.Popen`` the tests use."""
 
     def __init__(
@@ -123,18 +123,8 @@ class ForkedCommand:
                 stream.close()
         return out.get("stdout"), out.get("stderr")
 
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
     def __enter__(self) -> ForkedCommand:
         return self
