@@ -12,9 +12,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall only when the package metadata changes; safe to run any number of times.
+# uv installs the same pinned packages as pip would (pyproject.toml) in under a minute
+# rather than three: it unpacks the wheels and compiles their .pyc files in parallel. The
+# .pyc files matter where PYTHONDONTWRITEBYTECODE is set: without them every process
+# would compile TensorFlow's Python anew, 16 s instead of 5 s per import.
+UV_VERSION := 0.13.9
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'
+	$(VENV)/bin/uv pip install --python $(PY) --quiet --compile-bytecode -e '.[test]'
 	$(PY) -m recsys_dist.ops.build  # the Parquet op; rebuilt on first use if TF or pyarrow change
 	touch $(STAMP)
 
@@ -42,8 +47,11 @@ format: $(STAMP)
 
 # The tests that start no cluster run in two processes (pytest-xdist); so do the cluster
 # tests, a whole module to a process (tests/cluster/conftest.py): their servers spend much
-# of a run waiting on each other, so two runs side by side use the two cores.
+# of a run waiting on each other, so two runs side by side use the two cores. The package's
+# and the tests' .pyc files are written first, for the processes the tests start (see the
+# install step on PYTHONDONTWRITEBYTECODE).
 test: lint
+	$(PY) -m compileall -q -j 0 recsys_dist tests >/dev/null
 	$(PY) -m pytest -q -m "not cluster" -n 2
 	$(PY) -m pytest -q -m cluster -n 2 --dist loadgroup --durations=20
 

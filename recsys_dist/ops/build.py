@@ -16,6 +16,7 @@ complete (write to a temporary name, then rename).
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import glob
 import hashlib
@@ -143,29 +144,17 @@ def compile_commands(
 
 
 def _run_all(commands: list[list[str]], jobs: int) -> tuple[list[str], int, str] | None:
-    """Runs the commands, ``jobs`` at a time; the first failure's command, exit code and
-    output, or None when all succeed."""
-    pending = list(commands)
-    running: list[tuple[list[str], subprocess.Popen]] = []
-    failure = None
-    while pending or running:
-        while pending and len(running) < jobs and failure is None:
-            command = pending.pop(0)
-            running.append(
-                (
-                    command,
-                    subprocess.Popen(
-                        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-                    ),
-                )
-            )
-        if not running:
-            break
-        command, process = running.pop(0)
-        output, _ = process.communicate()
-        if process.returncode != 0 and failure is None:
-            failure = (command, process.returncode, output)
-    return failure
+    """Runs the commands, ``jobs`` at a time, each starting as soon as a slot is free; the
+    first failure's (in the order given) command, exit code and output, or None when all
+    succeed."""
+
+    def run(command: list[str]) -> tuple[list[str], int, str]:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return command, done.returncode, done.stdout
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(run, commands))
+    return next((result for result in results if result[1] != 0), None)
 
 
 def build_key(cxx_version: str) -> str:

@@ -883,3 +883,24 @@ def test_a_source_that_does_not_compile_is_named_with_the_compiler_output(monkey
     assert "broken.cc:1" in message  # the compiler's own diagnostic, with the line
     assert not list(directory.glob("*.so")) and not list(directory.glob("*.tmp"))
     assert not list(directory.glob(".objects-*"))
+
+
+def test_a_compile_that_fails_is_named_with_its_output_and_no_library_is_left(
+    tmp_path, monkeypatch
+):
+    """The sources compile side by side; the first failing one (in the order of SOURCES)
+    is the one named, with its compiler output, even when others also fail or finish
+    later."""
+    broken = tmp_path / "broken.cc"
+    broken.write_text("int f() { return undeclared_name; }\n")
+    also_broken = tmp_path / "also_broken.cc"
+    also_broken.write_text("this is not C++\n")
+    directory = tmp_path / "ops"
+    monkeypatch.setenv("RECSYS_DIST_OPS_DIR", str(directory))
+    monkeypatch.setattr(build, "SOURCES", [build.SOURCES[-1], str(broken), str(also_broken)])
+    with pytest.raises(build.OpBuildError) as caught:
+        build.library_path()
+    message = str(caught.value)
+    assert "failed (exit 1)" in message and "undeclared_name" in message
+    assert "also_broken.cc -o" not in message  # the command named is the first failure's
+    assert not list(directory.glob("*.so")) and not list(directory.glob("*.tmp"))
