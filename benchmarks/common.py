@@ -17,12 +17,30 @@ import sys
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TypeVar
 
+import yaml
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CLI = str(pathlib.Path(sys.executable).parent / "recsys-dist")
 DEMO_CONFIG = str(ROOT / "configs" / "demo.yaml")
 
 K = TypeVar("K", bound=Hashable)
 T = TypeVar("T")
+
+
+def hashed_features(features_file: str, out: pathlib.Path, shards: int) -> str:
+    """A copy of the feature config with every dynamic table made hashed, with as many rows
+    as the dynamic table holds on ``shards`` parameter servers (its ``capacity_per_shard``
+    times ``shards``); the copy's path. For what only hashed tables run: the ``mirrored``
+    strategies, and the hashed side of a comparison with dynamic tables."""
+    doc = yaml.safe_load(pathlib.Path(features_file).read_text())
+    for name, spec in doc["tables"].items():
+        if spec.get("kind") == "dynamic":
+            hashed = {"rows": spec["capacity_per_shard"] * shards}
+            doc["tables"][name] = hashed | ({"dim": spec["dim"]} if "dim" in spec else {})
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "features_hashed.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
 
 
 def cli(*args: str) -> str:

@@ -5,7 +5,9 @@ Trains the same model twice per round on the same rows, interleaved, with
 each; ``--cluster-mode in_process`` puts them in the command's process) and evaluates it
 on the held-out window:
 
-- ``hashed``: the feature config as it is (ids hashed into each table's ``rows``);
+- ``hashed``: the feature config with every table hashed (ids hashed into each table's
+  ``rows``; a table the config makes dynamic gets the rows it holds on the config's
+  parameter servers);
 - ``dynamic``: the tables named by ``--tables`` turned into ``kind: dynamic`` with
   ``capacity_per_shard`` = their ``rows`` (room for twice as many ids as the hashed
   table has rows) or ``--capacity-per-shard``, every other table unchanged.
@@ -21,7 +23,7 @@ hashed held-out AUC, dynamic over hashed examples/s, medians).
 
 Synthetic data by default (``recsys-dist data synth --users 5000000``, 3 days; train on
 2, evaluate on the 3rd): a long tail of users, about 140k distinct a day at 200k rows, so
-the demo's 400k-row hashed user table gives many users a shared row. Give ``--config``
+a hashed user table of the demo's size gives many users a shared row. Give ``--config``
 and ``--data`` for other data, e.g. the Criteo sample with ``configs/criteo.yaml``.
 
 Usage: ``python benchmarks/dynamic_tables.py [--rounds 2] [--rows-per-day 200000]
@@ -41,7 +43,14 @@ import statistics
 import tempfile
 
 import yaml
-from common import DEMO_CONFIG, best_median, cli, interleaved, ratios  # this folder
+from common import (  # this folder
+    DEMO_CONFIG,
+    best_median,
+    cli,
+    hashed_features,
+    interleaved,
+    ratios,
+)
 
 SIDES = ("hashed", "dynamic")
 
@@ -129,7 +138,7 @@ def main() -> None:
         type=int,
         default=5_000_000,
         help="synthetic user pool: 5M gives a long tail of new users a day "
-        "that collide in the demo's 400k-row hashed user table",
+        "that collide in a hashed user table of the demo's size",
     )
     parser.add_argument(
         "--tables", default="user,c3,c4,c12", help="comma-separated tables to make dynamic"
@@ -190,10 +199,13 @@ def main() -> None:
 
         config = load_config(args.config, [f"data.path={data}", *args.set])
         tables = [t for t in args.tables.split(",") if t]
+        # The hashed side: every table hashed (a dynamic table of the config, such as the
+        # demo's user table, gets the rows it holds on the config's servers).
+        hashed = hashed_features(config.features.file, scratch, config.cluster.ps)
         features = {
-            "hashed": None,
+            "hashed": hashed,
             "dynamic": dynamic_features(
-                config.features.file, tables, scratch, args.admit_after, args.capacity_per_shard
+                hashed, tables, scratch, args.admit_after, args.capacity_per_shard
             ),
         }
         capacity = (

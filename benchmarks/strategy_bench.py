@@ -1,7 +1,10 @@
 """Strategies side by side: examples/s and held-out AUC of the demo model under each.
 
 The demo's training command (``configs/demo.yaml``: DCN-v2, its tables fit in memory) on
-the same synthetic data, once per strategy per round, interleaved in alternating order:
+the same synthetic data, once per strategy per round, interleaved in alternating order.
+The ``mirrored`` strategies refuse dynamic tables, so every strategy runs the demo's
+feature config with its dynamic user table made hashed, with the rows the dynamic table
+holds on the demo's 2 parameter servers (``common.hashed_features``):
 
 - ``single``: ``cluster.strategy: mirrored`` with one replica: one process, one device,
   synchronous (the baseline);
@@ -31,7 +34,15 @@ import shutil
 import statistics
 import tempfile
 
-from common import DEMO_CONFIG, best_median, cli, interleaved, ratios  # this folder
+import yaml
+from common import (  # this folder
+    DEMO_CONFIG,
+    best_median,
+    cli,
+    hashed_features,
+    interleaved,
+    ratios,
+)
 
 STRATEGIES = {
     "single": ("--set", "cluster.strategy=mirrored", "--set", "cluster.workers=1"),
@@ -56,7 +67,7 @@ STRATEGIES = {
 
 
 def train_once(
-    data: str, model_dir: pathlib.Path, epochs: int, extra: tuple[str, ...]
+    data: str, features: str, model_dir: pathlib.Path, epochs: int, extra: tuple[str, ...]
 ) -> dict[str, float]:
     """One training run of the demo with evaluation; its rates and held-out AUC."""
     cli(
@@ -67,6 +78,8 @@ def train_once(
         data,
         "--model-dir",
         str(model_dir),
+        "--set",
+        f"features={features}",
         "--set",
         f"train.epochs={epochs}",
         *extra,
@@ -117,8 +130,15 @@ def main() -> None:
             "--quiet",
         )
 
+        demo = yaml.safe_load(pathlib.Path(DEMO_CONFIG).read_text())
+        features = hashed_features(
+            str(pathlib.Path(DEMO_CONFIG).parent / demo["features"]), work, demo["cluster"]["ps"]
+        )
+
         def run(name: str):
-            return lambda: train_once(data, work / f"run-{name}", args.epochs, STRATEGIES[name])
+            return lambda: train_once(
+                data, features, work / f"run-{name}", args.epochs, STRATEGIES[name]
+            )
 
         def show(round_: int, done: dict) -> None:
             name, f = list(done.items())[-1]

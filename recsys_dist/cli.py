@@ -265,7 +265,7 @@ def _add_evaluate(subcommands) -> None:
         help="FROM..TO (or one date) of partitions under data.path "
         "(default: the config's data.eval)",
     )
-    evaluate.add_argument("--out", required=True, help="output directory (local)")
+    evaluate.add_argument("--out", required=True, help="output directory (local or s3://)")
     evaluate.add_argument(
         "--baseline",
         help="compare against: another run's model dir, or a metrics.json written by evaluate",

@@ -233,7 +233,12 @@ def train_run(
         log.info(f"cluster\t{runtime.describe()}")
         if runtime.is_chief:  # after the strategy set this process's devices up
             _warn_collisions_on_first_run(config, model_dir, train_input)
+        started = time.perf_counter()
         trainer = Trainer(config, runtime, train_input, model_dir, validation)
+        log.info(
+            f"model\t{config.model.name}: variables created in "
+            f"{time.perf_counter() - started:.1f}s; the first step is traced next"
+        )
         resumed = trainer.resume()
         warm = None
         if resumed is not None:

@@ -27,11 +27,16 @@ class TrainRun:
         *extra: str,
         env: dict[str, str] | None = None,
         prefix: Sequence[str] = (),
+        command: Sequence[str] | None = None,
     ):
         """``prefix``: a command that runs the rest (e.g. on a host of
-        :class:`tests.support.hosts.HostNetwork`)."""
+        :class:`tests.support.hosts.HostNetwork`). ``command``: another ``recsys-dist``
+        command's arguments instead of ``train`` (``config`` and ``model_dir`` unused),
+        e.g. ``("retrain", "--config", C, "--date", D)``."""
+        if command is None:
+            command = ("train", "--config", config, "--model-dir", str(model_dir), *extra)
         self.process = command_forks.popen(
-            [*prefix, CLI, "train", "--config", config, "--model-dir", str(model_dir), *extra],
+            [*prefix, CLI, *command],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
