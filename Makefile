@@ -45,14 +45,16 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format recsys_dist tests benchmarks pipelines
 
-# One pytest run in two processes (pytest-xdist): each module of tests/cluster/ whole in
-# one process (tests/cluster/conftest.py), the largest first, and the tests that start no
-# cluster one by one after them, filling whichever process is free, so that both cores
-# stay busy to the end. The package's and the tests' .pyc files are written first, for the
-# processes the tests start (see the install step on PYTHONDONTWRITEBYTECODE).
+# The tests that start no cluster run in two processes (pytest-xdist); so do the cluster
+# tests, a whole module to a process (tests/cluster/conftest.py): their servers spend much
+# of a run waiting on each other, so two runs side by side use the two cores. The package's
+# and the tests' .pyc files are written first, for the processes the tests start (see the
+# install step on PYTHONDONTWRITEBYTECODE). One pytest run of both, the tests without a
+# cluster filling in after the cluster modules, was slower (benchmarks/RESULTS.md).
 test: lint
 	$(PY) -m compileall -q -j 0 recsys_dist tests >/dev/null
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=20
+	$(PY) -m pytest -q -m "not cluster" -n 2
+	$(PY) -m pytest -q -m cluster -n 2 --dist loadgroup --durations=20
 
 test-fast: lint
 	$(PY) -m pytest -q -m "not cluster" -n 2
