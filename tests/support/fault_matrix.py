@@ -236,6 +236,7 @@ class Matrix:
                 if not self._wait_for_moment(run, when, root):
                     cell.code = run.finish(timeout=600)
                     cell.problems.append("the run ended before the moment came")
+                    self._keep(cell, run)
                     return cell
                 fault_at = self._apply(what, run, servers, timers)
             try:
@@ -244,8 +245,7 @@ class Matrix:
                 cell.code = "hung"
                 cell.problems.append(str(exc).splitlines()[0])
                 return cell
-            ended = run.times[-1] if run.times else time.monotonic()
-            cell.after_fault = max(0.0, ended - fault_at)
+            cell.after_fault = max(0.0, time.monotonic() - fault_at)
             cell.named = self._named(run, what)
             self._check(cell, run, expected(moment, fault))
             for timer in timers:
@@ -257,7 +257,7 @@ class Matrix:
                 if code != 0:
                     cell.problems.append(f"the run again exits {code}: {again.lines[-1:]}")
             cell.problems.extend(self._unsound(root, when.command))
-            (self.logs / f"{self.cells:02d}-{moment}-{fault}.out").write_text(run.output)
+            self._keep(cell, run)
             return cell
         finally:
             for timer in timers:
@@ -265,6 +265,10 @@ class Matrix:
             servers.stop_servers()
             self.net.kill_host("chief")
             self._restore_all(servers)
+
+    def _keep(self, cell: Cell, run: TrainRun) -> None:
+        """Keeps the chief's output of the cell in the logs directory."""
+        (self.logs / f"{self.cells:02d}-{cell.moment}-{cell.fault}.out").write_text(run.output)
 
     def _restore_all(self, servers: HostCluster) -> None:
         for host in ("worker0", "worker1", "ps0", "ps1"):
@@ -281,7 +285,8 @@ class Matrix:
                 self._poll(run, lambda: self.storage.keys(key))
             if when.staged:
                 chief_tmp = self.net.hosts["chief"].directory
-                self._poll(run, lambda: list(chief_tmp.glob("recsys_dist_stage_*")))
+                # a command's scratch directory (recsys_dist/scratch.py) holds its staging
+                self._poll(run, lambda: list(chief_tmp.glob("recsys_dist-*/recsys_dist_stage_*")))
         except AssertionError:
             return False
         return run.process.poll() is None
