@@ -6,7 +6,7 @@ CLI    := $(VENV)/bin/recsys-dist
 STAMP  := $(VENV)/.installed
 DEMO_DATA := data/demo
 
-.PHONY: install demo lint format test test-fast test-arith test-configs bench clean-demo
+.PHONY: install demo lint format test test-fast test-arith test-configs test-faults bench clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ test-fast: lint
 CASES ?= 200
 test-configs: $(STAMP)
 	$(PY) -m tests.support.config_space --cases $(CASES) $(if $(SEED),--seed $(SEED))
+
+# Every fault at every moment on namespace hosts (tests/support/fault_matrix.py, root
+# only): MOMENTS=a,b and FAULTS=x,y pick cells; all of them take about an hour and a half.
+test-faults: $(STAMP)
+	$(PY) -m tests.support.fault_matrix $(if $(MOMENTS),--moments $(MOMENTS)) \
+		$(if $(FAULTS),--faults $(FAULTS))
 
 # The tests once more with other arithmetic: TensorFlow's oneDNN kernels switched the other
 # way from this machine's default. TensorFlow turns them on by itself only on CPUs with

@@ -140,7 +140,7 @@ def expected(moment: str, fault: str) -> Expected:
     """The outcome ``docs/fault-tolerance.md`` gives for the cell."""
     spec = FAULTS[fault]
     if spec.action == "sigterm":
-        return Expected(143, SIGTERM_SECONDS)
+        return Expected(143, SIGTERM_SECONDS, r"^error: stopped by SIGTERM")
     job, index = spec.task
     if spec.action == "cut" and spec.seconds is None:
         if MOMENTS[moment].command == "retrain" and moment in ("export", "publish"):
