@@ -196,8 +196,9 @@ class TaskWatch:
             self._stop.set()
         elif away >= self._lost_after and key not in self._reported:
             self._reported.add(key)
-            if self._native is not None:
-                self._native.recsys_watch_tasks_reported(self._tasks.index((job, index, address)))
+            position = self._tasks.index((job, index, address))
+            if self._native is not None and self._native.recsys_watch_tasks_reported(position):
+                return  # the native thread said it while this one could not probe
             if job == "worker":
                 self._report(
                     f"lost\t{job} {index} ({address}): unreachable for "

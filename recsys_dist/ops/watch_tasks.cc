@@ -215,12 +215,12 @@ int recsys_watch_tasks(const char* tasks, double lost_s, double give_up_s, doubl
 // The Python watch ran a probe round.
 void recsys_watch_tasks_beat() { last_beat.store(now()); }
 
-// The Python watch reported task `position` (its place in the `tasks` lines) lost.
-void recsys_watch_tasks_reported(int position) {
+// The Python watch is about to report task `position` (its place in the `tasks` lines)
+// lost: 1 if this thread has reported it already (the Python watch then stays silent).
+int recsys_watch_tasks_reported(int position) {
   Watch* w = current.load();
-  if (w != nullptr && position >= 0 && position < static_cast<int>(w->tasks.size())) {
-    w->tasks[position]->reported.store(true);
-  }
+  if (w == nullptr || position < 0 || position >= static_cast<int>(w->tasks.size())) return 0;
+  return w->tasks[position]->reported.exchange(true) ? 1 : 0;
 }
 
 // For the Python watch, which sees task `position` answer: whether either watch had
