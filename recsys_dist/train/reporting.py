@@ -120,5 +120,5 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
 
 def _scalar(name: str, value) -> None:
     """Writes a scalar summary as ``tf.summary.scalar`` does, without importing
-    TensorBoard's Python package on first use (0.6 s of every ``train``)."""
+    TensorBoard's Python package on first use, a cost every ``train`` would pay."""
     tf.summary.write(name, tf.cast(value, tf.float32), metadata=_SCALAR_METADATA)
