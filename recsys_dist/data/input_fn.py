@@ -1,17 +1,11 @@
 """The worker-side ``tf.data`` input function.
 
-:func:`prepare_input` runs on the coordinator: it discovers the split's files, reads
-their footers, checks the schema against the feature config and plans the shards.
-:meth:`InputPipeline.dataset_fn` returns the function each worker runs. It is traced
-once on the coordinator with the worker index as a call-time capture, so it is pure
-graph: it selects the worker's units from the plan constants, reads them with our
-Parquet op (:mod:`recsys_dist.ops`, Arrow C++), transforms every feature in-graph over
-whole units (with the fused kernels of :mod:`recsys_dist.ops` where they apply)
-(so per-op overhead is paid per unit, not per batch), shuffles rows within units for
-training, then rebatches to ``batch_size`` and prefetches. No Python runs per row or
-per batch, on the coordinator or anywhere else.
-
-Each element is a dict::
+:func:`prepare_input` runs on the coordinator: it discovers the split's files, checks the
+schema against the feature config and plans the shards. :meth:`InputPipeline.dataset_fn`
+returns the function each worker runs, pure graph: it reads the worker's units with the
+package's Parquet op, transforms every feature in-graph over whole units (so per-op
+overhead is paid per unit, not per batch), shuffles rows within units for training, then
+rebatches and prefetches. No Python runs per row or per batch. Each element is a dict::
 
     {"features": {name: Tensor | {"ids", "weights"}},  # see features.transforms
      "labels": {name: float32 [B]},
