@@ -257,7 +257,8 @@ class CheckpointManager:
 
     def mark_damaged(self, damage: DamagedCheckpoint) -> None:
         """Takes a damaged checkpoint out of use, keeping its files: its ``_COMPLETE``
-        marker becomes ``_DAMAGED``, which holds the reason."""
+        marker becomes ``_DAMAGED``, which holds the reason. The files stay until a save at
+        its step or a newer complete checkpoint replaces it, as for a torn save."""
         storage_io.write_text(_join(damage.directory, DAMAGED), f"{damage}\n")
         storage_io.remove(_join(damage.directory, COMPLETE))
 
