@@ -1,17 +1,4 @@
-"""The ``recsys-dist`` command line.
-
-Commands:
-  data synth    Write synthetic Criteo-like Parquet data with an oracle logit.
-  validate      Check a config, then the data's schema (and, with --scan, every value).
-  data read     Read one pass of a split on a local cluster through the worker input path.
-  train         Train a model on a parameter-server cluster, then evaluate it held out.
-  evaluate      Score a checkpoint on a split; write metrics and an HTML report.
-  retrain       One day of scheduled retraining: train, gate, publish.
-  backfill      Retrain every date of a range, in order.
-  offline-eval  Score published models on the same days and compare them.
-  export        Write a SavedModel that TensorFlow Serving serves.
-  plan          The smallest cluster for a training rate; memory and bytes per server.
-  server        Run one worker or parameter-server task of a multi-machine cluster.
+"""The ``recsys-dist`` command line: its commands and their arguments (docs/cli.md).
 
 Each command is a function of ``commands.py`` taking the parsed arguments; its arguments
 are declared here by ``_add_<name>(subcommands)``, with the arguments several commands

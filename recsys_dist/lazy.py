@@ -3,7 +3,7 @@
 ``from recsys_dist.lazy import tensorflow as tf`` gives a stand-in for TensorFlow whose
 first attribute read (``tf.constant``) imports it. Modules of the config part hold
 TensorFlow code (each feature kind's transform) through it and still import without
-TensorFlow, so ``validate`` and ``--help`` do not pay its 2–3 s import. The pattern is
+TensorFlow, so ``validate`` and ``--help`` do not pay its import. The pattern is
 TensorFlow's own ``tensorflow/python/util/lazy_loader.py``.
 """
 

@@ -1,24 +1,14 @@
 """A run-scoped temporary directory for every process of the package.
 
-:func:`start` (called by every entry point: ``console.run_command``, the server tasks)
-creates ``<temp dir>/recsys_dist-<pid>-<random>`` and points ``tempfile.tempdir`` and
-``TMPDIR`` at it, so whatever this process and its children write "to /tmp" goes there:
-TensorFlow's autograph files (``__autograph_generated_file*.py``, one per traced function),
-staging directories, temporary copies. :func:`remove` deletes it; it runs at exit
-(``atexit``), and the exits that skip ``atexit`` call it (``console.exit_now``, the signal
-handler of ``cluster/local.py``).
-
-A child process started with this ``TMPDIR`` makes its own directory inside its parent's.
-A process killed with SIGKILL removes nothing; what it left is removed:
-
-- by its parent once it is gone (:func:`remove_left_by`; the parent's own directory, with
-  everything inside, goes when the parent exits);
-- by any later :func:`start` in the same temporary directory (:func:`remove_stale`): a
-  ``recsys_dist-<pid>-*`` directory whose process is dead and whose lock nobody holds.
-
-Only directories named ``recsys_dist-<pid>-<random>`` are ever deleted. Each holds a lock
-file its process keeps locked (``flock``) while it lives, so a directory of a live process
-in another pid namespace sharing the temporary directory is never taken for stale.
+:func:`start` (called by every entry point) creates ``<temp dir>/recsys_dist-<pid>-<random>``
+and points ``tempfile.tempdir`` and ``TMPDIR`` at it, so whatever this process and its
+children write "to /tmp" goes there: autograph files, staging directories, temporary
+copies. :func:`remove` deletes it at exit (``atexit``, and the exits that skip it call
+it). A child started with this ``TMPDIR`` makes its own directory inside its parent's. A
+process killed with SIGKILL removes nothing: its parent removes what it left
+(:func:`remove_left_by`), and so does any later :func:`start` beside it
+(:func:`remove_stale`). Only ``recsys_dist-<pid>-<random>`` directories are ever deleted,
+and only when nobody holds their lock file.
 """
 
 from __future__ import annotations
@@ -158,7 +148,9 @@ def _exit(signum: int, frame: FrameType | None) -> None:
 
 
 def _stale(path: str, pid: int) -> bool:
-    """The directory's process is dead here and nobody holds its lock."""
+    """The directory's process is dead here and nobody holds its lock (each process keeps
+    its lock file locked with ``flock`` while it lives, so the directory of a live process
+    in another pid namespace sharing the temporary directory is never taken for stale)."""
     if pid == os.getpid() or _alive(pid):
         return False
     try:

@@ -1,29 +1,13 @@
 """Applies ``TF_CPP_MIN_LOG_LEVEL`` to the lines TensorFlow's libraries log while they load.
 
-From TensorFlow 2.17 on, the native libraries log through Abseil, and lines logged while a
-library loads (before anything could call ``absl::InitializeLog``) go to stderr whatever
-``TF_CPP_MIN_LOG_LEVEL`` says. On a CPU machine every ``import tensorflow`` then prints
-about six lines, twice::
-
-    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
-    I0000 00:00:1795443766.826175    1391 port.cc:153] oneDNN custom operations are on. ...
-    I0000 00:00:1795443766.826469    1391 cudart_stub.cc:31] Could not find cuda drivers ...
-
-so a command's one-line error was no longer one line. Lines logged later through Abseil
-(``grpc_server_lib.cc] Started server with target: ...`` when a coordinator connects)
-bypass the level the same way.
-
-Both ways filter the same lines: Abseil log lines of a severity below the level (I=0,
-W=1, E=2, F=3, as TensorFlow defines the variable) and, from level 1, the banner above.
-Every other line (Python warnings, errors, anything not in Abseil's format) passes
-unchanged, in order.
-
-- :func:`install` (``import recsys_dist`` calls it): while TensorFlow's top-level module
-  runs, file descriptor 2 goes through a pipe and a thread filters it.
-- :func:`filter_stderr_for_life` (the command line calls it first thing): fd 2 of the
-  process goes through a small forked filter process for the rest of its life. The filter
-  ignores SIGINT, SIGTERM and SIGHUP and ends when the last writer has closed the pipe,
-  so nothing is lost when the command exits, however it exits.
+TensorFlow's native libraries log through Abseil, and lines logged while a library loads
+(before anything could call ``absl::InitializeLog``), or later through Abseil, go to
+stderr whatever ``TF_CPP_MIN_LOG_LEVEL`` says; a command's one-line error would no longer
+be one line. Abseil lines below the level (I=0, W=1, E=2, F=3) and, from level 1, the
+``absl::InitializeLog`` banner are dropped; every other line passes unchanged, in order.
+:func:`install` filters fd 2 while TensorFlow's top-level module runs;
+:func:`filter_stderr_for_life` sends the command's fd 2 through a forked filter process.
+See docs/stack.md#tensorflows-start-up-lines.
 """
 
 from __future__ import annotations
@@ -126,8 +110,12 @@ def _relay(read_end: int, out: int, level: int) -> None:
 
 
 def filter_stderr_for_life() -> None:
-    """Sends this process's fd 2 through a forked filter process from now on (see the
-    module docstring). Does nothing at level 0, or when it already runs for this pid."""
+    """Sends this process's fd 2 through a forked filter process from now on. Does
+    nothing at level 0, or when it already runs for this pid.
+
+    The command line calls it first thing. The filter ignores SIGINT, SIGTERM and SIGHUP
+    and ends when the last writer has closed the pipe, so nothing is lost when the
+    command exits, however it exits."""
     level = min_log_level()
     if level == 0 or os.environ.get(_FILTERED) == str(os.getpid()):
         return
@@ -172,7 +160,9 @@ class _FirstTensorFlowImport(importlib.abc.MetaPathFinder):
 
 def install() -> None:
     """Filters the load-time lines of the first ``import tensorflow`` of this process, if
-    TensorFlow is not imported yet and the level hides anything."""
+    TensorFlow is not imported yet and the level hides anything (``import recsys_dist``
+    calls it): while TensorFlow's top-level module runs, fd 2 goes through a pipe and a
+    thread filters it."""
     if (
         "tensorflow" in sys.modules
         or min_log_level() == 0

@@ -8,7 +8,7 @@ parameters is left, in the quality benchmark's regime: days ``1..D-1`` once, bat
 rows shuffled, Adagrad with its accumulator starting at 1e-4 (as ``configs/demo.yaml``),
 single process.
 
-The well-specified model (``synth`` module docstring)::
+The well-specified model (``synth.RowGenerator``'s docstring)::
 
     logit = b + sum_f bias_f[c_f] + bias_user[user] + sum_j bias_j[bucket(x_j)]
               + mean_{t in tags} bias_tag[t]  (bias_no_tag without tags)

@@ -37,7 +37,8 @@ from recsys_dist.models.rows_in_use import RowsBeyondCapacity, rows_in_use
 def create_slots(optimizer, variables: list) -> None:
     """Creates ``optimizer``'s slots for ``variables`` now (call under the strategy scope).
 
-    Needed before a restore: see the module docstring.
+    Needed before a restore (see the module docstring): otherwise a resumed Adagrad
+    would silently restart from its initial accumulator.
     """
     optimizer._create_all_weights(variables)  # pylint: disable=protected-access
 

@@ -3,53 +3,18 @@
 Layout::
 
     MODEL_DIR/checkpoints/ckpt-000000001200/
-        variables.index, variables.data-*   # tf.train.Checkpoint: embeddings (as whole
-                                            # tables), dense weights, optimizer slots,
-                                            # global step
+        variables.index, variables.data-*   # tf.train.Checkpoint: whole tables, dense
+                                            # weights, optimizer slots, global step
         state.json                          # data position, model signature, figures,
-                                            # and the manifest of the variables files
+                                            # size and CRC-32 of each variables file
         _COMPLETE                           # written last
 
-A checkpoint counts only once its ``_COMPLETE`` marker exists, and the marker is the
-last file written, so a save cut short by a kill (or an S3 upload that never finished:
-S3 has no atomic rename) is never restored; the next save or cleanup removes it. The
-newest ``keep`` complete checkpoints are kept.
-
-Files damaged after the marker was written (a truncated or overwritten
-``variables.data-*``, a disk or copy error) are caught before TensorFlow reads them:
-``state.json`` holds the size and CRC-32 of every variables file, and every read checks
-them (:class:`DamagedCheckpoint` names the checkpoint and the file). A resuming run then
-marks that checkpoint damaged (``_COMPLETE`` becomes ``_DAMAGED``, which says why; its
-files stay until a save at its step or a newer complete one replaces it, as for a torn
-save) and resumes from the previous complete one. Checkpoints written before
-the manifest existed are read without the check.
-
-Sharded tables are saved as whole tables (``ShardedVariable`` saves each shard as a
-slice of the full tensor), slots included, so a checkpoint restores into any number of
-parameter servers. One catch, found the hard way: tf-keras' legacy optimizers restore a
-sharded table's slots only if the slots exist before the restore;
-:mod:`recsys_dist.checkpoint.restore` creates them first (``Trainer.__init__`` does),
-otherwise a resumed Adagrad would silently restart from its initial accumulator.
-
-Where the files are written:
-
-- a local model dir is written in place, as it always was: each parameter server writes
-  (and on restore reads) its own shards at the path, so on several machines the path
-  must be one shared file system mounted everywhere;
-- an ``s3://`` (or ``hdfs://``) one is written to a local staging directory on the
-  coordinator (under ``TMPDIR``), uploaded with fsspec (``storage_io.upload_dir``), then
-  ``state.json``, then ``_COMPLETE``. A cut upload leaves a directory without
-  ``_COMPLETE``, which is never restored; the older complete checkpoint is used instead;
-- a remote checkpoint is downloaded to a temporary local directory on the coordinator
-  before it is read (:func:`local_prefix`), for resuming, warm starts, evaluation and
-  export.
-
-Staging works because the coordinator then writes and reads every shard itself:
-``tf.train.CheckpointOptions(experimental_io_device=<this process's CPU>)``
-(:func:`io_options`), on save and on restore. Without it each parameter server would
-resolve the staging path on its own machine (``NOT_FOUND ... variables_temp``,
-measured). It costs about twice the time of a direct local save (0.28-0.61 s against
-0.14-0.36 s for 256 MB on a local cluster), which is why local model dirs do without it.
+Only a checkpoint with ``_COMPLETE`` is restored, so a save cut short (S3 has no atomic
+rename) never is; a file damaged later fails its size or CRC-32 check and the checkpoint
+is marked ``_DAMAGED``. Tables are saved whole, so a checkpoint restores into any number
+of parameter servers. A remote model dir is staged locally on the coordinator and
+uploaded. See docs/fault-tolerance.md and
+docs/multi-machine.md#model-directories-on-s3-or-hdfs.
 """
 
 from __future__ import annotations
@@ -292,7 +257,8 @@ class CheckpointManager:
 
     def mark_damaged(self, damage: DamagedCheckpoint) -> None:
         """Takes a damaged checkpoint out of use, keeping its files: its ``_COMPLETE``
-        marker becomes ``_DAMAGED``, which holds the reason."""
+        marker becomes ``_DAMAGED``, which holds the reason. The files stay until a save at
+        its step or a newer complete checkpoint replaces it, as for a torn save."""
         storage_io.write_text(_join(damage.directory, DAMAGED), f"{damage}\n")
         storage_io.remove(_join(damage.directory, COMPLETE))
 
@@ -319,6 +285,8 @@ class CheckpointManager:
                     staged=staged.remote,
                 ):
                     # A staged save is on this process's disk: it writes every shard itself.
+                    # A local model dir is not staged: each server writing its own shards
+                    # in place is the faster save.
                     checkpoint.write(
                         os.path.join(staged.local, VARIABLES),
                         options=io_options() if staged.remote else None,

@@ -1,36 +1,14 @@
 """Warm start: a new run begins from another run's checkpoint, variable by variable.
 
-Daily retraining starts each day from the previous day's published model: embeddings,
-dense weights, optimizer slots and iteration counters, and the global step (so a warm
-start shows in the step count). The data position is not taken over: the new run
-trains on its own data.
-
+Daily retraining starts each day from the previous day's model: embeddings, dense
+weights, optimizer slots and counters, and the global step, but not the data position.
 The feature config may drift between days, so this is not a plain
-``tf.train.Checkpoint.read`` (which fails on the first shape that differs). The
-checkpoint's object graph is walked next to the live one, and each live variable takes
-its value only if the checkpoint has a variable of the same shape at the same place.
-Embedding tables are stacked (``models/embedding.py``: one weight per embedding dim), so
-a stack and its optimizer slots are restored **table by table**: the checkpoint's
-``state.json`` records each stack's layout (:func:`stack_layouts`), and each live table
-takes the rows its name had in the checkpoint, wherever they sat in the old stack:
-
-- a new feature's table is not in the checkpoint: it starts fresh;
-- a removed feature's table is in the checkpoint only: it is ignored, with a warning;
-- a table whose size (rows or dim) changed fails the warm start with a clear error,
-  unless the policy is ``reinitialize`` (then that table and its slots start fresh);
-- a dense weight whose shape changed (the first layer of a tower grows with a new
-  feature) starts fresh, with a warning;
-- learning rates and other optimizer hyperparameters come from the new config.
-
-Values are read with ``RestoreV2`` slice by slice, one shard at a time, so a table
-restores into any number of parameter servers without ever being whole in memory
-(except as its largest shard).
-
-A dynamic table keeps every id's row. Saved with another number of shards (parameter
-servers) it is re-sharded (:func:`_reshard`): an id belongs to shard ``mix(id) % shards``,
-so each saved id, with its vector, optimizer slots, last-seen day and admission count,
-moves to its live shard and takes the next free row there. Each saved shard's rows are
-read whole for that.
+``tf.train.Checkpoint.read`` (which fails on the first shape that differs): each live
+variable takes the value of the checkpoint's variable of the same shape at the same
+place, and each table of a stack takes the rows its name had in the checkpoint
+(:func:`stack_layouts`). Values are read slice by slice, one shard at a time, so a table
+restores into any number of parameter servers; a dynamic table saved with another
+number of shards is re-sharded (:func:`_reshard`). See docs/retrain.md#warm-start.
 """
 
 from __future__ import annotations
@@ -169,7 +147,10 @@ def warm_start(
     Args:
       checkpoint: The live root (same structure the checkpoint was saved with).
       prefix: The checkpoint to read (a ``variables`` prefix).
-      stacks: The live model's embedding stacks; each is restored table by table.
+      stacks: The live model's embedding stacks; each is restored table by table. A new
+        table starts fresh; a removed one is ignored with a warning; a resized one fails
+        (or starts fresh under ``reinitialize``). A dense weight whose shape changed
+        starts fresh, with a warning.
       saved_stacks: The checkpoint's stack layouts (:func:`stack_layouts`, recorded in
         its ``state.json``).
       optimizers: The live optimizers (their slots must exist already; their
@@ -357,7 +338,11 @@ def _reshard(
     source: str,
 ) -> set[int]:
     """Moves the ids of a dynamic table saved with ``len(shard_nodes)`` shards to the live
-    table's shards (see the module docstring); returns the ids of the live variables set.
+    table's shards; returns the ids of the live variables set.
+
+    An id belongs to shard ``mix(id) % shards``, so each saved id, with its vector,
+    optimizer slots, last-seen day and admission count, moves to its live shard and takes
+    the next free row there. Each saved shard's rows are read whole for that.
 
     Raises:
       WarmStartError: a live shard would hold more ids than ``capacity_per_shard``.

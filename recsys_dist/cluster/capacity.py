@@ -1,31 +1,13 @@
 """The capacity planner: memory per server, bytes per step and the smallest cluster for a rate.
 
-From a model's footprint (:mod:`recsys_dist.models.footprint`: its stacked tables,
-dynamic tables and dense variables) and the config's optimizers, batch and
-``steps_per_call``, it works out, without TensorFlow:
-
-- **where things live**, as :mod:`recsys_dist.cluster.runtime` puts them: a stacked
-  table weight is cut by rows into ``min(ps, ceil(bytes / embedding_shard_bytes), rows)``
-  shards (TensorFlow's ``MinSizePartitioner``; the first ``rows % shards`` shards one row
-  longer), each shard and every other variable taking the next server of one
-  round-robin counter in creation order; a dynamic table has one shard on every server;
-  optimizer slots sit next to their variable (:data:`TABLE_SLOTS` per value);
-- **what one step moves** between a worker and each server: the distinct rows a batch
-  looks up (each layer de-duplicates its ids before the lookup), measured on real
-  batches (:mod:`recsys_dist.data.batch_rows`) or, without data, the expected distinct
-  rows of ``n`` ids spread evenly over ``s`` rows, ``s (1 - (1 - 1/s)^n)``: an upper
-  bound, since real ids are skewed; with their int64 ids, the rows again as gradients
-  with their ids, every dense weight read (every step, or once per
-  ``train.dense_refresh_steps``) and its gradient written;
-- **what bounds the examples per second** of ``W`` workers and ``P`` servers: the
-  workers' cores, the busiest server's cores (a fixed cost per step, and the float32
-  values it gathers, updates and sends), the busiest server's NIC (its bytes each way,
-  which one worker's step uses one after the other) and the chief, which dispatches one
-  closure of ``steps_per_call`` steps at a time besides reading the training AUC on a
-  worker once a second.
-
-The per-core rates are measured (:data:`MEASURED_RATES`, ``benchmarks/RESULTS.md``); the
-command's flags override them.
+From a model's footprint (:mod:`recsys_dist.models.footprint`) and the config's
+optimizers, batch and ``steps_per_call``, it works out without TensorFlow where each
+variable lives (as :mod:`recsys_dist.cluster.runtime` places it), what one step moves
+between a worker and each server (distinct rows from :mod:`recsys_dist.data.batch_rows`
+or, without data, an upper bound for evenly spread ids), and which resource bounds the
+examples per second: worker CPU, server CPU, server NIC or the chief's dispatch. The
+per-core rates are :data:`MEASURED_RATES`; the command's flags override them. See
+docs/scaling.md#how-it-works.
 """
 
 from __future__ import annotations
@@ -75,11 +57,9 @@ class Rates:
     server_step_seconds: float = 0.0
 
 
-#: Measured on this project's 2-core machine with ``benchmarks/studies/capacity_rates.py``
-#: on 2026-11-27: the demo model on local clusters of 1-2 workers and 1-2 servers (the
-#: worker rate a median; the server's step cost and values rate a least-squares fit over
-#: 12 runs on a quiet machine), and a chief dispatching one-step closures to 4 workers.
-#: The dated record is in ``benchmarks/RESULTS.md``; ``docs/scaling.md`` explains them.
+#: The demo model's per-core rates from ``benchmarks/studies/capacity_rates.py``, the
+#: defaults for a user who has not measured their own. The dated record is in
+#: ``benchmarks/RESULTS.md``; docs/scaling.md#the-measured-rates explains them.
 MEASURED_RATES = Rates(
     worker_examples_per_core=41_200,
     server_values_per_core=357_000_000,
@@ -115,7 +95,8 @@ def shard_rows(rows: int, dim: int, min_shard_bytes: int, servers: int) -> list[
 
 def expected_distinct(lookups: float, span: int | None) -> float:
     """Expected distinct rows among ``lookups`` ids spread evenly over ``span`` rows
-    (``None``: every id its own row)."""
+    (``None``: every id its own row): ``span (1 - (1 - 1/span)^lookups)``, an upper bound
+    for real ids, which are skewed."""
     if span is None or lookups <= 0:
         return max(lookups, 0.0)
     if span == 1:

@@ -1,12 +1,12 @@
 """Child processes forked from this one, instead of started afresh, while that is safe.
 
-A process that starts with ``python -m ...`` imports TensorFlow again: 4-5 s of CPU on a
-2-core machine. A command that has imported TensorFlow but not yet started its runtime
-(no op run, no device listed) can fork its TensorFlow children instead: a forked child
-behaves as a fresh one would, with the imports already done. :func:`can_fork` says when
-that holds for an environment; :func:`fork_child` forks a child that runs a Python
-function with the given environment and standard streams, and returns a
-:class:`ForkedChild`, the part of ``subprocess.Popen`` the cluster code uses.
+A process that starts with ``python -m ...`` imports TensorFlow again, seconds of CPU.
+A command that has imported TensorFlow but not yet started its runtime (no op run, no
+device listed) can fork its TensorFlow children instead: a forked child behaves as a
+fresh one would, with the imports already done. :func:`can_fork` says when that holds
+for an environment; :func:`fork_child` forks a child that runs a Python function with
+the given environment and standard streams, and returns a :class:`ForkedChild`, the part
+of ``subprocess.Popen`` the cluster code uses.
 """
 
 from __future__ import annotations

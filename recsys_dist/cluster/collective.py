@@ -3,33 +3,13 @@
 Every worker process holds a copy of every variable, and the workers exchange gradients
 each step with TensorFlow's collective ops over gRPC (``MultiWorkerMirroredStrategy``;
 ``TF_CONFIG`` names workers only). There is no coordinator: each worker runs the same
-training loop (SPMD), so every worker must take the same decisions in the same order.
-
-- **Work.** The workers go through the same work items as the other strategies, in the
-  same order, all of them on each item together: worker ``w`` of ``W`` reads its own
-  contiguous piece of the item's rows (no two workers read the same rows) in batches of
-  ``input.batch_size / W`` rows, so one step trains ``input.batch_size`` rows in all.
-  Every worker runs the same number of steps on an item; a worker whose piece is shorter
-  trains on zero-weight rows for the steps it lacks (``Trainer._make_lockstep_item``).
-- **One step per call.** A step is one ``tf.function`` call: inside an in-graph loop of
-  steps the collective all-gather of sparse gradients fails ("Shape mismatch in the
-  collective instance"; docs/cluster.md#strategies).
-- **Decisions.** When to log, write summaries or checkpoint is decided by worker 0 (the
-  chief) and sent to the others with one small all-reduce per item (:func:`agree`); so is
-  the validation score of early stopping, which the chief computes alone
-  (:func:`from_chief`).
-- **Writes.** Worker 0 writes the checkpoints, summaries and run files into the model
-  dir; the others write their (identical) checkpoints into a scratch directory, because
-  saving takes part in collectives (batch norm's replica-local statistics).
-
-A local run (``cluster.mode: local``) is :func:`launch`: the command starts one worker
-process per ``cluster.workers`` on 127.0.0.1, named ``collective-{index}``: forked from the
-command when it has imported TensorFlow and run nothing (``child_fork.can_fork``), else
-``python -m recsys_dist.collective_worker``; it streams worker 0's output. If a worker
-dies, the others are stopped and the run raises
-:class:`~recsys_dist.errors.ClusterLost`: the command starts again and resumes from the
-last checkpoint (``train.max_restarts``). Under ``cluster.mode: tf_config`` every machine
-runs ``recsys-dist train`` itself with a ``TF_CONFIG`` of task type ``worker``.
+training loop, so every worker must take the same decisions in the same order. Worker 0
+(the chief) decides when to log, write summaries or checkpoint and sends it to the others
+(:func:`agree`, :func:`from_chief`); the others write their checkpoints, which take part
+in collectives, into a scratch directory (:func:`scratch_dir`). A step is one
+``tf.function`` call, since the collective all-gather of sparse gradients fails inside
+an in-graph loop of steps. :func:`launch` runs a local cluster. See
+docs/cluster.md#multi_worker_mirrored.
 """
 
 from __future__ import annotations
@@ -166,8 +146,11 @@ def launch(run: CollectiveRun, workers: int, log_dir: str, module: str) -> dict[
     """Runs ``run`` on ``workers`` local worker processes (``python -m module``, which
     reads the run from :data:`RUN_FILE_ENV`); returns the chief's outcome.
 
+    The workers are named ``collective-{index}`` and run on 127.0.0.1, forked from this
+    process when it has imported TensorFlow and run nothing (``child_fork.can_fork``).
     Worker 0's output goes to this process's stdout; worker ``i``'s to
-    ``log_dir/worker-i.log``.
+    ``log_dir/worker-i.log``. If a worker dies, the others are stopped and the command
+    starts again from the last checkpoint (``train.max_restarts``).
 
     Raises:
       ClusterLost: a worker died from a signal or lost its peers (start again to resume).

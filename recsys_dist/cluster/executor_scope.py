@@ -6,10 +6,9 @@ thread's previous executor (``Context.executor``) and drops it on exit, and the 
 ``__del__`` waits for every node pending on that executor. For a coordinator thread the
 previous executor is the process's default one, which every thread shares: the copy of a
 closure's outputs back to the coordinator runs there. When a worker's link is cut while
-its outputs are being copied, that copy waits for the link, and so did every other
-worker thread at the end of its next closure: training stopped until the link returned
-(seen on four namespace hosts, with ``py-spy``: every ``WorkerClosureProcessingLoop``
-thread in ``Executor.__del__`` -> ``TFE_ExecutorWaitForAllPendingNodes``).
+its outputs are being copied, that copy waits for the link, and every other worker
+thread would wait for it too at the end of its next closure (in ``Executor.__del__``),
+stopping training until the link returns.
 
 :func:`borrowed_executors_do_not_wait` makes the wrappers ``Context.executor`` hands out
 (of an executor the wrapper does not own) free themselves without waiting. Executors

@@ -10,7 +10,7 @@ or stopped on its own, and it lives until the process exits. A job that must sur
 lost worker or parameter server uses ``cluster.mode: local`` (one process per task).
 
 The servers of one process share its thread pools; each server gets
-``workers + 2`` inter-op threads, since fewer made the first step hang (measured).
+``workers + 2`` inter-op threads, since fewer can make the first step hang.
 
 Example:
   >>> cluster = InProcessCluster(workers=2, ps=2)

@@ -1,36 +1,14 @@
 """Watching the tasks of a ``tf_config`` cluster from the coordinator, over the network.
 
-A task whose machine dies, or whose link is cut, does not close its connections: its
-packets are simply dropped. TensorFlow's gRPC channels carry no keepalive, so a call in
-flight to such a task waits for the kernel to give up on the connection (about 15
-minutes with Linux's defaults), and a parameter-server training run stalls or hangs
-without a word. :class:`TaskWatch` probes every task's address from a thread of the
-coordinator (a TCP connection, once a second) and acts on what it sees:
-
-- a task unreachable for ``lost_after`` seconds is reported by job, index and address.
-  For a *worker*, the run goes on without it: its closure in flight stays where it is
-  (its connection is left alone, so the call goes on when the link returns), and the
-  training loop runs that item again on the other workers (``cluster/dispatch.py``).
-  Closing the coordinator's connections to the worker would instead make
-  ``ClusterCoordinator`` rebuild its cluster view, which stalls every worker for about
-  20 s (measured). For a *parameter server*, the run waits: its variables live there,
-  and the calls to it go on when the link returns.
-- a task that answers again is reported with how long it was away.
-- a worker whose last probe failed is *unreachable* at once (:meth:`TaskWatch.unreachable`),
-  before it is reported lost; :meth:`TaskWatch.workers_answer` probes the workers right
-  now. The training loop asks both before the few ops it runs on the coordinator that wait
-  for every worker to answer (a summary write, a checkpoint), and holds those until the
-  workers answer again.
-- a task unreachable for ``give_up_after`` seconds ends the run: one line naming the
-  task and its address, exit code 4, as for a lost task. A rerun resumes from the last
-  checkpoint. This also bounds a start on a cluster with a task that never comes up.
-
-A thread that holds the GIL inside TensorFlow (connecting to a server that does not
-answer, creating variables on it, the first trace) keeps this Python thread from running
-at all. So the watch also starts a native thread (``ops/watch_tasks.cc``, given the op
-library's path) that probes the same tasks and, when this thread has not run for
-:data:`STALE_SECONDS`, prints the same ``lost`` line and ends the run with the same
-error line and exit code.
+A dead machine or a cut link drops packets without closing connections, and TensorFlow's
+gRPC channels carry no keepalive, so a call to such a task would wait until the kernel
+gives up on the connection (about 15 minutes with Linux's defaults). :class:`TaskWatch`
+probes every task's address (a TCP connection, once a second). A task unreachable for
+``lost_after`` seconds is reported lost: a worker's items go to the other workers (its
+connection is left alone, since closing it makes ``ClusterCoordinator`` rebuild its view
+of the cluster and stall every worker); for a parameter server the run waits. A task
+that answers again is reported back; one unreachable for ``give_up_after`` seconds ends
+the run with exit code 4. See docs/multi-machine.md.
 """
 
 from __future__ import annotations
@@ -74,11 +52,12 @@ class TaskWatch:
     Args:
       spec: ``{job: [address, ...]}``; the ``worker`` and ``ps`` jobs are watched.
       lost_after: Seconds unreachable before a task is reported lost.
-      give_up_after: Seconds unreachable before the run ends.
+      give_up_after: Seconds unreachable before the run ends (this also bounds a start on
+        a cluster with a task that never comes up; a rerun resumes from the last checkpoint).
       report: Called with each one-line message (default: this module's logger).
       give_up: Called with the final message instead of ending the process (tests).
-      native_library: The op library's path: also watch from its native thread (see the
-        module docstring).
+      native_library: The op library's path: also watch from its native thread
+        (:func:`_native_watch`).
     """
 
     def __init__(
@@ -122,7 +101,12 @@ class TaskWatch:
         return sorted(self._reported)
 
     def unreachable(self) -> list[tuple[str, int]]:
-        """The tasks whose last probe failed or that are reported lost, as ``(job, index)``."""
+        """The tasks whose last probe failed or that are reported lost, as ``(job, index)``.
+
+        A worker is unreachable at once, before it is reported lost: the training loop
+        asks this (and :meth:`workers_answer`) before the coordinator ops that wait for
+        every worker (a summary write, a checkpoint) and holds them until all answer.
+        """
         return sorted(self._down_since)  # (a task reported lost is down too)
 
     def unreachable_within(self, seconds: float) -> list[tuple[str, int]]:
@@ -217,7 +201,13 @@ class TaskWatch:
 
 def _native_watch(tasks, lost_after: float, give_up_after: float, library: str | None):
     """The op library with its task watch's functions typed and ``start`` bound to
-    ``tasks``, or None without a library."""
+    ``tasks``, or None without a library.
+
+    A thread that holds the GIL inside TensorFlow (connecting to a server that does not
+    answer, creating variables on it, the first trace) keeps the Python watch from
+    running at all, so a native thread probes the same tasks and, when the Python
+    thread has not run for :data:`STALE_SECONDS`, reports and ends the run the same way.
+    """
     if library is None:
         return None
     native = ctypes.CDLL(library)

@@ -400,9 +400,8 @@ def shared_intra_op_threads(tasks: int) -> int:
 
     TensorFlow gives every process one intra-op thread per core. With several servers on
     one machine that oversubscribes the cores: on 2 cores, 2 workers and 2 parameter
-    servers would run up to 8 op threads. Measured on the demo model
-    (docs/cluster.md#threads-of-a-local-cluster): one thread per task trained faster and
-    with less spread.
+    servers would run up to 8 op threads. On the demo model one thread per task trains
+    faster and with less spread (docs/cluster.md#threads-of-a-local-cluster).
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, (cores or 1) // max(1, tasks))

@@ -6,10 +6,9 @@ models never ask which strategy is running).
   servers (one each when there are as many servers as shards); hashed tables are sharded
   by the strategy's partitioner (``cluster/runtime.py``).
 - ``MirroredStrategy`` (one process or several): a replica reads a table through its own
-  copy. A gather through the ``MirroredVariable`` itself reads the whole table, and the
-  step's sparse update of a table that is still referenced copies all of it first: a
-  6M x 16 table's step took 36 ms against 2.8 ms through the replica's copy (gradients
-  and updates are the same; ``cluster/mirrored.py``).
+  copy: a gather through the ``MirroredVariable`` itself reads the whole table, and the
+  step's sparse update of a table that is still referenced copies all of it first
+  (gradients and updates are the same; ``cluster/mirrored.py``).
 """
 
 from __future__ import annotations

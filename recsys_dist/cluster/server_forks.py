@@ -1,23 +1,13 @@
 """Server tasks forked from one process that has imported TensorFlow.
 
-Importing TensorFlow costs each process seconds of CPU (4-5 s on a 2-core machine). A
-local cluster of 2 workers and 2 parameter servers paid that four times before its first
-step, and once more for every task started again after a loss. :class:`ServerForks`
-starts one process that imports TensorFlow once and forks every task from it: a task
-serves a fraction of a second after it is asked for, and shares the imported pages with
-its siblings. TensorFlow's own multi-process tests start their tasks the same way, from a
-fork server that has imported TensorFlow and run no op.
-
-The forking process (``python -m recsys_dist.cluster.server_forks``, or a fork of this
-process when it has imported TensorFlow and run nothing: ``child_fork.can_fork``) prints
-``ready`` once imported, then reads one JSON request per line on stdin,
-``{"argv": [...], "log": path, "name": "worker-0"}``, forks a task that runs
-``python -m recsys_dist.cluster.server`` with ``argv`` and its output in ``log``, and
-answers ``started <pid>``; when a task ends it prints ``exited <pid> <returncode>``
-(negative: the signal that ended it, as ``subprocess`` reports it). Its own errors go to
-stderr, whose last lines a failure to start quotes. It stays
-single-threaded, so a fork copies no lock another thread holds. It dies with its parent,
-and its tasks die with it (``PR_SET_PDEATHSIG``); it exits when its stdin closes.
+Importing TensorFlow costs each process seconds of CPU, paid by every task of a local
+cluster before its first step and again for every task started after a loss.
+:class:`ServerForks` starts one process that imports TensorFlow once and forks every task
+from it: a task serves a fraction of a second after it is asked for, and shares the
+imported pages with its siblings. TensorFlow's own multi-process tests start their tasks
+the same way, from a fork server that has imported TensorFlow and run no op. The forking
+process is ``python -m recsys_dist.cluster.server_forks``, or a fork of this process when
+that is safe (``child_fork.can_fork``); its protocol is :func:`_serve`'s.
 """
 
 from __future__ import annotations
@@ -288,6 +278,17 @@ def _run_task(request: dict, die_with_forks: Callable[[], None], prctl) -> int:
 
 
 def _serve() -> int:
+    """The forking process: prints ``ready`` once imported, then reads one JSON request per
+    line on stdin, ``{"argv": [...], "log": path, "name": "worker-0"}``, forks a task that
+    runs ``python -m recsys_dist.cluster.server`` with ``argv`` and its output in ``log``,
+    and answers ``started <pid>``; when a task ends it prints ``exited <pid> <returncode>``
+    (negative: the signal that ended it, as ``subprocess`` reports it). Its own errors go
+    to stderr, whose last lines a failure to start quotes.
+
+    It stays single-threaded, so a fork copies no lock another thread holds. It dies with
+    its parent, and its tasks die with it (``PR_SET_PDEATHSIG``); it exits when its stdin
+    closes.
+    """
     # isort: off
     import recsys_dist  # noqa: F401  TensorFlow's environment defaults, before it loads
     import tensorflow  # noqa: F401  the import every task shares

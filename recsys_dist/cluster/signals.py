@@ -136,12 +136,11 @@ def _exit_now(signum: int) -> None:
     by the main thread's handler or the watching thread, whichever runs first.
 
     Its servers die with it (``PR_SET_PDEATHSIG``), and a checkpoint being written has no
-    ``_COMPLETE`` marker yet, so it is never restored. Unwinding with ``SystemExit``
-    instead was tried: a signal that lands while TensorFlow's C code calls back into
-    Python can have its ``SystemExit`` turned into a printed ``SystemError`` and
-    swallowed, and the run trained on (seen here in 1 of 4 tries while a cluster
-    started). What an immediate exit skips, the removal of the run-scoped temporary
-    directory (``TMPDIR``: autograph's files, staging directories such as
+    ``_COMPLETE`` marker yet, so it is never restored. It does not unwind with
+    ``SystemExit``: a signal that lands while TensorFlow's C code calls back into Python
+    can have its ``SystemExit`` turned into a printed ``SystemError`` and swallowed, and
+    the run would train on. What an immediate exit skips, the removal of the run-scoped
+    temporary directory (``TMPDIR``: autograph's files, staging directories such as
     ``recsys_dist_stage_*``), is done first (``recsys_dist/scratch.py``).
     """
     global _received_signal
@@ -161,8 +160,8 @@ def termination_signal() -> int | None:
     """The signal :func:`terminate_on_signals` turned into ``SystemExit``, if one came.
 
     The ``SystemExit`` is raised wherever the main thread is when the signal arrives.
-    Inside some of TensorFlow's C code it comes out as another error (seen: a
-    ``SystemError`` from ``nest`` while the first step traced); the caller can still
+    Inside some of TensorFlow's C code it comes out as another error (such as a
+    ``SystemError`` from ``nest`` while a step traces); the caller can still
     tell that the signal is what stopped it.
     """
     return _received_signal

@@ -9,17 +9,6 @@ list of docs/config.md. No TensorFlow here: ``validate`` and ``--help`` stay lig
 
 The built-in models are registered by :mod:`recsys_dist.config.model_params`, which
 :mod:`recsys_dist.config.experiment` imports.
-
-Example::
-
-    @register_model("toy_mlp", input_groups=("deep",))
-    @dataclasses.dataclass(frozen=True)
-    class ToyMLPParams:
-        '''A toy MLP over the embeddings (this line is its summary in docs/config.md).'''
-
-        hidden_units: list[int] = dataclasses.field(default_factory=lambda: [16])
-
-    registered_model("toy_mlp").input_groups  # ("deep",)
 """
 
 from __future__ import annotations
@@ -90,6 +79,17 @@ def register_model(
     Raises:
       ValueError: ``name`` is registered already, or an argument is out of range.
       TypeError: The decorated class is not a dataclass.
+
+    Example::
+
+        @register_model("toy_mlp", input_groups=("deep",))
+        @dataclasses.dataclass(frozen=True)
+        class ToyMLPParams:
+            '''A toy MLP over the embeddings (this line is its summary in docs/config.md).'''
+
+            hidden_units: list[int] = dataclasses.field(default_factory=lambda: [16])
+
+        registered_model("toy_mlp").input_groups  # ("deep",)
     """
     groups = tuple(input_groups)
     if not name or not groups or len(set(groups)) != len(groups) or min_labels < 1:

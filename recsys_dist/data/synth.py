@@ -8,91 +8,10 @@ logit is stored next to each row, so the best AUC any model can reach on the dat
 known exactly (score the rows with ``oracle_logit``).
 
 Every random quantity comes either from ``np.random.default_rng([seed, day, file])``
-(what a row looks like) or from a stateless 64-bit hash (the splitmix64 finaliser) of
-``(seed, name, id, ...)`` (what an id *means*). Hash-derived effects need no stored
-table, so ids that appear only on later days get effects automatically. Day ``d``
-depends only on ``(seed, d)``: generating more days never changes earlier ones.
-
-Label model
------------
-Write ``z(key)`` for a standard normal drawn by hashing ``key`` (Box-Muller on two
-hash-derived uniforms), ``x_j`` for the numeric field ``Ij`` and ``c_f`` for the id of
-categorical field ``Cf`` (for ``C21``..``C26`` the 32-bit value behind the hex string,
-so every effect is a function of what is stored in the row)::
-
-    click_logit = b
-        + sum_{f in F}        s_f  * w(p_f)       * z(seed, f, c_f)            # ~15 fields
-        + s_u                      * w(p_u)       * z(seed, "user", user_id)
-        + sum_{(f,g) in P}    s_fg * sqrt(w(p_f) w(p_g)) * a_fg(c_f, c_g)      # interactions
-        + s_tag   * mean_{t in tags} z(seed, "tag", t)      (m_tag if no tags)
-        + s_topic * sum_{(k, w) in topics} w * z(seed, "topic", k)
-        + sum_j g_j(x_j)                                    (m_j if x_j is NaN)
-
-    P(click = 1 | row) = sigmoid(click_logit)
-
-Rare ids carry smaller effects, as in real logs where the long tail sits close to its
-field's average: ``p_f`` is the popularity slot of ``c_f`` (0 for the most popular id and
-for a missing value, see below), ``p_u`` the user's popularity rank, and
-``w(p) = (1 + p / 300) ** -0.5``. So
-the ids a few million rows show often carry most of the signal, and a model trained on
-such data can get close to the oracle: on 7 days x 500k rows, an estimate of what is
-learnable from days 1-6 (``benchmarks/studies/learnable_ceiling.py``) is within 0.002 AUC of the
-oracle on day 7. (Without ``w``, most of the signal sat in ids seen a handful of times,
-and the learnable part was 0.012 AUC below the oracle.)
-
-The interactions ``P = {(C2,C17), (C5,C8), (C6,C14), (C9,C13)}`` are affinities of
-rank 4, like a user's taste for an item: ``a_fg(c, d) = sum_k u_k(c) v_k(d) / 2`` with
-``u_k(c) = z(seed, f, g, "u", k, c)`` and ``v_k(d) = z(seed, f, g, "v", k, d)``. They are
-independent of the per-field effects, so a linear model over the ids cannot express them,
-while models with embeddings (FM, cross layers, dot interactions) can learn them from each
-id's own rows. The numeric terms are non-monotone or non-linear::
-
-    g_1(x)  = 0.55 * sin(1.7 * log1p(x))                        # oscillating
-    g_2(x)  = 0.25 * tanh(log1p(max(x, 0)) - 2) - 0.4 * [x < 0] # saturating + sign
-    g_3(x)  = 0.75 * exp(-(log1p(x) - 2.2)^2 / 0.4) - 0.2       # bump
-    g_5(x)  = 0.45 * [x < 300]                                  # threshold
-    g_7(x)  = 0.9 * (1 - exp(-x / 4)) - 0.45                    # saturating
-    g_12(x) = 0.35 * cos(2 * log1p(x))                          # oscillating
-
-Conversion uses a smaller, separately hashed set of effects::
-
-    cvr_logit = b_c + sum_{f in {C4, C11, C16, C24}} r_f * w(p_f) * z(seed, "cvr", f, c_f)
-                    + 0.45 * w(p_u) * z(seed, "cvr", "user", user_id)
-                    + 0.5 * tanh(log1p(x_6) - 3)            (-0.3 if x_6 is NaN)
-    P(conversion = 1 | row) = sigmoid(click_logit) * sigmoid(cvr_logit)
-    conversion = click AND bernoulli(sigmoid(cvr_logit))
-
-``oracle_logit`` stores ``click_logit`` (as float32; ``click`` is sampled from that
-float32 value) and ``oracle_logit_conversion`` stores ``logit`` of the product above.
-The biases ``b`` and ``b_c`` are solved per seed by bisection on a fixed pilot sample
-of day 0 so that the click rate is about 25% and the conversion rate about 3.5%.
-
-Categorical ids and drift
--------------------------
-Field ``Cf`` has ``N_f`` base ids (:data:`CARDINALITIES`). A row draws a popularity
-rank ``r`` from Zipf(``N_f``, ``a_f``) with ``a_f`` in [1.05, 1.2], by inverse-CDF
-sampling. The rank goes through two day-dependent maps before becoming an id:
-
-* Popularity shifts: each day ``1..d`` swaps ``round(0.01 * min(N_f, 10000))`` head
-  ranks with a rank at most 10 places lower (deterministic from ``(seed, f, day)``);
-  the swaps accumulate over days. Fields with fewer than 50 ids never shift.
-* New ids: slot ``p >= 20`` gets birth day ``B_p = floor(u_p / 0.02) + 1`` where
-  ``u_p`` is a hash-uniform of ``(seed, f, p)``. Slots with ``B_p <= 10`` change id on
-  days ``B_p, B_p + 10, B_p + 20, ...``: on day ``d >= B_p`` they serve the brand-new id
-  ``N_f * D + pi(p) + 1`` where ``D`` is the latest such day (``> N_f`` and never seen
-  before day ``D``). So a fraction ``min(0.02 d, 0.2)`` of slots serve new ids on day
-  ``d``, and from day 10 on, 2% of slots get a fresh id every day while new ids live
-  10 days. The 20 most popular slots never change, so fields with few ids (``C9``,
-  ``C20``, ...) get few or no new ids. Base ids are ``pi(p) + 1`` where ``pi`` is
-  a fixed affine permutation ``(a p + b) mod N_f``, so id order carries no popularity.
-
-``C21``..``C26`` hold the 8 lowercase hex digits of a 32-bit hash of the field name
-and the id (the same id always gives the same string, whatever the seed).
-Missing categorical values (a few fields, :data:`CATEGORICAL_MISSING_RATES`) are stored
-as id ``0`` or the empty string. ``user_id`` is Zipf-Mandelbrot over 200,000 users (``users``),
-``tags`` (a ``list<int64>`` column) holds 0-8 distinct Zipf tag ids out of 5,000 and
-``topics`` (a delimited string) 1-3 distinct ``id:weight`` pairs out of 200 topics with
-weights in hundredths summing to about 1.
+(what a row looks like) or from a stateless 64-bit hash of ``(seed, name, id, ...)``
+(what an id *means*), so day ``d`` depends only on ``(seed, d)`` and ids first seen on
+later days get effects without a stored table. :class:`RowGenerator` specifies the label
+model and the ids' drift; docs/data.md#synthetic-data describes the columns.
 """
 
 from __future__ import annotations
@@ -233,7 +152,86 @@ class IdTerm:
 
 
 class RowGenerator:
-    """Samples rows and labels for one seed, caching per-run tables."""
+    """Samples rows and labels for one seed, caching per-run tables.
+
+    Label model
+    -----------
+    Write ``z(key)`` for a standard normal drawn by hashing ``key`` (Box-Muller on two
+    hash-derived uniforms), ``x_j`` for the numeric field ``Ij`` and ``c_f`` for the id of
+    categorical field ``Cf`` (for ``C21``..``C26`` the 32-bit value behind the hex string,
+    so every effect is a function of what is stored in the row)::
+
+        click_logit = b
+            + sum_{f in F}        s_f  * w(p_f)       * z(seed, f, c_f)            # ~15 fields
+            + s_u                      * w(p_u)       * z(seed, "user", user_id)
+            + sum_{(f,g) in P}    s_fg * sqrt(w(p_f) w(p_g)) * a_fg(c_f, c_g)      # interactions
+            + s_tag   * mean_{t in tags} z(seed, "tag", t)      (m_tag if no tags)
+            + s_topic * sum_{(k, w) in topics} w * z(seed, "topic", k)
+            + sum_j g_j(x_j)                                    (m_j if x_j is NaN)
+
+        P(click = 1 | row) = sigmoid(click_logit)
+
+    Rare ids carry smaller effects, as in real logs where the long tail sits close to its
+    field's average: ``p_f`` is the popularity slot of ``c_f`` (0 for the most popular id and
+    for a missing value, see below), ``p_u`` the user's popularity rank, and
+    ``w(p) = (1 + p / 300) ** -0.5``. So the ids a few million rows show often carry most
+    of the signal, and a model trained on such data can get close to the oracle
+    (docs/data.md#synthetic-data; ``benchmarks/studies/learnable_ceiling.py`` estimates it).
+
+    The interactions ``P = {(C2,C17), (C5,C8), (C6,C14), (C9,C13)}`` are affinities of
+    rank 4, like a user's taste for an item: ``a_fg(c, d) = sum_k u_k(c) v_k(d) / 2`` with
+    ``u_k(c) = z(seed, f, g, "u", k, c)`` and ``v_k(d) = z(seed, f, g, "v", k, d)``. They are
+    independent of the per-field effects, so a linear model over the ids cannot express them,
+    while models with embeddings (FM, cross layers, dot interactions) can learn them from each
+    id's own rows. The numeric terms are non-monotone or non-linear::
+
+        g_1(x)  = 0.55 * sin(1.7 * log1p(x))                        # oscillating
+        g_2(x)  = 0.25 * tanh(log1p(max(x, 0)) - 2) - 0.4 * [x < 0] # saturating + sign
+        g_3(x)  = 0.75 * exp(-(log1p(x) - 2.2)^2 / 0.4) - 0.2       # bump
+        g_5(x)  = 0.45 * [x < 300]                                  # threshold
+        g_7(x)  = 0.9 * (1 - exp(-x / 4)) - 0.45                    # saturating
+        g_12(x) = 0.35 * cos(2 * log1p(x))                          # oscillating
+
+    Conversion uses a smaller, separately hashed set of effects::
+
+        cvr_logit = b_c + sum_{f in {C4, C11, C16, C24}} r_f * w(p_f) * z(seed, "cvr", f, c_f)
+                        + 0.45 * w(p_u) * z(seed, "cvr", "user", user_id)
+                        + 0.5 * tanh(log1p(x_6) - 3)            (-0.3 if x_6 is NaN)
+        P(conversion = 1 | row) = sigmoid(click_logit) * sigmoid(cvr_logit)
+        conversion = click AND bernoulli(sigmoid(cvr_logit))
+
+    ``oracle_logit`` stores ``click_logit`` (as float32; ``click`` is sampled from that
+    float32 value) and ``oracle_logit_conversion`` stores ``logit`` of the product above.
+    The biases ``b`` and ``b_c`` are solved per seed by bisection on a fixed pilot sample
+    of day 0 so that the click rate is about 25% and the conversion rate about 3.5%.
+
+    Categorical ids and drift
+    -------------------------
+    Field ``Cf`` has ``N_f`` base ids (:data:`CARDINALITIES`). A row draws a popularity
+    rank ``r`` from Zipf(``N_f``, ``a_f``) with ``a_f`` in [1.05, 1.2], by inverse-CDF
+    sampling. The rank goes through two day-dependent maps before becoming an id:
+
+    * Popularity shifts: each day ``1..d`` swaps ``round(0.01 * min(N_f, 10000))`` head
+      ranks with a rank at most 10 places lower (deterministic from ``(seed, f, day)``);
+      the swaps accumulate over days. Fields with fewer than 50 ids never shift.
+    * New ids: slot ``p >= 20`` gets birth day ``B_p = floor(u_p / 0.02) + 1`` where
+      ``u_p`` is a hash-uniform of ``(seed, f, p)``. Slots with ``B_p <= 10`` change id on
+      days ``B_p, B_p + 10, B_p + 20, ...``: on day ``d >= B_p`` they serve the brand-new id
+      ``N_f * D + pi(p) + 1`` where ``D`` is the latest such day (``> N_f`` and never seen
+      before day ``D``). So a fraction ``min(0.02 d, 0.2)`` of slots serve new ids on day
+      ``d``, and from day 10 on, 2% of slots get a fresh id every day while new ids live
+      10 days. The 20 most popular slots never change, so fields with few ids (``C9``,
+      ``C20``, ...) get few or no new ids. Base ids are ``pi(p) + 1`` where ``pi`` is
+      a fixed affine permutation ``(a p + b) mod N_f``, so id order carries no popularity.
+
+    ``C21``..``C26`` hold the 8 lowercase hex digits of a 32-bit hash of the field name
+    and the id (the same id always gives the same string, whatever the seed).
+    Missing categorical values (a few fields, :data:`CATEGORICAL_MISSING_RATES`) are stored
+    as id ``0`` or the empty string. ``user_id`` is Zipf-Mandelbrot over 200,000 users (``users``),
+    ``tags`` (a ``list<int64>`` column) holds 0-8 distinct Zipf tag ids out of 5,000 and
+    ``topics`` (a delimited string) 1-3 distinct ``id:weight`` pairs out of 200 topics with
+    weights in hundredths summing to about 1.
+    """
 
     def __init__(self, seed: int, users: int = USERS):
         self._seed, self._users = seed, users
@@ -461,7 +459,7 @@ class RowGenerator:
         return terms
 
     def _click_logit(self, b: _Batch) -> np.ndarray:
-        """The click logit without the bias (see the module docstring)."""
+        """The click logit without the bias (see the class docstring)."""
         logit = np.zeros(b.n)
         for effect in self.click_terms(b).values():
             logit += effect

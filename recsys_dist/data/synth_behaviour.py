@@ -4,26 +4,9 @@ Each row is one impression: a user, the user's recent behaviour (``hist_item_id`
 items clicked before, oldest first and newest last, as ``list<int64>``, and
 ``hist_cate_id``, each of those items' category, aligned position by position), and a
 candidate item (``item_id``, ``cate_id``). The click depends on how the candidate relates
-to the history, in a way that pooling the history into one vector cannot express:
-
-    click_logit = b + 0.4 * z(seed, "item", item) + 0.3 * z(seed, "user", user)
-                    + 2.4 * (1 - exp(-m / 2)) + 1.2 * r - 0.9
-
-where ``m`` is the number of items among the newest ``HISTORY_SEEN`` (50) of the history
-whose category is the candidate's, and ``r`` is 1 when the newest item's category is the
-candidate's. ``P(click) = sigmoid(click_logit)``; ``oracle_logit`` stores it. The
-saturating count rewards a model that compares each history item with the candidate
-(target attention); a mean of the history's embeddings sees only the mixture of the
-user's categories, and ``r`` rewards knowing which item is the newest.
-
-What a row looks like: 50,000 items in 200 categories (item ``i`` is in category
-``1 + (i - 1) // 250``), Zipf popular within each category; users (Zipf-Mandelbrot over
-``users``) have four interest categories each, drawn from a Zipf over categories and
-fixed by hashing the user id; a history holds 0-80 items (uniform; 2% of rows store a
-null list, an empty history), 80% of them from the user's interests and 20% from
-anywhere; the candidate comes from one of the user's interests in 40% of rows, from
-anywhere otherwise. The click rate is about 22%. Day ``d`` depends only on
-``(seed, d)``.
+to the history, in a way that pooling the history into one vector cannot express, so the
+data rewards target attention; :class:`BehaviourGenerator` specifies the label model and
+what a row looks like. Day ``d`` depends only on ``(seed, d)``.
 """
 
 from __future__ import annotations
@@ -73,7 +56,29 @@ def recent_matches(
 
 class BehaviourGenerator:
     """Samples behaviour rows and labels for one seed (the ``table`` interface of
-    :class:`recsys_dist.data.synth.RowGenerator`)."""
+    :class:`recsys_dist.data.synth.RowGenerator`).
+
+    The label model::
+
+        click_logit = b + 0.4 * z(seed, "item", item) + 0.3 * z(seed, "user", user)
+                    + 2.4 * (1 - exp(-m / 2)) + 1.2 * r - 0.9
+
+    where ``m`` is the number of items among the newest ``HISTORY_SEEN`` (50) of the history
+    whose category is the candidate's, and ``r`` is 1 when the newest item's category is the
+    candidate's. ``P(click) = sigmoid(click_logit)``; ``oracle_logit`` stores it. The
+    saturating count rewards a model that compares each history item with the candidate
+    (target attention); a mean of the history's embeddings sees only the mixture of the
+    user's categories, and ``r`` rewards knowing which item is the newest.
+
+    What a row looks like: 50,000 items in 200 categories (item ``i`` is in category
+    ``1 + (i - 1) // 250``), Zipf popular within each category; users (Zipf-Mandelbrot over
+    ``users``) have four interest categories each, drawn from a Zipf over categories and
+    fixed by hashing the user id; a history holds 0-80 items (uniform; 2% of rows store a
+    null list, an empty history), 80% of them from the user's interests and 20% from
+    anywhere; the candidate comes from one of the user's interests in 40% of rows, from
+    anywhere otherwise. The click rate is about 22%. Day ``d`` depends only on
+    ``(seed, d)``.
+    """
 
     def __init__(self, seed: int, users: int = 100_000):
         self._seed, self._users = seed, users

@@ -1,40 +1,13 @@
 """Export a trained model as a SavedModel that stock TensorFlow serves.
 
-What the export contains (``OUT_DIR``)::
-
-    saved_model.pb, variables/         # one tf.Module: every model weight + `serve`
-    assets.extra/export.json           # where it came from: checkpoint, step, config,
-                                       # model, labels, input columns and dtypes
-
-The ``serving_default`` signature takes the **raw Parquet columns** the features read,
-one 1-D tensor per column, named exactly like the column and typed as training read it
-(``float32``, ``int64``, ``string``...; the checkpoint's ``state.json`` records them).
-It runs the same in-graph :class:`~recsys_dist.features.transforms.FeatureTransform` as
-the training input pipeline (hashing, vocabularies, crosses, ``log1p``, multi-valued
-splitting), then the model with ``training=False``, and returns ``{label: probability}``
-(float32 ``[N]``, the sigmoid of the logit) for every label the model predicts. A bad
-value (e.g. an infinite numeric) raises the transform's error, as ``on_bad_row: fail``
-does in training, instead of returning a made-up prediction; a request missing a column
-or giving one with the wrong dtype is refused by the signature itself.
-
-Why the tables are materialised: in training each embedding table is a
-``ShardedVariable`` split over the parameter servers. A serving process has no
-parameter servers, so the export builds the model **without** a distribution strategy,
-where every table is one plain variable, and restores the checkpoint into it (a sharded
-table is checkpointed as slices of the whole table, so it restores into one variable).
-The result depends on nothing but standard TensorFlow ops: ``tf.saved_model.load`` in a
-process that never imports ``recsys_dist`` serves it, and so does TF Serving.
-
-How it is written: to a local ``OUT_DIR`` through a temporary sibling renamed into
-place; to ``s3://`` or ``hdfs://`` (which TensorFlow cannot write without
-tensorflow-io) into a local staging directory, uploaded with fsspec file by file with
-``assets.extra/export.json`` last, so an export without it was cut short.
-
-Example:
-  >>> from recsys_dist.config import load_config
-  >>> result = export_model(load_config("model.yaml"), "runs/ctr", "exports/ctr/1")
-  >>> result.inputs, result.outputs
-  ({'I1': 'float32', 'C1': 'int64', 'tags': 'string'}, ['click'])
+``OUT_DIR`` holds ``saved_model.pb`` and ``variables/`` (one ``tf.Module``: every model
+weight and ``serve``) and ``assets.extra/export.json`` (where it came from). The
+``serving_default`` signature takes the raw Parquet columns the features read, runs the
+training pipeline's in-graph transforms and the model, and returns ``{label:
+probability}``. Each table is restored into one plain variable of a model built without a
+distribution strategy, since a serving process has no parameter servers; so the export
+needs nothing but standard TensorFlow ops, and TF Serving or a process that never
+imports ``recsys_dist`` serves it. See docs/export.md.
 """
 
 from __future__ import annotations
@@ -348,10 +321,21 @@ def export_model(
     Returns:
       What was exported.
 
+    A local ``out_dir`` is written to a temporary sibling renamed into place; an
+    ``s3://`` or ``hdfs://`` one (which TensorFlow cannot write without tensorflow-io) to a
+    local staging directory, uploaded with fsspec file by file with
+    ``assets.extra/export.json`` last, so an export without it was cut short.
+
     Raises:
       CheckpointError: No complete checkpoint, or it was written for another feature or
         model config, or it lacks a weight of the model.
       ExportError: ``out_dir`` exists and is not empty, or cannot be written.
+
+    Example:
+      >>> from recsys_dist.config import load_config
+      >>> result = export_model(load_config("model.yaml"), "runs/ctr", "exports/ctr/1")
+      >>> result.inputs, result.outputs
+      ({'I1': 'float32', 'C1': 'int64', 'tags': 'string'}, ['click'])
     """
     _check_out_dir(out_dir)
     saved = find_checkpoint(model_dir, checkpoint)

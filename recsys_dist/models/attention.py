@@ -1,29 +1,19 @@
 """Masked attention layers for user-behaviour sequences (DIN and BST).
 
-- :class:`TargetAttention`: DIN's local activation unit, the candidate item attending
-  over the user's history.
-- :class:`TransformerEncoderLayer`: BST's self-attention block over a behaviour sequence.
-- :class:`PositionEmbedding`: a learned position table added to a sequence.
-- The masks and :func:`~recsys_dist.models.masking.masked_softmax` they share:
-  ``models/masking.py``; Dice and the other activations of DIN: ``models/activations.py``.
-
-Shape letters used in the docstrings:
-
-- B: batch size.
-- L: history (sequence) length, padding included.
-- D: embedding dim of the query and of each history item.
-- H: number of attention heads.
+:class:`TargetAttention` is DIN's local activation unit (the candidate item attending over
+the user's history), :class:`TransformerEncoderLayer` BST's self-attention block and
+:class:`PositionEmbedding` a learned position table; the masks they share are in
+``models/masking.py``, Dice in ``models/activations.py``. Shape letters: B batch size,
+L history length (padding included), D embedding dim of the query and of each history
+item, H attention heads.
 
 Every mask is ``[B, L]``, bool or float (non-zero = a real position), and means the same
-thing everywhere: padding positions never change an output at a real position (nor the
-batch statistics of :class:`Dice`), outputs at padding positions are zero, and a row whose
-mask is all false gives finite zeros, never NaN, in the forward and the backward pass.
-Keys at padding positions are replaced by zeros before use, so even a NaN there is harmless.
-
-Weights are plain variables built from Keras layers and ops only (no custom ops), so the
-layers run under ``ParameterServerStrategy``. Every random weight is drawn from a seeded
-initializer when a ``seed`` is given, with a distinct seed per weight (see
-:func:`~recsys_dist.models.blocks.derive_seed`).
+thing everywhere: padding never changes an output at a real position (nor the batch
+statistics of :class:`Dice`), outputs at padding positions are zero, and an all-false
+row gives finite zeros, never NaN, forward and backward (keys at padding positions are
+zeroed before use). Weights are plain variables from Keras layers and ops only, so the
+layers run under ``ParameterServerStrategy``; each random weight has its own seed
+(:func:`~recsys_dist.models.blocks.derive_seed`).
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def lookup_tables_stock(tables: list, keys: list[tf.Tensor]) -> list[tf.Tensor]:
 def admit_ids(shards: list, keys: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
     """Rows of ``keys`` (the keys of each shard's index, concatenated; ``sizes`` their
     counts; -1: no row) after admitting them, in one ``AdmitIds`` call on the shards'
-    server (see the module docstring): find; count the keys without a row (in a
+    server (see :mod:`recsys_dist.models.dynamic_table`): find; count the keys without a row (in a
     run's first pass) and give those seen ``admit_after`` times the next rows while the
     shard has room, counting the others as ``dropped_full``; mark every row as seen
     today; count the lookups without a row as ``waiting``."""

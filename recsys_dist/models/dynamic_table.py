@@ -1,68 +1,16 @@
 """Collision-free embedding tables: every admitted id gets its own row.
 
-A hashed table (``kind: hashed``) maps ids into a fixed number of rows, so two ids may
-share one vector. A dynamic table (``kind: dynamic`` in the feature config) gives each id
-its own row, allocated the first time the id is admitted, on the parameter server that
-owns the id. Its state is stock TensorFlow (hash tables and variables), so checkpoints,
-eviction and an exported model use stock ops only, and the export serves with plain
-TensorFlow. Training admits ids with one kernel of the package's op library
-(``AdmitIds``, ``recsys_dist/ops/dynamic_admission.cc``), loaded by every server, and
-packs the rows with three more (below).
-
-Per shard (one per parameter server when a run starts, placed round-robin on the servers
-when a run restores a checkpoint of another count; an id belongs to shard
-``mix(id) % shards``):
-
-- ``index``: a ``MutableHashTable`` id -> row (-1 for an unknown id);
-- ``counts``: a ``MutableHashTable`` id -> training batches it appeared in, for ids not
-  admitted yet (only when ``admit_after > 1``), counted in a run's first pass over its
-  rows only (:meth:`DynamicTable.count_sightings`);
-- ``emb``: the ``[capacity_per_shard, dim]`` rows (the optimizer's slots are created next
-  to it), ``last_seen``: the day each row was last trained, ``next_row``: rows in use;
-- counters: ``dropped_full`` (ids refused because the shard was full) and ``waiting``
-  (lookups of ids not admitted yet, or refused).
-
-A table read by several layers of one model (a Wide & Deep model's linear weights and
-its tower's vectors of the same ids) keeps **one** id index: the layers' tables share the
-first one's ``index``, ``counts``, ``last_seen`` and counters (built inside
-:func:`shared_across_layers`), and each has its own ``emb``. A step resolves each id
-once for all of them, an id has the same row in every layer, and eviction moves every
-layer's rows together.
-
-Training resolves ids on each server with one ``AdmitIds`` call for all the indexes of
-the model's tables on it: look up, count, give the newly admitted ids the next rows and
-insert them, as one step under a mutex per index, then mark the rows as seen today and
-count the lookups without a row. So concurrent workers never give one id two rows nor two
-ids one row (TensorFlow has no find-or-insert op, and ``next_row.assign_add`` is not safe
-under concurrency). The same work in stock ops took about 40 small ops per index and
-server under a ``tf.CriticalSection``; the kernel trained 19% more examples per second
-(docs/dynamic-tables.md). The vectors are then gathered; their gradient is an
-``IndexedSlices`` over the gathered rows, so the existing optimizers update only those.
-An id without a row reads zeros and gets no gradient. Evaluation and serving only look
-up.
-
-What crosses between a worker and a server is packed per server (:func:`lookup_tables`):
-the keys of every table in one tensor, the vectors of every table in one flat tensor, and
-on the way back one gradient tensor, which the server itself splits into each table's
-``IndexedSlices`` (:func:`_packed_rows`). Left to the tape, the gradients were unpacked on
-the worker and every table's went to the server on its own, with the positions of its
-rows fetched from the server first. Kernels of the op library do the rest: on the
-worker ``RouteKeys`` (distinct keys, their servers and slots) and ``UnrouteRows`` with its
-gradient ``RouteRowGrads`` (``recsys_dist/ops/dynamic_routing.cc``); on the server
-``LiveRows``, ``PackRows`` and its gradient ``UnpackRowGrads`` (masking, zero-filling,
-packing and unpacking around one gather per table, ``dynamic_rows.cc``). The optimizers
-skip de-duplicating the rows' gradients (:data:`UNIQUE_ROWS`). An export traces the same
-lookups in stock ops instead (:func:`stock_row_ops`).
-
-Checkpoints hold each shard's rows in use only (the first ``next_row``: rows, their
-optimizer slots, last-seen days; ``models/rows_in_use.py``), and an export only those
-rows, so both grow with the live ids, not with the capacity.
-
-Eviction (``evict_after_days``, run by daily retraining after its warm start, with no step
-in flight): the ids last trained before a day are dropped, the rows of the others move to
-the front in their order (with their optimizer slots and last-seen days), the freed rows
-restart from the initializer and their slots from their initial values, and the admission
-counts start over.
+A dynamic table (``kind: dynamic``) gives each id its own row, allocated the first time
+the id is admitted, on the parameter server that owns it (shard ``mix(id) % shards``).
+Its state is stock TensorFlow (hash tables and variables), so checkpoints, eviction and
+an export use stock ops only and the export serves with plain TensorFlow. Training
+admits ids with the op library's ``AdmitIds`` kernel (``recsys_dist/ops/dynamic_admission.cc``):
+one call per server and step for every id index there, under a mutex per index, since
+TensorFlow has no find-or-insert op and ``next_row.assign_add`` is not safe under
+concurrency. The lookups are :mod:`recsys_dist.models.dynamic_lookup`'s; a table read by
+several layers of one model keeps one id index (:func:`shared_across_layers`);
+checkpoints hold the rows in use only (``models/rows_in_use.py``). See
+docs/dynamic-tables.md.
 """
 
 from __future__ import annotations
@@ -194,7 +142,17 @@ class _Untracked:
 
 
 class DynamicShard(tf.Module):
-    """One parameter server's part of a dynamic table (see the module docstring).
+    """One parameter server's part of a dynamic table.
+
+    - ``index``: a ``MutableHashTable`` id -> row (-1 for an unknown id);
+    - ``counts``: a ``MutableHashTable`` id -> training batches it appeared in, for ids not
+      admitted yet (only when ``admit_after > 1``), counted in a run's first pass over its
+      rows only (:meth:`DynamicTable.count_sightings`);
+    - ``emb``: the ``[capacity_per_shard, dim]`` rows (the optimizer's slots are created
+      next to it), ``last_seen``: the day each row was last trained, ``next_row``: rows
+      in use;
+    - counters: ``dropped_full`` (ids refused because the shard was full) and ``waiting``
+      (lookups of ids not admitted yet, or refused).
 
     With ``index_of`` (the same shard of the table that owns the id index), the shard
     shares that shard's index, counts, last-seen days and counters, and has only its own
@@ -269,11 +227,13 @@ class DynamicShard(tf.Module):
         slots: list[tuple[tf.Variable, float]],
         sharing: list[tuple["DynamicShard", list[tuple[tf.Variable, float]]]] = (),
     ) -> tuple[int, int]:
-        """Drops the ids last seen before day number ``oldest_day`` and compacts the rows
-        (see the module docstring); ``slots`` are the optimizer slots of ``emb`` with the
-        value a fresh row starts from, ``sharing`` the shards that share this one's index,
-        each with its slots (their rows move the same way). Returns ``(ids kept, ids
-        dropped)``. Call with no step in flight."""
+        """Drops the ids last seen before day number ``oldest_day`` and compacts the rows:
+        the kept ones move to the front in their order (with their optimizer slots and
+        last-seen days), the freed rows restart from the initializer and their slots from
+        their initial values, and the admission counts start over. ``slots`` are the
+        optimizer slots of ``emb`` with the value a fresh row starts from, ``sharing`` the
+        shards that share this one's index, each with its slots (their rows move the same
+        way). Returns ``(ids kept, ids dropped)``. Call with no step in flight."""
         with tf.device(self.device):
             keys, rows = self.index.export()
             order = tf.argsort(rows)

@@ -1,34 +1,18 @@
 """Embedding lookups for a group of features, with tables ready for parameter servers.
 
 Shape letters: B batch size, L ids per row of a multi_categorical or sequence feature
-(its ``max_length``), D a table's embedding dim, T number of outputs (labels).
+(its ``max_length``), D a table's embedding dim, T number of outputs (labels). A batch
+(:mod:`recsys_dist.features.transforms`) holds int64 ``[B]`` table rows for categorical,
+cross and bucketized numeric features, float32 ``[B]`` for other numerics, and
+``{"ids": int64 [B, L], "weights": float32 [B, L]}`` (weight 0: padding) for
+multi_categorical and sequence features.
 
-A batch (see :mod:`recsys_dist.features.transforms`) holds, per feature:
-
-- categorical, cross, numeric with ``transform: bucketize``: int64 ``[B]`` table rows.
-- other numeric: float32 ``[B]``.
-- multi_categorical, sequence: ``{"ids": int64 [B, L], "weights": float32 [B, L]}``,
-  weight 0 marking padding.
-
-Each feature's kind (:mod:`recsys_dist.config.kinds`) says which table it reads
-(``table_name``), how a multi-valued input is pooled (``embedding_combiner``) and which
-dense inputs it gives (``outputs``).
-
-Tables are stacked: a layer keeps **all its tables of one embedding dim in one weight**,
-``embedding/stack_d<D>``, table after table by rows (:class:`TableStack` records where
-each table starts). A step then gathers every feature's rows with one lookup and sends
-one sparse update per stack shard, instead of one per table shard. Each variable a step
-touches on a parameter server costs a round trip and a few ops there whatever its size;
-with the demo's 42 tables on 2 servers, stacking turns about a hundred round trips per
-step into a few. Rows of different tables never mix: a table's ids are offset by its
-first row, and the feature transforms keep every id below its table's ``rows`` (the
-feature config is checked for it).
-
-Tables on parameter servers: every stack is created with ``add_weight`` when the layer is
-constructed, so constructing the model under ``ParameterServerStrategy.scope()`` with a
-``variable_partitioner`` turns it into a ``ShardedVariable`` split by rows. Rows are
-then only read with ``tf.nn.embedding_lookup`` over the shards, which sends each id to
-the shard holding it; a table is never read whole.
+A layer stacks all its tables of one dim by rows into one weight, ``embedding/stack_d<D>``
+(:class:`TableStack` records where each table starts), because every variable a step
+touches on a parameter server costs a round trip whatever its size. Created with
+``add_weight`` under ``ParameterServerStrategy.scope()``, a stack becomes a
+``ShardedVariable`` read only through ``tf.nn.embedding_lookup``, never whole. See
+docs/training.md#what-lives-where.
 """
 
 from __future__ import annotations
@@ -98,7 +82,11 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
 
     The tables the features use are stacked, one weight ``embedding/stack_d<D>`` per
     embedding dim (see the module docstring); features naming the same table share its
-    rows. Each call gathers all rows of a stack with one lookup.
+    rows. Each call gathers all rows of a stack with one lookup. Rows of different tables
+    never mix: a table's ids are offset by its first row, and the feature transforms keep
+    every id below its table's ``rows``. Each feature's kind says which table it reads
+    (``table_name``), how a multi-valued input is pooled (``embedding_combiner``) and which
+    dense inputs it gives (``outputs``).
 
     Args:
       features: The feature config.

@@ -3,16 +3,12 @@ tables only), how many shards a dynamic table has, and the :class:`Placement` th
 layer gives a model it builds. The models themselves know no strategy: they ask this
 module, which the cluster fills in (``cluster/placement.py``).
 
-Tables only are sharded.
-
-``ParameterServerStrategy`` asks its ``variable_partitioner`` about every variable
-created under its scope, dense kernels included. Sharding a dense kernel buys nothing
-(the towers are small and read whole every step) and changes training: tf-keras
-initialisers draw each shard on its own, so a Glorot kernel cut in 3 starts with a
-different scale than one cut in 2 (measured: held-out AUC 0.592 with 3 parameter
-servers against 0.600 with 2 on the fault-tolerance test data, 0.600 for both once
-only tables are sharded). :class:`TablePartitioner` therefore shards only variables
-created inside :func:`embedding_tables`, which the embedding layers use.
+Only tables are sharded. ``ParameterServerStrategy`` asks its ``variable_partitioner``
+about every variable, dense kernels included, but sharding a small dense kernel buys
+nothing and changes training: tf-keras initialisers draw each shard on its own, so a
+kernel's initial scale would depend on the number of parameter servers (see
+docs/training.md). :class:`TablePartitioner` therefore shards only variables created
+inside :func:`embedding_tables`, which the embedding layers use.
 """
 
 from __future__ import annotations

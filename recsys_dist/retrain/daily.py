@@ -1,23 +1,13 @@
 """``recsys-dist retrain --date D``: one day of scheduled retraining, and ``backfill``.
 
-For run date ``D`` (with ``retrain:`` in the config):
-
-1. Resolve the windows from the date templates: train on ``retrain.train_dates``
-   (default ``{date}``), hold out ``retrain.eval_dates`` (default ``{date+1}``).
-2. If ``D`` is already published, or was already decided (gated), do nothing and say
-   so: reruns are idempotent.
-3. Train into ``ROOT/runs/D``. A crashed run resumes from its own checkpoint;
-   otherwise it warm-starts from the newest model published before ``D``
-   (embeddings, dense weights, optimizer state and global step).
-4. Evaluate the new model and the previous one on the held-out partition, the same
-   rows for both; the comparison has a paired bootstrap interval of the AUC delta.
-5. Gate: publish only if the new model is not worse than the previous one by more
-   than ``retrain.gate.max_drop`` on ``retrain.gate.metric``.
-6. Publish: export (SavedModel), config, manifest, then ``_SUCCESS``, then ``CURRENT``.
-
-A missing or empty training partition fails before anything is trained or published.
-A held-out partition that is not there yet holds the day (trained, not published;
-rerun once it lands) unless ``retrain.missing_eval: publish``.
+For run date ``D`` (with ``retrain:`` in the config), :func:`retrain_day` resolves the
+training and held-out windows from the date templates, does nothing if ``D`` is already
+published or decided (reruns are idempotent), trains into ``ROOT/runs/D`` (resuming its
+own checkpoint, else warm-starting from the newest model published before ``D``),
+evaluates the new and the previous model on the same held-out rows, and publishes only if
+the gate passes: export, config, manifest, then ``_SUCCESS``, then ``CURRENT``. A missing
+training partition fails before anything is trained; a held-out partition not there yet
+holds the day unless ``retrain.missing_eval: publish``. See docs/retrain.md.
 """
 
 from __future__ import annotations

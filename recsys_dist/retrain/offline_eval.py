@@ -1,30 +1,14 @@
 """Offline evaluation of published models: each one scored on the same days, side by side.
 
-The daily retraining publishes a model a day under ``ROOT/published/<date>/``. This
-module scores several of them (default: every complete publication, i.e. every one with
-``_SUCCESS``) on the same held-out dates and writes one comparison:
-
-1. For each model, oldest first: load its own ``config.yaml`` (the resolved config it was
-   trained with) with ``data.eval`` set to the requested dates (and ``data.path`` to
-   ``data_path`` when given), and run
-   :func:`~recsys_dist.evaluation.job.run_evaluation` on the checkpoint its
-   ``manifest.json`` names. Output: ``OUT/<date>/`` (``metrics.json``,
-   ``predictions.parquet``, ``report.html``).
-2. The first (oldest selected) model is the reference; every other model is evaluated
-   with ``baseline=OUT/<reference>/metrics.json``, which pairs the rows by row id and
-   gives metric deltas and a paired bootstrap interval of the AUC delta.
-3. ``OUT/comparison.json`` and a self-contained ``OUT/comparison.html`` (a table of all
-   models and a bar chart of AUC per model with those intervals; the PNG is embedded, no
-   external resource) sum it up.
-
-Each model is scored with its own config, so models whose feature configs differ (a
-feature added one day) are compared on the same rows. A model trained on one of the
-evaluation dates is flagged (``trained_on_eval_dates``): its metrics on those dates
-are optimistic.
-
-``ROOT`` and ``OUT`` may be local or remote (``s3://``, ``hdfs://``): every file goes
-through fsspec (``storage_io``), a remote publication's config is copied to local disk
-to be loaded, and a remote checkpoint is downloaded before it is read.
+Daily retraining publishes a model a day under ``ROOT/published/<date>/``.
+:func:`evaluate_published` scores several of them on the same held-out dates, each with
+its own ``config.yaml`` and checkpoint, so models whose feature configs differ are
+compared on the same rows. The oldest is the reference: the others get metric deltas and
+a paired bootstrap interval of the AUC delta against it (rows paired by row id), summed
+up in ``OUT/comparison.json`` and a self-contained ``OUT/comparison.html``. A model
+trained on an evaluation date is flagged (``trained_on_eval_dates``). ``ROOT`` and ``OUT``
+may be local or remote (``storage_io``). See
+docs/scheduling.md#offline-evaluation-of-the-published-models.
 """
 
 from __future__ import annotations

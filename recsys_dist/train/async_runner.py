@@ -39,7 +39,7 @@ def async_train_item(
         steps = tf.constant(0, tf.int64)
         first_step_at = tf.constant(0.0, tf.float64)  # 0: no step
         # An explicit iterator keeps the steps in this function's own while loop; a
-        # `for batch in dataset` would run them inside tf.data's reduce (4x slower).
+        # `for batch in dataset` would run them inside tf.data's reduce, which is slower.
         iterator = iter(pipeline.item_dataset(file_index, start, stop, training=True))
         cache = (
             DenseWeightCache(replica.model.dense_variables, dense_refresh_steps)

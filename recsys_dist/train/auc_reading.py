@@ -2,8 +2,8 @@
 
 Their counts live on the parameter servers, where every step adds to them. Under a
 parameter-server strategy the reading runs as a closure on a worker, not on the
-coordinator: the coordinator's own reads of the counts were seen to wait, for as long as
-a worker's link was down, while a step that adds to them was stuck on that worker. On a
+coordinator: the coordinator's own reads of the counts can wait, for as long as a
+worker's link is down, while a step that adds to them is stuck on that worker. On a
 worker the reading goes on, and a copy stuck on an unreachable worker runs again on
 another (``cluster/dispatch.py``). Progress lines and summaries show the latest reading
 that came back and never wait for one. Other strategies read them in this process.

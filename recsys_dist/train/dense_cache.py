@@ -1,29 +1,13 @@
 """Reading the dense weights from the parameter servers every N steps instead of every step.
 
 A training step reads every dense variable from the parameter servers and sends its
-gradient back: for the demo model 1.22 MB each way per step, most of what a step moves
-(``benchmarks/studies/ps_traffic.py``). With ``train.dense_refresh_steps: N`` a worker reads the
-dense weights when a scheduled call starts and then every ``N`` steps of the call, and
-its steps compute their forward and backward passes from that copy. Every step's
-gradient is still applied to the parameter servers' weights at once, by the dense
-optimizer, so no update is lost or delayed; only the weights a gradient is computed at
-are older:
-
-- **staleness**: a step's dense weights miss at most the ``N - 1`` previous steps of
-  its own worker, plus whatever other workers applied since the last read
-  (asynchronous training already computes each step at weights that miss the other
-  workers' steps in flight).
-- embedding rows are never cached: each step gathers the rows it needs, as before.
-- ``N = 1`` reads every step through the same code path: the exact behaviour, which
-  the tests compare against the uncached step.
-
-How: ParameterServerStrategy wraps every variable in a ``CachingVariable``, whose reads,
-inside TensorFlow's ``cache_variable_reads()`` scope, return a cached local copy.
-:class:`DenseWeightCache` opens that scope around the training loop, reads the dense
-weights before the loop and re-reads them every ``N`` steps inside it (a loop variable),
-and points each variable's cache at the current copy, so the model reads the copy
-instead of the parameter servers. Because the model then reads tensors, not variables,
-the step takes the dense gradients with respect to those tensors (:func:`watched`).
+gradient back; for a small model that is most of what a step moves. With
+``train.dense_refresh_steps: N`` a worker computes its steps from a copy of the dense
+weights read when a call starts and then every ``N`` steps. Every gradient is still
+applied at once, so no update is lost or delayed; a step's weights miss at most the
+``N - 1`` previous steps of its own worker. Embedding rows are never cached, and
+``N = 1`` is the exact behaviour through the same code path. See
+docs/training.md#reading-the-dense-weights-less-often.
 """
 
 from __future__ import annotations
@@ -69,6 +53,14 @@ def caching_variable(variable: tf.Variable) -> ps_values.CachingVariable:
 
 class DenseWeightCache:
     """A worker's copy of the dense weights inside one traced training call.
+
+    ParameterServerStrategy wraps every variable in a ``CachingVariable``, whose reads,
+    inside TensorFlow's ``cache_variable_reads()`` scope, return a cached local copy. This
+    opens that scope around the training loop, reads the dense weights before the loop
+    and re-reads them every ``refresh_steps`` steps inside it (a loop variable), and
+    points each variable's cache at the current copy. Because the model then reads
+    tensors, not variables, the step takes the dense gradients with respect to those
+    tensors (:func:`watched`).
 
     Use inside a ``tf.function`` being traced::
 

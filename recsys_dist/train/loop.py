@@ -146,9 +146,9 @@ class TrainingLoop:
         runtime = trainer.runtime
         if runtime.worker_unreachable() or ((due[1] or due[2]) and not runtime.workers_answer()):
             # A summary write or a checkpoint on this process waits until every worker
-            # answers (seen on tf_config clusters: the whole run stopped with it until a cut
-            # link came back), and a checkpoint waits for every closure in flight: both
-            # wait until the worker answers again. Progress lines go on.
+            # answers (holding the whole run while a link is cut), and a checkpoint waits
+            # for every closure in flight: both wait until the worker answers again.
+            # Progress lines go on.
             due = (due[0], False, False)
         if runtime.lockstep:  # every worker does what the chief decided
             due = agree(runtime.strategy, due, runtime.is_chief)

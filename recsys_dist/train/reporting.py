@@ -39,7 +39,7 @@ def progress_line(
 
     The AUC's counts live on the parameter servers and are read while workers add to
     them, so a reading can be off by the rows in flight; early in a pass that is most of
-    what was counted (readings above 1 were seen). So it is shown once the pass has
+    what was counted (a reading can even exceed 1). So it is shown once the pass has
     counted :data:`AUC_SHOWN_AFTER` times the rows in flight. ``read_aucs`` gives the
     latest reading, or None while the first one is on its way.
     """
@@ -120,5 +120,5 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
 
 def _scalar(name: str, value) -> None:
     """Writes a scalar summary as ``tf.summary.scalar`` does, without importing
-    TensorBoard's Python package on first use (0.6 s of every ``train``)."""
+    TensorBoard's Python package on first use, a cost every ``train`` would pay."""
     tf.summary.write(name, tf.cast(value, tf.float32), metadata=_SCALAR_METADATA)

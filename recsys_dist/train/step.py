@@ -118,7 +118,7 @@ class ReplicaStep:
 
     # Model code is plain TensorFlow (no Python control flow on tensors), so AutoGraph
     # must not convert it: converting every layer's call (and tf-keras' own __call__
-    # wrappers) took most of the first step's tracing time.
+    # wrappers) would be most of the first step's tracing time.
     @tf.autograph.experimental.do_not_convert
     def run(self, batch, dense_copies=()):
         if self.slice_batch:

@@ -10,16 +10,8 @@ same as one linear head per label); MMoE has a gate, tower and head per label.
 
 A model is one module: its class, a :class:`RankingModel` bound with
 ``@zoo_model(ParamsClass)`` to the model its params dataclass registers
-(``@register_model`` in ``recsys_dist/config/model_params.py``, which gives its name,
-input groups and fewest labels). This package imports its built-in model modules
-(``lr``, ``wide_deep``, ``deepfm``, ``dcn_v2``, ``dlrm``, ``mmoe``) so they are bound;
-:data:`MODELS` lists every bound model.
-
-Example:
-  >>> model = build_model("dcn_v2", feature_config, {"deep": ["C1", "C2", "I1"]}, ["click"])
-  >>> model.create_variables()          # under strategy.scope() on a cluster
-  >>> model(batch)["click"].shape
-  TensorShape([512])
+(``@register_model`` in ``recsys_dist/config/model_params.py``). This package imports its
+built-in model modules so they are bound; :data:`MODELS` lists every bound model.
 """
 
 from __future__ import annotations
@@ -58,6 +50,12 @@ def build_model(
     Returns:
       The model. Its embedding tables exist already; call
       :meth:`RankingModel.create_variables` to build the rest.
+
+    Example:
+      >>> model = build_model("dcn_v2", feature_config, {"deep": ["C1", "C2", "I1"]}, ["click"])
+      >>> model.create_variables()          # under strategy.scope() on a cluster
+      >>> model(batch)["click"].shape
+      TensorShape([512])
 
     Raises:
       ValueError: Unknown model name, a registered model without a class, or
