@@ -3,10 +3,14 @@
 A kind's class is the dataclass its features parse into and owns everything about them:
 config checks, table and rows, Parquet columns, in-graph transform, example input,
 ``validate --scan`` ids (see :mod:`recsys_dist.features.kinds.base`). A new kind is one
-module here with a ``@register_kind`` class, imported below, plus its test and its
-section of docs/config.md. The order of the imports does not matter: the transform runs
-each kind after the kinds its features depend on (``depends_on``).
+module here with a ``@register_kind`` class (every module of this package is imported
+below), plus its test and its section of docs/config.md. The order of the imports does
+not matter: the transform runs each kind after the kinds its features depend on
+(``depends_on``).
 """
+
+import importlib
+import pkgutil
 
 from recsys_dist.features.kinds.base import (
     FEATURE_KINDS,
@@ -22,6 +26,9 @@ from recsys_dist.features.kinds.cross import CrossFeature
 from recsys_dist.features.kinds.multi_categorical import MultiCategoricalFeature
 from recsys_dist.features.kinds.numeric import NumericFeature, missing_indicator_name
 from recsys_dist.features.kinds.sequence import SequenceFeature
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "FEATURE_KINDS",

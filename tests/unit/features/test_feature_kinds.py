@@ -10,6 +10,7 @@ tests/unit/features/test_transforms.py and test_sequences.py."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import pathlib
@@ -86,6 +87,22 @@ def test_the_built_in_kinds_are_registered():
     assert {"categorical", "numeric", "multi_categorical", "cross", "sequence"} <= set(
         FEATURE_KINDS
     )
+
+
+def test_every_kind_module_of_the_package_is_registered():
+    """A new kind is its module alone: the package imports each of its modules, so no
+    list names it."""
+    kinds = REPO / "recsys_dist" / "features" / "kinds"
+    declared = {
+        decorator.args[0].value
+        for path in kinds.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ClassDef)
+        for decorator in node.decorator_list
+        if isinstance(decorator, ast.Call)
+        and getattr(decorator.func, "id", None) == "register_kind"
+    }
+    assert len(declared) >= 5 and declared <= set(FEATURE_KINDS)
 
 
 def test_a_cross_is_transformed_after_its_categorical_inputs(tmp_path):
