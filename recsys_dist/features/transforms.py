@@ -7,8 +7,8 @@ No Python runs per row or per batch. The input pipeline runs it with fused kerne
 multi-valued features each in one op of :mod:`recsys_dist.ops`, the same values bit for
 bit); an export keeps the stock ops, so serving needs no custom op.
 
-:class:`FeatureTransform` orchestrates: it groups the features by kind, each kind
-after the kinds its features depend on (:func:`group_by_kind`), and hands each kind all its
+:class:`FeatureTransform` orchestrates: it groups the features by kind, each kind after
+the kinds its features depend on (:func:`group_by_kind`), and hands each kind all its
 features at once (``transform_all`` of its class in :mod:`recsys_dist.features.kinds`,
 where each kind's transform lives), with a
 :class:`~recsys_dist.features.kinds.TransformContext` of the chunk. It keeps the labels
@@ -265,9 +265,9 @@ class FeatureTransform:
 def group_by_kind(
     features: list[FeatureKind], config: FeatureConfig
 ) -> dict[str, list[FeatureKind]]:
-    """``features`` by kind name, each kind after the kinds of the features its features
-    depend on (``depends_on``), otherwise in the order of their first feature; each
-    kind's features in the order given.
+    """``features`` by kind name. A kind comes after the kinds of the features its
+    features name in ``depends_on``; otherwise kinds keep the order of their first
+    feature. Each kind's features keep the order given.
 
     Raises:
       ValueError: A feature's class is not the registered class of its kind, a feature
