@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from recsys_dist.config.kinds import FEATURE_KINDS
+from recsys_dist.features.kinds import FEATURE_KINDS
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "recsys_dist"
 
@@ -30,9 +30,11 @@ LAYERS: list[set[str]] = [
         "lazy",
         "hashing",
         "scratch",
+        "yaml_loader",
+        "yaml_schema",
     },
-    {"config"},
     {"features"},
+    {"config"},
     {"models"},
     {"data"},
     {"cluster"},
@@ -173,7 +175,7 @@ def test_the_function_limit_counts_statements_not_lines():
 
 
 #: Where a feature's kind may be told apart: the kinds' own package.
-KINDS = PACKAGE / "config" / "kinds"
+KINDS = PACKAGE / "features" / "kinds"
 
 
 def kind_tests(tree: ast.AST) -> list[tuple[int, str]]:
@@ -207,7 +209,7 @@ def kind_tests(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_only_the_feature_kinds_ask_which_kind_a_feature_is():
     """Elsewhere a feature is asked (``feature.table_name``, ``Kind.transform_all``), so a
-    new kind is one module of ``config/kinds/`` and no kind takes another's path."""
+    new kind is one module of ``features/kinds/`` and no kind takes another's path."""
     offenders = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: {text}"
         for path in sorted(PACKAGE.rglob("*.py"))
@@ -215,7 +217,7 @@ def test_only_the_feature_kinds_ask_which_kind_a_feature_is():
         for line, text in kind_tests(ast.parse(path.read_text(), str(path)))
     ]
     assert not offenders, (
-        "ask the feature's kind instead (recsys_dist/config/kinds/):\n" + "\n".join(offenders)
+        "ask the feature's kind instead (recsys_dist/features/kinds/):\n" + "\n".join(offenders)
     )
 
 

@@ -1,7 +1,7 @@
-"""Typed, validated configs: feature configs and model/training configs."""
+"""Typed, validated model and training configs (the feature config is
+:mod:`recsys_dist.features.config`)."""
 
 from recsys_dist.config.experiment import ExperimentConfig, load_config
-from recsys_dist.config.features import FeatureConfig, load_feature_config
 from recsys_dist.config.sections import DateRange
 
-__all__ = ["DateRange", "ExperimentConfig", "FeatureConfig", "load_config", "load_feature_config"]
+__all__ = ["DateRange", "ExperimentConfig", "load_config"]

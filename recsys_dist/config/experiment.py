@@ -29,7 +29,6 @@ from typing import Any
 import yaml
 
 from recsys_dist.config import model_params  # noqa: F401  registers the built-in models
-from recsys_dist.config.features import FeatureConfig, load_feature_config
 from recsys_dist.config.model_params import check_model_inputs
 from recsys_dist.config.model_registry import (
     MODEL_INPUT_GROUPS as MODEL_INPUT_GROUPS,  # re-exported: model name -> its input groups
@@ -39,7 +38,6 @@ from recsys_dist.config.model_registry import (
     RegisteredModel,
     registered_model,
 )
-from recsys_dist.config.schema import did_you_mean, parse_dataclass
 from recsys_dist.config.sections import (
     OPTIMIZER_KEYS,
     ClusterSpec,
@@ -53,8 +51,10 @@ from recsys_dist.config.sections import (
     TrainSpec,
 )
 from recsys_dist.config.strategy import check_strategy
-from recsys_dist.config.yaml_loader import LocatedYaml, TextDatesLoader, load_yaml
 from recsys_dist.errors import ConfigError
+from recsys_dist.features.config import FeatureConfig, load_feature_config
+from recsys_dist.yaml_loader import LocatedYaml, TextDatesLoader, load_yaml
+from recsys_dist.yaml_schema import did_you_mean, parse_dataclass
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, TypeVar
 
-from recsys_dist.config.schema import did_you_mean
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.yaml_loader import LocatedYaml
+from recsys_dist.yaml_schema import did_you_mean
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from recsys_dist.config.features import FeatureConfig
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.features.config import FeatureConfig
+from recsys_dist.yaml_loader import LocatedYaml
 
 #: Optimizer slots per table element, by embedding optimizer.
 TABLE_SLOTS = {"adagrad": 1, "ftrl": 2, "sgd": 0, "adam": 2}

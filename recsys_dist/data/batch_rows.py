@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from recsys_dist.config.features import FeatureConfig
+from recsys_dist.features.config import FeatureConfig
 
 
 def distinct_rows_per_batch(

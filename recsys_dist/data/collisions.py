@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 
 from recsys_dist import hashing, storage_io
-from recsys_dist.config.features import FeatureConfig
 from recsys_dist.data.schema_check import split_read_dtype
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.features.transforms import FeatureTransform
 
 #: A hashed table whose shared lookups are above this share gets a suggestion.

@@ -14,11 +14,11 @@ import dataclasses
 
 import pyarrow as pa
 
-from recsys_dist.config.features import FeatureConfig
-from recsys_dist.config.kinds import Need as Need
-from recsys_dist.config.schema import did_you_mean
 from recsys_dist.data.parquet_meta import FileMeta
 from recsys_dist.errors import DataError
+from recsys_dist.features.config import FeatureConfig
+from recsys_dist.features.kinds import Need as Need
+from recsys_dist.yaml_schema import did_you_mean
 
 LIST_PREFIX = "list<"
 

@@ -7,11 +7,11 @@ No Python runs per row or per batch. The input pipeline runs it with fused kerne
 multi-valued features each in one op of :mod:`recsys_dist.ops`, the same values bit for
 bit); an export keeps the stock ops, so serving needs no custom op.
 
-:class:`FeatureTransform` orchestrates: it groups the features by kind, in the order
-of :data:`~recsys_dist.config.kinds.FEATURE_KINDS`, and hands each kind all its
-features at once (``transform_all`` of its class in :mod:`recsys_dist.config.kinds`,
+:class:`FeatureTransform` orchestrates: it groups the features by kind, each kind after
+the kinds its features depend on (:func:`group_by_kind`), and hands each kind all its
+features at once (``transform_all`` of its class in :mod:`recsys_dist.features.kinds`,
 where each kind's transform lives), with a
-:class:`~recsys_dist.config.kinds.TransformContext` of the chunk. It keeps the labels
+:class:`~recsys_dist.features.kinds.TransformContext` of the chunk. It keeps the labels
 and the row checks.
 
 Inputs: each column as read (:mod:`recsys_dist.ops`): a ``[N]`` tensor, or a
@@ -47,16 +47,16 @@ from typing import Literal
 import tensorflow as tf
 
 from recsys_dist import ops
-from recsys_dist.config.features import FeatureConfig
-from recsys_dist.config.kinds import (
+from recsys_dist.features.config import FeatureConfig
+from recsys_dist.features.kinds import (
     FEATURE_KINDS,
     FeatureKind,
     TransformContext,
 )
-from recsys_dist.config.kinds import (
+from recsys_dist.features.kinds import (
     missing_indicator_name as missing_indicator_name,
 )
-from recsys_dist.config.kinds.context import IntHashes
+from recsys_dist.features.kinds.context import IntHashes
 
 
 class FeatureTransform:
@@ -93,7 +93,7 @@ class FeatureTransform:
         self.feature_names = list(feature_names or features.features)
         self.on_bad_row = on_bad_row
         self.column_dtypes = dict(column_dtypes)
-        self._by_kind = _group_by_kind([features.features[n] for n in self.feature_names])
+        self._by_kind = group_by_kind([features.features[n] for n in self.feature_names], features)
         # (built eagerly here: a vocabulary lookup is made of numpy arrays)
         self._prepared = {
             f.name: p
@@ -262,11 +262,17 @@ class FeatureTransform:
             return tf.nest.map_structure(tf.identity, features)
 
 
-def _group_by_kind(features: list[FeatureKind]) -> dict[str, list[FeatureKind]]:
-    """``features`` by kind name, the kinds in registry order, each in config order.
+def group_by_kind(
+    features: list[FeatureKind], config: FeatureConfig
+) -> dict[str, list[FeatureKind]]:
+    """``features`` by kind name. A kind comes after the kinds of the features its
+    features name in ``depends_on``; otherwise kinds keep the order of their first
+    feature. Each kind's features keep the order given.
 
     Raises:
-      ValueError: A feature's class is not the registered class of its kind.
+      ValueError: A feature's class is not the registered class of its kind, a feature
+        depends on one ``config`` does not define, or kinds depend on each other in a
+        cycle.
     """
     groups: dict[str, list[FeatureKind]] = {}
     for feature in features:
@@ -277,4 +283,33 @@ def _group_by_kind(features: list[FeatureKind]) -> dict[str, list[FeatureKind]]:
                 "registered kinds: " + ", ".join(FEATURE_KINDS)
             )
         groups.setdefault(feature.kind, []).append(feature)
-    return {kind: groups[kind] for kind in FEATURE_KINDS if kind in groups}
+    # kind -> {kind it runs after: the feature and the dependency that say so}
+    after: dict[str, dict[str, str]] = {kind: {} for kind in groups}
+    for kind, members in groups.items():
+        for feature in members:
+            for name in feature.depends_on():
+                if name not in config.features:
+                    raise ValueError(
+                        f"feature {feature.name!r} (kind {kind!r}) depends on {name!r}, "
+                        "which the feature config does not define; defined features: "
+                        + ", ".join(config.features)
+                    )
+                other = config.features[name].kind
+                if other != kind and other in groups:
+                    after[kind].setdefault(other, f"{feature.name!r} on {name!r}")
+    order: list[str] = []
+    while len(order) < len(groups):
+        ready = [k for k in groups if k not in order and all(o in order for o in after[k])]
+        if not ready:
+            left = [k for k in groups if k not in order]
+            raise ValueError(
+                "feature kinds depend on each other in a cycle: "
+                + "; ".join(
+                    f"{kind!r} after {other!r} (feature {why})"
+                    for kind in left
+                    for other, why in after[kind].items()
+                    if other in left
+                )
+            )
+        order.append(ready[0])
+    return {kind: groups[kind] for kind in order}

@@ -24,7 +24,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist.config.features import FeatureConfig, SequenceGroup
+from recsys_dist.features.config import FeatureConfig, SequenceGroup
 from recsys_dist.models.embedding import FeatureEmbeddings
 
 

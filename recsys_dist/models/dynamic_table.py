@@ -24,7 +24,7 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist import hashing
-from recsys_dist.config.features import TableSpec
+from recsys_dist.features.config import TableSpec
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
 from recsys_dist.models.dynamic_lookup import lookup_tables, on_server
 from recsys_dist.models.rows_in_use import row_slots, save_rows_in_use

@@ -24,8 +24,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist.config.features import FeatureConfig
-from recsys_dist.config.schema import did_you_mean
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import InitializerLike, derive_seed
 from recsys_dist.models.dynamic_lookup import lookup_tables
 from recsys_dist.models.dynamic_table import DynamicTable, ShardGroup, dynamic_table, shard_devices
@@ -36,6 +35,7 @@ from recsys_dist.models.table_stack import (
     TableStack,
     shards_of,
 )
+from recsys_dist.yaml_schema import did_you_mean
 
 
 def _lookup(table: tf.Variable, ids: tf.Tensor) -> tf.Tensor:

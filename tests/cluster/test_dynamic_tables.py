@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from recsys_dist.config.features import TableSpec
+from recsys_dist.features.config import TableSpec
 from tests.support import command_forks
 from tests.support.paths import CLI
 
@@ -504,7 +504,7 @@ import numpy as np, tensorflow as tf
 from recsys_dist.checkpoint.restore import create_slots
 from recsys_dist.cluster.in_process import InProcessCluster
 from recsys_dist.cluster.placement import building_under
-from recsys_dist.config.features import TableSpec
+from recsys_dist.features.config import TableSpec
 from recsys_dist.models.dynamic_lookup import lookup_tables
 from recsys_dist.models.dynamic_table import (
     ShardGroup,

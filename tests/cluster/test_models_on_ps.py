@@ -24,7 +24,7 @@ import os, socket, sys
 import numpy as np
 import recsys_dist
 import tensorflow as tf
-from recsys_dist.config.features import load_feature_config
+from recsys_dist.features.config import load_feature_config
 from recsys_dist.models.zoo import MODELS, build_model
 from tests.support.models import LABELS, model_inputs, tiny_batch, total_loss
 

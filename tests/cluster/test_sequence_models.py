@@ -143,7 +143,7 @@ def item_keys(ids) -> list[int]:
     """The dynamic table's keys of item ids, hashed as the history feature hashes them."""
     import tensorflow as tf
 
-    from recsys_dist.config.features import load_feature_config
+    from recsys_dist.features.config import load_feature_config
 
     features = load_feature_config(str(FEATURES))
     feature = features.features["hist_item_id"]

@@ -262,7 +262,7 @@ def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, r
     from recsys_dist.checkpoint.restore import restore
     from recsys_dist.checkpoint.store import CheckpointManager, local_prefix
     from recsys_dist.cluster.placement import building_under
-    from recsys_dist.config.features import TableSpec
+    from recsys_dist.features.config import TableSpec
     from recsys_dist.models.dynamic_table import DynamicTable
 
     spec = TableSpec("user", 8, "dynamic", capacity_per_shard=5000)

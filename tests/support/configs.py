@@ -20,7 +20,7 @@ DELETE = object()
 
 class _ConfigDumper(yaml.SafeDumper):
     """YAML's safe dumper without anchors, and with dates as plain text: like
-    ``recsys_dist.config.yaml_loader.TextDatesLoader``, it has no timestamp resolver, so
+    ``recsys_dist.yaml_loader.TextDatesLoader``, it has no timestamp resolver, so
     ``2026-13-45`` is written unquoted as a config file would have it."""
 
     def ignore_aliases(self, data: Any) -> bool:

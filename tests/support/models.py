@@ -17,7 +17,7 @@ import tensorflow as tf
 # isort: on
 
 from recsys_dist.config.experiment import MODEL_INPUT_GROUPS
-from recsys_dist.config.features import FeatureConfig, load_feature_config
+from recsys_dist.features.config import FeatureConfig, load_feature_config
 from tests.support.configs import write_yaml
 
 TINY_FEATURES = {

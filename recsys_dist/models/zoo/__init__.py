@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from recsys_dist.config.experiment import ExperimentConfig
-from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_registry import registered_model
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.dynamic_table import shared_across_layers
 from recsys_dist.models.sharding import current_placement, dynamic_table_shards
 from recsys_dist.models.zoo import bst, dcn_v2, deepfm, din, dlrm, lr, mmoe, wide_deep  # noqa: F401  bound

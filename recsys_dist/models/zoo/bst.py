@@ -7,8 +7,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_params import BSTParams
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.attention import PositionEmbedding, TransformerEncoderLayer
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
 from recsys_dist.models.blocks import MLP, derive_seed

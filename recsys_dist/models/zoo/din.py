@@ -8,8 +8,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_params import DINParams
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.activations import activation_layer
 from recsys_dist.models.attention import TargetAttention
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean

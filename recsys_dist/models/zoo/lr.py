@@ -6,8 +6,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_params import LRParams
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.embedding import FeatureLinear
 from recsys_dist.models.zoo.ranking_model import RankingModel, zoo_model
 

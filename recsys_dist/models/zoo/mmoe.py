@@ -7,8 +7,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_params import MMoEParams
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, MixtureOfExperts, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.zoo.ranking_model import (

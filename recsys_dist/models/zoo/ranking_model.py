@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import tensorflow as tf
 
-from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_params import one_dim_problem
 from recsys_dist.config.model_registry import (
     MODEL_REGISTRY,
@@ -32,7 +31,7 @@ from recsys_dist.config.model_registry import (
     registered_model,
     registration_of,
 )
-from recsys_dist.config.schema import did_you_mean
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import derive_seed, seeded_initializer
 from recsys_dist.models.embedding import (
     FeatureEmbeddings,
@@ -41,6 +40,7 @@ from recsys_dist.models.embedding import (
     dynamic_tables_resolved_together,
     example_features,
 )
+from recsys_dist.yaml_schema import did_you_mean
 
 
 class RankingModel(tf.keras.Model):

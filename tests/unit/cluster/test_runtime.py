@@ -116,7 +116,7 @@ import sys
 
 import recsys_dist
 from recsys_dist.cluster.runtime import connect, prepare_devices
-from recsys_dist.config.kinds.vocabulary import Vocabulary
+from recsys_dist.features.kinds.vocabulary import Vocabulary
 from recsys_dist.config.sections import ClusterSpec
 
 cluster = ClusterSpec("local", int(sys.argv[2]), 1, strategy=sys.argv[1])

@@ -4,8 +4,8 @@ The configs are built as data (``FEATURES``, ``MODEL`` and the changes of each c
 only what YAML text alone can hold (invalid YAML, a key given twice) is written as text.
 
 Covers the model and training config (``config/experiment.py``, its sections in
-``config/sections.py``) and the feature config (``config/features.py``); the typed
-parsing under both is in test_schema.py, the YAML reading in test_yaml_loader.py.
+``config/sections.py``) and the feature config (``features/config.py``); the typed
+parsing under both is in test_yaml_schema.py, the YAML reading in test_yaml_loader.py.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import pathlib
 import pytest
 
 from recsys_dist.cli import main
-from recsys_dist.config import load_config, load_feature_config
+from recsys_dist.config import load_config
 from recsys_dist.errors import ConfigError
+from recsys_dist.features.config import load_feature_config
 from tests.support.configs import DELETE, changed, line_of, write_yaml
 from tests.support.paths import REPO as ROOT
 

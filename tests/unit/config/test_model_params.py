@@ -17,9 +17,9 @@ from recsys_dist.config.model_params import (
     MMoEParams,
     WideDeepParams,
 )
-from recsys_dist.config.schema import parse_dataclass
-from recsys_dist.config.yaml_loader import load_yaml
 from recsys_dist.errors import ConfigError
+from recsys_dist.yaml_loader import load_yaml
+from recsys_dist.yaml_schema import parse_dataclass
 from tests.support.paths import REPO as PROJECT_ROOT
 
 

@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from recsys_dist.config.features import load_feature_config
 from recsys_dist.data.parquet_meta import read_file_meta
 from recsys_dist.data.schema_check import (
     ColumnNeed,
@@ -20,6 +19,7 @@ from recsys_dist.data.schema_check import (
     split_read_dtype,
 )
 from recsys_dist.errors import DataError
+from recsys_dist.features.config import load_feature_config
 from tests.support.configs import write_yaml
 
 FEATURES = {

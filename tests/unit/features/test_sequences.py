@@ -1,4 +1,4 @@
-"""The ``sequence`` feature kind (``config/kinds/sequence.py``): config checks, in-graph
+"""The ``sequence`` feature kind (``features/kinds/sequence.py``): config checks, in-graph
 transform, embeddings."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import hashing
-from recsys_dist.config.features import SequenceGroup, load_feature_config
 from recsys_dist.data.schema_check import check_file_schema, required_columns
 from recsys_dist.errors import ConfigError, DataError
+from recsys_dist.features.config import SequenceGroup, load_feature_config
 from recsys_dist.features.transforms import FeatureTransform
 from recsys_dist.models.embedding import FeatureEmbeddings
 from tests.support.configs import DELETE, changed, write_yaml

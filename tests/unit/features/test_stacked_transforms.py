@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import hashing
-from recsys_dist.config.features import load_feature_config
+from recsys_dist.features.config import load_feature_config
 from recsys_dist.features.transforms import FeatureTransform
 from tests.support.configs import write_yaml
 from tests.support.transform_chunks import DTYPES, FEATURES, N, random_chunk

@@ -1,6 +1,6 @@
 """In-graph feature transforms: exact outputs for every feature kind.
 
-Covers what each built-in kind does to its columns: ``config/kinds/categorical.py``,
+Covers what each built-in kind does to its columns: ``features/kinds/categorical.py``,
 ``numeric.py``, ``multi_categorical.py`` (with the padding of ``padding.py``),
 ``cross.py`` and the vocabulary lookup of ``vocabulary.py``; the ``sequence`` kind is in
 test_sequences.py. The kinds' config rejections are in tests/unit/config/test_config.py.
@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import hashing
-from recsys_dist.config.features import load_feature_config
+from recsys_dist.features.config import load_feature_config
 from recsys_dist.features.transforms import FeatureTransform
 from tests.support.configs import write_yaml
 

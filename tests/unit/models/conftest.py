@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recsys_dist.config.features import FeatureConfig
+from recsys_dist.features.config import FeatureConfig
 from tests.support.models import TINY_FEATURES, write_feature_config
 
 

@@ -16,9 +16,9 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from recsys_dist.config.features import TableSpec, load_feature_config
 from recsys_dist.config.model_params import WideDeepParams
 from recsys_dist.errors import ConfigError
+from recsys_dist.features.config import TableSpec, load_feature_config
 from recsys_dist.models.dynamic_table import DynamicTable
 from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.sharding import dynamic_table_shards
@@ -159,7 +159,7 @@ def test_only_rows_with_an_id_get_a_gradient():
 
 STEP_SCRIPT = """
 import tensorflow as tf
-from recsys_dist.config.features import TableSpec
+from recsys_dist.features.config import TableSpec
 from recsys_dist.models.dynamic_lookup import lookup_tables
 from recsys_dist.models.dynamic_table import DynamicTable, ShardGroup
 

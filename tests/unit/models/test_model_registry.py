@@ -22,9 +22,9 @@ import tensorflow as tf
 # isort: on
 
 from recsys_dist.config.experiment import load_config
-from recsys_dist.config.features import FeatureConfig
 from recsys_dist.config.model_registry import MODEL_REGISTRY, register_model, unregister_model
 from recsys_dist.errors import ConfigError
+from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.zoo import MODELS, RankingModel, build_model, zoo_model

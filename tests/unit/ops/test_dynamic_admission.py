@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import ops
-from recsys_dist.config.features import TableSpec
+from recsys_dist.features.config import TableSpec
 from recsys_dist.models.dynamic_lookup import admit_ids
 from recsys_dist.models.dynamic_table import DynamicShard
 

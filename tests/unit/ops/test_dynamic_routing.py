@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from recsys_dist import hashing, ops
-from recsys_dist.config.features import TableSpec
+from recsys_dist.features.config import TableSpec
 from recsys_dist.models.dynamic_lookup import lookup_tables, lookup_tables_stock
 from recsys_dist.models.dynamic_table import ShardGroup, dynamic_table, shared_across_layers
 

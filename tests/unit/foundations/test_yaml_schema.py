@@ -1,4 +1,4 @@
-"""Typed parsing of YAML values into frozen dataclasses (``recsys_dist/config/schema.py``):
+"""Typed parsing of YAML values into frozen dataclasses (``recsys_dist/yaml_schema.py``):
 each supported annotation, each field rule, and each rejection's message (file, line, key
 path, the bad value and what is allowed)."""
 
@@ -13,9 +13,9 @@ from typing import Literal
 
 import pytest
 
-from recsys_dist.config.schema import did_you_mean, parse_dataclass, parse_value
-from recsys_dist.config.yaml_loader import LocatedYaml, load_yaml
 from recsys_dist.errors import ConfigError
+from recsys_dist.yaml_loader import LocatedYaml, load_yaml
+from recsys_dist.yaml_schema import did_you_mean, parse_dataclass, parse_value
 from tests.support.configs import line_of, write_yaml
 
 

@@ -1,20 +1,12 @@
 """``kind: sequence``: behaviour histories, newest first, padded.
 
-A group is a main sequence and the sequences ``side_of`` it (e.g. the categories of the
-items of ``hist_item``). Its columns are read as ragged lists (or delimited strings, split
-here), aligned position by position on the main sequence's layout, and turned into
-``{"ids": int64 [N, L], "weights": float32 [N, L]}`` per feature, L = ``max_length``:
-
-- position 0 is the most recent id (``newest: last`` lists are reversed first), and
-  the ``max_length`` most recent kept ids fill the row from the left;
-- ``weights`` is 1 at a real position and 0 at padding: the mask of every attention,
-  pooling and statistic downstream;
-- a null list (or string) is an empty history; a position is dropped when any id of
-  the group is null there (an empty token of a delimited string counts as null);
-- a row whose side list differs in length from its main list is bad data
-  (``data.on_bad_row``), and none of its positions is kept;
-- ids hash exactly as a categorical feature's ids of the same dtype, into
-  ``rows - 1`` buckets (the last row is the missing row, which no id reads).
+A group is a main sequence and the sequences ``side_of`` it, read as ragged lists (or
+delimited strings, split here) and aligned position by position on the main sequence's
+layout. Each feature gives ``{"ids": int64 [N, L], "weights": float32 [N, L]}``, L =
+``max_length``: position 0 the most recent id, weight 0 at padding (the mask downstream).
+A position is dropped when any id of the group is null there; a row whose side differs in
+length from its main is bad data. Ids hash as a categorical's of the same dtype.
+docs/config.md (``kind: sequence``) gives the keys and the null policy.
 """
 
 from __future__ import annotations
@@ -25,15 +17,15 @@ from dataclasses import field
 from typing import Any, Literal
 
 from recsys_dist import hashing
-from recsys_dist.config.kinds.base import ColumnRead, FeatureKind, register_kind
-from recsys_dist.config.kinds.categorical import CategoricalFeature, IdDtype
-from recsys_dist.config.kinds.context import FeatureSet, IdScan, TransformContext
-from recsys_dist.config.kinds.padding import padded, padded_zeros
-from recsys_dist.config.schema import did_you_mean
-from recsys_dist.config.tables import TableSpec
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.features.kinds.base import ColumnRead, FeatureKind, register_kind
+from recsys_dist.features.kinds.categorical import CategoricalFeature, IdDtype
+from recsys_dist.features.kinds.context import FeatureSet, IdScan, TransformContext
+from recsys_dist.features.kinds.padding import padded, padded_zeros
+from recsys_dist.features.tables import TableSpec
 from recsys_dist.lazy import numpy as np
 from recsys_dist.lazy import tensorflow as tf
+from recsys_dist.yaml_loader import LocatedYaml
+from recsys_dist.yaml_schema import did_you_mean
 
 _INTEGER_RE = r"[-+]?[0-9]+"
 

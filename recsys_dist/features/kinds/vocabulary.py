@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from recsys_dist import hashing
-from recsys_dist.config.yaml_loader import LocatedYaml
 from recsys_dist.lazy import numpy as np
 from recsys_dist.lazy import tensorflow as tf
+from recsys_dist.yaml_loader import LocatedYaml
 
 
 def load_vocabulary(doc: LocatedYaml, path: str, file: str, dtype: str) -> list:

@@ -1,14 +1,16 @@
 """The registry of feature kinds: a kind is one class, registered once, and the config
 loader, schema check, transform and models ask it. A kind of this test's own
-(``scaled_numeric``) goes through all of them; the config part imports without
-TensorFlow.
+(``scaled_numeric``) goes through all of them; kinds of this test's own show that the
+transform runs each kind after the kinds it depends on (``depends_on``), whatever the
+order of registration; the config part imports without TensorFlow.
 
-Covers the base class and registry of kinds (``config/kinds/base.py``) and what a kind is
-given (``config/kinds/context.py``). What each built-in kind does is in
+Covers the base class and registry of kinds (``features/kinds/base.py``) and what a kind is
+given (``features/kinds/context.py``). What each built-in kind does is in
 tests/unit/features/test_transforms.py and test_sequences.py."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import pathlib
@@ -21,17 +23,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from recsys_dist.config.features import load_feature_config
-from recsys_dist.config.kinds import (
+from recsys_dist.data.schema_check import required_columns
+from recsys_dist.errors import ConfigError
+from recsys_dist.features.config import load_feature_config
+from recsys_dist.features.kinds import (
     FEATURE_KINDS,
     ColumnRead,
     FeatureKind,
     register_kind,
     unregister_kind,
 )
-from recsys_dist.data.schema_check import required_columns
-from recsys_dist.errors import ConfigError
-from recsys_dist.features.transforms import FeatureTransform
+from recsys_dist.features.transforms import FeatureTransform, group_by_kind
 from recsys_dist.models.embedding import FeatureEmbeddings, example_features
 from tests.support.configs import changed, line_of, write_yaml
 from tests.support.paths import REPO
@@ -81,14 +83,171 @@ def scaled_numeric():
     unregister_kind("scaled_numeric")
 
 
-def test_the_built_in_kinds_register_in_order():
-    assert list(FEATURE_KINDS)[:5] == [
-        "categorical",
-        "numeric",
-        "multi_categorical",
-        "cross",
-        "sequence",
-    ]
+def test_the_built_in_kinds_are_registered():
+    assert {"categorical", "numeric", "multi_categorical", "cross", "sequence"} <= set(
+        FEATURE_KINDS
+    )
+
+
+def test_every_kind_module_of_the_package_is_registered():
+    """A new kind is its module alone: the package imports each of its modules, so no
+    list names it."""
+    kinds = REPO / "recsys_dist" / "features" / "kinds"
+    declared = {
+        decorator.args[0].value
+        for path in kinds.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ClassDef)
+        for decorator in node.decorator_list
+        if isinstance(decorator, ast.Call)
+        and getattr(decorator.func, "id", None) == "register_kind"
+    }
+    assert len(declared) >= 5 and declared <= set(FEATURE_KINDS)
+
+
+def test_a_cross_is_transformed_after_its_categorical_inputs(tmp_path):
+    """The cross comes first in the file and in the registry; it reuses the integer hashes
+    of its inputs, so the categorical kind runs first."""
+    features = {
+        "tables": {"ads": {"rows": 100, "dim": 4}, "cross": {"rows": 50, "dim": 4}},
+        "features": {
+            "ad_x_site": {"kind": "cross", "inputs": ["ad", "site"], "table": "cross"},
+            "ad": {"kind": "categorical", "dtype": "int64", "table": "ads"},
+            "site": {"kind": "categorical", "dtype": "int64", "table": "ads"},
+            "age": {"kind": "numeric"},
+        },
+        "labels": {"click": {}},
+    }
+    config = load_feature_config(write_yaml(tmp_path / "f.yaml", features))
+    groups = group_by_kind(list(config.features.values()), config)
+    assert list(groups) == ["categorical", "cross", "numeric"]
+    assert [f.name for f in groups["categorical"]] == ["ad", "site"]
+
+
+def test_a_kind_runs_after_the_kinds_its_features_depend_on(tmp_path):
+    """``shifted`` is registered first and its feature comes first in the file; it depends
+    on a ``plain`` feature, so ``plain`` runs first."""
+    calls = []
+    try:
+
+        @register_kind("shifted")
+        @dataclasses.dataclass(frozen=True)
+        class Shifted(FeatureKind):
+            """Another feature's value plus one, fed to the dense tower."""
+
+            name: str
+            of: str
+            kind: Literal["shifted"] = "shifted"
+
+            def depends_on(self):
+                return (self.of,)
+
+            def column_reads(self, config):
+                return []
+
+            @classmethod
+            def transform_all(cls, features, context):
+                calls.append("shifted")
+                config = context.config
+                return {
+                    f.name: context.raw[config.column_of(config.features[f.of])] + 1.0
+                    for f in features
+                }
+
+        @register_kind("plain")
+        @dataclasses.dataclass(frozen=True)
+        class Plain(FeatureKind):
+            """A float column as it is."""
+
+            name: str
+            kind: Literal["plain"] = "plain"
+
+            def column_reads(self, config):
+                return [ColumnRead(config.column_of(self), "number", f"feature {self.name!r}")]
+
+            @classmethod
+            def transform_all(cls, features, context):
+                calls.append("plain")
+                return {f.name: context.raw[context.config.column_of(f)] for f in features}
+
+        doc = {
+            "features": {"up": {"kind": "shifted", "of": "x"}, "x": {"kind": "plain"}},
+            "labels": {"click": {}},
+        }
+        config = load_feature_config(write_yaml(tmp_path / "f.yaml", doc))
+        transform = FeatureTransform(config, [], {"x": "float32"}, "fail")
+        features, _, _ = transform(
+            {"x": tf.constant([1.0, 2.0])}, tf.constant("t"), tf.constant(0, tf.int64)
+        )
+    finally:
+        for name in ("shifted", "plain"):
+            if name in FEATURE_KINDS:
+                unregister_kind(name)
+    assert calls == ["plain", "shifted"]
+    assert list(features) == ["up", "x"]
+    np.testing.assert_array_equal(features["up"].numpy(), [2.0, 3.0])
+
+
+class Follows(FeatureKind):
+    """A kind of these tests: zeros, after the feature ``of``."""
+
+    def depends_on(self):
+        return (self.of,)
+
+    def column_reads(self, config):
+        return []
+
+    @classmethod
+    def transform_all(cls, features, context):
+        return {f.name: tf.zeros([2]) for f in features}
+
+
+@pytest.fixture
+def ping_pong():
+    """Registers ``ping`` and ``pong``, two kinds whose feature follows feature ``of``."""
+
+    @register_kind("ping")
+    @dataclasses.dataclass(frozen=True)
+    class Ping(Follows):
+        name: str
+        of: str
+        kind: Literal["ping"] = "ping"
+
+    @register_kind("pong")
+    @dataclasses.dataclass(frozen=True)
+    class Pong(Follows):
+        name: str
+        of: str
+        kind: Literal["pong"] = "pong"
+
+    yield
+    unregister_kind("ping")
+    unregister_kind("pong")
+
+
+def test_kinds_that_depend_on_each_other_are_refused_by_name(tmp_path, ping_pong):
+    doc = {
+        "features": {"a": {"kind": "ping", "of": "b"}, "b": {"kind": "pong", "of": "a"}},
+        "labels": {"click": {}},
+    }
+    config = load_feature_config(write_yaml(tmp_path / "f.yaml", doc))
+    with pytest.raises(
+        ValueError,
+        match=r"feature kinds depend on each other in a cycle: "
+        r"'ping' after 'pong' \(feature 'a' on 'b'\); 'pong' after 'ping' \(feature 'b' on 'a'\)",
+    ):
+        FeatureTransform(config, [], {}, "fail")
+
+
+def test_a_dependency_the_config_does_not_define_is_refused_by_name(tmp_path, ping_pong):
+    doc = {"features": {"a": {"kind": "ping", "of": "nowhere"}}, "labels": {"click": {}}}
+    config = load_feature_config(write_yaml(tmp_path / "f.yaml", doc))
+    with pytest.raises(
+        ValueError,
+        match=r"feature 'a' \(kind 'ping'\) depends on 'nowhere', which the feature config "
+        r"does not define; defined features: a",
+    ):
+        FeatureTransform(config, [], {}, "fail")
 
 
 def test_a_registered_kind_is_loaded_checked_and_transformed(tmp_path, scaled_numeric):
@@ -218,7 +377,7 @@ def test_a_kind_class_names_its_kind():
 
 def test_the_config_part_imports_without_tensorflow():
     code = (
-        "import sys, recsys_dist.config.experiment, recsys_dist.config.features; "
+        "import sys, recsys_dist.config.experiment, recsys_dist.features.config; "
         "assert 'tensorflow' not in sys.modules, 'the config part imported tensorflow'"
     )
     subprocess.run(

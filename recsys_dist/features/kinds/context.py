@@ -19,7 +19,7 @@ from recsys_dist.lazy import tensorflow as tf
 
 class FeatureSet(Protocol):
     """What a kind sees of the feature config
-    (:class:`~recsys_dist.config.features.FeatureConfig`)."""
+    (:class:`~recsys_dist.features.config.FeatureConfig`)."""
 
     @property
     def tables(self) -> Mapping[str, Any]: ...

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Literal
 
-from recsys_dist.config.kinds.base import ColumnRead, FeatureKind, register_kind
-from recsys_dist.config.kinds.context import FeatureSet, TransformContext
-from recsys_dist.config.tables import TableSpec
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.features.kinds.base import ColumnRead, FeatureKind, register_kind
+from recsys_dist.features.kinds.context import FeatureSet, TransformContext
+from recsys_dist.features.tables import TableSpec
 from recsys_dist.lazy import numpy as np
 from recsys_dist.lazy import tensorflow as tf
+from recsys_dist.yaml_loader import LocatedYaml
 
 
 def missing_indicator_name(feature: str) -> str:

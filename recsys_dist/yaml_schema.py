@@ -1,19 +1,10 @@
 """Typed parsing of YAML values into frozen dataclasses, in one place.
 
-Every config class is a frozen dataclass. :func:`parse` walks a YAML value against
-the class's type hints and builds the instance, or raises a
-:class:`~recsys_dist.errors.ConfigError` that names the file, line, dotted key path,
-the bad value and what is allowed. Unknown keys get a did-you-mean suggestion.
-
-Supported annotations: ``str``, ``int``, ``float``, ``bool``, ``datetime.date``,
-``Literal[...]``, ``X | None``, ``list[X]``, ``dict[str, X]`` and nested dataclasses.
-Extra per-field rules go in ``dataclasses.field(metadata=...)``:
-
-- ``"min"`` / ``"max"``: inclusive numeric bounds.
-- ``"min_items"``: minimum length of a list or mapping.
-- ``"item_min"``: inclusive lower bound of every item of a list.
-- ``"key_field"``: for ``dict[str, Dataclass]``, the dataclass field that receives the
-  mapping key (so ``features: {tags: {...}}`` sets ``name="tags"``).
+:func:`parse_dataclass` walks a YAML value against a frozen dataclass's type hints and
+builds the instance, or raises a :class:`~recsys_dist.errors.ConfigError` naming the file,
+line, dotted key path, the bad value and what is allowed; an unknown key gets a
+did-you-mean suggestion. :func:`parse_value` lists the annotations it supports and the
+per-field rules of ``dataclasses.field(metadata=...)``.
 """
 
 from __future__ import annotations
@@ -25,7 +16,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.yaml_loader import LocatedYaml
 
 _MISSING = dataclasses.MISSING
 
@@ -85,7 +76,18 @@ def parse_value(
     path: str,
     meta: typing.Mapping[str, Any] | None = None,
 ) -> Any:
-    """Converts one YAML value to ``annotation``; raises ConfigError on mismatch."""
+    """Converts one YAML value to ``annotation``; raises ConfigError on mismatch.
+
+    Supported annotations: ``str``, ``int``, ``float``, ``bool``, ``datetime.date``,
+    ``Literal[...]``, ``X | None``, ``list[X]``, ``dict[str, X]`` and nested dataclasses.
+    ``meta`` (a field's ``dataclasses.field(metadata=...)``) may hold:
+
+    - ``"min"`` / ``"max"``: inclusive numeric bounds.
+    - ``"min_items"``: minimum length of a list or mapping.
+    - ``"item_min"``: inclusive lower bound of every item of a list.
+    - ``"key_field"``: for ``dict[str, Dataclass]``, the dataclass field that receives the
+      mapping key (so ``features: {tags: {...}}`` sets ``name="tags"``).
+    """
     meta = meta or {}
     origin = typing.get_origin(annotation)
     if origin in (Union, types.UnionType):

@@ -1,46 +1,13 @@
 """The base class of feature kinds and their registry (``kind:`` in a feature config).
 
 A feature kind is one class: the frozen dataclass a feature of that kind parses into from
-YAML, with methods that say everything else about it. :func:`register_kind` puts it in
-:data:`FEATURE_KINDS`; the rest of the package asks a feature (``feature.table_name``,
-``feature.column_reads(config)``, ``Kind.transform_all(features, context)``) and never
-tests which kind it is. What a kind answers:
-
-- the config: its cross-reference checks (:meth:`FeatureKind.check`), the table it
-  reads (:attr:`~FeatureKind.table_name`) and the rows its ids span
-  (:meth:`~FeatureKind.id_rows`);
-- the data: the Parquet columns it reads and what they must hold
-  (:meth:`~FeatureKind.column_reads`);
-- the model inputs: its in-graph transform (:meth:`~FeatureKind.transform_all`, given
-  every feature of the kind at once), the inputs it produces
-  (:meth:`~FeatureKind.outputs`), their shape (:attr:`~FeatureKind.multi_valued`,
-  :meth:`~FeatureKind.example_input`) and pooling
-  (:meth:`~FeatureKind.embedding_combiner`);
-- ``validate --scan``: the ids it looks up in a record batch
-  (:meth:`~FeatureKind.scan_ids`).
-
-Kind modules import TensorFlow and numpy through :mod:`recsys_dist.lazy`, so the config
-part still imports without them.
-
-Example::
-
-    @register_kind("scaled_numeric")
-    @dataclasses.dataclass(frozen=True)
-    class ScaledNumeric(FeatureKind):
-        '''A float column times ``factor``, fed to the dense tower.'''
-
-        name: str
-        factor: float = 1.0
-        kind: Literal["scaled_numeric"] = "scaled_numeric"
-        column: str | None = None
-
-        def column_reads(self, config):
-            return [ColumnRead(config.column_of(self), "number", f"feature {self.name!r}")]
-
-        @classmethod
-        def transform_all(cls, features, context):
-            return {f.name: tf.cast(context.raw[context.config.column_of(f)], tf.float32)
-                    * f.factor for f in features}
+YAML, whose methods answer everything else about it (config checks, table and rows,
+Parquet columns, in-graph transform, model inputs, ``validate --scan`` ids).
+:func:`register_kind` puts it in :data:`FEATURE_KINDS`; the rest of the package asks a
+feature (``feature.table_name``, ``Kind.transform_all(features, context)``) and never
+tests which kind it is. Kind modules import TensorFlow and numpy through
+:mod:`recsys_dist.lazy`, so the feature config imports without them.
+tests/unit/features/test_feature_kinds.py defines a whole kind inside a test.
 """
 
 from __future__ import annotations
@@ -51,11 +18,11 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
 
-from recsys_dist.config.kinds.context import FeatureSet, IdScan, TransformContext
-from recsys_dist.config.schema import did_you_mean
-from recsys_dist.config.tables import DYNAMIC_KEY_SPACE, TableSpec
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.features.kinds.context import FeatureSet, IdScan, TransformContext
+from recsys_dist.features.tables import DYNAMIC_KEY_SPACE, TableSpec
 from recsys_dist.lazy import tensorflow as tf
+from recsys_dist.yaml_loader import LocatedYaml
+from recsys_dist.yaml_schema import did_you_mean
 
 #: What a Parquet column must hold for its reader (checked by
 #: :mod:`recsys_dist.data.schema_check`, which also decides the dtype it is read as).
@@ -106,7 +73,9 @@ class FeatureKind(abc.ABC):
         return self.table_name is not None
 
     def depends_on(self) -> tuple[str, ...]:
-        """Other features whose columns its transform reads (a cross's inputs)."""
+        """Other features whose columns its transform reads (a cross's inputs). Its kind's
+        transform runs after the kinds of these (a cross reuses the integer hashes its
+        categorical inputs computed)."""
         return ()
 
     def check(
@@ -231,8 +200,8 @@ class FeatureKind(abc.ABC):
         )
 
 
-#: Kind name -> its class, in the order the kinds were registered (the order of
-#: ``recsys_dist/config/kinds/__init__.py``; features are transformed kind by kind in it).
+#: Kind name -> its class, in the order the kinds were registered (error messages list
+#: them in it; the transform's order comes from ``depends_on``, not from this one).
 FEATURE_KINDS: dict[str, type[FeatureKind]] = {}
 
 _Kind = TypeVar("_Kind", bound=type)

@@ -1,23 +1,9 @@
 """The feature-config language: tables, features and labels (``features/*.yaml``).
 
-A feature config names the embedding tables, the features that read Parquet columns
-and the binary labels::
-
-    tables:
-      ad_id: {rows: 1000000, dim: 16}
-    features:
-      C1: {kind: categorical, dtype: int64, table: ad_id}
-      I1: {kind: numeric, transform: log1p, nan_means_missing: true}
-      tags: {kind: multi_categorical, table: tag, max_length: 8, combiner: mean}
-      C1_x_C2: {kind: cross, inputs: [C1, C2], table: cross}
-      hist_item: {kind: sequence, table: ad_id, max_length: 50, target: C1}
-    labels:
-      click: {}
-
-See ``docs/config.md`` for every key. Parsing and cross-reference checks happen in
-:func:`parse_feature_config`; nothing else validates feature configs. Each ``kind:`` is a
-class of :mod:`recsys_dist.config.kinds` with its fields and its own checks; this module
-parses the mapping, loads tables and labels and runs the checks that span features.
+:func:`parse_feature_config` parses and cross-checks one; nothing else validates feature
+configs. Each ``kind:`` is a class of :mod:`recsys_dist.features.kinds` with its fields
+and its own checks; this module parses the mapping, loads tables and labels and runs the
+checks that span features. ``docs/config.md`` gives every key, with examples.
 """
 
 from __future__ import annotations
@@ -25,32 +11,32 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from recsys_dist.config.kinds import (
+from recsys_dist.features.kinds import (
     FEATURE_KINDS as FEATURE_KINDS,
 )
-from recsys_dist.config.kinds import (
+from recsys_dist.features.kinds import (
     CategoricalFeature as CategoricalFeature,
 )
-from recsys_dist.config.kinds import (
+from recsys_dist.features.kinds import (
     CrossFeature as CrossFeature,
 )
-from recsys_dist.config.kinds import (
+from recsys_dist.features.kinds import (
     FeatureKind,
 )
-from recsys_dist.config.kinds import (
+from recsys_dist.features.kinds import (
     MultiCategoricalFeature as MultiCategoricalFeature,
 )
-from recsys_dist.config.kinds import (
+from recsys_dist.features.kinds import (
     NumericFeature as NumericFeature,
 )
-from recsys_dist.config.kinds import (
+from recsys_dist.features.kinds import (
     SequenceFeature as SequenceFeature,
 )
-from recsys_dist.config.schema import did_you_mean, parse_dataclass, parse_value
-from recsys_dist.config.tables import DYNAMIC_KEY_SPACE as DYNAMIC_KEY_SPACE
-from recsys_dist.config.tables import TableSpec as TableSpec
-from recsys_dist.config.tables import check_table
-from recsys_dist.config.yaml_loader import LocatedYaml, load_yaml
+from recsys_dist.features.tables import DYNAMIC_KEY_SPACE as DYNAMIC_KEY_SPACE
+from recsys_dist.features.tables import TableSpec as TableSpec
+from recsys_dist.features.tables import check_table
+from recsys_dist.yaml_loader import LocatedYaml, load_yaml
+from recsys_dist.yaml_schema import did_you_mean, parse_dataclass, parse_value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,14 +15,14 @@ from dataclasses import field
 from typing import Literal
 
 from recsys_dist import hashing
-from recsys_dist.config.kinds.base import ColumnRead, FeatureKind, register_kind
-from recsys_dist.config.kinds.categorical import CategoricalFeature
-from recsys_dist.config.kinds.context import FeatureSet, IdScan, TransformContext
-from recsys_dist.config.schema import did_you_mean
-from recsys_dist.config.tables import TableSpec
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.features.kinds.base import ColumnRead, FeatureKind, register_kind
+from recsys_dist.features.kinds.categorical import CategoricalFeature
+from recsys_dist.features.kinds.context import FeatureSet, IdScan, TransformContext
+from recsys_dist.features.tables import TableSpec
 from recsys_dist.lazy import numpy as np
 from recsys_dist.lazy import tensorflow as tf
+from recsys_dist.yaml_loader import LocatedYaml
+from recsys_dist.yaml_schema import did_you_mean
 
 
 @register_kind("cross")

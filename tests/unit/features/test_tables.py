@@ -1,4 +1,4 @@
-"""Embedding tables of a feature config (``recsys_dist/config/tables.py``): what a hashed and
+"""Embedding tables of a feature config (``recsys_dist/features/tables.py``): what a hashed and
 a dynamic table need, and the rejection of each key that does not apply to its kind."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from recsys_dist.config.schema import parse_value
-from recsys_dist.config.tables import TableSpec, check_table
-from recsys_dist.config.yaml_loader import load_yaml
 from recsys_dist.errors import ConfigError
+from recsys_dist.features.tables import TableSpec, check_table
+from recsys_dist.yaml_loader import load_yaml
+from recsys_dist.yaml_schema import parse_value
 from tests.support.configs import line_of, write_yaml
 
 

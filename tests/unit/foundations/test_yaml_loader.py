@@ -1,4 +1,4 @@
-"""Reading YAML with the line of every key (``recsys_dist/config/yaml_loader.py``): the line
+"""Reading YAML with the line of every key (``recsys_dist/yaml_loader.py``): the line
 map, dates kept as text, and the file errors (missing, a directory, not text, invalid YAML,
 a key given twice, a key that is not a scalar), each naming the file and line."""
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from recsys_dist.config.yaml_loader import LocatedYaml, load_yaml
 from recsys_dist.errors import ConfigError
+from recsys_dist.yaml_loader import LocatedYaml, load_yaml
 
 TEXT = """\
 # a comment

@@ -18,13 +18,13 @@ from dataclasses import field
 from typing import Literal
 
 from recsys_dist import hashing
-from recsys_dist.config.kinds.base import ColumnRead, FeatureKind, register_kind
-from recsys_dist.config.kinds.context import FeatureSet, IdScan, TransformContext
-from recsys_dist.config.kinds.vocabulary import Vocabulary, check_vocabulary, vocabulary_rows
-from recsys_dist.config.tables import TableSpec
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.features.kinds.base import ColumnRead, FeatureKind, register_kind
+from recsys_dist.features.kinds.context import FeatureSet, IdScan, TransformContext
+from recsys_dist.features.kinds.vocabulary import Vocabulary, check_vocabulary, vocabulary_rows
+from recsys_dist.features.tables import TableSpec
 from recsys_dist.lazy import numpy as np
 from recsys_dist.lazy import tensorflow as tf
+from recsys_dist.yaml_loader import LocatedYaml
 
 IdDtype = Literal["int64", "string"]
 

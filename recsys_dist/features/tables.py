@@ -1,7 +1,7 @@
 """Embedding tables of a feature config (``tables:`` of ``features/*.yaml``).
 
 A table is one embedding weight that one or several features index. Feature kinds
-(:mod:`recsys_dist.config.kinds`) read a feature's table here: its rows, its dim, and
+(:mod:`recsys_dist.features.kinds`) read a feature's table here: its rows, its dim, and
 whether it is ``dynamic``.
 """
 
@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import field
 from typing import Literal
 
-from recsys_dist.config.yaml_loader import LocatedYaml
+from recsys_dist.yaml_loader import LocatedYaml
 
 
 @dataclasses.dataclass(frozen=True)
