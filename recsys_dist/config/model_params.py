@@ -3,7 +3,7 @@ model with ``@register_model`` (:mod:`recsys_dist.config.model_registry`): its n
 input groups and what else a config must give it. The first line of a class's docstring
 is the model's summary in docs/config.md.
 
-The classes parse from YAML with :func:`recsys_dist.config.schema.parse_dataclass`
+The classes parse from YAML with :func:`recsys_dist.yaml_schema.parse_dataclass`
 (``"min"``, ``"max"`` and ``"min_items"`` metadata are checked there, with file and
 line). Constructing one in Python checks the same bounds, plus ``"item_min"`` (a bound on
 every list item, which the YAML parser does not know), and raises ``ValueError``::

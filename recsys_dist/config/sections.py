@@ -1,6 +1,6 @@
 """The sections of a model and training config: ``data``, ``input``, ``model``,
 ``cluster``, ``train`` (its optimizers and early stopping), ``evaluation`` and ``retrain``,
-one frozen dataclass each, parsed and checked by :func:`~recsys_dist.config.schema.parse_dataclass`
+one frozen dataclass each, parsed and checked by :func:`~recsys_dist.yaml_schema.parse_dataclass`
 (each field's ``metadata`` gives its bounds). ``config/experiment.py`` reads a config file
 into them; lower layers take the section they need.
 """

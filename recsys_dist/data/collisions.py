@@ -1,7 +1,7 @@
 """How many distinct ids each embedding table sees, and how often hashed ids share a row.
 
 ``recsys-dist validate --scan`` reports it per table (:func:`table_ids`). An id is a raw
-value of a feature, as its kind says (``scan_ids`` in :mod:`recsys_dist.config.kinds`): a
+value of a feature, as its kind says (``scan_ids`` in :mod:`recsys_dist.features.kinds`): a
 categorical's column value, each element of a multi_categorical's list (or each token of
 its delimited string, the part before the weight separator of a weighted one), a cross's
 tuple of input values, each of a sequence's ``max_length`` most recent ids. One value
@@ -235,7 +235,7 @@ def _tokens(
 
 class _Batch:
     """One record batch as a feature kind's ``scan_ids`` reads it
-    (:class:`~recsys_dist.config.kinds.IdScan`)."""
+    (:class:`~recsys_dist.features.kinds.IdScan`)."""
 
     def __init__(self, scanner: _Scanner, batch: pa.RecordBatch):
         self.config = scanner.config

@@ -14,29 +14,8 @@ where each kind's transform lives), with a
 :class:`~recsys_dist.features.kinds.TransformContext` of the chunk. It keeps the labels
 and the row checks.
 
-Inputs: each column as read (:mod:`recsys_dist.ops`): a ``[N]`` tensor, or a
-``[N, None]`` ragged tensor for a list column, and optionally its validity (false for
-a null; for a list column, per element). Nulls follow each feature's policy:
-
-- categorical: the feature's missing row (the last row of its id space), which no
-  real id hashes to; a cross with a missing input reads the cross's missing row.
-- numeric: ``fill_value`` (and ``<name>.missing`` = 1 with ``missing_indicator``).
-- multi_categorical: a null list is empty; a null id (or its null weight) is dropped.
-- sequence: a null list is an empty history; a position with a null id is dropped.
-- label: bad data (``on_bad_row``).
-
-Outputs for a chunk of N rows (B in a batch):
-
-- categorical, cross, bucketized numeric: int64 ``[N]`` table rows.
-- numeric: float32 ``[N]``; with ``missing_indicator`` also ``<name>.missing``
-  float32 ``[N]`` in {0, 1}.
-- multi_categorical, sequence: ``{"ids": int64 [N, L], "weights": float32 [N, L]}``,
-  padded with weight 0 past each row's ids (L = ``max_length``; a sequence's newest
-  id first).
-- labels: float32 ``[N]`` in {0, 1}.
-- valid: float32 ``[N]``: 1 for a good row, 0 for a row skipped under
-  ``on_bad_row: skip`` (its values are replaced by safe ones so they cannot poison a
-  step; train with it as the example weight).
+The null policies and the output shapes are given on :class:`FeatureTransform` and in
+docs/data.md.
 """
 
 from __future__ import annotations
@@ -61,6 +40,30 @@ from recsys_dist.features.kinds.context import IntHashes
 
 class FeatureTransform:
     """Builds model inputs from the raw columns of one chunk of rows.
+
+    Inputs: each column as read (:mod:`recsys_dist.ops`): a ``[N]`` tensor, or a
+    ``[N, None]`` ragged tensor for a list column, and optionally its validity (false for
+    a null; for a list column, per element). Nulls follow each feature's policy:
+
+    - categorical: the feature's missing row (the last row of its id space), which no
+      real id hashes to; a cross with a missing input reads the cross's missing row.
+    - numeric: ``fill_value`` (and ``<name>.missing`` = 1 with ``missing_indicator``).
+    - multi_categorical: a null list is empty; a null id (or its null weight) is dropped.
+    - sequence: a null list is an empty history; a position with a null id is dropped.
+    - label: bad data (``on_bad_row``).
+
+    Outputs for a chunk of N rows (B in a batch):
+
+    - categorical, cross, bucketized numeric: int64 ``[N]`` table rows.
+    - numeric: float32 ``[N]``; with ``missing_indicator`` also ``<name>.missing``
+      float32 ``[N]`` in {0, 1}.
+    - multi_categorical, sequence: ``{"ids": int64 [N, L], "weights": float32 [N, L]}``,
+      padded with weight 0 past each row's ids (L = ``max_length``; a sequence's newest
+      id first).
+    - labels: float32 ``[N]`` in {0, 1}.
+    - valid: float32 ``[N]``: 1 for a good row, 0 for a row skipped under
+      ``on_bad_row: skip`` (its values are replaced by safe ones so they cannot poison a
+      step; train with it as the example weight).
 
     Args:
       features: The feature config.
