@@ -126,7 +126,7 @@ def pyarrow_reader(files: list[str], columns: list[str], filesystem=None) -> Cal
 def pipeline_reader(pipeline) -> Callable[[], None]:
     """Consumes every batch in-graph, as a worker's training step does (iterating in
     Python would add the cost of handing each batch to Python, which no worker pays)."""
-    dataset = pipeline.dataset_fn(training=False, worker_index=0)()
+    dataset = pipeline.local_dataset(training=False)
 
     @tf.function
     def consume():
@@ -213,7 +213,7 @@ def main() -> None:
             data = tmp
             synthesize(tmp, days=1, rows_per_day=args.rows, seed=1)
         config = load_config(DEMO_CONFIG)
-        pipeline = prepare_input(config.with_data_path(data), None, num_workers=1).single_worker()
+        pipeline = prepare_input(config.with_data_path(data), None, num_workers=1)
         plan, columns = pipeline.plan, pipeline.transform.columns
         rows = plan.total_rows
         read = {c: split_read_dtype(pipeline.transform.column_dtypes[c]) for c in columns}

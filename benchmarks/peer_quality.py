@@ -656,7 +656,7 @@ def _score(model, config, split: str) -> dict[str, float]:
             reduce_retracing=True,
         )
     labels, logits, weights, oracle = [], [], [], []
-    for batch in pipeline.dataset_fn(training=False, worker_index=0)():
+    for batch in pipeline.local_dataset(training=False):
         logits.append(predict(batch["features"]).numpy())
         labels.append(batch["labels"][label].numpy())
         weights.append(batch["valid"].numpy())
@@ -763,7 +763,7 @@ def _one_pass(config, step, epoch: int, log: Callable[[str], None]) -> int:
     spec = dataclasses.replace(config.input, seed=config.input.seed + epoch - 1)
     train = prepare_input(config, "train", 1, spec=spec)
     steps, recent = 0, []
-    for batch in train.dataset_fn(training=True, worker_index=0)():
+    for batch in train.local_dataset(training=True):
         recent = (recent + [float(step(batch))])[-500:]
         steps += 1
         if steps % 1000 == 0:

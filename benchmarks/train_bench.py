@@ -95,7 +95,7 @@ def way_b(data: str) -> float:
 
     config = _config()
     pipeline = prepare_input(config.with_data_path(data), "train", 1)
-    batches = list(pipeline.dataset_fn(training=False, worker_index=0)())
+    batches = list(pipeline.local_dataset(training=False))
     x = tf.nest.map_structure(
         lambda *parts: np.concatenate([p.numpy() for p in parts]), *[b["features"] for b in batches]
     )
@@ -128,11 +128,11 @@ def way_c(data: str) -> float:
 
     config = _config()
     pipeline = prepare_input(config.with_data_path(data), "train", config.cluster.workers)
-    dataset_fn = pipeline.dataset_fn(training=True)
 
     def creator(input_context):
+        # Each worker reads every unit, in its own shuffled order (no static shards).
         return (
-            dataset_fn(input_context)
+            pipeline.local_dataset(training=True)
             .map(lambda e: (e["features"], {"click": e["labels"]["click"]}))
             .repeat()
         )

@@ -48,10 +48,9 @@ def synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_plan(pipeline) -> list[str]:
+def _describe_plan(pipeline, steps_per_call: int) -> list[str]:
     plan = pipeline.plan
-    per_worker = plan.rows_per_worker()
-    balance = min(per_worker) / max(per_worker) if max(per_worker) else 1.0
+    items = pipeline.training_items(steps_per_call)
     lines = [
         f"data     {len(plan.files)} files, {plan.total_rows:,} rows, {len(plan.units)} units",
         f"schema   OK: {len(pipeline.transform.columns)} columns ("
@@ -59,9 +58,9 @@ def _describe_plan(pipeline) -> list[str]:
             f"{c} {pipeline.transform.column_dtypes[c]}" for c in pipeline.transform.columns[:6]
         )
         + ", ...)",
-        f"plan     {plan.num_workers} workers: "
-        + " / ".join(f"{r:,}" for r in per_worker)
-        + f" rows (balance {balance:.2f})",
+        f"plan     {len(items):,} work items of up to {max(i.rows for i in items):,} rows "
+        f"(train.steps_per_call batches), handed to {plan.num_workers} workers as each "
+        "is free",
     ]
     for s in plan.skipped:
         lines.append(f"skipped  {s.path}: {s.reason}" + (f" ({s.rows:,} rows)" if s.rows else ""))
@@ -117,10 +116,10 @@ def _check_split(config, pipeline, split: str | None, scan: bool) -> None:
     from recsys_dist.data.history_lengths import history_lengths
     from recsys_dist.data.read_pass import read_pass_local
 
-    for line in _describe_plan(pipeline):
+    for line in _describe_plan(pipeline, config.train.steps_per_call):
         print(line)
     if scan:
-        result = read_pass_local(pipeline.single_worker())
+        result = read_pass_local(pipeline)
         print(
             f"scan     read {result.rows:,} rows in-graph in {result.seconds:.1f}s: "
             f"{result.skipped_rows:,} bad rows skipped"
@@ -142,11 +141,11 @@ def _check_split(config, pipeline, split: str | None, scan: bool) -> None:
 
 
 def read(args: argparse.Namespace) -> int:
+    from recsys_dist.cluster.read_check import read_split
     from recsys_dist.cluster.runtime import connect
     from recsys_dist.config import load_config
     from recsys_dist.config.sections import ClusterSpec
     from recsys_dist.data.input_fn import prepare_input
-    from recsys_dist.data.read_pass import read_pass_on_cluster
     from recsys_dist.progress import Progress
 
     config = load_config(args.config, args.set).with_data_path(args.data)
@@ -156,15 +155,16 @@ def read(args: argparse.Namespace) -> int:
         mode, args.workers or config.cluster.workers, args.ps or config.cluster.ps
     )
     pipeline = prepare_input(config, args.split, cluster.workers)
-    for line in _describe_plan(pipeline):
+    for line in _describe_plan(pipeline, config.train.steps_per_call):
         print(line)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="recsys_dist_cluster_")
     with connect(cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
         print(f"cluster  {runtime.describe()}")
-        result = read_pass_on_cluster(
+        result = read_split(
             pipeline,
-            runtime.strategy,
             runtime.coordinator,
+            runtime.num_workers,
+            config.train.steps_per_call,
             collect_rows=args.check,
             progress=Progress("rows"),
         )

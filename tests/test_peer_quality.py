@@ -184,7 +184,7 @@ def test_one_hot_encoding_is_what_lr_reads(tiny_data, tmp_path):
 
     pipeline = prepare_input(config, "eval", 1)
     rows, logits = [], []
-    for batch in pipeline.dataset_fn(training=False, worker_index=0)():
+    for batch in pipeline.local_dataset(training=False):
         rows.append(batch["row"].numpy())
         logits.append(model(batch["features"], training=False)["click"].numpy())
     order = np.argsort(np.concatenate(rows), kind="stable")

@@ -75,7 +75,7 @@ def ps_traffic(batches: int = 50) -> Traffic:
     with tempfile.TemporaryDirectory() as tmp:
         synthesize(tmp, days=1, rows_per_day=batch_size * batches * 2, seed=4)
         pipeline = prepare_input(config.with_data_path(tmp), None, 1)
-        measured = list(pipeline.dataset_fn(training=True, worker_index=0)().take(batches))
+        measured = list(pipeline.local_dataset(training=True).take(batches))
     model = build_from_config(config)
     rows_read, row_bytes = [], []
     for batch in measured:

@@ -1,7 +1,7 @@
 """Handing work items to the workers: a window of closures in flight, oldest first.
 
-Training and scoring both cut a split into items (row ranges of one file; see
-``data/input_fn.py``) and schedule one closure per item on the ``ClusterCoordinator``.
+Training, scoring and ``data read`` all cut a split into items (row ranges of one file;
+see ``data/input_fn.py``) and schedule one closure per item on the ``ClusterCoordinator``.
 They keep ``2 x workers`` closures in flight, so each worker has the next item queued
 while it runs one, and they take results back in the order they were scheduled, so the
 coordinator knows exactly which items are done (a checkpoint records that).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Iterable, Iterator
 from typing import Any, Callable
 
 import tensorflow as tf
@@ -140,6 +141,22 @@ class InFlight:
                 item.remotes.append(self._schedule(item.args))
                 self.duplicated += 1
         self._last_back = time.monotonic()
+
+
+def each_item(
+    coordinator, function: Callable, items: Iterable, limit: int
+) -> Iterator[tuple[Any, Any]]:
+    """Runs ``function(item.file, item.start, item.stop)`` for every item, at most
+    ``limit`` closures in flight; yields ``(item, result)`` in the order of ``items``
+    (scoring and ``data read``; training keeps its own window, see ``train/loop.py``)."""
+    in_flight = InFlight(coordinator, function, limit)
+    queue = iter(items)
+    while True:
+        while in_flight.has_room() and (item := next(queue, None)) is not None:
+            in_flight.put(item, item.file, item.start, item.stop)
+        if not len(in_flight):
+            return
+        yield in_flight.pop()
 
 
 def run_on_a_worker(coordinator, function: Callable, unreachable: Callable[[], bool]) -> Any:

@@ -93,12 +93,6 @@ class SynchronousCoordinator:
     def join(self) -> None:
         """Nothing is ever in flight."""
 
-    def create_per_worker_dataset(self, dataset_fn):
-        raise ClusterError(
-            "cluster.strategy: mirrored trains from work items; per-worker "
-            "datasets (data read) need cluster.strategy: parameter_server"
-        )
-
 
 def settle_replica_local(strategy: tf.distribute.Strategy, variables) -> None:
     """Gives every replica's copy of each replica-local variable the replicas' aggregate.

@@ -23,7 +23,7 @@ def distinct_rows_per_batch(
     :class:`~recsys_dist.data.input_fn.InputPipeline`); the ids of every feature of a
     table count together, padding never. Returns the means and how many batches were
     read (fewer when the data ends first)."""
-    dataset = pipeline.single_worker().dataset_fn(training=True, worker_index=0)()
+    dataset = pipeline.local_dataset(training=True)
     counts: dict[str, list[int]] = {}
     seen = 0
     for batch in dataset.take(batches):

@@ -1,11 +1,13 @@
 """The worker-side ``tf.data`` input function.
 
-:func:`prepare_input` runs on the coordinator: it discovers the split's files, checks the
-schema against the feature config and plans the shards. :meth:`InputPipeline.dataset_fn`
-returns the function each worker runs, pure graph: it reads the worker's units with the
-package's Parquet op, transforms every feature in-graph over whole units (so per-op
-overhead is paid per unit, not per batch), shuffles rows within units for training, then
-rebatches and prefetches. No Python runs per row or per batch. Each element is a dict::
+:func:`prepare_input` runs on the coordinator: it discovers the split's files, reads
+their footers, checks the schema against the feature config and plans the units.
+:meth:`InputPipeline.item_dataset` is what a worker runs for one work item (a row range
+of one file, handed out by ``cluster/dispatch.py``): pure graph, it reads the rows with
+the package's Parquet op, transforms every feature in-graph over the whole item (so
+per-op overhead is paid per item, not per batch), shuffles its rows for training, then
+rebatches. :meth:`InputPipeline.local_dataset` runs the same reader over every unit in
+this process. No Python runs per row or per batch. Each element is a dict::
 
     {"features": {name: Tensor | {"ids", "weights"}},  # see features.transforms
      "labels": {name: float32 [B]},
@@ -47,10 +49,10 @@ def row_id(file_index: int, row: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class InputPipeline:
-    """A planned input split, ready to build per-worker datasets.
+    """A planned input split, ready to read.
 
     Attributes:
-      plan: Which worker reads which units.
+      plan: The split's files and units.
       transform: In-graph feature transform.
       spec: Input settings (batch size, parallelism, ...).
       extra_columns: Numeric columns passed through untransformed as float32.
@@ -64,13 +66,6 @@ class InputPipeline:
     extra_columns: tuple[str, ...] = ()
     keep_columns: tuple[str, ...] = ()
 
-    def single_worker(self) -> "InputPipeline":
-        """The same units planned for one worker (to read everything in one process)."""
-        plan = dataclasses.replace(
-            self.plan, workers=tuple(0 for _ in self.plan.units), num_workers=1
-        )
-        return dataclasses.replace(self, plan=plan)
-
     def work_items(self, max_rows: int) -> tuple[Unit, ...]:
         """The plan's units cut into items of at most ``max_rows`` rows, in plan order.
 
@@ -83,6 +78,11 @@ class InputPipeline:
                 Unit(unit.file, a, b) for a, b in split_rows(unit.start, unit.stop, max_rows)
             )
         return tuple(items)
+
+    def training_items(self, steps_per_call: int) -> tuple[Unit, ...]:
+        """The items training hands out, one per closure: ``steps_per_call`` batches
+        each at most (``data read`` reads the same items)."""
+        return self.work_items(steps_per_call * self.spec.batch_size)
 
     # Plain TensorFlow: AutoGraph must not convert it (see Trainer._replica_step).
     @tf.autograph.experimental.do_not_convert
@@ -103,22 +103,6 @@ class InputPipeline:
         # would run its ops one by one (tf.data does so inside a map function).
         element = self._unit_reader(training)(file_index, start, stop)
         return tf.data.Dataset.from_tensors(element).rebatch(batch_size or self.spec.batch_size)
-
-    def per_worker_iterator(self, strategy, coordinator, training: bool, epochs: int = 1):
-        """An iterator over every worker's own dataset, for closures the coordinator schedules.
-
-        Args:
-          strategy: The ``ParameterServerStrategy`` (one replica per GPU of a worker).
-          coordinator: Its ``ClusterCoordinator``.
-          training, epochs: As for :meth:`dataset_fn`.
-        """
-        dataset_fn = self.dataset_fn(training=training, epochs=epochs)
-
-        @tf.function
-        def per_worker_dataset_fn():
-            return strategy.distribute_datasets_from_function(dataset_fn)
-
-        return iter(coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
     def _unit_reader(self, training: bool) -> Callable:
         """``read_unit(file_index, start, stop) -> element`` for rows ``[start, stop)``."""
@@ -181,47 +165,34 @@ class InputPipeline:
 
         return read_unit
 
-    def dataset_fn(
-        self, training: bool, worker_index: int | None = None, epochs: int = 1
-    ) -> Callable[..., tf.data.Dataset]:
-        """Returns the dataset function for ``epochs`` passes over this worker's units.
+    def local_dataset(self, training: bool, epochs: int = 1) -> tf.data.Dataset:
+        """Every unit of the plan read in this process, ``epochs`` times, through the
+        reader a worker runs for an item (``validate --scan``, measurements, tests).
 
         Args:
           training: Shuffle units and rows (when ``spec.shuffle``), anew each epoch.
-          worker_index: Fixed worker index for use outside a cluster; by default the
-            index comes from ``experimental_get_current_worker_index()`` on each worker.
           epochs: Passes over the units.
         """
         plan, spec = self.plan, self.spec
-        shuffle = training and spec.shuffle
-        read_unit = self._unit_reader(training)
-
-        def dataset_fn(input_context=None) -> tf.data.Dataset:
-            if worker_index is None:
-                index = tf.distribute.coordinator.experimental_get_current_worker_index()
-            else:
-                index = tf.constant(worker_index)
-            mine = tf.equal(tf.constant(plan.workers, tf.int32), tf.cast(index, tf.int32))
-            units = tuple(
-                tf.boolean_mask(tf.constant(column, tf.int64), mine)
-                for column in (
-                    [u.file for u in plan.units],
-                    [u.start for u in plan.units],
-                    [u.stop for u in plan.units],
-                )
+        units = tuple(
+            tf.constant(column, tf.int64)
+            for column in (
+                [u.file for u in plan.units],
+                [u.start for u in plan.units],
+                [u.stop for u in plan.units],
             )
-            ds = tf.data.Dataset.from_tensor_slices(units)
-            if shuffle:
-                ds = ds.shuffle(len(plan.units), seed=spec.seed, reshuffle_each_iteration=True)
-            if epochs > 1:
-                ds = ds.repeat(epochs)
-            ds = ds.map(
-                read_unit, num_parallel_calls=spec.read_parallelism, deterministic=not training
-            )
-            ds = ds.rebatch(spec.batch_size)
-            return ds.prefetch(spec.prefetch_batches)
-
-        return dataset_fn
+        )
+        ds = tf.data.Dataset.from_tensor_slices(units)
+        if training and spec.shuffle:
+            ds = ds.shuffle(len(plan.units), seed=spec.seed, reshuffle_each_iteration=True)
+        if epochs > 1:
+            ds = ds.repeat(epochs)
+        ds = ds.map(
+            self._unit_reader(training),
+            num_parallel_calls=spec.read_parallelism,
+            deterministic=not training,
+        )
+        return ds.rebatch(spec.batch_size).prefetch(spec.prefetch_batches)
 
 
 def _split_files(
@@ -263,7 +234,7 @@ def prepare_input(
       config: The experiment config.
       split: ``train``, ``eval`` or ``validation`` from ``config.data``; ``None`` reads
         all of the path.
-      num_workers: Workers to plan for.
+      num_workers: Workers that will read the split (for the plan's description).
       spec: Overrides ``config.input``.
       extra_columns: Numeric columns to pass through, e.g. ``("oracle_logit",)``.
       optional_extra_columns: Passed through too when every file has them (the

@@ -1,10 +1,10 @@
-"""Read one pass of a planned split: on a cluster through ClusterCoordinator, or locally.
+"""Reading a planned split, and what its reads must add up to.
 
-On a cluster the coordinator schedules closures that each pull up to
-``batches_per_call`` batches from the worker's own iterator with
-``get_next_as_optional``, so a worker whose shard is finished returns an empty result
-instead of raising ``OutOfRangeError`` (which would cancel every pending closure).
-The coordinator stops scheduling once the rows it got back add up to the plan's total.
+:func:`read_pass_local` reads every row of a plan in this process, through the reader a
+worker runs (``validate --scan``). On a cluster, ``data read`` hands the same work items
+as training to the workers (``cluster/read_check.py``). Both report a
+:class:`ReadPassResult`, checked by :func:`check_exactly_once`; a worker's failure on bad
+data or storage becomes a clear error naming the file (:func:`worker_errors_as_data_errors`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Callable
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.distribute.coordinator.cluster_coordinator import ClosureInputError
 
 from recsys_dist.data.input_fn import InputPipeline, row_id
 from recsys_dist.data.shard_plan import ShardPlan
@@ -32,8 +30,9 @@ class ReadPassResult:
     Attributes:
       rows: Rows read (valid and skipped).
       skipped_rows: Rows marked invalid under ``on_bad_row: skip``.
-      rows_per_worker: Rows read by each worker.
-      seconds: Wall time of the pass (after the first batch was requested).
+      rows_per_worker: Rows read by each worker (one entry, this process, for a local
+        read).
+      seconds: Wall time of the pass.
       row_ids: Every row id read, when collected (see ``input_fn.row_id``).
     """
 
@@ -48,101 +47,14 @@ class ReadPassResult:
         return self.rows / self.seconds if self.seconds > 0 else float("nan")
 
 
-def _pull(iterator, batches: int, collect_rows: bool):
-    """Pulls up to ``batches`` batches; returns (rows, invalid rows, row ids)."""
-    row_ids = tf.TensorArray(
-        tf.int64, size=0, dynamic_size=True, infer_shape=False, element_shape=tf.TensorShape([None])
-    )
-    rows = tf.constant(0, tf.int64)
-    invalid = tf.constant(0.0, tf.float32)
-    for i in tf.range(batches):
-        optional = iterator.get_next_as_optional()
-        if not optional.has_value():
-            break
-        batch = optional.get_value()
-        rows += tf.size(batch["row"], out_type=tf.int64)
-        invalid += tf.reduce_sum(1.0 - batch["valid"])
-        if collect_rows:
-            row_ids = row_ids.write(i, batch["row"])
-    ids = row_ids.concat() if collect_rows else tf.zeros([0], tf.int64)
-    return rows, tf.cast(invalid, tf.int64), ids
-
-
-def read_pass_on_cluster(
-    pipeline: InputPipeline,
-    strategy,
-    coordinator,
-    *,
-    collect_rows: bool = False,
-    batches_per_call: int = 16,
-    progress: Callable[[int, int], None] | None = None,
-) -> ReadPassResult:
-    """Reads one pass of ``pipeline`` on the cluster behind ``coordinator``.
-
-    Args:
-      pipeline: Planned for ``strategy``'s number of workers.
-      strategy: A ``ParameterServerStrategy``.
-      coordinator: Its ``ClusterCoordinator``.
-      collect_rows: Also return every row id (for exactly-once checks).
-      batches_per_call: Batches each scheduled closure reads.
-      progress: Called with (rows so far, total rows) after each wave of closures.
+def read_pass_local(pipeline: InputPipeline, *, collect_rows: bool = False) -> ReadPassResult:
+    """Reads every unit of ``pipeline``'s plan in this process (no cluster).
 
     Raises:
-      DataError: a worker hit bad data (the message names the file and column), or the
-        workers ran dry before the planned rows arrived.
+      DataError: bad data (the message names the file and column, or row).
+      StorageError: storage failed the read.
     """
-    plan = pipeline.plan
-    iterator = pipeline.per_worker_iterator(strategy, coordinator, training=False)
-
-    @tf.function
-    def read_step(iterator):
-        rows, invalid, ids = _pull(iterator, batches_per_call, collect_rows)
-        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-        return rows, invalid, ids, worker
-
-    with worker_errors_as_data_errors():
-        return _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress)
-
-
-def _read_waves(plan, coordinator, read_step, iterator, collect_rows, progress) -> ReadPassResult:
-    total = plan.total_rows
-    rows = skipped = 0
-    per_worker = [0] * plan.num_workers
-    collected: list[np.ndarray] = []
-    empty_waves = 0
-    start = time.perf_counter()
-    while rows < total:
-        wave = [
-            coordinator.schedule(read_step, args=(iterator,)) for _ in range(2 * plan.num_workers)
-        ]
-        got = 0
-        for remote in wave:
-            n, bad, ids, worker = (np.asarray(v) for v in remote.fetch())
-            got += int(n)
-            per_worker[int(worker)] += int(n)
-            skipped += int(bad)
-            if collect_rows and ids.size:
-                collected.append(ids)
-        rows += got
-        empty_waves = empty_waves + 1 if got == 0 else 0
-        if empty_waves >= 20:
-            raise DataError(f"the workers ran out of data after {rows} of {total} planned rows")
-        if progress is not None:
-            progress(rows, total)
-    seconds = time.perf_counter() - start
-    ids = (
-        np.concatenate(collected)
-        if collect_rows and collected
-        else (np.zeros([0], np.int64) if collect_rows else None)
-    )
-    return ReadPassResult(rows, skipped, per_worker, seconds, ids)
-
-
-def read_pass_local(
-    pipeline: InputPipeline, *, worker_index: int = 0, collect_rows: bool = False
-) -> ReadPassResult:
-    """Reads the units of one worker of the plan in this process (no cluster)."""
-    dataset = pipeline.dataset_fn(training=False, worker_index=worker_index)()
+    dataset = pipeline.local_dataset(training=False)
     rows = skipped = 0
     collected = []
     start = time.perf_counter()
@@ -153,10 +65,8 @@ def read_pass_local(
             if collect_rows:
                 collected.append(batch["row"].numpy())
     seconds = time.perf_counter() - start
-    per_worker = [0] * pipeline.plan.num_workers
-    per_worker[worker_index] = rows
     ids = np.concatenate(collected) if collected else np.zeros([0], np.int64)
-    return ReadPassResult(rows, skipped, per_worker, seconds, ids if collect_rows else None)
+    return ReadPassResult(rows, skipped, [rows], seconds, ids if collect_rows else None)
 
 
 @contextlib.contextmanager
@@ -175,14 +85,6 @@ def worker_errors_as_data_errors():
         if STORAGE_FAILURE not in exc.message:
             raise
         raise bad_data_error(exc) from None
-    except ClosureInputError as exc:  # a per-worker dataset could not be built
-        original = exc.original_exception
-        if isinstance(original, (tf.errors.InvalidArgumentError, tf.errors.NotFoundError)) or (
-            isinstance(original, tf.errors.FailedPreconditionError)
-            and STORAGE_FAILURE in original.message
-        ):
-            raise bad_data_error(original) from None
-        raise
 
 
 #: What the Parquet op says when storage failed it (``<uri>: cannot read from storage: ...``).

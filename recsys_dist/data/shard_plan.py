@@ -1,11 +1,10 @@
-"""Plan which worker reads which rows: every unit goes to exactly one worker per pass.
+"""Plan the rows of a split: its files cut into units, every row in exactly one unit.
 
 A *unit* is a row range of one file: a whole row group, or a slice of a row group
-larger than ``max_unit_rows``. Units are balanced over workers by their row counts
-from the Parquet footers (longest-processing-time-first greedy), so workers finish a
-pass at about the same time. The plan is built on the coordinator and embedded as
-constants in the dataset graph; each worker selects its own units in-graph by its
-worker index.
+larger than ``max_unit_rows``, from the Parquet footers. No unit belongs to a worker:
+training, scoring and ``data read`` cut the units into work items
+(``InputPipeline.work_items``) and the coordinator hands each item to whichever worker
+is free (``cluster/dispatch.py``).
 
 Nulls are read under each feature's null policy. The one null that is bad data is a
 null label: under ``on_bad_row: fail`` a label null that the footer statistics show
@@ -16,7 +15,6 @@ not show fails in-graph, naming the row); under ``skip`` its rows are skipped in
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from typing import Literal
 
 from recsys_dist.data.parquet_meta import FileMeta, Skipped
@@ -38,14 +36,13 @@ class Unit:
 
 @dataclasses.dataclass(frozen=True)
 class ShardPlan:
-    """The assignment of units to workers for one pass over a split.
+    """The units of one pass over a split.
 
     Attributes:
       files: File paths, indexed by ``Unit.file``.
       file_rows: Total rows of each file.
       units: Every unit of the pass.
-      workers: Worker index of each unit.
-      num_workers: Number of workers planned for.
+      num_workers: Workers that will read the pass (for the plan's description).
       skipped: Files or units left out under a ``skip`` policy.
       file_bytes: Size of each file.
     """
@@ -53,7 +50,6 @@ class ShardPlan:
     files: tuple[str, ...]
     file_rows: tuple[int, ...]
     units: tuple[Unit, ...]
-    workers: tuple[int, ...]
     num_workers: int
     skipped: tuple[Skipped, ...] = ()
     file_bytes: tuple[int, ...] = ()
@@ -61,13 +57,6 @@ class ShardPlan:
     @property
     def total_rows(self) -> int:
         return sum(u.rows for u in self.units)
-
-    def rows_per_worker(self) -> list[int]:
-        """Rows each worker reads in one pass."""
-        rows = [0] * self.num_workers
-        for unit, worker in zip(self.units, self.workers):
-            rows[worker] += unit.rows
-        return rows
 
 
 def _null_label(meta: FileMeta, group: int, label_columns: list[str]) -> str | None:
@@ -110,21 +99,6 @@ def plan_units(
     return units
 
 
-def assign_units(units: list[Unit], num_workers: int) -> list[int]:
-    """Balances units over workers by rows; deterministic. Returns a worker per unit."""
-    if num_workers < 1:
-        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    order = sorted(range(len(units)), key=lambda i: (-units[i].rows, i))
-    load = [(0, w) for w in range(num_workers)]
-    heapq.heapify(load)
-    workers = [0] * len(units)
-    for i in order:
-        rows, worker = heapq.heappop(load)
-        workers[i] = worker
-        heapq.heappush(load, (rows + units[i].rows, worker))
-    return workers
-
-
 def plan_shards(
     metas: list[FileMeta],
     num_workers: int,
@@ -133,7 +107,7 @@ def plan_shards(
     skipped_files: list[Skipped] | None = None,
     label_columns: list[str] = (),
 ) -> ShardPlan:
-    """Builds the plan for one pass over ``metas`` on ``num_workers`` workers.
+    """Builds the plan for one pass over ``metas``, read by ``num_workers`` workers.
 
     Raises:
       DataError: no rows are left to read, or a label has nulls under ``fail``.
@@ -149,7 +123,6 @@ def plan_shards(
         files=tuple(m.path for m in metas),
         file_rows=tuple(m.rows for m in metas),
         units=tuple(units),
-        workers=tuple(assign_units(units, num_workers)),
         num_workers=num_workers,
         skipped=skipped,
         file_bytes=tuple(m.bytes for m in metas),

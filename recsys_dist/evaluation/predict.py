@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from recsys_dist.cluster.dispatch import InFlight, check_item_rows
+from recsys_dist.cluster.dispatch import check_item_rows, each_item
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
 from recsys_dist.cluster.mirrored import settle_replica_local
 from recsys_dist.cluster.replicas import replica_slice
@@ -83,15 +83,8 @@ def predict_split(
     predict_item = _make_predict_item(strategy, pipeline, replica_predict)
 
     with worker_errors_as_data_errors(), cluster_failures_as_cluster_lost():
-        in_flight = InFlight(coordinator, predict_item, 2 * num_workers)
-        queue = iter(items)
         done = 0
-        while True:
-            while in_flight.has_room() and (item := next(queue, None)) is not None:
-                in_flight.put(item, item.file, item.start, item.stop)
-            if not len(in_flight):
-                break
-            item, result = in_flight.pop()
+        for item, result in each_item(coordinator, predict_item, items, 2 * num_workers):
             result = tf.nest.map_structure(np.asarray, result)
             check_item_rows(pipeline.plan.files, item, len(result["row"]), "scored")
             on_item(result)

@@ -80,7 +80,7 @@ log = logging.getLogger(__name__)
 def data_position(config: ExperimentConfig, pipeline: InputPipeline) -> DataPosition:
     """A fresh data position over ``pipeline``'s items (one closure each)."""
     train = config.train
-    items = pipeline.work_items(train.steps_per_call * pipeline.spec.batch_size)
+    items = pipeline.training_items(train.steps_per_call)
     return DataPosition(
         pipeline.plan.files,
         items,

@@ -173,7 +173,7 @@ import recsys_dist
 import tensorflow as tf
 from recsys_dist.config import load_config
 from recsys_dist.data.input_fn import prepare_input
-from recsys_dist.data.read_pass import read_pass_on_cluster
+from recsys_dist.cluster.read_check import read_split
 from recsys_dist.errors import RecsysError
 
 spec, config = json.loads(sys.argv[1]), sys.argv[2]
@@ -182,7 +182,7 @@ resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.Cluster
 strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
 coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
 try:
-    read_pass_on_cluster(prepare_input(load_config(config), "train", 1), strategy, coordinator)
+    read_split(prepare_input(load_config(config), "train", 1), coordinator, 1, 1)
 except RecsysError as exc:
     print(f"error: {exc}", flush=True)
 """

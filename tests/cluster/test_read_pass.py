@@ -1,17 +1,19 @@
 """One pass over synthetic Parquet on a real local cluster: 2 workers + 1 ps on 127.0.0.1.
 
-Each worker runs the in-graph input function on its own shard; the coordinator
-collects the identity of every row read and checks that each planned row was read
-exactly once across the workers, from local disk and from S3 (moto's server).
+The coordinator hands the training items to whichever worker is free
+(``cluster/read_check.py``, the dispatcher training uses), collects the identity of
+every row read and checks that each planned row was read exactly once across the
+workers, from local disk and from S3 (moto's server).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from recsys_dist.cluster.read_check import read_split
 from recsys_dist.config import load_config
 from recsys_dist.data.input_fn import prepare_input
-from recsys_dist.data.read_pass import check_exactly_once, read_pass_on_cluster
+from recsys_dist.data.read_pass import check_exactly_once
 from recsys_dist.data.synth_files import synthesize
 from tests.support.data import upload_dir
 from tests.support.paths import DEMO_CONFIG
@@ -39,21 +41,20 @@ def cluster(s3_server, tmp_path_factory):
 
 
 def _one_pass(cluster, data_path: str):
-    strategy, coordinator = cluster
+    _, coordinator = cluster
     config = load_config(DEMO_CONFIG, ["input.batch_size=256"])
     pipeline = prepare_input(config.with_data_path(data_path), "train", num_workers=2)
     assert pipeline.plan.total_rows == 12_000 and len(pipeline.plan.units) == 24
-    result = read_pass_on_cluster(
-        pipeline, strategy, coordinator, collect_rows=True, batches_per_call=4
-    )
+    assert len(pipeline.training_items(1)) == 48  # 500-row units cut into 250-row items
+    result = read_split(pipeline, coordinator, 2, steps_per_call=1, collect_rows=True)
     return pipeline, result
 
 
 def _assert_exactly_once(pipeline, result):
     assert result.rows == 12_000
     check_exactly_once(pipeline.plan, result.row_ids)
-    # Each worker read exactly its own shard, and both shards are non-empty.
-    assert result.rows_per_worker == pipeline.plan.rows_per_worker()
+    # Both workers took items, and together they read every row once.
+    assert sum(result.rows_per_worker) == 12_000
     assert min(result.rows_per_worker) > 0
 
 

@@ -150,7 +150,7 @@ def test_nulls_anywhere_else_are_read_under_the_null_policy(tmp_path, small_conf
     from recsys_dist.data.input_fn import prepare_input
 
     pipeline = prepare_input(load_config(config), "train", 1)
-    (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0, epochs=1)().rebatch(n))
+    (batch,) = list(pipeline.local_dataset(training=False).rebatch(n))
     features = batch["features"]
     assert features["ad"].numpy()[[0, n - 1]].tolist() == [999, 999]  # the missing row
     assert features["site"].numpy().tolist() == [999] * n

@@ -132,7 +132,7 @@ def _looked_up_rows(config_path: str, data: str) -> dict[str, dict[int, list[int
     pipeline = prepare_input(load_config(config_path).with_data_path(data), None, 1)
     files = pipeline.plan.files
     out: dict[str, dict[int, list[int]]] = collections.defaultdict(dict)
-    for batch in pipeline.dataset_fn(training=False, worker_index=0)():
+    for batch in pipeline.local_dataset(training=False):
         for k, row in enumerate(batch["row"].numpy()):
             global_row = int(files[row >> 32].split("part-")[1][0]) * (ROWS // 3) + int(
                 row & 0xFFFFFFFF

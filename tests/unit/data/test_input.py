@@ -15,7 +15,6 @@ import pytest
 from recsys_dist.config import load_config
 from recsys_dist.data.input_fn import prepare_input, row_id
 from recsys_dist.data.read_pass import check_exactly_once, read_pass_local
-from recsys_dist.data.shard_plan import Unit, assign_units
 from recsys_dist.errors import ConfigError, DataError
 from tests.support.configs import SMALL_FEATURES, changed
 from tests.support.data import small_table, write_parquet
@@ -37,37 +36,22 @@ def _day(tmp_path, day: str, tables: list[pa.Table], row_group_size: int = 40) -
     ]
 
 
-def _read_all(config_path: str, split=None, data_path=None, workers=1):
-    pipeline = prepare_input(load_config(config_path).with_data_path(data_path), split, workers)
-    return pipeline, [
-        read_pass_local(pipeline, worker_index=w, collect_rows=True) for w in range(workers)
-    ]
-
-
-def test_assign_units_balances_by_rows_and_covers_every_unit_once():
-    units = [Unit(0, 0, 100), Unit(0, 100, 150), Unit(1, 0, 90), Unit(2, 0, 60), Unit(2, 60, 61)]
-    workers = assign_units(units, 2)
-    loads = [sum(u.rows for u, w in zip(units, workers) if w == k) for k in (0, 1)]
-    assert sorted(loads) == [150, 151]  # 301 rows: 100+50 | 90+60+1
-    assert len(workers) == len(units)
-
-
-def test_three_workers_read_every_row_exactly_once_with_correct_values(tmp_path, small_config):
+def test_every_row_is_read_exactly_once_with_correct_values(tmp_path, small_config):
     tables = [small_table(150, seed=s) for s in range(3)]
     _day(tmp_path, "2026-01-01", tables[:2])
     _day(tmp_path, "2026-01-02", tables[2:])
     config = small_config(train={"dates": "2026-01-01..2026-01-02"})
-    pipeline, results = _read_all(config, "train", workers=3)
-    assert pipeline.plan.rows_per_worker() == [r.rows for r in results]
-    assert max(pipeline.plan.rows_per_worker()) - min(pipeline.plan.rows_per_worker()) <= 40
-    ids = np.concatenate([r.row_ids for r in results])
+    pipeline = prepare_input(load_config(config), "train", 3)
+    result = read_pass_local(pipeline, collect_rows=True)
+    assert result.rows == pipeline.plan.total_rows == 450 and result.rows_per_worker == [450]
+    ids = result.row_ids
     check_exactly_once(pipeline.plan, ids)
     assert sorted(ids.tolist()) == sorted(
         row_id(f, r) for f, t in enumerate(tables) for r in range(t.num_rows)
     )
 
     # Values: one batch checked against an independent numpy computation.
-    dataset = pipeline.dataset_fn(training=False, worker_index=0)()
+    dataset = pipeline.local_dataset(training=False)
     batch = next(iter(dataset))
     for k, rid in enumerate(batch["row"].numpy()):
         table = tables[rid >> 32]
@@ -87,10 +71,7 @@ def test_units_larger_than_max_unit_rows_are_split(tmp_path, small_config):
     config = small_config(train={"dates": "2026-01-01"})
     pipeline = prepare_input(load_config(config, ["input.max_unit_rows=30"]), "train", 2)
     assert [u.rows for u in pipeline.plan.units] == [25, 25, 25, 25]
-    ids = np.concatenate(
-        [read_pass_local(pipeline, worker_index=w, collect_rows=True).row_ids for w in (0, 1)]
-    )
-    check_exactly_once(pipeline.plan, ids)
+    check_exactly_once(pipeline.plan, read_pass_local(pipeline, collect_rows=True).row_ids)
 
 
 def test_exactly_once_check_rejects_duplicates_and_gaps(tmp_path, small_config):
@@ -289,7 +270,7 @@ def test_non_finite_numeric_rows_skipped_and_counted(tmp_path, small_config):
     pipeline = prepare_input(
         load_config(small_config(train={"dates": "2026-01-01"}, on_bad_row="skip")), "train", 1
     )
-    batches = list(pipeline.dataset_fn(training=False, worker_index=0)())
+    batches = list(pipeline.local_dataset(training=False))
     valid = np.concatenate([b["valid"].numpy() for b in batches])
     price = np.concatenate([b["features"]["price"].numpy() for b in batches])
     assert np.flatnonzero(valid == 0).tolist() == [3, 9]
@@ -313,7 +294,7 @@ def test_nan_means_missing_fills_but_inf_is_still_bad(tmp_path, small_config):
         "train",
         1,
     )
-    (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0)())
+    (batch,) = list(pipeline.local_dataset(training=False))
     assert batch["features"]["price"].numpy().tolist() == [-1.0, 2.0, -1.0, 4.0]
     assert batch["valid"].numpy().tolist() == [1.0, 1.0, 0.0, 1.0]
 
@@ -351,7 +332,7 @@ def test_bad_weight_in_weighted_multi_valued_column(tmp_path, small_config):
         "train",
         1,
     )
-    (batch,) = list(skip.dataset_fn(training=False, worker_index=0)())
+    (batch,) = list(skip.local_dataset(training=False))
     assert batch["valid"].numpy().tolist() == [1.0, 0.0, 1.0, 0.0]
     assert batch["features"]["tags"]["weights"].numpy()[0].tolist() == [0.5, 0.5, 0.0]
 
@@ -438,7 +419,7 @@ def test_narrow_and_wide_physical_types_are_read_and_cast(tmp_path, small_config
     _day(tmp_path, "2026-01-01", [table], 6)
     pipeline = prepare_input(load_config(small_config(train={"dates": "2026-01-01"})), "train", 1)
     assert pipeline.transform.column_dtypes["ad"] == "int32"
-    (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0)())
+    (batch,) = list(pipeline.local_dataset(training=False))
     assert (
         batch["features"]["ad"].numpy().tolist() == _splitmix_bucket(np.arange(1, 7), 999).tolist()
     )
@@ -455,5 +436,5 @@ def test_optional_extra_columns_are_passed_through_only_when_every_file_has_them
         config, "train", 1, optional_extra_columns=("oracle_logit", "oracle_logit_click")
     )
     assert pipeline.extra_columns == ("oracle_logit",)
-    (batch,) = list(pipeline.dataset_fn(training=False, worker_index=0)())
+    (batch,) = list(pipeline.local_dataset(training=False))
     assert batch["extra"]["oracle_logit"].numpy().tolist() == list(range(6))

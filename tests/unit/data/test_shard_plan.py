@@ -1,6 +1,6 @@
-"""Which worker reads which rows (``recsys_dist/data/shard_plan.py``): files cut into units by
-row group and ``max_unit_rows``, units balanced over workers, every row in exactly one unit,
-and the plan's rejections (a null label under ``fail``, nothing left to read)."""
+"""The plan of a split (``recsys_dist/data/shard_plan.py``): files cut into units by row
+group and ``max_unit_rows``, every row in exactly one unit, and the plan's rejections (a
+null label under ``fail``, nothing left to read)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys_dist.data.parquet_meta import Skipped, read_file_meta
-from recsys_dist.data.shard_plan import Unit, assign_units, plan_shards, plan_units, split_rows
+from recsys_dist.data.shard_plan import Unit, plan_shards, plan_units, split_rows
 from recsys_dist.errors import DataError
 
 
@@ -68,36 +68,14 @@ def test_a_null_label_in_the_statistics_fails_the_plan_naming_file_group_and_fix
     assert len(plan_units(files, 100, "fail", ["x"])) == 4
 
 
-def test_assign_units_balances_rows_deterministically():
-    units = [
-        Unit(0, 0, 100),
-        Unit(0, 100, 150),
-        Unit(1, 0, 90),
-        Unit(2, 0, 60),
-        Unit(2, 60, 61),
-        Unit(3, 0, 40),
-    ]
-    workers = assign_units(units, 2)
-    assert workers == assign_units(units, 2)
-    loads = [sum(u.rows for u, w in zip(units, workers) if w == k) for k in range(2)]
-    # Longest first, each to the least loaded worker (the lower index on a tie):
-    # 100 -> 0, 90 -> 1, 60 -> 1, 50 -> 0, 40 -> 0, 1 -> 1.
-    assert workers == [0, 0, 1, 1, 1, 0] and loads == [190, 151]
-    assert assign_units(units, 1) == [0] * 6
-    assert sorted(set(assign_units(units, 10))) == list(range(6))  # one unit per worker
-    with pytest.raises(ValueError, match="num_workers must be >= 1, got 0"):
-        assign_units(units, 0)
-
-
-def test_a_plan_reads_every_row_once_over_its_workers(tmp_path):
+def test_a_plan_holds_every_row_in_one_unit(tmp_path):
     files = [meta(tmp_path, f"{i}.parquet", rows, 16) for i, rows in enumerate((50, 7, 33))]
     skipped = [Skipped("bad.parquet", 0, "empty file (0 bytes)")]
     plan = plan_shards(files, 3, 8, "fail", skipped, ["click"])
     assert plan.files == tuple(f.path for f in files) and plan.file_rows == (50, 7, 33)
     assert plan.num_workers == 3 and plan.skipped == tuple(skipped)
     assert plan.file_bytes == tuple(f.bytes for f in files) and all(plan.file_bytes)
-    assert plan.total_rows == 90 and sum(plan.rows_per_worker()) == 90
-    assert max(plan.rows_per_worker()) - min(plan.rows_per_worker()) <= 8
+    assert plan.total_rows == 90 and max(u.rows for u in plan.units) <= 8
     for index, rows in enumerate(plan.file_rows):
         ranges = sorted((u.start, u.stop) for u in plan.units if u.file == index)
         assert ranges[0][0] == 0 and ranges[-1][1] == rows
