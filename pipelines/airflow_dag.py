@@ -5,12 +5,9 @@ Copy (or symlink) this file into Airflow's ``dags/`` folder. Two tasks per day `
 - ``retrain``: ``recsys-dist retrain --config CONFIG --date ds``. Trains ``ROOT/runs/ds``
   warm-started from the newest model published before ``ds``, gates it against that
   model on the held-out partition and publishes ``ROOT/published/ds`` if it passes.
-  Exit codes: 0 published, already done, or held (the held-out partition is not there
-  yet: nothing published; clear the task once it lands); 5 the gate rejected the model
-  (the previous model stays current; the task is marked *skipped*, not failed, and is
-  not retried); 2 config error, 3 data error (e.g. a missing training partition),
-  4 cluster lost after ``train.max_restarts``: the task fails and is retried (a retry
-  resumes from the run's last checkpoint; a finished run is not trained again).
+  Exit code 5 (the gate rejected the model) marks the task *skipped*, not failed, and
+  it is not retried; any other non-zero code fails it, and a retry resumes from the
+  run's last checkpoint. What each code means: docs/retrain.md, "Exit codes".
 - ``offline_eval``: ``python pipelines/offline_eval.py`` scores the newest published
   models on the last 7 days (``ds-6..ds``) and writes ``REPORTS/ds/comparison.html``.
   It runs after ``retrain`` succeeded or was skipped (gated).

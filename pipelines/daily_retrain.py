@@ -3,10 +3,9 @@
     python pipelines/daily_retrain.py --config configs/daily.yaml --date 2026-01-07
 
 Train on the date's window (warm-started from the previous published model), evaluate
-against that model on the held-out partition, publish only if the gate passes. Exit
-codes: 0 published (or held until the held-out partition lands), 5 rejected by the
-gate, 2 config error, 3 data error (e.g. a missing partition), 4 cluster lost. See
-docs/retrain.md and docs/scheduling.md.
+against that model on the held-out partition, publish only if the gate passes. The exit
+codes are those of ``recsys-dist retrain`` (docs/retrain.md, "Exit codes"). See also
+docs/scheduling.md.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ Usage::
     python pipelines/offline_eval.py --root ROOT --dates 2026-01-14 \\
         --models 2026-01-12,2026-01-13 --data s3://bucket/ctr --out OUT
 
-Exit codes: 0 done; 2 bad arguments, config or publication (e.g. a date not
-published); 3 data error (e.g. a missing partition); 4 cluster lost.
+The exit codes are those of ``recsys-dist offline-eval`` (docs/cli.md).
 
 The arguments and the command are ``recsys_dist.cli``'s (``add_offline_eval_arguments``),
 run by ``recsys_dist.console.run_command`` like every ``recsys-dist`` command; this script

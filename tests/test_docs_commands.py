@@ -5,6 +5,9 @@
 - Every ``recsys-dist ...`` command shown in the README and ``docs/`` (in a code block or
   inline code) names a command there is, with options that command takes.
 - The README's table of commands names every command there is, and no other.
+- The example output of ``validate`` in ``docs/cli.md`` is what the command prints: run on
+  small generated data, its output has a line of the form of each line shown, in the same
+  order, and the feature and table counts of the demo's feature config.
 
 The parser is the one ``recsys-dist`` builds (:func:`recsys_dist.cli.build_parser`), so a
 renamed or removed option fails here rather than in a user's shell.
@@ -17,6 +20,7 @@ import pathlib
 import re
 
 import pytest
+import yaml
 
 from recsys_dist.cli import build_parser
 
@@ -137,3 +141,61 @@ def test_the_readmes_table_of_commands_names_every_command():
     assert named == set(COMMANDS), (
         f"missing {sorted(set(COMMANDS) - named)}, unknown {sorted(named - set(COMMANDS))}"
     )
+
+
+#: A number as the commands print one: ``600,000``, ``45.9``, ``5``.
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+#: Where the example in docs/cli.md says the checkout is.
+EXAMPLE_CHECKOUT = "/srv/recsys"
+CLI_PAGE = ROOT / "docs" / "cli.md"
+
+
+def validate_example() -> list[str]:
+    """The lines of the ``Example output`` block of docs/cli.md's ``validate`` section,
+    without the ``...`` lines that stand for lines left out."""
+    text = CLI_PAGE.read_text()
+    section = re.search(r"^## `recsys-dist validate`\n(.*?)(?=^## )", text, re.M | re.S)
+    assert section is not None, "docs/cli.md has no validate section"
+    example = re.search(r"Example output.*?```\n(.*?)```", section.group(1), re.S)
+    assert example is not None, "docs/cli.md's validate section has no example output"
+    return [line for line in example.group(1).splitlines() if line.strip() != "..."]
+
+
+def form(line: str) -> str:
+    """A line with its numbers replaced by ``N``: what any run's line of that kind shares."""
+    return NUMBER.sub("N", line.rstrip())
+
+
+def test_the_validate_example_has_the_form_and_the_counts_of_the_real_output(
+    synth_dir, capsys, monkeypatch
+):
+    from recsys_dist.cli import main
+
+    shown = validate_example()
+    command = re.search(r"Example output: `recsys-dist (validate [^`]*)`", CLI_PAGE.read_text())
+    assert command is not None, "docs/cli.md names no command before the validate example"
+    args = command.group(1).split()
+    assert "--data" in args, f"the example's command has no --data: {command.group(1)}"
+    args[args.index("--data") + 1] = str(synth_dir)  # small data of the same generator
+    monkeypatch.chdir(ROOT)  # the example's paths are relative to the checkout
+    assert main(args) == 0
+    printed = capsys.readouterr().out.replace(str(ROOT), EXAMPLE_CHECKOUT).splitlines()
+
+    at = 0
+    for line in shown:
+        forms = [form(p) for p in printed[at:]]
+        assert form(line) in forms, (
+            f"docs/cli.md's validate example shows\n  {line}\nbut no line of that form "
+            f"follows in the real output:\n" + "\n".join(printed[at:])
+        )
+        at += forms.index(form(line)) + 1
+
+    demo = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    features = yaml.safe_load((ROOT / "configs" / demo["features"]).read_text())
+    counts = f"OK ({len(features['features'])} features, {len(features['tables'])} tables,"
+    assert counts in next(line for line in shown if line.startswith("config ")), (
+        f"docs/cli.md's validate example should say {counts!r}, as the demo's feature config has"
+    )
+    assert counts in next(line for line in printed if line.startswith("config "))
+    for word in ("data", "schema", "plan", "scan", "ids"):
+        assert any(line.startswith(f"{word} ") for line in shown), f"no {word} line shown"
