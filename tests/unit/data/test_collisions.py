@@ -308,7 +308,7 @@ def test_a_long_list_of_crowded_tables_is_cut_after_five(monkeypatch):
 def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(
     dataset, tmp_path, monkeypatch, caplog
 ):
-    """``train`` checks the sample of its planned training rows before any server starts,
+    """``train`` checks the sample of its planned training rows before the first step,
     only while its model dir has no checkpoint (``train/run.py``)."""
     from recsys_dist.checkpoint.store import CheckpointManager
     from recsys_dist.train import run
