@@ -397,48 +397,69 @@ def table_ids(
     return report
 
 
+#: Tables a summary line names before it says how many more there are.
+NAMED_TABLES = 5
+#: Where a collision warning points: the page of ``validate`` and its ``--scan``.
+SCAN_DOC = "docs/cli.md#recsys-dist-validate"
+
+
 def collision_warnings(
     pipeline, shards: int, max_rows: int = SAMPLE_ROWS, alert: float = SHARED_ALERT
 ) -> list[str]:
-    """``warning`` lines for the tables of ``pipeline`` that a sample of its first
-    ``max_rows`` rows shows too small: a hashed table whose lookups share a row with
-    another id at least ``alert`` of the time, and a dynamic table the sample alone
-    would fill.
+    """At most two ``warning`` lines for the tables of ``pipeline`` that a sample of its
+    first ``max_rows`` rows shows too small: one naming every hashed table whose lookups
+    share a row with another id at least ``alert`` of the time (with its share, the most
+    shared first), one naming every dynamic table the sample alone would fill. Each line
+    points to ``validate --scan``, whose ``ids`` line per table gives the fix.
 
     A sample sees fewer distinct ids than the whole split, so its shares are lower
     bounds: a table named here is at least that shared (``validate --scan`` counts every
-    row). Each line names the table, the share and the fix: ``kind: dynamic`` or the
-    ``rows`` that bring the share under 1% (for the sample's ids; more for the whole
-    split), or, for vocabulary features, a larger vocabulary or more OOV buckets.
+    row).
 
     Example::
 
         for line in collision_warnings(prepare_input(config, "train", 1), config.cluster.ps):
             print(line)
     """
+    tables = table_ids(pipeline, shards, max_rows=max_rows)
+    if not tables:
+        return []
+    rows = tables[0].rows
+    sample = f"the first {rows:,} rows" if rows < pipeline.plan.total_rows else f"all {rows:,} rows"
+    crowded = sorted(
+        (t for t in tables if not t.dynamic and t.shared >= alert), key=lambda t: -t.shared
+    )
+    full = sorted(
+        (t for t in tables if t.dynamic and t.distinct_ids > t.capacity),
+        key=lambda t: -t.distinct_ids / t.capacity,
+    )
     lines = []
-    for table in table_ids(pipeline, shards, max_rows=max_rows):
-        sample = (
-            f"the first {table.rows:,} rows"
-            if table.rows < pipeline.plan.total_rows
-            else f"all {table.rows:,} rows"
+    if crowded:
+        named = _named([f"{t.table} {t.shared:.1%}" for t in crowded])
+        lines.append(
+            f"warning  {_count(len(crowded), 'hashed table')}: {alert:.0%} or more of "
+            f"{'its' if len(crowded) == 1 else 'their'} lookups in {sample} share a row "
+            f"with another id ({named}), which costs quality; recsys-dist validate --scan "
+            f"gives each table's fix ({SCAN_DOC})"
         )
-        if table.dynamic:
-            if table.distinct_ids > table.capacity:
-                lines.extend(table.lines()[1:])
-            continue
-        if table.shared < alert:
-            continue
-        fix = (
-            "extend the vocabulary or raise oov_buckets"
-            if table.vocabulary
-            else f"use kind: dynamic (a row per id), or rows >= "
-            f"{_suggested_rows(table.distinct_ids):,}"
+    if full:
+        named = _named(
+            [f"{t.table} {t.distinct_ids:,} ids > capacity {t.capacity:,}" for t in full]
         )
         lines.append(
-            f"warning  hashed table {table.table}: {table.shared:.1%} of lookups in "
-            f"{sample} share a row with another id ({table.distinct_ids:,} "
-            f"distinct ids in {table.table_rows:,} rows), which costs quality; "
-            f"{fix} (validate --scan counts every row)"
+            f"warning  {_count(len(full), 'dynamic table')} would be full with the ids of "
+            f"{sample} alone ({named}): raise capacity_per_shard; recsys-dist validate "
+            f"--scan counts every row ({SCAN_DOC})"
         )
     return lines
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("s" if n != 1 else "")
+
+
+def _named(items: list[str]) -> str:
+    """The first :data:`NAMED_TABLES` of ``items``, and how many more."""
+    shown = ", ".join(items[:NAMED_TABLES])
+    more = len(items) - NAMED_TABLES
+    return shown + (f" and {more} more" if more > 0 else "")

@@ -80,11 +80,15 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
 
 
 def _warn_collisions_on_first_run(config: ExperimentConfig, model_dir: str, train_input) -> None:
-    """On a model dir's first run (no checkpoint yet), logs a warning for each table
-    a sample of ``train_input``'s rows shows too small
-    (:func:`~recsys_dist.data.collisions.collision_warnings`), before the first step. It
-    reads in this process, so it runs once the strategy has set the process's devices up
-    (``mirrored`` needs them before TensorFlow starts)."""
+    """On a model dir's first run (no checkpoint yet), logs the warnings of
+    :func:`~recsys_dist.data.collisions.collision_warnings` (a line for the hashed tables
+    a sample of ``train_input``'s rows shows too small, one for the dynamic tables it
+    would fill), before the first step. A restart after a lost server (``train`` started
+    again before its first checkpoint) said them already. It reads in this process, so it
+    runs once the strategy has set the process's devices up (``mirrored`` needs them
+    before TensorFlow starts)."""
+    if os.environ.get("RECSYS_DIST_RESTART"):  # set by the restart (commands.py)
+        return
     if CheckpointManager(model_dir).latest() is not None:
         return
     started = time.perf_counter()
