@@ -18,7 +18,6 @@ from recsys_dist.data.collisions import table_ids
 from recsys_dist.data.input_fn import prepare_input
 from tests.support.configs import write_yaml
 from tests.support.data import write_parquet
-from tests.support.paths import REPO
 
 ROWS = 1200
 COUNTRIES = ["fr", "de", "it"]
@@ -337,33 +336,3 @@ def test_a_model_dirs_first_train_run_warns_and_later_runs_do_not(
     monkeypatch.setattr(CheckpointManager, "latest", lambda self: object())
     run._warn_collisions_on_first_run(config, model_dir, train_input)
     assert caplog.messages == []
-
-
-#: Each shipped model config and the ``data synth`` arguments of the data it is made for:
-#: two training days of 50,000 rows with the demo's seed, so that the check's sample is as
-#: large as in ``make demo``. None: a config for real data that this suite does not have
-#: (``criteo.yaml``: the Criteo sample; ``amazon_din.yaml``: the Amazon Video Games set).
-SHIPPED_SYNTHETIC = {
-    "demo.yaml": ["--days", "2", "--rows-per-day", "50000", "--seed", "7"],
-    "criteo.yaml": None,
-    "amazon_din.yaml": None,
-}
-
-
-def test_every_shipped_config_says_what_data_it_is_checked_on():
-    assert set(SHIPPED_SYNTHETIC) == {p.name for p in (REPO / "configs").glob("*.yaml")}
-
-
-@pytest.mark.parametrize(
-    "name", [name for name, synth in SHIPPED_SYNTHETIC.items() if synth is not None]
-)
-def test_a_shipped_config_validates_without_a_warning_on_its_synthetic_data(name, tmp_path, capsys):
-    """A first run of a shipped config warns about nothing: its hashed tables have room
-    for the ids of the rows ``validate`` samples (the same as ``train``'s first run)."""
-    data = tmp_path / "data"
-    assert main(["data", "synth", "--out", str(data), "--quiet", *SHIPPED_SYNTHETIC[name]]) == 0
-    config = str(REPO / "configs" / name)
-    assert main(["validate", "--config", config, "--data", str(data), "--split", "train"]) == 0
-    out, err = capsys.readouterr()
-    assert not [line for line in (out + err).splitlines() if "warning" in line], out + err
-    assert "tables   no hashed table shares rows often in the first 100,000 rows" in out, out
