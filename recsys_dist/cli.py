@@ -23,6 +23,7 @@ from recsys_dist.console import (
     reporting_errors,
     run_command,
 )
+from recsys_dist.restart import ProcessRestart
 
 
 def _date(text: str) -> datetime.date:
@@ -443,7 +444,11 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- running --------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    parser: argparse.ArgumentParser | None = None,
+    restart: ProcessRestart | None = None,
+) -> int:
     """Runs the command line; returns the exit code.
 
     Args:
@@ -451,8 +456,12 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
       parser: Parses ``argv`` instead of :func:`build_parser`'s (e.g. the parser of
         ``pipelines/offline_eval.py``); it must set ``func``, ``quiet`` and ``verbose``
         (:func:`~recsys_dist.console.add_output_arguments`).
+      restart: The process's restart after a lost task, given to the command as
+        ``args.restart``; by default one that is never carried out (a command that
+        asks for it returns :data:`~recsys_dist.restart.RESTART_EXIT`).
     """
     args = (parser or build_parser()).parse_args(argv)
+    args.restart = restart if restart is not None else ProcessRestart()
     configure_output(quiet=args.quiet, verbose=args.verbose)
     return reporting_errors(lambda: args.func(args))
 
@@ -460,9 +469,10 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
 def run() -> None:
     """Console-script entry point: :func:`main` under
     :func:`recsys_dist.console.run_command` (signals, ``error:`` lines, ``os._exit``),
-    restarting the command after a lost parameter server
-    (:func:`~recsys_dist.commands.restart_after`)."""
-    run_command(main, before_exit=commands.restart_if_asked)
+    starting the command again after a lost parameter server
+    (:class:`~recsys_dist.restart.ProcessRestart`)."""
+    restart = ProcessRestart()
+    run_command(lambda: main(restart=restart), before_exit=restart.exec_if_due)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,17 @@
 """What each ``recsys-dist`` command does, one function per command taking the parsed
 arguments and returning the exit code (the parser that declares the arguments is
 ``cli.py``). A command imports what it runs inside its function, so ``validate`` and
-``--help`` start without TensorFlow.
+``--help`` start without TensorFlow. After a lost task, ``train``, ``retrain`` and
+``backfill`` ask ``args.restart`` (``restart.py``) to start them again.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import os
 import sys
 import tempfile
-import time
 
 from recsys_dist.errors import RecsysError
 
@@ -182,39 +181,6 @@ def read(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Exit code of a ``train`` attempt that asks ``run()`` to start it again (lost ps).
-RESTART_EXIT = 75
-_restart_as: int | None = None  # set by train: the restart number to exec as
-#: The lost-task errors of this process, kept until it ends or starts again: their frames
-#: hold the cluster's resources (variables, the workers' datasets), and freeing one
-#: calls the task that owns it, which waits for ever on a connection left dead.
-_lost: list[BaseException] = []
-
-
-def restart_after(exc, config) -> int:
-    """Handles a lost parameter server: returns RESTART_EXIT so :func:`run` starts this
-    command again (which resumes from the last checkpoint), or re-raises past
-    ``train.max_restarts``."""
-    global _restart_as
-    from recsys_dist.errors import ClusterLost
-
-    _lost.append(exc)
-    gc.disable()  # nor may the collector free them
-    restart = int(os.environ.get("RECSYS_DIST_RESTART", "0"))
-    if restart >= config.train.max_restarts:
-        raise ClusterLost(
-            f"{exc} (gave up after train.max_restarts = {config.train.max_restarts} restarts)"
-        ) from None
-    print(
-        f"restart  {exc}; starting the cluster again and resuming from the last "
-        f"checkpoint (restart {restart + 1} of at most {config.train.max_restarts})",
-        flush=True,
-    )
-    _restart_as = restart + 1
-    time.sleep(min(30, 2**restart))  # let an orchestrator bring the servers back
-    return RESTART_EXIT
-
-
 def _start_servers_early(config) -> None:
     """A local cluster's servers start importing TensorFlow beside this command's import."""
     if config.cluster.mode == "local" and config.cluster.strategy == "parameter_server":
@@ -249,7 +215,7 @@ def train(args: argparse.Namespace) -> int:
             on_table_resize=resize,
         )
     except ClusterLost as exc:
-        return restart_after(exc, config)
+        return args.restart.after_lost(exc, config.train.max_restarts)
     return 0
 
 
@@ -365,7 +331,7 @@ def retrain(args: argparse.Namespace) -> int:
             return retrain_day(args.config, args.set, args.date, args.data).exit_code
         outcomes = backfill(args.config, args.set, args.first, args.last, args.data)
     except ClusterLost as exc:
-        return restart_after(exc, load_config(args.config, args.set))
+        return args.restart.after_lost(exc, load_config(args.config, args.set).train.max_restarts)
     print("backfill " + ", ".join(f"{o.date} {o.status}" for o in outcomes))
     return 0
 
@@ -479,13 +445,3 @@ def server(args: argparse.Namespace) -> int:
     from recsys_dist.cluster import server
 
     return server.run_task(args)
-
-
-def restart_if_asked(code: int) -> None:
-    """Starts this command again as a fresh process when :func:`restart_after` asked: the
-    lost cluster's coordinator state cannot be reused."""
-    if code == RESTART_EXIT and _restart_as is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.environ["RECSYS_DIST_RESTART"] = str(_restart_as)
-        os.execv(sys.executable, [sys.executable, "-m", "recsys_dist.cli", *sys.argv[1:]])

@@ -43,7 +43,7 @@ LAYERS: list[set[str]] = [
     {"train"},
     {"export"},
     {"retrain"},
-    {"console", "cli", "commands", "collective_worker"},  # entry points
+    {"console", "cli", "commands", "restart", "collective_worker"},  # entry points
 ]
 LAYER_OF = {part: i for i, parts in enumerate(LAYERS) for part in parts}
 
@@ -291,6 +291,7 @@ WITHOUT_TENSORFLOW = (
     "recsys_dist.cli",
     "recsys_dist.commands",
     "recsys_dist.console",
+    "recsys_dist.restart",
     "recsys_dist.cluster.local",
     "recsys_dist.cluster.server",
     "recsys_dist.cluster.server_forks",

@@ -89,7 +89,6 @@ COVERED_BY: dict[str, str] = {
     "recsys_dist/ops/build.py": "tests/unit/ops/test_parquet_op.py",
     "recsys_dist/retrain/daily.py": "tests/cluster/test_retrain.py",
     "recsys_dist/train/async_runner.py": "tests/cluster/test_train.py",
-    "recsys_dist/train/loop.py": "tests/cluster/test_train.py",
     "recsys_dist/train/result.py": "tests/cluster/test_train.py",
     "recsys_dist/train/run.py": "tests/cluster/test_train.py",
     "recsys_dist/train/trainer.py": "tests/cluster/test_train.py",

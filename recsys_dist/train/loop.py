@@ -13,46 +13,95 @@ what is left. Training stops when every item has run ``epochs`` times, or after
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
+from recsys_dist.checkpoint.store import SavedCheckpoint
 from recsys_dist.cluster.collective import agree
 from recsys_dist.cluster.dispatch import InFlight, check_item_rows
+from recsys_dist.cluster.runtime import Runtime
+from recsys_dist.config.sections import TrainSpec
 from recsys_dist.train.attempt import Attempt
+from recsys_dist.train.auc_reading import AucReader
 from recsys_dist.train.cadence import Cadence
+from recsys_dist.train.data_position import DataPosition
+from recsys_dist.train.early_stopping import EarlyStopping
+from recsys_dist.train.hooks import Hook
 from recsys_dist.train.reporting import log_pass, progress_line, write_summaries
 from recsys_dist.train.result import TrainResult
 
 log = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopParts:
+    """What the training loop works with; the trainer builds it (``Trainer.loop_parts``).
+
+    Attributes:
+      runtime: The connected cluster; its coordinator runs the items.
+      train: The ``train`` section (the cadence, ``max_steps``).
+      first_step: The global step the attempt begins at.
+      batch_size: Rows per step.
+      position: The data position: what is left (its ``items``, over its ``files``);
+        the loop marks each item trained whole.
+      train_item: ``train_item(file_index, start, stop, max_steps) -> (loss sum,
+        weight, rows, steps, first step's end)``, run on a worker per item.
+      hooks: Called when the attempt begins, after each pass and when it ends.
+      count_sightings: Counting of the dynamic tables' sightings, on in the first pass.
+      labels: The labels, in the order the progress line shows their AUCs.
+      auc_reader: Reads the training AUCs.
+      rows_in_flight: Rows the closures in flight can hold at most.
+      checkpoint: Saves a checkpoint of the attempt (call with nothing in flight).
+      table_stats: The dynamic tables' figures, for the summaries and the result.
+      resumed: The attempt resumed a checkpoint; when it trains no step, that
+        checkpoint is not written again.
+      early_stopping: Early stopping's record, or None without ``train.early_stopping``.
+    """
+
+    runtime: Runtime
+    train: TrainSpec
+    first_step: int
+    batch_size: int
+    position: DataPosition
+    train_item: Callable
+    hooks: Sequence[Hook]
+    count_sightings: Callable[[bool], None]
+    labels: Sequence[str]
+    auc_reader: AucReader
+    rows_in_flight: int
+    checkpoint: Callable[[Attempt], SavedCheckpoint]
+    table_stats: Callable[[], dict[str, dict]]
+    resumed: bool
+    early_stopping: EarlyStopping | None
+
+
 class TrainingLoop:
     """One attempt of a run, driven from the coordinator.
 
     Args:
-      trainer: The trainer: its runtime, data position, runner (``train_item``), metrics,
-        hooks and checkpoints.
+      parts: What the loop works with.
       writer: The summary writer.
       sync_summaries: Uploads the summaries written so far (a remote model dir).
     """
 
-    def __init__(self, trainer, writer, sync_summaries):
-        self.trainer, self.writer, self.sync_summaries = trainer, writer, sync_summaries
-        runtime = trainer.runtime
-        self.cadence = Cadence(trainer.config.train, trainer.step)
-        self.attempt = Attempt(trainer.step, max(8, 4 * runtime.num_workers), self.cadence)
+    def __init__(self, parts: LoopParts, writer, sync_summaries: Callable[[], None]):
+        self.parts, self.writer, self.sync_summaries = parts, writer, sync_summaries
+        runtime = parts.runtime
+        self.cadence = Cadence(parts.train, parts.first_step)
+        self.attempt = Attempt(parts.first_step, max(8, 4 * runtime.num_workers), self.cadence)
         self.in_flight = InFlight(
             runtime.coordinator,
-            trainer.train_item,
+            parts.train_item,
             2 * runtime.num_workers,
             any_order=True,
             unreachable=runtime.worker_unreachable,
         )
 
     def run(self) -> TrainResult:
-        trainer, attempt, in_flight = self.trainer, self.attempt, self.in_flight
-        for hook in trainer.hooks:
+        parts, attempt, in_flight = self.parts, self.attempt, self.in_flight
+        for hook in parts.hooks:
             hook.begin(attempt)
         # The rate's first point is the loop's start, so the first finished item has a
         # progress line (its rate counts the start-up) and items that finish together
@@ -64,8 +113,8 @@ class TrainingLoop:
                     break
                 attempt.epoch = epoch
                 # (nothing in flight: the pass before is drained)
-                trainer.model.count_sightings(epoch == 0)
-            item = trainer.items[index]
+                parts.count_sightings(epoch == 0)
+            item = parts.position.items[index]
             in_flight.put((index, budget), item.file, item.start, item.stop, budget)
             if not in_flight.has_room():
                 self._collect_one()
@@ -73,18 +122,18 @@ class TrainingLoop:
             self._collect_one()
         # A copy of an item may still be on a worker whose link is down; the final
         # checkpoint waits for it (and for every worker to answer).
-        trainer.runtime.wait_for_workers("the final checkpoint")
-        trainer.runtime.join()
+        parts.runtime.wait_for_workers("the final checkpoint")
+        parts.runtime.join()
         return self._finish()
 
     def _work(self) -> Iterator[tuple[int, int, int]]:
         """``(epoch, item index, step budget)`` of what is left to train, in order; the
         budget is the item's batches, cut to what ``train.max_steps`` leaves."""
-        trainer = self.trainer
-        max_steps, batch = trainer.config.train.max_steps, trainer.pipeline.spec.batch_size
-        scheduled = trainer.step
-        for epoch, index in trainer.position.schedule():
-            budget = -(-trainer.items[index].rows // batch)
+        parts = self.parts
+        max_steps, batch, items = parts.train.max_steps, parts.batch_size, parts.position.items
+        scheduled = parts.first_step
+        for epoch, index in parts.position.schedule():
+            budget = -(-items[index].rows // batch)
             if max_steps is not None:
                 budget = min(budget, max_steps - scheduled)
             if budget <= 0:
@@ -102,28 +151,28 @@ class TrainingLoop:
 
     def _after_pass(self, epoch: int) -> bool:
         stop = False
-        for hook in self.trainer.hooks:
+        for hook in self.parts.hooks:
             stop = hook.after_pass(self.attempt, epoch) or stop
         return stop
 
     def _pass_figures(self, reset: bool) -> dict:
         """The training AUC of the pass that has just ended; the AUC metrics then start
         over for the next pass (unless it was the last)."""
-        trainer, epoch = self.trainer, self.attempt.epoch
-        aucs = trainer.auc_reader.values(reset=reset)
-        log_pass(epoch, trainer.position.epochs, aucs)
+        parts, epoch = self.parts, self.attempt.epoch
+        aucs = parts.auc_reader.values(reset=reset)
+        log_pass(epoch, parts.position.epochs, aucs)
         return {"epoch": epoch + 1, "auc": aucs}
 
     def _collect(self, tag: tuple[int, int], result) -> None:
         """Counts one finished item; marks it done when it was trained whole."""
-        trainer, attempt = self.trainer, self.attempt
-        (index, budget), item = tag, trainer.items[tag[0]]
+        parts, attempt, position = self.parts, self.attempt, self.parts.position
+        (index, budget), item = tag, position.items[tag[0]]
         loss_sum, weight, n_rows, n_steps, first_step_at = (float(v) for v in result)
         if n_steps and (attempt.first_step_at is None or first_step_at < attempt.first_step_at):
             attempt.first_step_at = first_step_at
-        if budget >= -(-item.rows // trainer.pipeline.spec.batch_size):
-            check_item_rows(trainer.pipeline.plan.files, item, int(n_rows), "read")
-            trainer.position.complete(index)
+        if budget >= -(-item.rows // parts.batch_size):
+            check_item_rows(position.files, item, int(n_rows), "read")
+            position.complete(index)
         attempt.count(loss_sum, weight, int(n_rows), int(n_steps))
 
     def _drain(self) -> None:
@@ -132,7 +181,7 @@ class TrainingLoop:
 
     def _collect_one(self) -> None:
         """Collects an item that is back, then logs, summarizes and checkpoints when due."""
-        trainer, attempt, cadence = self.trainer, self.attempt, self.cadence
+        parts, attempt, cadence = self.parts, self.attempt, self.cadence
         self._collect(*self.in_flight.pop())
         now = time.perf_counter()
         if attempt.first is None:
@@ -143,7 +192,7 @@ class TrainingLoop:
             cadence.summary_due(now),
             cadence.checkpoint_due(now, attempt.step),
         )
-        runtime = trainer.runtime
+        runtime = parts.runtime
         if runtime.worker_unreachable() or ((due[1] or due[2]) and not runtime.workers_answer()):
             # A summary write or a checkpoint on this process waits until every worker
             # answers (holding the whole run while a link is cut), and a checkpoint waits
@@ -156,10 +205,10 @@ class TrainingLoop:
         if log_now:
             line = progress_line(
                 attempt,
-                trainer.position,
-                list(trainer.auc),
-                trainer.rows_in_flight,
-                trainer.auc_reader.latest,
+                parts.position,
+                list(parts.labels),
+                parts.rows_in_flight,
+                parts.auc_reader.latest,
             )
             if line is not None:
                 log.info("%s", line)
@@ -170,40 +219,38 @@ class TrainingLoop:
         if save and not runtime.lockstep and not runtime.workers_answer():
             save = False  # a worker went away during the drain: save once it answers
         if save:
-            trainer.checkpoint(attempt)
+            parts.checkpoint(attempt)
             self.writer.flush()
             self.sync_summaries()
             attempt.saved(attempt.step)
 
     def _summaries(self, rate: float, final: bool = False) -> None:
         """Writes the summaries; the AUCs are the latest reading (read now at the end)."""
-        trainer = self.trainer
+        parts = self.parts
         write_summaries(
             self.writer,
             self.attempt.step,
             rate,
             self.attempt.mean_loss(),
-            trainer.auc_reader.values() if final else trainer.auc_reader.latest(),
-            trainer.bookkeeping.stats(),
+            parts.auc_reader.values() if final else parts.auc_reader.latest(),
+            parts.table_stats(),
         )
 
     def _finish(self) -> TrainResult:
         """Ends the last pass, writes the final summaries and checkpoint; the figures."""
-        trainer, attempt = self.trainer, self.attempt
+        parts, attempt = self.parts, self.attempt
         counters = attempt.counters
         if attempt.epoch is not None and not attempt.stopped:
             attempt.epochs.append(self._pass_figures(reset=False))
             self._after_pass(attempt.epoch + 1)
-        changed = any([hook.end(attempt) for hook in trainer.hooks])
+        changed = any([hook.end(attempt) for hook in parts.hooks])
         seconds = time.perf_counter() - self.cadence.start
         self._summaries(counters.rows / seconds if seconds else 0.0, final=True)
         self.writer.flush()
         end = time.perf_counter()  # the rates leave out the final checkpoint
         # Never rewrite the restored checkpoint, nor one this attempt just wrote.
-        if changed or (
-            (counters.steps or trainer.restored is None) and attempt.saved_at != attempt.step
-        ):
-            trainer.checkpoint(attempt)
+        if changed or ((counters.steps or not parts.resumed) and attempt.saved_at != attempt.step):
+            parts.checkpoint(attempt)
         self.sync_summaries()
         warm = (
             (counters.rows - attempt.first[1]) / (end - attempt.first[0])
@@ -211,8 +258,8 @@ class TrainingLoop:
             else float("nan")
         )
         # The last pass's AUC (a stop between passes has already reset the metrics).
-        auc = attempt.epochs[-1]["auc"] if attempt.epochs else trainer.auc_reader.values()
-        stopping = trainer.early_stopping
+        auc = attempt.epochs[-1]["auc"] if attempt.epochs else parts.auc_reader.values()
+        stopping = parts.early_stopping
         return TrainResult(
             counters.steps,
             counters.rows,
@@ -222,7 +269,7 @@ class TrainingLoop:
             auc,
             warm,
             attempt.epochs,
-            trainer.bookkeeping.stats(),
-            stopping.record.to_json() if stopping else None,
+            parts.table_stats(),
+            stopping.to_json() if stopping else None,
             attempt.first_step_at,
         )

@@ -61,7 +61,7 @@ from recsys_dist.train.data_position import DataPosition
 from recsys_dist.train.dense_cache import check_dense_refresh
 from recsys_dist.train.hooks import Hook
 from recsys_dist.train.lockstep_runner import LockstepRunner
-from recsys_dist.train.loop import TrainingLoop
+from recsys_dist.train.loop import LoopParts, TrainingLoop
 from recsys_dist.train.optimizers import ModelOptimizers
 from recsys_dist.train.reporting import log_checkpoint
 from recsys_dist.train.result import (
@@ -151,7 +151,6 @@ class Trainer:
             self.checkpoints if self._scratch is None else CheckpointManager(self._scratch, 1)
         )
         self.position = data_position(config, pipeline)
-        self.items = self.position.items
         self.restored: SavedCheckpoint | None = None
         self._rows_before = 0  # rows trained by earlier attempts (from the checkpoint)
         self.train_item = self._runner()
@@ -345,6 +344,26 @@ class Trainer:
         return saved
 
     # ---- training -----------------------------------------------------------------------
+    def loop_parts(self) -> LoopParts:
+        """What the training loop of the next attempt works with."""
+        return LoopParts(
+            runtime=self.runtime,
+            train=self.config.train,
+            first_step=self.step,
+            batch_size=self.pipeline.spec.batch_size,
+            position=self.position,
+            train_item=self.train_item,
+            hooks=self.hooks,
+            count_sightings=self.model.count_sightings,
+            labels=list(self.auc),
+            auc_reader=self.auc_reader,
+            rows_in_flight=self.rows_in_flight,
+            checkpoint=self.checkpoint,
+            table_stats=self.bookkeeping.stats,
+            resumed=self.restored is not None,
+            early_stopping=self.early_stopping.record if self.early_stopping else None,
+        )
+
     def fit(self) -> TrainResult:
         """Trains what the data position has left, checkpointing on the way and at the end.
 
@@ -366,7 +385,7 @@ class Trainer:
         ):
             writer = tf.summary.create_file_writer(summaries.local)
             try:
-                result = TrainingLoop(self, writer, summaries.sync).run()
+                result = TrainingLoop(self.loop_parts(), writer, summaries.sync).run()
             except ClusterLost:
                 # Left open: closing it runs an op that, with a task lost, can wait for
                 # ever on the task's dead connection; the run restarts from its last

@@ -1,31 +1,42 @@
-"""How ``train`` starts itself again after a lost task (``commands.restart_after``): the
+"""How ``train`` starts itself again after a lost task (``restart.ProcessRestart``): the
 lost-task error is kept, with everything its frames hold, until the process is replaced.
 Freeing the cluster's resources calls the tasks that own them
 (``EagerResourceDeleter.__del__``), and a call to a lost task whose connection was left
-dead waits for ever."""
+dead waits for ever. The process is replaced by the same command with the restart number
+in ``RECSYS_DIST_RESTART``; here the exec is recorded instead."""
 
 from __future__ import annotations
 
+import argparse
 import gc
-import types
+import sys
 
 import pytest
 
-from recsys_dist import commands
+from recsys_dist import cli
+from recsys_dist.console import add_output_arguments
 from recsys_dist.errors import ClusterLost
+from recsys_dist.restart import RESTART_EXIT, RESTART_VARIABLE, ProcessRestart
 
 
-@pytest.fixture
-def no_wait(monkeypatch):
-    monkeypatch.setattr(commands.time, "sleep", lambda seconds: None)
-    monkeypatch.setattr(commands, "_lost", [])
-    monkeypatch.delenv("RECSYS_DIST_RESTART", raising=False)
+class Recorded:
+    """A restart whose waits and exec are recorded, not carried out."""
+
+    def __init__(self, environ: dict[str, str] | None = None):
+        self.sleeps: list[float] = []
+        self.execs: list[tuple[str, list[str]]] = []
+        self.environ = {} if environ is None else environ
+        self.restart = ProcessRestart(
+            self.environ,
+            execv=lambda path, argv: self.execs.append((path, argv)),
+            sleep=self.sleeps.append,
+        )
+
+
+@pytest.fixture(autouse=True)
+def collector_back_on():
     yield
     gc.enable()
-
-
-def _config(max_restarts: int):
-    return types.SimpleNamespace(train=types.SimpleNamespace(max_restarts=max_restarts))
 
 
 class Held:
@@ -37,7 +48,9 @@ class Held:
         Held.freed = True
 
 
-def test_a_restart_keeps_the_error_and_what_its_frames_hold(no_wait, capsys):
+def test_a_restart_keeps_the_error_and_what_its_frames_hold(capsys):
+    recorded = Recorded()
+
     def train_run():
         resource = Held()  # noqa: F841  held by this frame, hence by the traceback
         raise ClusterLost("lost ps 0")
@@ -46,18 +59,74 @@ def test_a_restart_keeps_the_error_and_what_its_frames_hold(no_wait, capsys):
     try:
         train_run()
     except ClusterLost as exc:
-        assert commands.restart_after(exc, _config(3)) == commands.RESTART_EXIT
+        assert recorded.restart.after_lost(exc, 3) == RESTART_EXIT
     gc.collect()
     assert not Held.freed and not gc.isenabled()
+    assert recorded.restart.collector_off
     assert capsys.readouterr().out.startswith(
         "restart  lost ps 0; starting the cluster again and resuming from the last "
         "checkpoint (restart 1 of at most 3)"
     )
 
 
-def test_past_max_restarts_the_error_is_raised_and_still_kept(no_wait, monkeypatch):
-    monkeypatch.setenv("RECSYS_DIST_RESTART", "2")
+def test_past_max_restarts_the_error_is_raised_and_still_kept():
+    recorded = Recorded({RESTART_VARIABLE: "2"})
     lost = ClusterLost("lost ps 0")
     with pytest.raises(ClusterLost, match=r"gave up after train.max_restarts = 2 restarts"):
-        commands.restart_after(lost, _config(2))
-    assert commands._lost == [lost]
+        recorded.restart.after_lost(lost, 2)
+    assert recorded.restart.lost == [lost]
+    assert recorded.restart.collector_off
+    assert recorded.restart.restart_as is None and not recorded.restart.due(RESTART_EXIT)
+    recorded.restart.exec_if_due(RESTART_EXIT)
+    assert recorded.execs == [] and recorded.sleeps == []
+
+
+def test_a_fresh_restart_holds_nothing_and_is_not_due():
+    recorded = Recorded()
+    restart = recorded.restart
+    assert restart.restarts_before == 0 and restart.restart_as is None
+    assert restart.lost == [] and not restart.collector_off
+    assert not restart.due(RESTART_EXIT)
+    restart.exec_if_due(RESTART_EXIT)
+    assert recorded.execs == [] and RESTART_VARIABLE not in recorded.environ
+
+
+def test_after_a_lost_task_the_same_command_runs_again_as_the_next_restart(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["recsys-dist", "train", "--config", "c.yaml"])
+    recorded = Recorded({RESTART_VARIABLE: "1"})
+    restart = recorded.restart
+    assert restart.restarts_before == 1
+    assert restart.after_lost(ClusterLost("lost ps 1"), 3) == RESTART_EXIT
+    assert "(restart 2 of at most 3)" in capsys.readouterr().out
+    assert recorded.sleeps == [2]  # 1, 2, 4, ... seconds: the servers may come back
+    assert restart.restart_as == 2
+    # Only the exit code that asks for it restarts: an error on the way out does not.
+    assert restart.due(RESTART_EXIT) and not restart.due(0) and not restart.due(4)
+    restart.exec_if_due(4)
+    assert recorded.execs == [] and recorded.environ[RESTART_VARIABLE] == "1"
+    restart.exec_if_due(RESTART_EXIT)
+    command = [sys.executable, "-m", "recsys_dist.cli", "train", "--config", "c.yaml"]
+    assert recorded.execs == [(sys.executable, command)]
+    assert restart.argv() == command
+    assert recorded.environ[RESTART_VARIABLE] == "2"
+
+
+def test_the_wait_before_a_restart_grows_to_at_most_30_seconds(capsys):
+    waits = []
+    for before in (0, 3, 4, 9):
+        recorded = Recorded({RESTART_VARIABLE: str(before)})
+        recorded.restart.after_lost(ClusterLost("lost ps 0"), 10)
+        waits += recorded.sleeps
+    assert waits == [1, 8, 16, 30]
+
+
+def test_the_command_line_hands_the_restart_to_the_command():
+    seen = []
+    parser = argparse.ArgumentParser()
+    add_output_arguments(parser)
+    parser.set_defaults(func=lambda args: seen.append(args.restart) or RESTART_EXIT)
+    restart = Recorded().restart
+    assert cli.main([], parser, restart=restart) == RESTART_EXIT
+    assert seen == [restart]
+    cli.main([], parser)  # without one, a restart that is never carried out
+    assert isinstance(seen[1], ProcessRestart) and seen[1] is not restart
