@@ -41,9 +41,9 @@ import recsys_dist  # noqa: F401  (tf-keras, quiet logs)
 from recsys_dist import storage_io
 from recsys_dist.checkpoint.restore import create_slots, restore
 from recsys_dist.checkpoint.store import CheckpointManager
+from recsys_dist.cluster.placement import partitioned_tables
 from recsys_dist.cluster.runtime import connect
 from recsys_dist.config.sections import ClusterSpec
-from recsys_dist.models.sharding import embedding_tables
 
 
 def dd(args: list[str]) -> float:
@@ -70,7 +70,7 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="ckpt_bench_", dir=args.dir)
     with connect(ClusterSpec("local", 1, 2), os.path.join(work, "logs"), 1 << 20) as runtime:
         with runtime.strategy.scope():
-            with embedding_tables():
+            with partitioned_tables():
                 table = tf.Variable(
                     tf.random.uniform([args.rows, args.dim], -0.05, 0.05), name="table"
                 )

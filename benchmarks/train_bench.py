@@ -121,7 +121,7 @@ def way_c(data: str) -> float:
     import tensorflow as tf
 
     from recsys_dist.cluster.local import LocalCluster
-    from recsys_dist.cluster.placement import building_under
+    from recsys_dist.cluster.placement import placement_for
     from recsys_dist.cluster.runtime import make_strategy
     from recsys_dist.data.input_fn import prepare_input
     from recsys_dist.models.zoo import build_from_config
@@ -145,8 +145,8 @@ def way_c(data: str) -> float:
         strategy = make_strategy(
             cluster.cluster_resolver(), config.cluster.ps, config.train.embedding_shard_bytes
         )
-        with building_under(strategy):
-            model = build_from_config(config)
+        with strategy.scope():
+            model = build_from_config(config, placement_for(strategy))
             _compiled(model, tf.keras.optimizers.legacy.Adagrad(0.05), steps_per_execution=10)
         data_creator = tf.keras.utils.experimental.DatasetCreator(creator)
         model.fit(data_creator, epochs=1, steps_per_epoch=WARMUP_STEPS, verbose=0)

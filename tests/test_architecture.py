@@ -344,3 +344,68 @@ def test_no_module_is_longer_than_the_limit():
         if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert not long, f"modules longer than {MAX_MODULE_LINES} lines; split them by job: {long}"
+
+
+#: Hidden channels a model module must not read its placement through.
+CONTEXT_NAMES = {"threading", "contextvars", "local", "ContextVar"}
+#: The context functions that once carried placement and shard counts to the models.
+REMOVED_CONTEXT_FUNCTIONS = {
+    "current_placement",
+    "placed",
+    "dynamic_table_shards",
+    "dynamic_shards",
+    "shared_across_layers",
+    "stock_row_ops",
+    "stock_rows_in_force",
+    "embedding_tables",
+    "building_under",
+}
+
+
+def context_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, name)`` of each import of ``threading`` or ``contextvars``, each use of
+    ``threading.local`` or ``ContextVar``, and each import or call of a removed context
+    function, in line order."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name in CONTEXT_NAMES]
+        elif isinstance(node, ast.ImportFrom):
+            names = {node.module or "", *(a.name for a in node.names)}
+            wanted = CONTEXT_NAMES | REMOVED_CONTEXT_FUNCTIONS
+            found += [(node.lineno, n) for n in sorted(names & wanted)]
+        elif isinstance(node, ast.Attribute) and node.attr in {"local", "ContextVar"}:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name in REMOVED_CONTEXT_FUNCTIONS:
+                found.append((node.lineno, name))
+    return sorted(found)
+
+
+def test_no_model_module_reads_its_placement_from_context():
+    """A model takes its placement and dynamic shard count as arguments of its
+    construction (``models/sharding.py``): no module under ``models/`` keeps thread-local
+    or context-variable state or reads the context functions that once carried them. The
+    one implicit channel, TensorFlow's variable partitioner, lives in
+    ``cluster/placement.py``."""
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {name}"
+        for path in sorted((PACKAGE / "models").rglob("*.py"))
+        for line, name in context_reads(ast.parse(path.read_text(), str(path)))
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_context_test_finds_what_it_looks_for():
+    source = (
+        "import threading\n"
+        "from contextvars import ContextVar\n"
+        "_scope = threading.local()\n"
+        "from recsys_dist.models.sharding import current_placement\n"
+        "with shared_across_layers(): pass\n"
+        "sharding.dynamic_shards()\n"
+        "x = placement.dynamic_shards\n"
+    )
+    assert [line for line, _ in context_reads(ast.parse(source))] == [1, 2, 2, 3, 4, 5, 6]

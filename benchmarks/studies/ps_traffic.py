@@ -33,11 +33,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
+from recsys_dist.cluster.placement import TablePartitioner, partitioned_tables  # noqa: E402
 from recsys_dist.config import load_config  # noqa: E402
 from recsys_dist.data.input_fn import prepare_input  # noqa: E402
 from recsys_dist.data.synth_files import synthesize  # noqa: E402
 from recsys_dist.models.embedding import FeatureEmbeddings  # noqa: E402
-from recsys_dist.models.sharding import TablePartitioner, embedding_tables  # noqa: E402
 from recsys_dist.models.zoo import build_from_config  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def ps_traffic(batches: int = 50) -> Traffic:
     rows_mean, emb_read = float(np.mean(rows_read)), float(np.mean(row_bytes))
     partitioner = TablePartitioner(config.train.embedding_shard_bytes, config.cluster.ps)
     stacks = [s for m in model.submodules if isinstance(m, FeatureEmbeddings) for s in m.stacks]
-    with embedding_tables():
+    with partitioned_tables():
         shards = sum(partitioner(s.variable.shape, tf.float32)[0] for s in stacks)
     dense_parameters = sum(int(np.prod(v.shape)) for v in model.dense_variables)
     return Traffic(

@@ -12,7 +12,7 @@ process that is not (``evaluate``, ``export``) scores on one device of its own.
 Embedding tables are sharded over the parameter servers by a ``MinSizePartitioner``:
 a table is cut into shards of at least ``min_shard_bytes``, at most one per parameter
 server, so small tables stay whole and large ones spread over every server. Dense
-variables are never sharded (``models/sharding.py`` says why).
+variables are never sharded (``cluster/placement.py`` says why).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from recsys_dist.cluster.in_process import InProcessCluster
 from recsys_dist.cluster.liveness import PROBE_SECONDS, TaskWatch
 from recsys_dist.cluster.local import LocalCluster
 from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy, split_cpu
+from recsys_dist.cluster.placement import TablePartitioner
 from recsys_dist.cluster.server import ClusterError, parse_tf_config
 from recsys_dist.cluster.signals import terminate_on_signals, watch_signals_natively
 from recsys_dist.config.sections import ClusterSpec
 from recsys_dist.errors import ClusterLost
-from recsys_dist.models.sharding import TablePartitioner
 from recsys_dist.ops.build import library_path
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from recsys_dist import hashing
 from recsys_dist.checkpoint.restore import restore_model
 from recsys_dist.checkpoint.signature import saved_dynamic_shards
 from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy
-from recsys_dist.cluster.placement import building_under
+from recsys_dist.cluster.placement import placement_for
 from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.errors import DataError
 from recsys_dist.evaluation.metrics import EvalAccumulator, EvalData, compute_metrics
@@ -31,8 +31,10 @@ def evaluate_on_one_device(
     from the checkpoint. How a ``multi_worker_mirrored`` chief scores (the other workers
     take no part; ``cluster/collective.py``)."""
     alone = Runtime(mirrored_strategy(1), SynchronousCoordinator(), 1, 0, "mirrored")
-    with building_under(alone.strategy):
-        model = build_from_config(config, saved_dynamic_shards(saved))
+    with alone.strategy.scope():
+        model = build_from_config(
+            config, placement_for(alone.strategy, saved_dynamic_shards(saved))
+        )
     restore_model(model, saved, config.file)
     return evaluate_split(alone, model, pipeline, labels, oracle_columns)[0]
 

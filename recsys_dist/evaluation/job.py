@@ -33,7 +33,7 @@ from recsys_dist.checkpoint.restore import restore_model
 from recsys_dist.checkpoint.signature import check_signature, saved_dynamic_shards
 from recsys_dist.checkpoint.store import SavedCheckpoint, find_checkpoint
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
-from recsys_dist.cluster.placement import building_under
+from recsys_dist.cluster.placement import placement_for
 from recsys_dist.cluster.runtime import connect, log_dir_for, prepare_devices
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import prepare_input
@@ -59,8 +59,10 @@ class EvaluationResult:
 
 
 def _restored_model(config: ExperimentConfig, runtime, saved: SavedCheckpoint):
-    with building_under(runtime.strategy):
-        model = build_from_config(config, saved_dynamic_shards(saved))
+    with runtime.strategy.scope():
+        model = build_from_config(
+            config, placement_for(runtime.strategy, saved_dynamic_shards(saved))
+        )
     restore_model(model, saved, config.file)
     return model
 

@@ -36,8 +36,8 @@ from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.schema_check import split_read_dtype
 from recsys_dist.errors import RecsysError
 from recsys_dist.features.transforms import FeatureTransform
-from recsys_dist.models.dynamic_lookup import stock_row_ops
 from recsys_dist.models.rows_in_use import keep_live_rows_only, rows_in_use
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo import RankingModel, build_from_config
 
 #: The signature a serving request names (TF Serving's default).
@@ -171,11 +171,17 @@ def build_serving_module(
     serves lookups afterwards but must not train.
 
     Args:
-      model: The model, weights restored, built without a distribution strategy.
+      model: The model, weights restored, built without a distribution strategy and with
+        ``Placement(stock_lookups=True)`` (:func:`load_model`).
       transform: The feature transform (``on_bad_row: fail``).
       inputs: Column -> read dtype (``float32``, ``list<int64>``, ...).
       labels: Labels to return.
     """
+    if not model.placement.stock_lookups:
+        raise ExportError(
+            "an export serves lookups in stock TensorFlow ops only: build its model with "
+            "Placement(stock_lookups=True), as load_model does"
+        )
     module = tf.Module(name="recsys_serving")
     # A dynamic table's rows: only those in use; its training state (last-seen days,
     # counters) is not served.
@@ -232,7 +238,9 @@ def signature_functions(module: tf.Module) -> dict:
 def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel:
     """Builds the config's model without a strategy and restores ``saved`` into it.
 
-    Every embedding table is one plain variable here, whatever its sharding in training.
+    Every embedding table is one plain variable here, whatever its sharding in training,
+    and a dynamic table looks up in stock ops only (``Placement(stock_lookups=True)``), so
+    plain TensorFlow serves its export without the package's op library.
 
     Raises:
       CheckpointError: ``saved`` was written for another model, or lacks some weight.
@@ -243,7 +251,8 @@ def load_model(config: ExperimentConfig, saved: SavedCheckpoint) -> RankingModel
             "call it inside strategy.scope()"
         )
     check_signature(saved, config, what=f"the export config {config.file}")
-    model = build_from_config(config, saved_dynamic_shards(saved))
+    placement = Placement(dynamic_shards=saved_dynamic_shards(saved) or 1, stock_lookups=True)
+    model = build_from_config(config, placement)
     restore_model(model, saved, config.file)
     return model
 
@@ -274,36 +283,34 @@ def _save(module: tf.Module, out_dir: str, info: dict[str, Any]) -> None:
     """Saves ``module`` to ``out_dir``: locally via a temporary sibling renamed at the end;
     remotely via a local staging directory uploaded with ``export.json`` last.
 
-    Its functions are traced (and traced again by ``tf.saved_model.save``) inside
-    :func:`stock_row_ops`, so a dynamic table's lookups hold stock ops only and plain
-    TensorFlow serves the SavedModel without the package's op library."""
-    with stock_row_ops():
-        signatures = signature_functions(module)
-        if storage_io.is_remote(out_dir):  # TensorFlow writes local files only; no rename there
-            with storage_io.StagedDir(out_dir) as staged:
-                with storage_io.space_named(
-                    staged.local, "write the export", lambda: variable_bytes(module), staged=True
-                ):
-                    tf.saved_model.save(module, staged.local, signatures=signatures)
-                    _write_info(staged.local, info)
-                staged.sync(last=[EXPORT_INFO])
-            return
-        local = out_dir[len("file://") :] if out_dir.startswith("file://") else out_dir
-        local = local.rstrip("/") or "/"
-        tmp = f"{local}.tmp-{os.getpid()}"
+    Its model was built by :func:`load_model`, so a dynamic table's lookups hold stock ops
+    only and plain TensorFlow serves the SavedModel without the package's op library."""
+    signatures = signature_functions(module)
+    if storage_io.is_remote(out_dir):  # TensorFlow writes local files only; no rename there
+        with storage_io.StagedDir(out_dir) as staged:
+            with storage_io.space_named(
+                staged.local, "write the export", lambda: variable_bytes(module), staged=True
+            ):
+                tf.saved_model.save(module, staged.local, signatures=signatures)
+                _write_info(staged.local, info)
+            staged.sync(last=[EXPORT_INFO])
+        return
+    local = out_dir[len("file://") :] if out_dir.startswith("file://") else out_dir
+    local = local.rstrip("/") or "/"
+    tmp = f"{local}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+        with storage_io.space_named(local, "write the export", lambda: variable_bytes(module)):
+            tf.saved_model.save(module, tmp, signatures=signatures)
+            _write_info(tmp, info)
+        if os.path.isdir(local):
+            os.rmdir(local)  # empty (checked before); fails if something appeared meanwhile
+        os.rename(tmp, local)
+    except OSError as exc:
+        raise ExportError(f"{out_dir}: cannot write the export: {exc}") from None
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
-            with storage_io.space_named(local, "write the export", lambda: variable_bytes(module)):
-                tf.saved_model.save(module, tmp, signatures=signatures)
-                _write_info(tmp, info)
-            if os.path.isdir(local):
-                os.rmdir(local)  # empty (checked before); fails if something appeared meanwhile
-            os.rename(tmp, local)
-        except OSError as exc:
-            raise ExportError(f"{out_dir}: cannot write the export: {exc}") from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def export_model(

@@ -25,6 +25,7 @@ from typing import Any
 import tensorflow as tf
 
 from recsys_dist.features.config import FeatureConfig, SequenceGroup
+from recsys_dist.models.dynamic_table import ModelTables
 from recsys_dist.models.embedding import FeatureEmbeddings
 
 
@@ -92,6 +93,7 @@ class BehaviourInputs(tf.keras.layers.Layer):
       seed: Seed of the tables' initializers.
       model: The model's name, for messages.
       name: Layer name.
+      tables: What the model's embedding layers share (see :class:`FeatureEmbeddings`).
 
     Call args:
       features: A batch as produced by the input pipeline.
@@ -113,12 +115,18 @@ class BehaviourInputs(tf.keras.layers.Layer):
         seed: int | None,
         model: str,
         name: str = "behaviour_inputs",
+        tables: ModelTables | None = None,
         **kwargs: Any,
     ):
         super().__init__(name=name, **kwargs)
         self.groups = check_histories(features, list(feature_names), model)
         self.embeddings = FeatureEmbeddings(
-            features, list(feature_names), seed=seed, keep_sequences=True, name="embeddings"
+            features,
+            list(feature_names),
+            seed=seed,
+            keep_sequences=True,
+            name="embeddings",
+            tables=tables,
         )
         in_history = {n for group in self.groups for n in group.sequences}
         self.other_names = [n for n in self.embeddings.sparse_feature_names if n not in in_history]

@@ -3,43 +3,21 @@ admission in training, and the vectors handed back to each table (the tables the
 ``DynamicTable`` and its shards: ``models/dynamic_table.py``, which imports this
 module). The fused path packs what crosses between a worker and a
 server into one tensor each way with the custom ops of ``recsys_dist/ops/``; the stock path
-(:func:`lookup_tables_stock`, inside :func:`stock_row_ops`)
-gives the same vectors in stock TensorFlow ops."""
+(:func:`lookup_tables_stock`, for tables whose placement has ``stock_lookups``: an
+export's) gives the same vectors in stock TensorFlow ops."""
 
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator
 
 import tensorflow as tf
 
 from recsys_dist import ops
 
-_stock = threading.local()
-
 
 def on_server(device: str | None):
     """Places the ops built inside on ``device`` (a shard's server), if any."""
     return tf.device(device) if device is not None else contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def stock_row_ops() -> Iterator[None]:
-    """Dynamic-table lookups traced inside use stock TensorFlow ops only, not the
-    package's row kernels: an export's serving functions, which plain TensorFlow serves
-    without the op library (lookups only: training, which admits, is refused there)."""
-    previous = stock_rows_in_force()
-    _stock.rows = True
-    try:
-        yield
-    finally:
-        _stock.rows = previous
-
-
-def stock_rows_in_force() -> bool:
-    """Whether lookups run in stock ops (inside :func:`stock_row_ops`)."""
-    return getattr(_stock, "rows", False)
 
 
 def lookup_tables(tables: list, keys: list[tf.Tensor], training: bool) -> list[tf.Tensor]:
@@ -56,12 +34,16 @@ def lookup_tables(tables: list, keys: list[tf.Tensor], training: bool) -> list[t
     every index in one tensor (and their counts in another), the vectors of every table in
     one flat tensor. On the worker, ``RouteKeys`` finds each index's distinct keys and
     their shards, and ``UnrouteRows`` (with its gradient ``RouteRowGrads``) hands each
-    table its vectors (``recsys_dist/ops/dynamic_routing.cc``). Inside
-    :func:`stock_row_ops` the same lookups run in stock ops (:func:`lookup_tables_stock`).
+    table its vectors (``recsys_dist/ops/dynamic_routing.cc``). Tables whose placement has
+    ``stock_lookups`` (an export's, which plain TensorFlow serves without the op library)
+    run the same lookups in stock ops (:func:`lookup_tables_stock`).
     """
-    if stock_rows_in_force():
+    if tables[0].placement.stock_lookups:
         if training:
-            raise ValueError("stock_row_ops() traces lookups only, not training")
+            raise ValueError(
+                f"{tables[0].name}: a model built with Placement(stock_lookups=True) "
+                "looks up only, it does not train"
+            )
         return lookup_tables_stock(tables, keys)
     library = ops.load()
     count = len(tables[0].shards)

@@ -8,17 +8,14 @@ admits ids with the op library's ``AdmitIds`` kernel (``recsys_dist/ops/dynamic_
 one call per server and step for every id index there, under a mutex per index, since
 TensorFlow has no find-or-insert op and ``next_row.assign_add`` is not safe under
 concurrency. The lookups are :mod:`recsys_dist.models.dynamic_lookup`'s; a table read by
-several layers of one model keeps one id index (:func:`shared_across_layers`);
+several layers of one model keeps one id index (:class:`ModelTables`);
 checkpoints hold the rows in use only (``models/rows_in_use.py``). See
 docs/dynamic-tables.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -28,7 +25,7 @@ from recsys_dist.features.config import TableSpec
 from recsys_dist.models.blocks import InitializerLike, derive_seed, seeded_initializer
 from recsys_dist.models.dynamic_lookup import lookup_tables, on_server
 from recsys_dist.models.rows_in_use import row_slots, save_rows_in_use
-from recsys_dist.models.sharding import current_placement
+from recsys_dist.models.sharding import Placement
 
 #: Day numbers count from this date (``last_seen``, eviction).
 EPOCH = datetime.date(1970, 1, 1)
@@ -50,79 +47,50 @@ def day_number(day: datetime.date) -> int:
 
 class ShardGroup:
     """The servers (one shard each) of dynamic tables that are resolved together: every
-    dynamic table of a model shares one group (of a layer, outside
-    :func:`shared_across_layers`), so a training step admits the ids of all of them in one
-    ``AdmitIds`` call per server. A plain holder, not saved."""
+    dynamic table of a model shares one group (:class:`ModelTables`), so a training step
+    admits the ids of all of them in one ``AdmitIds`` call per server. A plain holder,
+    not saved."""
 
     def __init__(self, devices: list[str | None]):
         self.devices = list(devices)
 
-    @classmethod
-    def for_layer(cls, devices: list[str | None]) -> "ShardGroup":
-        """The group of the enclosing :func:`shared_across_layers` scope (made on first
-        use), else a new one for this layer alone."""
-        shared = getattr(_model_scope, "shared", None)
-        if shared is None:
-            return cls(devices)
-        if shared.group is None:
-            shared.group = cls(devices)
-        if shared.group.devices != list(devices):
-            raise ValueError(
-                f"dynamic tables of one model on different servers: "
-                f"{shared.group.devices} and {list(devices)}"
-            )
-        return shared.group
 
+class ModelTables:
+    """What the embedding layers of one model share, given to each layer it builds: the
+    model's :class:`Placement`, one :class:`ShardGroup` for every dynamic table, and per
+    dynamic table name the table that owns the id index (the first one built). A plain
+    holder, not saved (the tables are saved where the layers hold them).
 
-class _SharedAcrossLayers:
-    """What the dynamic tables of one model share: the shard group, and per table name
-    the table that owns the id index (the first one built)."""
+    Args:
+      placement: Where the tables live; its ``dynamic_shards`` is each dynamic table's
+        shard count (default: this process, one shard).
+    """
 
-    def __init__(self):
-        self.group: ShardGroup | None = None
-        self.index_owners: dict[str, "DynamicTable"] = {}
+    def __init__(self, placement: Placement | None = None):
+        self.placement = placement or Placement()
+        shards = self.placement.dynamic_shards
+        self.group = ShardGroup(self.placement.shard_devices(shards))
+        self._index_owners: dict[str, DynamicTable] = {}
 
-
-_model_scope = threading.local()
-
-
-@contextlib.contextmanager
-def shared_across_layers() -> Iterator[None]:
-    """Dynamic tables built inside (a model's, in all its layers) share one
-    :class:`ShardGroup`, so one step admits the ids of every layer in one call per server,
-    and one id index per table name (see :func:`dynamic_table`)."""
-    previous = getattr(_model_scope, "shared", None)
-    _model_scope.shared = _SharedAcrossLayers()
-    try:
-        yield
-    finally:
-        _model_scope.shared = previous
-
-
-def dynamic_table(
-    table: TableSpec,
-    dim: int,
-    shards: int,
-    initializer: InitializerLike,
-    seed: int | None,
-    name: str,
-    group: ShardGroup,
-) -> "DynamicTable":
-    """A layer's :class:`DynamicTable` for ``table``: inside :func:`shared_across_layers`,
-    the second and later layers that read ``table`` share the first one's id index."""
-    shared = getattr(_model_scope, "shared", None)
-    owner = shared.index_owners.get(table.name) if shared is not None else None
-    made = DynamicTable(table, dim, shards, initializer, seed, name, group, index_of=owner)
-    if shared is not None and owner is None:
-        shared.index_owners[table.name] = made
-    return made
-
-
-def shard_devices(count: int) -> list[str | None]:
-    """Where ``count`` shards live, by the placement in force (``models/sharding.py``):
-    round-robin on the parameter servers under ``ParameterServerStrategy``, else on this
-    process's device."""
-    return current_placement().shard_devices(count)
+    def dynamic_table(
+        self, table: TableSpec, dim: int, initializer: InitializerLike, seed: int | None, name: str
+    ) -> "DynamicTable":
+        """A layer's :class:`DynamicTable` for ``table`` in this model's shard group; the
+        second and later layers that read ``table`` share the first one's id index."""
+        owner = self._index_owners.get(table.name)
+        made = DynamicTable(
+            table,
+            dim,
+            self.placement.dynamic_shards,
+            initializer,
+            seed,
+            name,
+            self.group,
+            index_of=owner,
+            placement=self.placement,
+        )
+        self._index_owners.setdefault(table.name, made)
+        return made
 
 
 class _Counting:
@@ -168,11 +136,12 @@ class DynamicShard(tf.Module):
         seed: int | None,
         name: str,
         index_of: "DynamicShard | None" = None,
+        placement: Placement | None = None,
     ):
         super().__init__(name=name)
         self.capacity, self.admit_after = table.capacity_per_shard, table.admit_after
         self.device = device
-        with current_placement().variables_on(device, name):
+        with (placement or Placement()).variables_on(device, name):
             init = seeded_initializer(initializer, derive_seed(seed, name))
             self._row_initializer = init  # freed rows restart from it (eviction)
             self.emb = tf.Variable(init((self.capacity, dim), tf.float32), name=f"{name}_emb")
@@ -266,14 +235,19 @@ class DynamicTable(tf.Module):
     Args:
       table: The table's spec (``kind: dynamic``).
       dim: Embedding dim (the table's, or the linear model's outputs).
-      shards: Number of shards (under ``ParameterServerStrategy``, placed round-robin on
-        the parameter servers: :func:`shard_devices`).
+      shards: Number of shards (each on the device ``placement`` gives it: under
+        ``ParameterServerStrategy`` round-robin on the parameter servers).
       initializer: Initializer of the rows (each row starts from it when admitted).
       seed: Seed of the initializer.
       name: Variable name prefix.
-      group: The shard group it is resolved with (default: its own).
+      group: The shard group it is resolved with, on the same servers (default: its own).
       index_of: A table (of the same spec, on the same servers) whose id index this one
         shares: an id then has the same row in both, and this table holds only its rows.
+      placement: Where its shards live and how it is read (default: this process).
+
+    Raises:
+      ValueError: ``group`` or ``index_of`` is on other servers, or ``index_of`` has
+        another spec or number of shards.
     """
 
     def __init__(
@@ -286,9 +260,15 @@ class DynamicTable(tf.Module):
         name: str = "dynamic",
         group: ShardGroup | None = None,
         index_of: "DynamicTable | None" = None,
+        placement: Placement | None = None,
     ):
         super().__init__(name=name)
-        devices = shard_devices(shards)
+        self.placement = placement or Placement()
+        devices = self.placement.shard_devices(shards)
+        if group is not None and group.devices != devices:
+            raise ValueError(
+                f"dynamic tables of one model on different servers: {group.devices} and {devices}"
+            )
         if index_of is not None and (
             index_of.spec != table or len(index_of.shards) != len(devices)
         ):
@@ -308,6 +288,7 @@ class DynamicTable(tf.Module):
                 seed,
                 f"{name}_{i}",
                 index_of.shards[i] if index_of is not None else None,
+                self.placement,
             )
             for i, device in enumerate(devices)
         ]

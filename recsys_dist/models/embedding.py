@@ -27,8 +27,7 @@ import tensorflow as tf
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import InitializerLike, derive_seed
 from recsys_dist.models.dynamic_lookup import lookup_tables
-from recsys_dist.models.dynamic_table import DynamicTable, ShardGroup, dynamic_table, shard_devices
-from recsys_dist.models.sharding import current_placement, dynamic_shards, embedding_tables
+from recsys_dist.models.dynamic_table import DynamicTable, ModelTables, ShardGroup
 from recsys_dist.models.table_stack import (
     StackedTable,
     StackInitializer,
@@ -102,6 +101,9 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         position 0 the newest) instead of pooling it with its ``pooling``; attention
         models read it with the mask ``features[name]["weights"] > 0``.
       name: Layer name; prefixes the variable names.
+      tables: What the model's embedding layers share (:class:`ModelTables`: the
+        placement, the dynamic tables' shard group and id indexes); default: this
+        process, one shard per dynamic table, shared with no other layer.
 
     Call args:
       features: A batch as produced by the input pipeline (extra keys are ignored).
@@ -131,10 +133,12 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         seed: int | None = None,
         keep_sequences: bool = False,
         name: str = "feature_embeddings",
+        tables: ModelTables | None = None,
         **kwargs: Any,
     ):
         super().__init__(name=name, **kwargs)
-        self._placement = current_placement()  # how a replica reads the tables
+        self._tables = tables or ModelTables()
+        self._placement = self._tables.placement  # how a replica reads the tables
         feature_names = list(feature_names)
         check_feature_names(features, feature_names)
         if dim_override is not None and (not isinstance(dim_override, int) or dim_override < 1):
@@ -170,7 +174,7 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
             layout[table] = (first, features.tables[table].rows)
         self._stacks: dict[int, TableStack] = {}
         self._resolved: tuple[DynamicPlan, list[tf.Tensor]] | None = None
-        with tf.name_scope(self.name), embedding_tables():
+        with tf.name_scope(self.name), self._placement.creating_tables():
             for dim, layout in layouts.items():
                 name = f"embedding/stack_d{dim}"
                 variable = self.add_weight(
@@ -181,16 +185,13 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                     initializer=StackInitializer(initializer, seed, layout),
                 )
                 self._stacks[dim] = TableStack(f"{self.name}/{name}", variable, layout)
-            group = ShardGroup.for_layer(shard_devices(dynamic_shards())) if dynamic else None
             self._dynamic_tables = {
-                table: dynamic_table(
+                table: self._tables.dynamic_table(
                     features.tables[table],
                     dim,
-                    dynamic_shards(),
                     initializer,
                     derive_seed(seed, table),
                     f"{self.name}_{table}",
-                    group,
                 )
                 for table, dim in dynamic.items()
             }
@@ -265,8 +266,8 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
     def _dynamic_lookup(self, features: dict[str, Any], training: bool) -> dict[str, tf.Tensor]:
         """``[B, D]`` per feature of a dynamic table: every dynamic table resolved at once
         (one admission per server), then pooled like the stacks' features. Inside
-        :func:`dynamic_tables_resolved_together` the vectors come from the model's one
-        resolution of all its layers."""
+        :meth:`using_resolved` the vectors come from the model's one resolution of all its
+        layers (:func:`dynamic_tables_resolved_together`)."""
         if self._resolved is not None:
             plan, vectors = self._resolved
         else:
@@ -276,6 +277,21 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         for t, found in zip(plan.names, vectors):
             out.update(self._finish(plan.names[t], found, *plan.prepared[t][1:]))
         return out
+
+    @contextlib.contextmanager
+    def using_resolved(self, plan: "DynamicPlan", vectors: list[tf.Tensor]) -> Iterator[None]:
+        """Calls inside take this layer's dynamic-table vectors from ``vectors`` (one per
+        table of ``plan``, its :meth:`dynamic_plan` of the batch, resolved with other
+        layers' tables) instead of looking them up."""
+        if len(vectors) != len(plan.tables):
+            raise ValueError(
+                f"{self.name}: {len(plan.tables)} dynamic tables, {len(vectors)} vectors"
+            )
+        self._resolved = (plan, list(vectors))
+        try:
+            yield
+        finally:
+            self._resolved = None
 
     def dynamic_plan(self, features: dict[str, Any]) -> "DynamicPlan":
         """What resolving this layer's dynamic tables for ``features`` needs."""
@@ -341,8 +357,9 @@ def dynamic_tables_resolved_together(
 ) -> Iterator[None]:
     """Resolves the dynamic tables of every layer in ``layers`` for ``features`` in one
     :func:`lookup_tables` call (one admission per server, not one per layer and
-    server), for the layers' calls inside to use. Layers with a shard group of their own
-    (built outside :func:`shared_across_layers`) resolve on their own as before."""
+    server), for the layers' calls inside to use (:meth:`FeatureEmbeddings.using_resolved`).
+    Layers with a shard group of their own (built with :class:`ModelTables` of their own)
+    resolve on their own."""
     layers = [layer for layer in layers if layer.dynamic_tables]
     shared = (
         [layer for layer in layers if layer.dynamic_tables_group is layers[0].dynamic_tables_group]
@@ -358,15 +375,14 @@ def dynamic_tables_resolved_together(
         [k for plan in plans for k in plan.keys],
         training,
     )
-    start = 0
-    for layer, plan in zip(shared, plans):
-        layer._resolved = (plan, vectors[start : start + len(plan.tables)])
-        start += len(plan.tables)
-    try:
+    with contextlib.ExitStack() as stack:
+        start = 0
+        for layer, plan in zip(shared, plans):
+            stack.enter_context(
+                layer.using_resolved(plan, vectors[start : start + len(plan.tables)])
+            )
+            start += len(plan.tables)
         yield
-    finally:
-        for layer in shared:
-            layer._resolved = None
 
 
 def check_feature_names(features: FeatureConfig, feature_names: list[str]) -> None:
@@ -398,6 +414,7 @@ class FeatureLinear(tf.keras.layers.Layer):
       feature_names: Features of the linear model.
       num_outputs: T.
       name: Layer name.
+      tables: What the model's embedding layers share (see :class:`FeatureEmbeddings`).
 
     Call args:
       features: A batch as produced by the input pipeline.
@@ -412,6 +429,7 @@ class FeatureLinear(tf.keras.layers.Layer):
         feature_names: list[str],
         num_outputs: int,
         name: str = "linear",
+        tables: ModelTables | None = None,
         **kwargs: Any,
     ):
         super().__init__(name=name, **kwargs)
@@ -421,6 +439,7 @@ class FeatureLinear(tf.keras.layers.Layer):
             dim_override=num_outputs,
             initializer="zeros",
             name=f"{name}_embeddings",
+            tables=tables,
         )
         self.dense = None
         if self.embeddings.dense_feature_names:

@@ -129,6 +129,7 @@ def model_footprint(config: ExperimentConfig) -> ModelFootprint:
     import tensorflow as tf
 
     from recsys_dist.models.embedding import FeatureEmbeddings, FeatureLinear
+    from recsys_dist.models.sharding import Placement
     from recsys_dist.models.zoo import build_from_config
 
     tiny = {
@@ -146,7 +147,7 @@ def model_footprint(config: ExperimentConfig) -> ModelFootprint:
         return variable
 
     with tf.device("/cpu:0"), tf.variable_creator_scope(record):
-        model = build_from_config(small, dynamic_shards=1)
+        model = build_from_config(small, Placement(dynamic_shards=1))
     layers = [m for m in model.submodules if isinstance(m, FeatureEmbeddings)]
     linear = {id(m.embeddings) for m in model.submodules if isinstance(m, FeatureLinear)}
     stacks, dynamic, stack_of = [], [], {}

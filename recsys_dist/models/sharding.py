@@ -1,79 +1,50 @@
-"""Where a model's variables go: which the parameter-server strategy may shard (embedding
-tables only), how many shards a dynamic table has, and the :class:`Placement` the cluster
-layer gives a model it builds. The models themselves know no strategy: they ask this
-module, which the cluster fills in (``cluster/placement.py``).
+"""Where a model's variables go: the :class:`Placement` a model is built with.
 
-Only tables are sharded. ``ParameterServerStrategy`` asks its ``variable_partitioner``
-about every variable, dense kernels included, but sharding a small dense kernel buys
-nothing and changes training: tf-keras initialisers draw each shard on its own, so a
-kernel's initial scale would depend on the number of parameter servers (see
-docs/training.md). :class:`TablePartitioner` therefore shards only variables created
-inside :func:`embedding_tables`, which the embedding layers use.
+A model takes its placement as an argument (``build_model(..., placement=...)``) and hands
+it to the layers that create tables. The default keeps everything in this process; the
+caller builds the placement of a distribution strategy from its runtime
+(``cluster/placement.py``), so no model module asks which strategy runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-from typing import Iterator
+import dataclasses
 
 import tensorflow as tf
 
-_scope = threading.local()
 
-
-@contextlib.contextmanager
-def embedding_tables() -> Iterator[None]:
-    """Variables created inside may be sharded by :class:`TablePartitioner`."""
-    _scope.depth = getattr(_scope, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _scope.depth -= 1
-
-
-class TablePartitioner:
-    """A ``MinSizePartitioner`` for embedding tables; every other variable stays whole.
-
-    Args:
-      min_shard_bytes: Minimum bytes of one shard.
-      max_shards: At most this many shards (the number of parameter servers).
-    """
-
-    def __init__(self, min_shard_bytes: int, max_shards: int):
-        self._tables = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=min_shard_bytes, max_shards=max_shards
-        )
-
-    def __call__(self, shape, dtype, axis: int = 0) -> list[int]:
-        if getattr(_scope, "depth", 0) == 0:
-            return [1] * len(shape)
-        return self._tables(shape, dtype, axis)
-
-
-@contextlib.contextmanager
-def dynamic_table_shards(count: int) -> Iterator[None]:
-    """Dynamic tables built inside have ``count`` shards (under
-    ``ParameterServerStrategy`` placed round-robin on the parameter servers)."""
-    previous = dynamic_shards()
-    _scope.dynamic_shards = count
-    try:
-        yield
-    finally:
-        _scope.dynamic_shards = previous
-
-
-def dynamic_shards() -> int:
-    """The shard count :func:`dynamic_table_shards` set (default 1)."""
-    return getattr(_scope, "dynamic_shards", 1)
-
-
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Placement:
-    """Where a model's variables live and how a replica reads them. This one, the
-    default, keeps everything in this process; the cluster layer gives a model built
-    under a distribution strategy its own (``cluster/placement.py``), through
-    :func:`placed`. Layers take the placement in force when they are built.
+    """Where a model's embedding tables live and how a replica reads them. This one, the
+    default, keeps everything in this process; ``cluster/placement.py`` defines the
+    placement of each strategy.
+
+    Attributes:
+      dynamic_shards: Shards of each dynamic table. An id's shard is its hash modulo this
+        count, so restoring a checkpoint needs the count it was saved with.
+      stock_lookups: Dynamic-table lookups in stock TensorFlow ops only, not the package's
+        row kernels: a model whose export plain TensorFlow serves. Such a model looks
+        up only; it does not train.
+
+    Raises:
+      ValueError: ``dynamic_shards`` is not a positive integer.
     """
+
+    dynamic_shards: int = 1
+    stock_lookups: bool = False
+
+    def __post_init__(self) -> None:
+        shards = self.dynamic_shards
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ValueError(
+                f"Placement.dynamic_shards must be a positive integer. "
+                f"Received: dynamic_shards={shards!r}"
+            )
+
+    def with_dynamic_shards(self, count: int) -> "Placement":
+        """This placement with ``count`` shards per dynamic table."""
+        return dataclasses.replace(self, dynamic_shards=count)
 
     def server_count(self) -> int | None:
         """Parameter servers the variables are spread over (None: no servers)."""
@@ -88,26 +59,12 @@ class Placement:
         """A scope whose variables are created on ``device``."""
         return tf.device(device) if device is not None else contextlib.nullcontext()
 
+    def creating_tables(self):
+        """The scope the embedding layers create their stacked tables in: nothing here;
+        under ``ParameterServerStrategy`` the one whose tables its partitioner shards."""
+        return contextlib.nullcontext()
+
     def local_copy(self, table: tf.Variable) -> tf.Variable:
         """The variable a replica reads a table through (a replica's own copy of a
         mirrored table; else the table)."""
         return table
-
-
-_DEFAULT_PLACEMENT = Placement()
-
-
-@contextlib.contextmanager
-def placed(placement: Placement) -> Iterator[None]:
-    """Models built inside place their variables by ``placement``."""
-    previous = current_placement()
-    _scope.placement = placement
-    try:
-        yield
-    finally:
-        _scope.placement = previous
-
-
-def current_placement() -> Placement:
-    """The placement :func:`placed` set (default: everything in this process)."""
-    return getattr(_scope, "placement", _DEFAULT_PLACEMENT)

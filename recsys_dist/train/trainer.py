@@ -45,7 +45,7 @@ from recsys_dist.checkpoint.store import (
 from recsys_dist.checkpoint.warm_start import WarmStartReport, stack_layouts, warm_start
 from recsys_dist.cluster.collective import scratch_dir
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
-from recsys_dist.cluster.placement import building_under, new_run_dynamic_shards
+from recsys_dist.cluster.placement import new_run_dynamic_shards, placement_for
 from recsys_dist.cluster.runtime import RECENTLY_AWAY_SECONDS, Runtime
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import InputPipeline
@@ -168,14 +168,18 @@ class Trainer:
         """The model, its optimizers, the training AUCs and the global step, on the
         strategy's variables."""
         config = self.config
-        with building_under(self.runtime.strategy):
-            # a model dir keeps the dynamic tables' shard count it started with (placed
-            # round-robin on however many servers this run has; a warm start re-shards)
-            dynamic = any(t.dynamic for t in config.features.tables.values())
-            self.dynamic_shards = (
-                dynamic and model_dir_dynamic_shards(self.checkpoints)
-            ) or new_run_dynamic_shards(config.cluster.ps)
-            self.model = build_from_config(config, self.dynamic_shards)
+        strategy = self.runtime.strategy
+        placement = placement_for(strategy)
+        # a model dir keeps the dynamic tables' shard count it started with (placed
+        # round-robin on however many servers this run has; a warm start re-shards)
+        dynamic = any(t.dynamic for t in config.features.tables.values())
+        self.dynamic_shards = (
+            dynamic and model_dir_dynamic_shards(self.checkpoints)
+        ) or new_run_dynamic_shards(placement, config.cluster.ps)
+        with strategy.scope():
+            self.model = build_from_config(
+                config, placement.with_dynamic_shards(self.dynamic_shards)
+            )
             # Slots exist before any restore (checkpoint/store.py says why).
             self.optimizers = ModelOptimizers(
                 self.model,

@@ -503,15 +503,10 @@ import tempfile
 import numpy as np, tensorflow as tf
 from recsys_dist.checkpoint.restore import create_slots
 from recsys_dist.cluster.in_process import InProcessCluster
-from recsys_dist.cluster.placement import building_under
+from recsys_dist.cluster.placement import placement_for
 from recsys_dist.features.config import TableSpec
 from recsys_dist.models.dynamic_lookup import lookup_tables
-from recsys_dist.models.dynamic_table import (
-    ShardGroup,
-    dynamic_table,
-    shard_devices,
-    shared_across_layers,
-)
+from recsys_dist.models.dynamic_table import ModelTables
 from recsys_dist.models.rows_in_use import save_slots_of_rows_in_use
 
 spec = TableSpec(name="t", dim=4, kind="dynamic", capacity_per_shard=50)
@@ -519,11 +514,10 @@ batches = [tf.constant(b, tf.int64) for b in ([1, 2, 3, 4, 5, 1, 9], [2, 7, 8, 1
 
 def tables(strategy, seeds):
     # a table's vectors and its linear weights sharing one id index, and their optimizer
-    with building_under(strategy):
-        with shared_across_layers():
-            group = ShardGroup.for_layer(shard_devices(2))
-            deep = dynamic_table(spec, 4, 2, "random_uniform", seeds[0], "deep", group)
-            wide = dynamic_table(spec, 1, 2, "random_uniform", seeds[1], "wide", group)
+    with strategy.scope():
+        shared = ModelTables(placement_for(strategy, dynamic_shards=2))
+        deep = shared.dynamic_table(spec, 4, "random_uniform", seeds[0], "deep")
+        wide = shared.dynamic_table(spec, 1, "random_uniform", seeds[1], "wide")
         return deep, wide, tf.keras.optimizers.legacy.Adagrad(0.5)
 
 def train(strategy):

@@ -215,10 +215,10 @@ def test_a_staged_checkpoint_is_written_and_read_by_the_coordinator_alone(
     from recsys_dist import storage_io
     from recsys_dist.checkpoint.restore import restore
     from recsys_dist.checkpoint.store import CheckpointManager
-    from recsys_dist.models.sharding import embedding_tables
+    from recsys_dist.cluster.placement import partitioned_tables
 
     values = np.arange(4000 * 8, dtype=np.float32).reshape(4000, 8)
-    with runtime.strategy.scope(), embedding_tables():
+    with runtime.strategy.scope(), partitioned_tables():
         table = tf.Variable(values, name="io_device_table")
     assert sorted(s.device.split("/device")[0] for s in table.variables) == [
         "/job:ps/replica:0/task:0",
@@ -261,13 +261,13 @@ def test_a_dynamic_tables_rows_in_use_go_through_a_staged_checkpoint(tmp_path, r
 
     from recsys_dist.checkpoint.restore import restore
     from recsys_dist.checkpoint.store import CheckpointManager, local_prefix
-    from recsys_dist.cluster.placement import building_under
+    from recsys_dist.cluster.placement import placement_for
     from recsys_dist.features.config import TableSpec
     from recsys_dist.models.dynamic_table import DynamicTable
 
     spec = TableSpec("user", 8, "dynamic", capacity_per_shard=5000)
-    with building_under(runtime.strategy):
-        table = DynamicTable(spec, 8, shards=2, seed=1)
+    with runtime.strategy.scope():
+        table = DynamicTable(spec, 8, shards=2, seed=1, placement=placement_for(runtime.strategy))
     assert sorted(s.emb.device.split("/device")[0] for s in table.shards) == [
         "/job:ps/replica:0/task:0",
         "/job:ps/replica:0/task:1",

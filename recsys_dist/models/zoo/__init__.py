@@ -21,8 +21,7 @@ from typing import Any
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.config.model_registry import registered_model
 from recsys_dist.features.config import FeatureConfig
-from recsys_dist.models.dynamic_table import shared_across_layers
-from recsys_dist.models.sharding import current_placement, dynamic_table_shards
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo import bst, dcn_v2, deepfm, din, dlrm, lr, mmoe, wide_deep  # noqa: F401  bound
 from recsys_dist.models.zoo.ranking_model import MODELS, RankingModel, model_class, zoo_model
 
@@ -36,6 +35,7 @@ def build_model(
     labels: list[str],
     params: Any = None,
     seed: int = 0,
+    placement: Placement | None = None,
 ) -> RankingModel:
     """Builds model ``name`` of the zoo.
 
@@ -46,6 +46,9 @@ def build_model(
       labels: Labels the model predicts.
       params: An instance of its registered params class; None uses its defaults.
       seed: Seed of every random initial weight; the same seed builds the same weights.
+      placement: Where the tables live and each dynamic table's shard count (default:
+        this process, one shard); under a distribution strategy the caller's
+        (``cluster.placement.placement_for``), built inside ``strategy.scope()``.
 
     Returns:
       The model. Its embedding tables exist already; call
@@ -70,35 +73,28 @@ def build_model(
         raise TypeError(
             f"model {name!r} takes {spec.params.__name__} params, got {type(params).__name__}"
         )
-    # One shard group for all the model's dynamic tables, and one id index per table for
-    # every layer that reads it: a step resolves each id of every layer (e.g. the wide
-    # part and the tower) once, in one admission per server.
-    with shared_across_layers():
-        return cls(features, inputs, labels, params=params, seed=seed)
+    return cls(features, inputs, labels, params=params, seed=seed, placement=placement)
 
 
-def build_from_config(config: ExperimentConfig, dynamic_shards: int | None = None) -> RankingModel:
+def build_from_config(config: ExperimentConfig, placement: Placement | None = None) -> RankingModel:
     """Builds the experiment's model with all its variables, seeded by ``train.seed``.
-
-    The variables go where the placement in force puts them (``models/sharding.py``;
-    build under ``cluster.placement.building_under(strategy)`` on a cluster).
 
     Args:
       config: The experiment config (its features, inputs, labels, model and seed).
-      dynamic_shards: Shards of each dynamic table. To restore a checkpoint, the count it
-        was saved with (:func:`~recsys_dist.checkpoint.signature.saved_dynamic_shards`),
-        whatever the number of parameter servers now; by default one per parameter
-        server of the placement, else 1.
+      placement: Where the variables go (default: this process). On a cluster the
+        strategy's (``cluster.placement.placement_for``), and build inside
+        ``strategy.scope()``. Its ``dynamic_shards``: to restore a checkpoint, the count
+        it was saved with (:func:`~recsys_dist.checkpoint.signature.saved_dynamic_shards`),
+        whatever the number of parameter servers now.
     """
-    shards = dynamic_shards or current_placement().server_count() or 1
-    with dynamic_table_shards(shards):
-        model = build_model(
-            config.model.name,
-            config.features,
-            config.inputs,
-            config.labels,
-            config.model.params,
-            seed=config.train.seed,
-        )
+    model = build_model(
+        config.model.name,
+        config.features,
+        config.inputs,
+        config.labels,
+        config.model.params,
+        seed=config.train.seed,
+        placement=placement,
+    )
     model.create_variables()
     return model

@@ -12,6 +12,7 @@ from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.attention import PositionEmbedding, TransformerEncoderLayer
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
 from recsys_dist.models.blocks import MLP, derive_seed
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head, zoo_model
 
 
@@ -47,8 +48,9 @@ class BST(RankingModel):
         labels: list[str],
         params: BSTParams | None = None,
         seed: int = 0,
+        placement: Placement | None = None,
     ):
-        super().__init__(features, inputs, labels)
+        super().__init__(features, inputs, labels, placement)
         params = params or BSTParams()
         self.inputs_layer = BehaviourInputs(
             features,
@@ -56,6 +58,7 @@ class BST(RankingModel):
             seed=derive_seed(seed, "embeddings"),
             model=self.model_name,
             name="behaviour_inputs",
+            tables=self.model_tables,
         )
         self.positions, self.encoders = [], []
         for i, (group, dim) in enumerate(

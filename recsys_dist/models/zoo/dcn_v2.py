@@ -11,6 +11,7 @@ from recsys_dist.config.model_params import DCNv2Params
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, CrossNetwork, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     concat_inputs,
@@ -41,12 +42,17 @@ class DCNv2(RankingModel):
         labels: list[str],
         params: DCNv2Params | None = None,
         seed: int = 0,
+        placement: Placement | None = None,
     ):
-        super().__init__(features, inputs, labels)
+        super().__init__(features, inputs, labels, placement)
         params = params or DCNv2Params()
         self.structure = params.structure
         self.embeddings = FeatureEmbeddings(
-            features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+            features,
+            inputs["deep"],
+            name="embeddings",
+            seed=derive_seed(seed, "embeddings"),
+            tables=self.model_tables,
         )
         self.cross = CrossNetwork(
             params.cross_layers, params.low_rank, seed=derive_seed(seed, "cross"), name="cross"

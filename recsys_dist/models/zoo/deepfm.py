@@ -11,6 +11,7 @@ from recsys_dist.config.model_params import DeepFMParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, FactorizationMachine, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings, FeatureLinear
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     common_dim,
@@ -45,14 +46,21 @@ class DeepFM(RankingModel):
         labels: list[str],
         params: DeepFMParams | None = None,
         seed: int = 0,
+        placement: Placement | None = None,
     ):
-        super().__init__(features, inputs, labels)
+        super().__init__(features, inputs, labels, placement)
         params = params or DeepFMParams()
         common_dim(features, inputs["deep"], self.model_name)
         self.embeddings = FeatureEmbeddings(
-            features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+            features,
+            inputs["deep"],
+            name="embeddings",
+            seed=derive_seed(seed, "embeddings"),
+            tables=self.model_tables,
         )
-        self.linear = FeatureLinear(features, inputs["deep"], len(labels), name="linear")
+        self.linear = FeatureLinear(
+            features, inputs["deep"], len(labels), name="linear", tables=self.model_tables
+        )
         self.fm = FactorizationMachine(name="fm")
         self.deep = MLP(
             params.hidden_units,

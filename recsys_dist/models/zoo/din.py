@@ -14,6 +14,7 @@ from recsys_dist.models.activations import activation_layer
 from recsys_dist.models.attention import TargetAttention
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
 from recsys_dist.models.blocks import MLP, derive_seed
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head, zoo_model
 
 
@@ -49,8 +50,9 @@ class DIN(RankingModel):
         labels: list[str],
         params: DINParams | None = None,
         seed: int = 0,
+        placement: Placement | None = None,
     ):
-        super().__init__(features, inputs, labels)
+        super().__init__(features, inputs, labels, placement)
         params = params or DINParams()
         self.sequence_pooling = params.sequence_pooling
         self.inputs_layer = BehaviourInputs(
@@ -59,6 +61,7 @@ class DIN(RankingModel):
             seed=derive_seed(seed, "embeddings"),
             model=self.model_name,
             name="behaviour_inputs",
+            tables=self.model_tables,
         )
         self.attention = (
             [

@@ -11,6 +11,7 @@ from recsys_dist.config.model_params import DLRMParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, DotInteraction, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     common_dim,
@@ -47,8 +48,9 @@ class DLRM(RankingModel):
         labels: list[str],
         params: DLRMParams | None = None,
         seed: int = 0,
+        placement: Placement | None = None,
     ):
-        super().__init__(features, inputs, labels)
+        super().__init__(features, inputs, labels, placement)
         params = params or DLRMParams()
         dim = common_dim(features, inputs["deep"], self.model_name)
         if all(features.features[n].table_name is not None for n in inputs["deep"]):
@@ -58,7 +60,11 @@ class DLRM(RankingModel):
                 f"id-valued features {inputs['deep']}"
             )
         self.embeddings = FeatureEmbeddings(
-            features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+            features,
+            inputs["deep"],
+            name="embeddings",
+            seed=derive_seed(seed, "embeddings"),
+            tables=self.model_tables,
         )
         self.bottom = MLP(
             [*params.bottom_units, dim],

@@ -9,6 +9,7 @@ import tensorflow as tf
 from recsys_dist.config.model_params import LRParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.embedding import FeatureLinear
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, zoo_model
 
 
@@ -31,10 +32,13 @@ class LogisticRegression(RankingModel):
         labels: list[str],
         params: LRParams | None = None,
         seed: int = 0,
+        placement: Placement | None = None,
     ):
-        super().__init__(features, inputs, labels)
+        super().__init__(features, inputs, labels, placement)
         del params, seed  # no hyper-parameters; every weight starts at zero
-        self.linear = FeatureLinear(features, inputs["wide"], len(labels), name="linear")
+        self.linear = FeatureLinear(
+            features, inputs["wide"], len(labels), name="linear", tables=self.model_tables
+        )
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
         return self.linear(features, training=training)

@@ -11,6 +11,7 @@ from recsys_dist.config.model_params import MMoEParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, MixtureOfExperts, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     concat_inputs,
@@ -43,11 +44,16 @@ class MMoE(RankingModel):
         labels: list[str],
         params: MMoEParams | None = None,
         seed: int = 0,
+        placement: Placement | None = None,
     ):
-        super().__init__(features, inputs, labels)
+        super().__init__(features, inputs, labels, placement)
         params = params or MMoEParams()
         self.embeddings = FeatureEmbeddings(
-            features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+            features,
+            inputs["deep"],
+            name="embeddings",
+            seed=derive_seed(seed, "embeddings"),
+            tables=self.model_tables,
         )
         self.experts = MixtureOfExperts(
             params.num_experts,

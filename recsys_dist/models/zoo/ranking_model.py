@@ -10,7 +10,7 @@ class's ``model_name`` and adds it to :data:`MODELS`::
 
     @zoo_model(DCNv2Params)
     class DCNv2(RankingModel):
-        def __init__(self, features, inputs, labels, params=None, seed=0): ...
+        def __init__(self, features, inputs, labels, params=None, seed=0, placement=None): ...
         def compute_logits(self, features, training=False): ...
 
 The helpers below (:func:`common_dim`, :func:`concat_inputs`, :func:`logit_head`) are the
@@ -33,6 +33,7 @@ from recsys_dist.config.model_registry import (
 )
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import derive_seed, seeded_initializer
+from recsys_dist.models.dynamic_table import ModelTables
 from recsys_dist.models.embedding import (
     FeatureEmbeddings,
     FeatureLinear,
@@ -40,6 +41,7 @@ from recsys_dist.models.embedding import (
     dynamic_tables_resolved_together,
     example_features,
 )
+from recsys_dist.models.sharding import Placement
 from recsys_dist.yaml_schema import did_you_mean
 
 
@@ -57,10 +59,16 @@ class RankingModel(tf.keras.Model):
     ``trainable_variables``, so each can have its own optimizer (e.g. Adagrad or FTRL
     for the tables, Adam for the towers).
 
+    Where the tables live is the ``placement`` the model is built with: a subclass passes
+    :attr:`model_tables` (the placement, and what its layers' dynamic tables share) to
+    every embedding layer it builds.
+
     Args:
       features: The feature config.
       inputs: Input group -> feature names; must hold exactly the model's groups.
       labels: Labels to predict, T of them.
+      placement: Where the tables live and each dynamic table's shard count (default:
+        this process, one shard).
 
     Raises:
       ValueError: Missing or unknown input groups, bad feature names, bad or too few
@@ -70,7 +78,13 @@ class RankingModel(tf.keras.Model):
     model_name: str = ""
     params_class: type | None = None
 
-    def __init__(self, features: FeatureConfig, inputs: dict[str, list[str]], labels: list[str]):
+    def __init__(
+        self,
+        features: FeatureConfig,
+        inputs: dict[str, list[str]],
+        labels: list[str],
+        placement: Placement | None = None,
+    ):
         spec = self.registration()
         super().__init__(name=spec.name)
         groups = spec.input_groups
@@ -91,6 +105,7 @@ class RankingModel(tf.keras.Model):
         self.feature_config = features
         self.input_groups = {g: list(inputs[g]) for g in groups}
         self.label_names = list(labels)
+        self.model_tables = ModelTables(placement)
 
     @classmethod
     def registration(cls) -> RegisteredModel:
@@ -101,6 +116,11 @@ class RankingModel(tf.keras.Model):
                 "it with @zoo_model(ParamsClass)"
             )
         return registered_model(cls.model_name)
+
+    @property
+    def placement(self) -> Placement:
+        """The placement the model was built with."""
+        return self.model_tables.placement
 
     def call(self, features: dict[str, Any], training: bool = False) -> dict[str, tf.Tensor]:
         layers = [

@@ -10,6 +10,7 @@ from recsys_dist.config.model_params import WideDeepParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings, FeatureLinear
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     concat_inputs,
@@ -37,12 +38,19 @@ class WideDeep(RankingModel):
         labels: list[str],
         params: WideDeepParams | None = None,
         seed: int = 0,
+        placement: Placement | None = None,
     ):
-        super().__init__(features, inputs, labels)
+        super().__init__(features, inputs, labels, placement)
         params = params or WideDeepParams()
-        self.wide = FeatureLinear(features, inputs["wide"], len(labels), name="wide")
+        self.wide = FeatureLinear(
+            features, inputs["wide"], len(labels), name="wide", tables=self.model_tables
+        )
         self.embeddings = FeatureEmbeddings(
-            features, inputs["deep"], name="deep_embeddings", seed=derive_seed(seed, "embeddings")
+            features,
+            inputs["deep"],
+            name="deep_embeddings",
+            seed=derive_seed(seed, "embeddings"),
+            tables=self.model_tables,
         )
         self.deep = MLP(
             params.hidden_units,

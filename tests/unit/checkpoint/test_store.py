@@ -176,7 +176,10 @@ def test_signature_mismatch_names_the_table(small_config):
 def test_a_model_restoring_dynamic_tables_takes_the_checkpoints_shard_count(small_config):
     """A checkpoint of 3 dynamic shards fits a config of another ``cluster.ps``: the model
     that restores it is built with 3 shards (the servers hold them round-robin)."""
+    import tensorflow as tf
+
     from recsys_dist.checkpoint.signature import model_signature, saved_dynamic_shards
+    from recsys_dist.cluster.placement import placement_for
     from recsys_dist.config import load_config
     from recsys_dist.models.zoo import build_from_config
 
@@ -196,13 +199,14 @@ def test_a_model_restoring_dynamic_tables_takes_the_checkpoints_shard_count(smal
     )
     check_signature(saved, config)  # the shard count is not a mismatch
     assert saved_dynamic_shards(saved) == 3
-    model = build_from_config(config, saved_dynamic_shards(saved))
+    strategy = tf.distribute.get_strategy()
+    model = build_from_config(config, placement_for(strategy, saved_dynamic_shards(saved)))
     assert {len(table.shards) for tables in model.dynamic_tables.values() for table in tables} == {
         3
     }
     assert {
         len(table.shards)
-        for tables in build_from_config(config).dynamic_tables.values()
+        for tables in build_from_config(config, placement_for(strategy)).dynamic_tables.values()
         for table in tables
     } == {1}  # a new run: one per parameter server (cluster.ps)
     hashed = SavedCheckpoint("/m/c", 1, {"signature": model_signature(load_config(small_config()))})

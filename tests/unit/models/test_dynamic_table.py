@@ -19,9 +19,9 @@ import yaml
 from recsys_dist.config.model_params import WideDeepParams
 from recsys_dist.errors import ConfigError
 from recsys_dist.features.config import TableSpec, load_feature_config
-from recsys_dist.models.dynamic_table import DynamicTable
+from recsys_dist.models.dynamic_table import DynamicTable, ModelTables
 from recsys_dist.models.embedding import FeatureEmbeddings
-from recsys_dist.models.sharding import dynamic_table_shards
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo import MODELS, build_model
 
 
@@ -278,15 +278,14 @@ def test_eviction_drops_unseen_ids_and_moves_the_others_with_their_slots():
 def _sharing_tables(capacity: int = 16, admit_after: int = 1, shards: int = 2):
     """A table's vectors (dim 4) and its linear weights (dim 1), as two layers of one
     model build them: the second shares the first one's id index."""
-    from recsys_dist.models.dynamic_table import ShardGroup, dynamic_table, shared_across_layers
+    from recsys_dist.models.dynamic_table import ModelTables
 
     spec = dynamic_spec(capacity=capacity, admit_after=admit_after)
-    with shared_across_layers():
-        group = ShardGroup.for_layer([None] * shards)
-        return (
-            dynamic_table(spec, 4, shards, "random_uniform", 1, "deep_user", group),
-            dynamic_table(spec, 1, shards, "random_uniform", 2, "wide_user", group),
-        )
+    shared = ModelTables(Placement(dynamic_shards=shards))
+    return (
+        shared.dynamic_table(spec, 4, "random_uniform", 1, "deep_user"),
+        shared.dynamic_table(spec, 1, "random_uniform", 2, "wide_user"),
+    )
 
 
 def test_layers_that_read_one_table_share_its_id_index():
@@ -761,11 +760,22 @@ def test_the_run_prints_each_table_and_warns_when_one_was_full():
 INPUTS = {"wide": ["user_id", "C2"], "deep": ["user_id", "C2"]}
 
 
-def _wide_deep(config, merged: bool):
-    with dynamic_table_shards(2):
-        if merged:
-            return build_model("wide_deep", config, INPUTS, ["click"], seed=3)
-        return MODELS["wide_deep"](config, INPUTS, ["click"], params=WideDeepParams(), seed=3)
+def _wide_deep(config, merged: bool, monkeypatch):
+    """Wide & Deep with 2 shards per dynamic table; ``merged``: as built (its layers share
+    the model's tables), else each layer's tables with a group and an index of their own."""
+    placement = Placement(dynamic_shards=2)
+    if merged:
+        return build_model("wide_deep", config, INPUTS, ["click"], seed=3, placement=placement)
+
+    def alone(self, table, dim, initializer, seed, name):
+        shards = self.placement.dynamic_shards
+        return DynamicTable(table, dim, shards, initializer, seed, name, placement=self.placement)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ModelTables, "dynamic_table", alone)
+        return MODELS["wide_deep"](
+            config, INPUTS, ["click"], params=WideDeepParams(), seed=3, placement=placement
+        )
 
 
 def _forward_in_training(model, batches):
@@ -783,7 +793,7 @@ def _forward_in_training(model, batches):
     return outputs, (len(admissions), sum(op.get_attr("N") for op in admissions))
 
 
-def test_one_admission_per_server_and_the_same_result(tmp_path):
+def test_one_admission_per_server_and_the_same_result(tmp_path, monkeypatch):
     """A model's dynamic tables share one shard group and one id index per table: a
     training step of Wide & Deep (a dynamic table in its wide part and in its tower)
     resolves both layers' ids once, in one admission call per server, with the same rows
@@ -797,7 +807,8 @@ def test_one_admission_per_server_and_the_same_result(tmp_path):
         }
         for _ in range(4)
     ]
-    merged, separate = _wide_deep(config, merged=True), _wide_deep(config, merged=False)
+    merged = _wide_deep(config, merged=True, monkeypatch=monkeypatch)
+    separate = _wide_deep(config, merged=False, monkeypatch=monkeypatch)
     layers = [m for m in merged._flatten_modules() if isinstance(m, FeatureEmbeddings)]
     assert len(layers) == 2 and layers[0].dynamic_tables_group is layers[1].dynamic_tables_group
     merged_out, merged_calls = _forward_in_training(merged, batches)
@@ -820,18 +831,19 @@ def test_one_admission_per_server_and_the_same_result(tmp_path):
 
 
 def test_layers_of_one_model_share_a_shard_group_only_on_the_same_servers():
-    from recsys_dist.models.dynamic_table import ShardGroup, shared_across_layers
-
-    with shared_across_layers():
-        first = ShardGroup.for_layer([None, None])
-        assert ShardGroup.for_layer([None, None]) is first
-        with pytest.raises(
-            ValueError,
-            match=r"dynamic tables of one model on different "
-            r"servers: \[None, None\] and \[None\]",
-        ):
-            ShardGroup.for_layer([None])
-    assert ShardGroup.for_layer([None, None]) is not first  # outside the scope
+    spec = dynamic_spec()
+    shared = ModelTables(Placement(dynamic_shards=2))
+    first = shared.dynamic_table(spec, 4, "random_uniform", 1, "a")
+    assert shared.dynamic_table(spec, 1, "random_uniform", 2, "b").group is first.group
+    assert first.group is shared.group and shared.group.devices == [None, None]
+    with pytest.raises(
+        ValueError,
+        match=r"dynamic tables of one model on different "
+        r"servers: \[None, None\] and \[None\]",
+    ):
+        DynamicTable(spec, 4, shards=1, group=shared.group)
+    other = ModelTables(Placement(dynamic_shards=2))  # another model's: another group
+    assert other.dynamic_table(spec, 4, "random_uniform", 1, "a").group is not first.group
 
 
 def test_passes_after_the_first_neither_count_nor_admit():
@@ -880,22 +892,13 @@ def test_scoring_restores_rows_in_use_and_names_a_table_of_another_dim(tmp_path)
 def _tables(capacities: dict[str, int], shards: int, seed: int) -> tf.Module:
     """A model's worth of dynamic tables of the given capacities (dim 4); the table
     ``shared`` (if named) is read by two layers, as two features of one table are."""
-    from recsys_dist.models.dynamic_table import ShardGroup, dynamic_table, shared_across_layers
-
     module = tf.Module()
-    with shared_across_layers():
-        group = ShardGroup.for_layer([None] * shards)
-        for n, (name, capacity) in enumerate(capacities.items()):
-            spec = TableSpec(name=name, dim=4, kind="dynamic", capacity_per_shard=capacity)
-            setattr(
-                module,
-                name,
-                dynamic_table(spec, 4, shards, "random_uniform", seed + n, name, group),
-            )
-            if name == "shared":
-                module.shared_wide = dynamic_table(
-                    spec, 1, shards, "random_uniform", seed + 9, "w", group
-                )
+    shared = ModelTables(Placement(dynamic_shards=shards))
+    for n, (name, capacity) in enumerate(capacities.items()):
+        spec = TableSpec(name=name, dim=4, kind="dynamic", capacity_per_shard=capacity)
+        setattr(module, name, shared.dynamic_table(spec, 4, "random_uniform", seed + n, name))
+        if name == "shared":
+            module.shared_wide = shared.dynamic_table(spec, 1, "random_uniform", seed + 9, "w")
     return module
 
 
@@ -959,3 +962,50 @@ def test_scoring_names_a_missing_an_extra_and_a_reshaped_weight_by_key(tmp_path)
     assert "model weight(s) not in the checkpoint: " in message
     assert "model/page/shards/0/emb [100, 4]" in message.split("not in the checkpoint: ")[1]
     assert "model/item/shards/0/emb [0, 4]" in message.split("the model does not have: ")[1]
+
+
+# ---- the placement is an argument of the model's construction ---------------------
+def test_a_model_takes_its_placement_and_shard_count_as_arguments(tmp_path):
+    """Built outside any strategy scope with an explicit placement of 3 dynamic shards,
+    every dynamic table of every layer has 3 shards and the model's one shard group; the
+    same build without a placement has the default 1."""
+    config = load_feature_config(write_features(tmp_path, lambda doc: None))
+    assert not tf.distribute.has_strategy()
+    placement = Placement(dynamic_shards=3)
+    model = build_model("wide_deep", config, INPUTS, ["click"], placement=placement)
+    assert model.placement is placement
+    tables = [t for found in model.dynamic_tables.values() for t in found]
+    assert len(tables) == 2 and {len(t.shards) for t in tables} == {3}
+    assert {id(t.group) for t in tables} == {id(model.model_tables.group)}
+    assert all(t.placement is placement for t in tables)
+    default = build_model("wide_deep", config, INPUTS, ["click"])
+    assert {len(t.shards) for found in default.dynamic_tables.values() for t in found} == {1}
+
+
+def test_a_model_built_for_stock_lookups_serves_without_the_row_kernels(tmp_path):
+    """``Placement(stock_lookups=True)`` (an export's model): its traced lookups hold no op
+    of the package's library, give what the kernels give, and training is refused."""
+    config = load_feature_config(write_features(tmp_path, lambda doc: None))
+    batch = {"user_id": keys(1, 2, 3, 1), "C2": keys(0, 1, 2, 3)}
+    trained = build_model("wide_deep", config, INPUTS, ["click"], seed=3)
+    trained(batch, training=True)  # admits the users
+    stock = build_model(
+        "wide_deep", config, INPUTS, ["click"], seed=3, placement=Placement(stock_lookups=True)
+    )
+    stock.create_variables()
+    for mine, theirs in zip(stock.variables, trained.variables):
+        mine.assign(theirs)
+    for mine, theirs in zip(
+        [s.index for found in stock.dynamic_tables.values() for t in found for s in t.shards],
+        [s.index for found in trained.dynamic_tables.values() for t in found for s in t.shards],
+    ):
+        mine.insert(*theirs.export())
+    serve = tf.function(lambda b: stock(b, training=False)["click"])
+    graph = serve.get_concrete_function(batch).graph
+    library_ops = {"AdmitIds", "RouteKeys", "UnrouteRows", "LiveRows", "PackRows"}
+    assert not library_ops & {op.type for op in graph.get_operations()}
+    np.testing.assert_allclose(
+        serve(batch).numpy(), trained(batch, training=False)["click"].numpy(), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match=r"stock_lookups=True\) looks up only"):
+        stock(batch, training=True)

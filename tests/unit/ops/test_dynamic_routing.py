@@ -13,7 +13,8 @@ import tensorflow as tf
 from recsys_dist import hashing, ops
 from recsys_dist.features.config import TableSpec
 from recsys_dist.models.dynamic_lookup import lookup_tables, lookup_tables_stock
-from recsys_dist.models.dynamic_table import ShardGroup, dynamic_table, shared_across_layers
+from recsys_dist.models.dynamic_table import ModelTables
+from recsys_dist.models.sharding import Placement
 
 
 def stock_routing(keys: list[np.ndarray], index_of: list[int], servers: int):
@@ -62,17 +63,16 @@ def test_route_keys_gives_the_stock_order_servers_and_slots(servers):
             assert want_packed[s][start + j] == key
 
 
-def _tables(shards: int):
+def _tables(shards: int, stock_lookups: bool = False):
     """Two layers sharing an index (dims 4 and 1) and a table of its own (dim 3)."""
     spec = TableSpec(name="user", dim=4, kind="dynamic", capacity_per_shard=64, admit_after=1)
     other = TableSpec(name="ad", dim=3, kind="dynamic", capacity_per_shard=64, admit_after=1)
-    with shared_across_layers():
-        group = ShardGroup.for_layer([None] * shards)
-        return [
-            dynamic_table(spec, 4, shards, "random_uniform", 1, "deep_user", group),
-            dynamic_table(other, 3, shards, "random_uniform", 3, "deep_ad", group),
-            dynamic_table(spec, 1, shards, "random_uniform", 2, "wide_user", group),
-        ]
+    shared = ModelTables(Placement(dynamic_shards=shards, stock_lookups=stock_lookups))
+    return [
+        shared.dynamic_table(spec, 4, "random_uniform", 1, "deep_user"),
+        shared.dynamic_table(other, 3, "random_uniform", 3, "deep_ad"),
+        shared.dynamic_table(spec, 1, "random_uniform", 2, "wide_user"),
+    ]
 
 
 @pytest.mark.parametrize("shards", [1, 2, 3])
@@ -259,24 +259,17 @@ def test_a_bad_input_is_refused_with_its_message(name, kwargs, message):
 
 def test_stock_lookups_refuse_training():
     """The stock ops an export traces only look up; admission needs the kernels."""
-    from recsys_dist.models.dynamic_lookup import stock_row_ops
-
-    tables = _tables(1)
-    with (
-        stock_row_ops(),
-        pytest.raises(
-            ValueError,
-            match=r"stock_row_ops\(\) traces "
-            r"lookups only, not training",
-        ),
+    tables = _tables(1, stock_lookups=True)
+    with pytest.raises(
+        ValueError,
+        match=r"deep_user: a model built with Placement\(stock_lookups=True\) "
+        r"looks up only, it does not train",
     ):
         lookup_tables(tables, [tf.constant([1], tf.int64)] * 3, training=True)
-    with stock_row_ops():  # a lookup is fine, and reads zeros for ids without a row
-        assert (
-            not lookup_tables(tables, [tf.constant([1], tf.int64)] * 3, training=False)[0]
-            .numpy()
-            .any()
-        )
+    # a lookup is fine, and reads zeros for ids without a row
+    assert (
+        not lookup_tables(tables, [tf.constant([1], tf.int64)] * 3, training=False)[0].numpy().any()
+    )
 
 
 def test_gradients_of_repeated_keys_add_up():
