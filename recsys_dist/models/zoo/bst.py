@@ -12,10 +12,9 @@ from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.attention import PositionEmbedding, TransformerEncoderLayer
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
 from recsys_dist.models.blocks import MLP, derive_seed
-from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head, zoo_model
+from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
 
 
-@zoo_model(BSTParams)
 class BST(RankingModel):
     """BST: per history, ``x = [query; keys] + P`` ``[B, 1 + L, G]`` through transformer
     layers; ``head(MLP(concat(others, x'_0, mean(x'_1..L), dense)))``.
