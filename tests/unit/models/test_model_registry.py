@@ -33,7 +33,7 @@ from recsys_dist.models.blocks import MLP, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.zoo import MODELS, RankingModel, build_model
 from recsys_dist.models.zoo.ranking_model import concat_inputs, logit_head
-from tests.support.configs import changed, write_yaml
+from tests.support.configs import DELETE, changed, write_yaml
 from tests.support.data import write_parquet
 from tests.support.models import tiny_batch
 
@@ -173,7 +173,8 @@ def test_a_registered_model_is_in_the_zoo_and_its_config_validates(tmp_path, toy
         load_config(_write_config(tmp_path, {"model.inputs": {"wide": ["ad"]}}))
     one = _write_config(tmp_path)
     write_yaml(
-        tmp_path / "features.yaml", dict(FEATURES, features={"ad": FEATURES["features"]["ad"]})
+        tmp_path / "features.yaml",
+        changed(FEATURES, {"features": {"ad": FEATURES["features"]["ad"]}, "tables.sites": DELETE}),
     )
     with pytest.raises(
         ConfigError,
