@@ -4,7 +4,8 @@
 builds the instance, or raises a :class:`~recsys_dist.errors.ConfigError` naming the file,
 line, dotted key path, the bad value and what is allowed; an unknown key gets a
 did-you-mean suggestion. :func:`parse_value` lists the annotations it supports and the
-per-field rules of ``dataclasses.field(metadata=...)``.
+per-field rules of ``dataclasses.field(metadata=...)``; :func:`check_fields` applies the
+same rules, with the same messages, to a dataclass built in Python.
 """
 
 from __future__ import annotations
