@@ -4,7 +4,8 @@
 builds the instance, or raises a :class:`~recsys_dist.errors.ConfigError` naming the file,
 line, dotted key path, the bad value and what is allowed; an unknown key gets a
 did-you-mean suggestion. :func:`parse_value` lists the annotations it supports and the
-per-field rules of ``dataclasses.field(metadata=...)``.
+per-field rules of ``dataclasses.field(metadata=...)``; :func:`check_fields` applies the
+same rules, with the same messages, to a dataclass built in Python.
 """
 
 from __future__ import annotations
@@ -58,15 +59,35 @@ def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
-def _check_bounds(value: Any, meta: typing.Mapping[str, Any], doc: LocatedYaml, path: str) -> None:
+def _bounds_problem(value: Any, meta: typing.Mapping[str, Any]) -> str | None:
+    """What ``value`` breaks of a field's ``min``/``max``/``min_items`` metadata, or None."""
     low, high = meta.get("min"), meta.get("max")
     if low is not None and value < low:
-        raise doc.error(path, f"got {value!r}; expected a value >= {low}")
+        return f"got {value!r}; expected a value >= {low}"
     if high is not None and value > high:
-        raise doc.error(path, f"got {value!r}; expected a value <= {high}")
+        return f"got {value!r}; expected a value <= {high}"
     min_items = meta.get("min_items")
     if min_items is not None and len(value) < min_items:
-        raise doc.error(path, f"got {len(value)} item(s); expected at least {min_items}")
+        return f"got {len(value)} item(s); expected at least {min_items}"
+    return None
+
+
+def _check_bounds(value: Any, meta: typing.Mapping[str, Any], doc: LocatedYaml, path: str) -> None:
+    problem = _bounds_problem(value, meta)
+    if problem is not None:
+        raise doc.error(path, problem)
+
+
+def _literal_problem(value: Any, allowed: tuple) -> str | None:
+    """Why ``value`` is none of a ``Literal``'s ``allowed`` values, or None."""
+    if value in allowed and isinstance(value, bool) == isinstance(allowed[0], bool):
+        return None
+    return (
+        f"got {value!r}; expected one of "
+        + ", ".join(repr(a) for a in allowed)
+        + "."
+        + did_you_mean(value, allowed)
+    )
 
 
 def parse_value(
@@ -93,15 +114,9 @@ def parse_value(
     if origin in (Union, types.UnionType):
         return _parse_union(annotation, value, doc, path, meta)
     if origin is Literal:
-        allowed = typing.get_args(annotation)
-        if value not in allowed or isinstance(value, bool) != isinstance(allowed[0], bool):
-            raise doc.error(
-                path,
-                f"got {value!r}; expected one of "
-                + ", ".join(repr(a) for a in allowed)
-                + "."
-                + did_you_mean(value, allowed),
-            )
+        problem = _literal_problem(value, typing.get_args(annotation))
+        if problem is not None:
+            raise doc.error(path, problem)
         return value
     if origin is list:
         return _parse_list(annotation, value, doc, path, meta)
@@ -234,3 +249,47 @@ def parse_dataclass(
         return cls(**kwargs)
     except ValueError as exc:  # a class's own cross-field check
         raise doc.error(path, str(exc)) from None
+
+
+def check_fields(instance: Any) -> None:
+    """Checks a dataclass built in Python by the rules :func:`parse_dataclass` applies to
+    YAML: each field's ``Literal`` values and its ``min``, ``max``, ``min_items`` and
+    ``item_min`` metadata, with the same messages, naming ``Class.field``.
+
+    Raises:
+      ValueError: A field breaks one of them, e.g.
+        ``DCNv2Params.cross_layers: got 0; expected a value >= 1``.
+    """
+    hints = typing.get_type_hints(type(instance))
+    for spec in dataclasses.fields(instance):
+        where = f"{type(instance).__name__}.{spec.name}"
+        for path, problem in _field_problems(
+            hints[spec.name], getattr(instance, spec.name), spec.metadata
+        ):
+            raise ValueError(f"{where}{path}: {problem}")
+
+
+def _field_problems(
+    annotation: Any, value: Any, meta: typing.Mapping[str, Any]
+) -> typing.Iterator[tuple[str, str]]:
+    """(path under the field, problem) for what ``value`` breaks; None passes."""
+    if value is None:
+        return
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = options[0] if len(options) == 1 else annotation
+        origin = typing.get_origin(annotation)
+    if origin is Literal:
+        problem = _literal_problem(value, typing.get_args(annotation))
+    elif isinstance(value, (int, float, list, dict)) and not isinstance(value, bool):
+        problem = _bounds_problem(value, meta)
+    else:
+        problem = None
+    if problem is not None:
+        yield "", problem
+    if isinstance(value, list) and "item_min" in meta:
+        for i, item in enumerate(value):
+            problem = _bounds_problem(item, {"min": meta["item_min"]})
+            if problem is not None:
+                yield f"[{i}]", problem

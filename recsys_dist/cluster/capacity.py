@@ -19,11 +19,11 @@ import math
 from collections.abc import Callable, Mapping
 
 from recsys_dist.config.experiment import ExperimentConfig
-from recsys_dist.config.strategy import TABLE_SLOTS
+from recsys_dist.config.memory import VALUE_BYTES, table_bytes
 from recsys_dist.models.footprint import ModelFootprint, TableUse
 
-#: Bytes of one float32 value and of one int64 id.
-VALUE_BYTES, ID_BYTES = 4, 8
+#: Bytes of one int64 id (a float32 value's are :data:`VALUE_BYTES`).
+ID_BYTES = 8
 #: Bytes per row of a dynamic table beside its vector and slots: the id index entry (a
 #: ``MutableHashTable`` int64 -> int64, estimated at 32 bytes with its hashing overhead)
 #: and the int64 last-seen day.
@@ -162,9 +162,9 @@ def server_loads(
 
     loads = [ServerLoad() for _ in range(servers)]
     train, batch = config.train, config.input.batch_size
-    slots = {
-        False: TABLE_SLOTS[train.embedding_optimizer.name],
-        True: TABLE_SLOTS[(train.linear_optimizer or train.embedding_optimizer).name],
+    optimizers = {
+        False: train.embedding_optimizer.name,
+        True: (train.linear_optimizer or train.embedding_optimizer).name,
     }
     stacks = {s.name: s for s in footprint.stacks}
     turn = 0  # the strategy's round-robin counter
@@ -173,8 +173,8 @@ def server_loads(
         if stack is None:
             load = loads[turn % servers]
             turn += 1
-            dense_slots = TABLE_SLOTS[train.dense_optimizer.name] if variable.trainable else 0
-            load.add_memory("dense", variable.parameters * VALUE_BYTES * (1 + dense_slots))
+            optimizer = train.dense_optimizer.name if variable.trainable else None
+            load.add_memory("dense", table_bytes(variable.parameters, 1, optimizer))
             if variable.trainable:
                 load.add_dense(variable.parameters, dense_reads_per_step(config))
             continue
@@ -186,15 +186,16 @@ def server_loads(
                 first,
                 first + rows,
                 stack.dim,
-                1 + slots[stack.linear],
+                optimizers[stack.linear],
                 rows_of,
             )
             turn += 1
             first += rows
     for table in footprint.dynamic:
-        row_bytes = table.dim * VALUE_BYTES * (1 + slots[table.linear]) + DYNAMIC_ROW_BYTES
+        rows = table.table.rows
+        memory = table_bytes(rows, table.dim, optimizers[table.linear]) + rows * DYNAMIC_ROW_BYTES
         for load in loads:
-            load.add_memory(table.table.name, table.table.rows * row_bytes)
+            load.add_memory(table.table.name, memory)
             load.add_rows(rows_of(table.table) / servers, table.dim)
     return loads
 
@@ -205,7 +206,7 @@ def _place_rows(
     start: int,
     end: int,
     dim: int,
-    copies: int,
+    optimizer: str,
     rows_of: Callable[[TableUse], float],
 ) -> None:
     """Rows ``[start, end)`` of a stack on ``load``'s server: each table's part of them."""
@@ -216,7 +217,7 @@ def _place_rows(
             break
         a, b = max(start, first), min(end, first + table.rows)
         if a < b:
-            load.add_memory(table.name, (b - a) * dim * VALUE_BYTES * copies)
+            load.add_memory(table.name, table_bytes(b - a, dim, optimizer))
             load.add_rows(rows_of(table) * (b - a) / table.rows, dim)
 
 

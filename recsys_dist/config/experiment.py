@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from recsys_dist.config import model_params  # noqa: F401  registers the built-in models
-from recsys_dist.config.model_params import check_model_inputs
+from recsys_dist.config.model_inputs import model_input_problem
 from recsys_dist.config.model_registry import (
     MODEL_INPUT_GROUPS as MODEL_INPUT_GROUPS,  # re-exported: model name -> its input groups
 )
@@ -185,7 +185,8 @@ def _drop_params_of_the_other_model(doc: LocatedYaml, data: dict, given: dict[st
 
 def _resolve_inputs(
     doc: LocatedYaml, model: ModelSpec, spec: RegisteredModel, features: FeatureConfig
-) -> dict:
+) -> dict[str, list[str]]:
+    """The config's ``model.inputs``; without it, every feature in the model's one group."""
     groups = spec.input_groups
     if model.inputs is None:
         if len(groups) > 1:
@@ -196,31 +197,25 @@ def _resolve_inputs(
                 + " listed, e.g. inputs: {wide: [...], deep: [...]}",
             )
         return {groups[0]: list(features.features)}
-    for group, names in model.inputs.items():
-        if group not in groups:
-            raise doc.error(
-                f"model.inputs.{group}",
-                f"model {model.name!r} has no input group "
-                f"{group!r}; its groups are "
-                + ", ".join(groups)
-                + "."
-                + did_you_mean(group, groups),
-            )
-        for i, name in enumerate(names):
-            if name not in features.features:
-                raise doc.error(
-                    f"model.inputs.{group}[{i}]",
-                    f"unknown feature {name!r} (not in "
-                    f"{features.file})." + did_you_mean(name, features.features),
-                )
-        if len(set(names)) != len(names):
-            raise doc.error(f"model.inputs.{group}", "lists the same feature twice")
-    missing = [g for g in groups if g not in model.inputs]
-    if missing:
-        raise doc.error(
-            "model.inputs", f"model {model.name!r} needs input group(s) " + ", ".join(missing)
-        )
-    used = {n for names in model.inputs.values() for n in names}
+    return {group: list(names) for group, names in model.inputs.items()}
+
+
+def _check_model_inputs(
+    doc: LocatedYaml,
+    parsed: _ConfigFile,
+    spec: RegisteredModel,
+    inputs: dict[str, list[str]],
+    labels: list[str],
+    features: FeatureConfig,
+) -> dict[str, list[str]]:
+    """The one check of a model's inputs (:func:`model_input_problem`), naming the key of
+    the problem, then: every feature is read by some group. Returns the inputs in the
+    order of the model's groups."""
+    problem = model_input_problem(spec, parsed.model.params, features, inputs, labels)
+    if problem is not None:
+        where = "model.inputs" if parsed.model.inputs is not None else "model.name"
+        raise doc.error(problem.key or where, problem.message)
+    used = {n for names in inputs.values() for n in names}
     for name in features.features:
         if name not in used:
             raise doc.error(
@@ -228,26 +223,7 @@ def _resolve_inputs(
                 f"feature {name!r} of {features.file} is used by no "
                 "model input; add it to a group or remove it from the feature config",
             )
-    return {g: list(model.inputs[g]) for g in groups}
-
-
-def _check_sequence_input(
-    doc: LocatedYaml,
-    model: ModelSpec,
-    spec: RegisteredModel,
-    inputs: dict[str, list[str]],
-    features: FeatureConfig,
-) -> None:
-    """A model registered with ``needs_sequence`` needs a feature of kind ``sequence`` among
-    its inputs."""
-    names = list(dict.fromkeys(n for group in inputs.values() for n in group))
-    if not spec.needs_sequence or any(features.features[n].is_sequence for n in names):
-        return
-    raise doc.error(
-        "model.inputs" if model.inputs is not None else "model.name",
-        f"model {spec.name!r} reads a behaviour sequence; its inputs hold no "
-        f"feature of kind: sequence (features: {', '.join(names)})",
-    )
+    return {g: inputs[g] for g in spec.input_groups}
 
 
 def _check_data(doc: LocatedYaml, data: DataSpec | None) -> None:
@@ -289,22 +265,8 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     features = load_feature_config(features_file)
     _check_data(doc, parsed.data)
     labels = parsed.model.labels or list(features.labels)
-    for i, label in enumerate(labels):
-        if label not in features.labels:
-            raise doc.error(
-                f"model.labels[{i}]",
-                f"unknown label {label!r}; {features.file} "
-                "defines "
-                + ", ".join(features.labels)
-                + "."
-                + did_you_mean(label, features.labels),
-            )
-    too_few = spec.too_few_labels(labels)
-    if too_few is not None:
-        raise doc.error("model.labels", too_few)
     inputs = _resolve_inputs(doc, parsed.model, spec, features)
-    _check_sequence_input(doc, parsed.model, spec, inputs, features)
-    check_model_inputs(doc, parsed.model, inputs, features)
+    inputs = _check_model_inputs(doc, parsed, spec, inputs, labels, features)
     parsed, raw = _with_model_and_data_defaults(parsed, raw, spec, inputs)
     _check_optimizers(doc, raw, parsed.train)
     _check_early_stopping(doc, parsed, labels)

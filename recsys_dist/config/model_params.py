@@ -1,12 +1,11 @@
-"""Hyper-parameters of each model of the zoo, as frozen dataclasses, each registered as its
-model with ``@register_model`` (:mod:`recsys_dist.config.model_registry`): its name, its
-input groups and what else a config must give it. The first line of a class's docstring
-is the model's summary in docs/config.md.
+"""The built-in models: each one's hyper-parameters as a frozen dataclass and its one
+:func:`~recsys_dist.config.model_registry.register_model` call, which names its class in
+``recsys_dist/models/zoo/`` (imported when the model is built). The first line of a params
+class's docstring is the model's summary in docs/config.md.
 
-The classes parse from YAML with :func:`recsys_dist.yaml_schema.parse_dataclass`
-(``"min"``, ``"max"`` and ``"min_items"`` metadata are checked there, with file and
-line). Constructing one in Python checks the same bounds, plus ``"item_min"`` (a bound on
-every list item, which the YAML parser does not know), and raises ``ValueError``::
+The classes parse from YAML with :func:`recsys_dist.yaml_schema.parse_dataclass`, which
+checks the ``"min"``, ``"max"``, ``"min_items"`` and ``"item_min"`` metadata with file and
+line; one built in Python is checked by the same rules (:class:`ModelParams`)::
 
     params = parse_dataclass(MODEL_PARAMS["dcn_v2"], {"cross_layers": 2}, doc, "model.params")
 """
@@ -14,51 +13,22 @@ every list item, which the YAML parser does not know), and raises ``ValueError``
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import field
 from typing import Any, ClassVar, Literal
 
+from recsys_dist.config.model_inputs import InputProblem, history_problem, one_dim_problem
 from recsys_dist.config.model_registry import MODEL_PARAMS as MODEL_PARAMS  # re-exported
 from recsys_dist.config.model_registry import register_model
+from recsys_dist.features.config import FeatureConfig
+from recsys_dist.yaml_schema import check_fields
 
 _UNITS = {"min_items": 1, "item_min": 1}
 _DROPOUT = {"min": 0.0, "max": 0.99}
+_ZOO = "recsys_dist.models.zoo"
 
 
 def _units(*default: int, min_items: int = 1) -> Any:
     return field(default_factory=lambda: list(default), metadata={**_UNITS, "min_items": min_items})
-
-
-def _check_bounds(params: Any) -> None:
-    """Raises ValueError when a field breaks its ``Literal`` type or its
-    ``min``/``max``/``min_items``/``item_min`` metadata."""
-    hints = typing.get_type_hints(type(params))
-    for spec in dataclasses.fields(params):
-        value, meta = getattr(params, spec.name), spec.metadata
-        where = f"{type(params).__name__}.{spec.name}"
-        if value is None:
-            continue
-        if typing.get_origin(hints[spec.name]) is Literal:
-            allowed = typing.get_args(hints[spec.name])
-            if value not in allowed:
-                raise ValueError(
-                    f"{where}: got {value!r}; expected one of "
-                    + ", ".join(repr(a) for a in allowed)
-                )
-            continue
-        if isinstance(value, list):
-            if len(value) < meta.get("min_items", 0):
-                raise ValueError(
-                    f"{where}: got {value!r}; expected at least {meta['min_items']} item(s)"
-                )
-            low = meta.get("item_min")
-            if low is not None and any(item < low for item in value):
-                raise ValueError(f"{where}: got {value!r}; every item must be >= {low}")
-            continue
-        if "min" in meta and value < meta["min"]:
-            raise ValueError(f"{where}: got {value!r}; expected a value >= {meta['min']}")
-        if "max" in meta and value > meta["max"]:
-            raise ValueError(f"{where}: got {value!r}; expected a value <= {meta['max']}")
 
 
 #: The largest default learning rate of linear weights (TensorFlow's canned linear
@@ -83,8 +53,9 @@ def default_linear_learning_rate(num_features: int) -> float:
     return min(LINEAR_RATE_CAP, 1.0 / max(num_features, 1) ** 0.5)
 
 
-class _Params:
-    """Checks the bounds of every field when a params object is built in Python.
+class ModelParams:
+    """A base for a model's params dataclass: one built in Python is checked by the
+    schema's rules (:func:`~recsys_dist.yaml_schema.check_fields`), as one read from YAML.
 
     Class attributes (not keys of ``model.params``):
       linear_inputs: The input group whose features feed the model's per-id linear
@@ -97,84 +68,19 @@ class _Params:
     linear_inputs: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
-        _check_bounds(self)
+        check_fields(self)
 
     def input_problem(
-        self, model: str, features: Any, inputs: dict[str, list[str]]
+        self, model: str, features: FeatureConfig, inputs: dict[str, list[str]]
     ) -> InputProblem | None:
         """What model ``model`` with these params cannot read among ``inputs`` (input
-        group -> names of features of the feature config ``features``), or None.
-
-        The model's constructor refuses the same with a ``ValueError``, but only once a
-        command has started its cluster, as a traceback; the config check asks here
-        first (:func:`check_model_inputs`), so ``validate`` refuses it.
-        """
+        group -> names of features of ``features``), or None; part of the one check of a
+        model's inputs (:func:`~recsys_dist.config.model_inputs.model_input_problem`)."""
         return None
 
 
-def check_model_inputs(doc: Any, model: Any, inputs: dict[str, list[str]], features: Any) -> None:
-    """Raises a ConfigError (``doc.error``) for what the model of ``model`` (the config's
-    ``model`` section, its params parsed) would refuse among its ``inputs``: its params'
-    :meth:`~_Params.input_problem` (one dim for all tables, a dense feature, each
-    history's targets, attention heads that divide a history's dim), naming the key."""
-    check = getattr(model.params, "input_problem", None)  # a params class of the zoo's kind
-    problem = check(model.name, features, inputs) if check is not None else None
-    if problem is None:
-        return
-    where = "model.inputs" if model.inputs is not None else "model.name"
-    raise doc.error(problem.key or where, problem.message)
-
-
 @dataclasses.dataclass(frozen=True)
-class InputProblem:
-    """Why a model cannot read its inputs: the message, and the config key to name
-    (None: the model's inputs, ``model.inputs`` or ``model.name`` when it has none)."""
-
-    message: str
-    key: str | None = None
-
-
-def one_dim_problem(model: str, features: Any, names: list[str]) -> InputProblem | None:
-    """The tables of ``names`` must exist and share one dim (a model that interacts the
-    embeddings pairwise: ``common_dim`` in ``models/zoo/ranking_model.py``)."""
-    dims = {
-        t: features.tables[t].dim
-        for t in (features.features[n].table_name for n in names)
-        if t is not None
-    }
-    if not dims:
-        return InputProblem(
-            f"model {model!r} needs at least one id-valued feature (categorical, cross, "
-            f"multi_categorical, sequence or bucketized numeric); got only {names}"
-        )
-    if len(set(dims.values())) > 1:
-        listing = ", ".join(f"{t!r} (dim {d})" for t, d in dims.items())
-        return InputProblem(
-            f"model {model!r} needs one embedding dim for all its tables; got {listing}. "
-            f"Give these tables the same 'dim' in {features.file}"
-        )
-    return None
-
-
-def history_problem(model: str, features: Any, names: list[str]) -> InputProblem | None:
-    """Every sequence of a history among ``names`` has a ``target`` (a model comparing
-    histories with their candidates: ``check_histories`` in ``models/behaviour.py``). The
-    targets and main sequences are among ``names`` already: these models read one input
-    group, and every feature must be in a group."""
-    for group in features.sequence_groups(names):
-        for sequence, target in zip(group.sequences, group.targets):
-            if target is None:
-                return InputProblem(
-                    f"model {model!r} compares sequence {sequence!r} with its candidate: "
-                    f"set features.{sequence}.target in {features.file} to the "
-                    "candidate's feature"
-                )
-    return None
-
-
-@register_model("lr", input_groups=("wide",))
-@dataclasses.dataclass(frozen=True)
-class LRParams(_Params):
+class LRParams(ModelParams):
     """Logistic regression: a weight per id and per dense value, for each label.
 
     It has no hyper-parameters beyond its optimizers.
@@ -183,8 +89,13 @@ class LRParams(_Params):
     linear_inputs: ClassVar[str | None] = "wide"
 
 
+register_model(
+    "lr", params=LRParams, model_class=f"{_ZOO}.lr:LogisticRegression", input_groups=("wide",)
+)
+
+
 @dataclasses.dataclass(frozen=True)
-class _DeepTowerParams(_Params):
+class _DeepTowerParams(ModelParams):
     """A deep tower.
 
     Attributes:
@@ -198,7 +109,6 @@ class _DeepTowerParams(_Params):
     batch_norm: bool = False
 
 
-@register_model("wide_deep", input_groups=("wide", "deep"))
 @dataclasses.dataclass(frozen=True)
 class WideDeepParams(_DeepTowerParams):
     """Wide & Deep (Cheng et al., 2016): a linear wide part plus a deep tower.
@@ -209,7 +119,14 @@ class WideDeepParams(_DeepTowerParams):
     linear_inputs: ClassVar[str | None] = "wide"
 
 
-@register_model("deepfm")
+register_model(
+    "wide_deep",
+    params=WideDeepParams,
+    model_class=f"{_ZOO}.wide_deep:WideDeep",
+    input_groups=("wide", "deep"),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class DeepFMParams(_DeepTowerParams):
     """DeepFM (Guo et al., 2017): linear part, factorization machine and deep tower.
@@ -226,9 +143,11 @@ class DeepFMParams(_DeepTowerParams):
         return one_dim_problem(model, features, inputs["deep"])
 
 
-@register_model("dcn_v2")
+register_model("deepfm", params=DeepFMParams, model_class=f"{_ZOO}.deepfm:DeepFM")
+
+
 @dataclasses.dataclass(frozen=True)
-class DCNv2Params(_Params):
+class DCNv2Params(ModelParams):
     """DCN-v2 (Wang et al., 2021): a cross network and an MLP over the embeddings.
 
     Attributes:
@@ -249,9 +168,11 @@ class DCNv2Params(_Params):
     batch_norm: bool = False
 
 
-@register_model("dlrm")
+register_model("dcn_v2", params=DCNv2Params, model_class=f"{_ZOO}.dcn_v2:DCNv2")
+
+
 @dataclasses.dataclass(frozen=True)
-class DLRMParams(_Params):
+class DLRMParams(ModelParams):
     """DLRM (Naumov et al., 2019): bottom MLP, pairwise dot interactions, top MLP.
 
     Attributes:
@@ -285,9 +206,11 @@ class DLRMParams(_Params):
         return problem
 
 
-@register_model("mmoe", min_labels=2)
+register_model("dlrm", params=DLRMParams, model_class=f"{_ZOO}.dlrm:DLRM")
+
+
 @dataclasses.dataclass(frozen=True)
-class MMoEParams(_Params):
+class MMoEParams(ModelParams):
     """MMoE (Ma et al., 2018): shared experts, one gate and one tower per label.
 
     Attributes:
@@ -305,9 +228,11 @@ class MMoEParams(_Params):
     batch_norm: bool = False
 
 
-@register_model("din", needs_sequence=True)
+register_model("mmoe", params=MMoEParams, model_class=f"{_ZOO}.mmoe:MMoE", min_labels=2)
+
+
 @dataclasses.dataclass(frozen=True)
-class DINParams(_Params):
+class DINParams(ModelParams):
     """DIN (Zhou et al., 2018): each history item weighed by its relevance to the candidate.
 
     Every history (a ``sequence`` feature with its sides) is compared with its ``target``
@@ -345,9 +270,11 @@ class DINParams(_Params):
         return history_problem(model, features, inputs["deep"])
 
 
-@register_model("bst", needs_sequence=True)
+register_model("din", params=DINParams, model_class=f"{_ZOO}.din:DIN", needs_sequence=True)
+
+
 @dataclasses.dataclass(frozen=True)
-class BSTParams(_Params):
+class BSTParams(ModelParams):
     """BST (Chen et al., 2019): a transformer over the history and the candidate.
 
     Each history and its candidate form one sequence ``[candidate, newest, ..., oldest]``
@@ -393,6 +320,9 @@ class BSTParams(_Params):
                     "model.params.num_heads",
                 )
         return None
+
+
+register_model("bst", params=BSTParams, model_class=f"{_ZOO}.bst:BST", needs_sequence=True)
 
 
 def defaults_row(name: str) -> str:

@@ -1,11 +1,13 @@
-"""The registry of models: each model is registered once, on its hyper-parameter class.
+"""The registry of models: each model is registered once, by one :func:`register_model` call.
 
-``@register_model`` names a model and says what it reads; everything else that lists
-models derives from :data:`MODEL_REGISTRY`: the names ``model.name`` accepts, the params
-class of ``model.params`` (:data:`MODEL_PARAMS`), the input groups of ``model.inputs``
-(:data:`MODEL_INPUT_GROUPS`), the label and sequence checks of a config, the zoo's model
-classes (``recsys_dist/models/zoo/``, bound with ``@zoo_model(ParamsClass)``) and the model
-list of docs/config.md. No TensorFlow here: ``validate`` and ``--help`` stay light.
+A registration names the model, its hyper-parameter dataclass (``model.params``), the input
+groups it reads (``model.inputs``), what else a config must give it, and its class. The
+class is a ``RankingModel`` of ``recsys_dist/models/``, given as the class itself or as
+``"module:Class"``, imported only when the model is built, so the config layer never imports
+TensorFlow. Everything else that lists models derives from :data:`MODEL_REGISTRY`: the names
+``model.name`` accepts, :data:`MODEL_PARAMS`, :data:`MODEL_INPUT_GROUPS`, the check of a
+model's inputs (:mod:`recsys_dist.config.model_inputs`), ``build_model`` and the model list
+of docs/config.md.
 
 The built-in models are registered by :mod:`recsys_dist.config.model_params`, which
 :mod:`recsys_dist.config.experiment` imports.
@@ -15,11 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from recsys_dist.yaml_loader import LocatedYaml
 from recsys_dist.yaml_schema import did_you_mean
+
+#: ``"package.module:Class"``: where a model class is imported from when it is built.
+_CLASS_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +35,7 @@ class RegisteredModel:
     Attributes:
       name: The model's name in ``model.name``.
       params: Its hyper-parameter dataclass (``model.params``).
+      model_class: Its ``RankingModel`` class, or ``"module:Class"`` to import when built.
       input_groups: The input groups it reads (``model.inputs``), e.g. ``("wide", "deep")``.
       min_labels: The fewest labels it predicts (2 for a multi-task model).
       needs_sequence: It reads a behaviour sequence: a config must give it a feature of
@@ -38,10 +45,16 @@ class RegisteredModel:
 
     name: str
     params: type
-    input_groups: tuple[str, ...]
+    model_class: type | str
+    input_groups: tuple[str, ...] = ("deep",)
     min_labels: int = 1
     needs_sequence: bool = False
     summary: str = ""
+
+    @property
+    def class_path(self) -> str:
+        """``"module:Class"`` of :attr:`model_class`, whichever way it was given."""
+        return class_path(self.model_class)
 
     def too_few_labels(self, labels: Sequence[str]) -> str | None:
         """Why ``labels`` are too few for this model, or None when they are enough."""
@@ -57,39 +70,56 @@ class RegisteredModel:
 #: Model name -> its registration, in the order the models were registered.
 MODEL_REGISTRY: dict[str, RegisteredModel] = {}
 
-_Params = TypeVar("_Params", bound=type)
+
+def class_path(model_class: type | str) -> str:
+    """``"module:Class"`` of a class, or the path itself."""
+    if isinstance(model_class, str):
+        return model_class
+    return f"{model_class.__module__}:{model_class.__qualname__}"
 
 
 def register_model(
     name: str,
+    *,
+    params: type,
+    model_class: type | str,
     input_groups: Sequence[str] = ("deep",),
     min_labels: int = 1,
     needs_sequence: bool = False,
-) -> Callable[[_Params], _Params]:
-    """Registers model ``name`` on the params dataclass it decorates; returns the class.
+) -> RegisteredModel:
+    """Registers model ``name``: the one place that says what the model is.
 
     Args:
       name: The model's name in ``model.name``.
+      params: Its hyper-parameter dataclass; ``model.params`` parses into it, and the first
+        line of its docstring is the model's summary in docs/config.md.
+      model_class: Its ``RankingModel`` subclass, or ``"package.module:Class"``, imported
+        when the model is built (the built-in models name theirs this way, so that
+        ``validate`` does not import TensorFlow).
       input_groups: The input groups the model reads; a config lists features per group
         in ``model.inputs`` (optional when there is one group: every feature goes there).
       min_labels: The fewest labels the model predicts.
       needs_sequence: The model reads a behaviour sequence (a feature of kind
         ``sequence`` must be among its inputs).
 
+    Returns:
+      The registration.
+
     Raises:
-      ValueError: ``name`` is registered already, or an argument is out of range.
-      TypeError: The decorated class is not a dataclass.
+      ValueError: ``name`` or its class is registered already, or an argument is out of
+        range.
+      TypeError: ``params`` is not a dataclass, or ``model_class`` neither a class nor a
+        ``"module:Class"`` path.
 
     Example::
 
-        @register_model("toy_mlp", input_groups=("deep",))
         @dataclasses.dataclass(frozen=True)
-        class ToyMLPParams:
+        class ToyMLPParams(ModelParams):
             '''A toy MLP over the embeddings (this line is its summary in docs/config.md).'''
 
             hidden_units: list[int] = dataclasses.field(default_factory=lambda: [16])
 
-        registered_model("toy_mlp").input_groups  # ("deep",)
+        register_model("toy_mlp", params=ToyMLPParams, model_class="my_models.toy:ToyMLP")
     """
     groups = tuple(input_groups)
     if not name or not groups or len(set(groups)) != len(groups) or min_labels < 1:
@@ -98,25 +128,31 @@ def register_model(
             f"and min_labels >= 1; got input_groups={groups}, "
             f"min_labels={min_labels}"
         )
-
-    def register(cls: _Params) -> _Params:
-        if not dataclasses.is_dataclass(cls):
-            raise TypeError(
-                f"register_model({name!r}) decorates a params dataclass; got "
-                f"{cls!r} (put @register_model above @dataclasses.dataclass)"
-            )
-        if name in MODEL_REGISTRY:
-            raise ValueError(
-                f"model {name!r} is registered already (by "
-                f"{MODEL_REGISTRY[name].params.__qualname__}); choose another name"
-            )
-        summary = _summary(cls)
-        MODEL_REGISTRY[name] = RegisteredModel(
-            name, cls, groups, min_labels, needs_sequence, summary
+    if not (isinstance(params, type) and dataclasses.is_dataclass(params)):
+        raise TypeError(f"register_model({name!r}): params must be a dataclass; got {params!r}")
+    if not isinstance(model_class, type) and not (
+        isinstance(model_class, str) and _CLASS_PATH.match(model_class)
+    ):
+        raise TypeError(
+            f"register_model({name!r}): model_class must be a class or "
+            f"'package.module:Class'; got {model_class!r}"
         )
-        return cls
-
-    return register
+    if name in MODEL_REGISTRY:
+        raise ValueError(
+            f"model {name!r} is registered already (by "
+            f"{MODEL_REGISTRY[name].params.__qualname__}); choose another name"
+        )
+    for other in MODEL_REGISTRY.values():
+        if other.class_path == class_path(model_class):
+            raise ValueError(
+                f"register_model({name!r}): class {other.class_path} is model "
+                f"{other.name!r} already; a class is one model"
+            )
+    spec = RegisteredModel(
+        name, params, model_class, groups, min_labels, needs_sequence, _summary(params)
+    )
+    MODEL_REGISTRY[name] = spec
+    return spec
 
 
 def _summary(cls: type) -> str:
@@ -162,14 +198,30 @@ def registration_of(params_class: type) -> RegisteredModel:
     """The registration whose params class is ``params_class``.
 
     Raises:
-      ValueError: ``params_class`` carries no ``@register_model``.
+      ValueError: No model is registered with ``params_class``.
     """
     for spec in MODEL_REGISTRY.values():
         if spec.params is params_class:
             return spec
     raise ValueError(
-        f"{params_class.__qualname__} is registered as no model; decorate it "
-        "with @register_model(name, input_groups=...)"
+        f"{params_class.__qualname__} is the params of no registered model; register it "
+        "with register_model(name, params=..., model_class=...)"
+    )
+
+
+def registration_of_class(model_class: type) -> RegisteredModel:
+    """The registration whose class is ``model_class`` (given as the class or its path).
+
+    Raises:
+      ValueError: No model is registered with ``model_class``.
+    """
+    path = class_path(model_class)
+    for spec in MODEL_REGISTRY.values():
+        if spec.model_class is model_class or spec.class_path == path:
+            return spec
+    raise ValueError(
+        f"{model_class.__qualname__} is the class of no registered model; register it "
+        "with register_model(name, params=..., model_class=...)"
     )
 
 

@@ -4,8 +4,8 @@
 table on each replica of one process (``cluster/mirrored.py``), and
 ``multi_worker_mirrored`` one on each worker process (``cluster/collective.py``), so the
 global batch must split evenly over the replicas, tables must be hashed, and the copies
-must fit in memory (estimated from the config: rows x dim x 4 bytes per table, times one
-plus the embedding optimizer's slots, times the copies on this machine).
+must fit in memory (estimated from the config: each table with the embedding optimizer's
+slots, :func:`~recsys_dist.config.memory.table_bytes`, times the copies on this machine).
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from recsys_dist.config.memory import TABLE_SLOTS, table_bytes
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.yaml_loader import LocatedYaml
-
-#: Optimizer slots per table element, by embedding optimizer.
-TABLE_SLOTS = {"adagrad": 1, "ftrl": 2, "sgd": 0, "adam": 2}
 
 #: Share of this machine's available memory the mirrored copies may take.
 MEMORY_SHARE = 0.8
@@ -73,12 +71,14 @@ def check_strategy(
         )
     if name == "multi_worker_mirrored":
         _check_multi_worker(doc, parsed.train)
-    slots = TABLE_SLOTS[parsed.train.embedding_optimizer.name]
-    tables = sum(table.rows * table.dim * 4 for table in features.tables.values())
+    optimizer = parsed.train.embedding_optimizer.name
+    slots = TABLE_SLOTS[optimizer]
+    tables = sum(table_bytes(t.rows, t.dim) for t in features.tables.values())
+    copy = sum(table_bytes(t.rows, t.dim, optimizer) for t in features.tables.values())
     # mirrored: every replica's copy is on this machine. multi_worker_mirrored: one copy
     # per worker process, all on this machine in local mode, one per machine otherwise.
     copies = cluster.workers if (name == "mirrored" or cluster.mode == "local") else 1
-    need = tables * (1 + slots) * copies
+    need = copy * copies
     available = available_memory() if available_bytes is None else available_bytes
     if available is not None and need > MEMORY_SHARE * available:
         holders = (

@@ -4,9 +4,9 @@
   embedding table of the feature config, ready to be sharded on parameter servers.
 - :mod:`recsys_dist.models.blocks`: MLP, DCN-v2 cross network, FM, DLRM dot interaction,
   MMoE.
-- :mod:`recsys_dist.config.model_params`: hyper-parameter dataclasses (no TensorFlow import,
-  so config parsing stays light).
-- :mod:`recsys_dist.models.zoo`: one module per model, each class bound with ``@zoo_model``
-  to the model its params class registers (``recsys_dist/config/model_registry.py``);
-  :func:`build_model` and ``MODELS``.
+- :mod:`recsys_dist.config.model_params`: the built-in models' hyper-parameter dataclasses
+  and registrations (no TensorFlow import, so config parsing stays light).
+- :mod:`recsys_dist.models.zoo`: one module per model, each class named by its model's
+  one ``register_model`` call (``recsys_dist/config/model_registry.py``) and imported
+  when the model is built; :func:`build_model` and ``MODELS``.
 """

@@ -8,10 +8,10 @@ logits and predicts every label it is built for. Models without per-task structu
 share one representation across labels and end in a linear head with T outputs (the
 same as one linear head per label); MMoE has a gate, tower and head per label.
 
-A model is one module: its class, a :class:`RankingModel` bound with
-``@zoo_model(ParamsClass)`` to the model its params dataclass registers
-(``@register_model`` in ``recsys_dist/config/model_params.py``). This package imports its
-built-in model modules so they are bound; :data:`MODELS` lists every bound model.
+A model is registered once (``register_model`` in ``recsys_dist/config/model_params.py``
+for the built-in ones): its name, params, input groups and class, a :class:`RankingModel`
+of a module of this package named as ``"module:Class"``. :func:`build_model` imports the
+class when it builds the model; :data:`MODELS` maps every registered name to its class.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from recsys_dist.config.experiment import ExperimentConfig
+from recsys_dist.config.model_inputs import model_input_problem
 from recsys_dist.config.model_registry import registered_model
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.sharding import Placement
-from recsys_dist.models.zoo import bst, dcn_v2, deepfm, din, dlrm, lr, mmoe, wide_deep  # noqa: F401  bound
-from recsys_dist.models.zoo.ranking_model import MODELS, RankingModel, model_class, zoo_model
+from recsys_dist.models.zoo.ranking_model import MODELS, RankingModel, model_class
 
-__all__ = ["MODELS", "RankingModel", "build_from_config", "build_model", "zoo_model"]
+__all__ = ["MODELS", "RankingModel", "build_from_config", "build_model", "model_class"]
 
 
 def build_model(
@@ -40,7 +40,7 @@ def build_model(
     """Builds model ``name`` of the zoo.
 
     Args:
-      name: A registered model with a bound class (a key of :data:`MODELS`).
+      name: A registered model (a key of :data:`MODELS`).
       features: The feature config.
       inputs: Input group -> feature names (the groups of its registration).
       labels: Labels the model predicts.
@@ -61,8 +61,9 @@ def build_model(
       TensorShape([512])
 
     Raises:
-      ValueError: Unknown model name, a registered model without a class, or
-        inputs/labels the model cannot use.
+      ValueError: Unknown model name, a class that does not import, or inputs, labels
+        or params the model cannot use (the check ``validate`` runs:
+        :func:`~recsys_dist.config.model_inputs.model_input_problem`).
       TypeError: ``params`` is not the model's params class.
     """
     spec = registered_model(name)
@@ -73,6 +74,9 @@ def build_model(
         raise TypeError(
             f"model {name!r} takes {spec.params.__name__} params, got {type(params).__name__}"
         )
+    problem = model_input_problem(spec, params, features, inputs, list(labels))
+    if problem is not None:
+        raise ValueError(problem.message)
     return cls(features, inputs, labels, params=params, seed=seed, placement=placement)
 
 

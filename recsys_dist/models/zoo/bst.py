@@ -13,10 +13,9 @@ from recsys_dist.models.attention import PositionEmbedding, TransformerEncoderLa
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
 from recsys_dist.models.blocks import MLP, derive_seed
 from recsys_dist.models.sharding import Placement
-from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head, zoo_model
+from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
 
 
-@zoo_model(BSTParams)
 class BST(RankingModel):
     """BST: per history, ``x = [query; keys] + P`` ``[B, 1 + L, G]`` through transformer
     layers; ``head(MLP(concat(others, x'_0, mean(x'_1..L), dense)))``.
@@ -37,8 +36,9 @@ class BST(RankingModel):
       seed: Seed of every random initial weight.
 
     Raises:
-      ValueError: No sequence among the inputs, a sequence without its target there, or a
-        history position's dim not divisible by ``num_heads``.
+      ValueError: No sequence among the inputs, or a sequence without its target there.
+        (``build_model`` refuses a ``num_heads`` that does not divide a history
+        position's dim first: :meth:`BSTParams.input_problem`.)
     """
 
     def __init__(
@@ -64,12 +64,6 @@ class BST(RankingModel):
         for i, (group, dim) in enumerate(
             zip(self.inputs_layer.groups, self.inputs_layer.history_dims)
         ):
-            if dim % params.num_heads:
-                raise ValueError(
-                    f"model 'bst': a position of history {group.main!r} has dim "
-                    f"{dim} (its sequences' dims summed), which "
-                    f"model.params.num_heads={params.num_heads} does not divide"
-                )
             length = features.features[group.main].max_length + 1
             self.positions.append(
                 PositionEmbedding(

@@ -16,11 +16,9 @@ from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     concat_inputs,
     logit_head,
-    zoo_model,
 )
 
 
-@zoo_model(DCNv2Params)
 class DCNv2(RankingModel):
     """DCN-v2: ``x0 = concat(embeddings, dense)``, a cross network and an MLP, a head.
 

@@ -17,11 +17,9 @@ from recsys_dist.models.zoo.ranking_model import (
     common_dim,
     concat_inputs,
     logit_head,
-    zoo_model,
 )
 
 
-@zoo_model(DeepFMParams)
 class DeepFM(RankingModel):
     """DeepFM: ``linear + FM(embeddings) + head(MLP(concat(embeddings, dense)))``.
 

@@ -15,10 +15,9 @@ from recsys_dist.models.attention import TargetAttention
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
 from recsys_dist.models.blocks import MLP, derive_seed
 from recsys_dist.models.sharding import Placement
-from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head, zoo_model
+from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
 
 
-@zoo_model(DINParams)
 class DIN(RankingModel):
     """DIN: ``head(MLP(concat(others, pooled histories, dense)))``.
 

@@ -16,11 +16,9 @@ from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     common_dim,
     logit_head,
-    zoo_model,
 )
 
 
-@zoo_model(DLRMParams)
 class DLRM(RankingModel):
     """DLRM (TorchRec's layout: sparse, dense, interaction and over arches).
 

@@ -10,10 +10,9 @@ from recsys_dist.config.model_params import LRParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.embedding import FeatureLinear
 from recsys_dist.models.sharding import Placement
-from recsys_dist.models.zoo.ranking_model import RankingModel, zoo_model
+from recsys_dist.models.zoo.ranking_model import RankingModel
 
 
-@zoo_model(LRParams)
 class LogisticRegression(RankingModel):
     """Logistic regression: per label t, ``sum_f w_t[id_f] + w_t . dense + b_t``.
 

@@ -16,11 +16,9 @@ from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     concat_inputs,
     logit_head,
-    zoo_model,
 )
 
 
-@zoo_model(MMoEParams)
 class MMoE(RankingModel):
     """MMoE: shared ``concat(embeddings, dense)``, experts mixed by one gate per label, then
     one tower MLP and head per label.

@@ -1,17 +1,17 @@
-"""The base of every model of the zoo, and how a model class joins it.
+"""The base of every model of the zoo, and how a registered model finds its class.
 
 Shape letters: B batch size, F number of id-valued (sparse) features in a group, D
 embedding dim, T number of labels.
 
-A model is registered once, on its params dataclass (``@register_model`` in
-``recsys_dist/config/model_params.py``, or in any module for a model of one's own); its
-class is bound to that registration with ``@zoo_model(ParamsClass)``, which sets the
-class's ``model_name`` and adds it to :data:`MODELS`::
+A model is registered once (:func:`~recsys_dist.config.model_registry.register_model`): its
+name, params, input groups and class, which is a :class:`RankingModel` given as the class
+or as ``"module:Class"``. :func:`model_class` imports the class when the model is built::
 
-    @zoo_model(DCNv2Params)
     class DCNv2(RankingModel):
         def __init__(self, features, inputs, labels, params=None, seed=0, placement=None): ...
         def compute_logits(self, features, training=False): ...
+
+    register_model("dcn_v2", params=DCNv2Params, model_class="recsys_dist.models.zoo.dcn_v2:DCNv2")
 
 The helpers below (:func:`common_dim`, :func:`concat_inputs`, :func:`logit_head`) are the
 small pieces several models share.
@@ -19,17 +19,18 @@ small pieces several models share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+import functools
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import tensorflow as tf
 
-from recsys_dist.config.model_params import one_dim_problem
+from recsys_dist.config.model_inputs import one_dim_problem
 from recsys_dist.config.model_registry import (
     MODEL_REGISTRY,
     RegisteredModel,
-    registered_model,
-    registration_of,
+    registration_of_class,
 )
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import derive_seed, seeded_initializer
@@ -37,21 +38,19 @@ from recsys_dist.models.dynamic_table import ModelTables
 from recsys_dist.models.embedding import (
     FeatureEmbeddings,
     FeatureLinear,
-    check_feature_names,
     dynamic_tables_resolved_together,
     example_features,
 )
 from recsys_dist.models.sharding import Placement
-from recsys_dist.yaml_schema import did_you_mean
 
 
 class RankingModel(tf.keras.Model):
     """Base of the zoo: ``call(features) -> {label: logits [B]}``.
 
-    A subclass is bound to its registration with ``@zoo_model(ParamsClass)`` (which sets
-    ``model_name`` and ``params_class``), builds its parts in ``__init__`` and implements
-    :meth:`compute_logits`. The input groups and the fewest labels come from the
-    registration and are checked here.
+    A subclass is the ``model_class`` of one registration, builds its parts in
+    ``__init__`` and implements :meth:`compute_logits`. ``build_model`` checks its inputs
+    and labels first (:func:`~recsys_dist.config.model_inputs.model_input_problem`, the
+    check ``validate`` runs).
 
     Embedding tables (every :class:`FeatureEmbeddings` inside the model, including the
     per-id weights of linear parts) are :attr:`embedding_variables`; everything else
@@ -65,18 +64,14 @@ class RankingModel(tf.keras.Model):
 
     Args:
       features: The feature config.
-      inputs: Input group -> feature names; must hold exactly the model's groups.
+      inputs: Input group -> feature names; holds the model's groups.
       labels: Labels to predict, T of them.
       placement: Where the tables live and each dynamic table's shard count (default:
         this process, one shard).
 
     Raises:
-      ValueError: Missing or unknown input groups, bad feature names, bad or too few
-        labels, or a class bound to no registered model.
+      ValueError: The class is the class of no registered model.
     """
-
-    model_name: str = ""
-    params_class: type | None = None
 
     def __init__(
         self,
@@ -87,35 +82,20 @@ class RankingModel(tf.keras.Model):
     ):
         spec = self.registration()
         super().__init__(name=spec.name)
-        groups = spec.input_groups
-        missing = [g for g in groups if g not in inputs]
-        unknown = [g for g in inputs if g not in groups]
-        if missing or unknown:
-            raise ValueError(
-                f"model {spec.name!r} reads input group(s) "
-                + ", ".join(groups)
-                + f"; got {sorted(inputs)}"
-            )
-        for group in groups:
-            check_feature_names(features, list(inputs[group]))
-        _check_labels(features, labels)
-        too_few = spec.too_few_labels(labels)
-        if too_few is not None:
-            raise ValueError(too_few)
         self.feature_config = features
-        self.input_groups = {g: list(inputs[g]) for g in groups}
+        self.input_groups = {g: list(inputs[g]) for g in spec.input_groups}
         self.label_names = list(labels)
         self.model_tables = ModelTables(placement)
 
     @classmethod
     def registration(cls) -> RegisteredModel:
-        """The registration this class is bound to (``@zoo_model``)."""
-        if not cls.model_name:
-            raise ValueError(
-                f"{cls.__qualname__} is bound to no registered model; decorate "
-                "it with @zoo_model(ParamsClass)"
-            )
-        return registered_model(cls.model_name)
+        """The registration whose ``model_class`` this class is."""
+        return registration_of_class(cls)
+
+    @property
+    def model_name(self) -> str:
+        """The model's registered name."""
+        return self.registration().name
 
     @property
     def placement(self) -> Placement:
@@ -194,98 +174,60 @@ class RankingModel(tf.keras.Model):
         return [v for v in self.trainable_variables if v.ref() not in embedding]
 
 
-def _check_labels(features: FeatureConfig, labels: list[str]) -> None:
-    if not labels:
-        raise ValueError("a model needs at least one label; got none")
-    for label in labels:
-        if label not in features.labels:
-            raise ValueError(
-                f"unknown label {label!r}; {features.file} defines "
-                + ", ".join(features.labels)
-                + "."
-                + did_you_mean(label, features.labels)
-            )
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"labels {labels} name a label more than once")
-
-
-#: Params class -> the model class bound to it by ``@zoo_model``.
-_CLASSES: dict[type, type[RankingModel]] = {}
-
-_Model = TypeVar("_Model", bound=type[RankingModel])
-
-
-def zoo_model(params_class: type) -> Callable[[_Model], _Model]:
-    """Binds the decorated :class:`RankingModel` subclass to the model registered on
-    ``params_class``: sets its ``model_name`` and ``params_class`` and adds it to
-    :data:`MODELS`. Returns the class.
-
-    Raises:
-      ValueError: ``params_class`` is not registered, or its model has a class already.
-      TypeError: The decorated class is not a RankingModel.
-    """
-    spec = registration_of(params_class)
-
-    def bind(cls: _Model) -> _Model:
-        if not (isinstance(cls, type) and issubclass(cls, RankingModel)):
-            raise TypeError(
-                f"@zoo_model({params_class.__qualname__}) decorates a "
-                f"RankingModel subclass; got {cls!r}"
-            )
-        bound = _CLASSES.get(params_class)
-        if bound is not None and bound is not cls:
-            raise ValueError(f"model {spec.name!r} has a class already: {bound.__qualname__}")
-        cls.model_name, cls.params_class = spec.name, params_class
-        _CLASSES[params_class] = cls
-        return cls
-
-    return bind
-
-
 def model_class(spec: RegisteredModel) -> type[RankingModel]:
-    """The model class bound to a registration.
+    """The class of a registration, imported now when it is given as ``"module:Class"``.
 
     Raises:
-      ValueError: No class is bound to it (the module defining the class was not imported).
+      ValueError: The module or the class does not import.
+      TypeError: It is not a RankingModel subclass.
     """
-    cls = _CLASSES.get(spec.params)
-    if cls is None:
-        name = spec.params.__qualname__
-        raise ValueError(
-            f"model {spec.name!r} is registered (params {name}) but has no model "
-            f"class: import the module that defines its RankingModel, decorated "
-            f"with @zoo_model({name}), before building it"
+    found: Any = spec.model_class
+    if isinstance(found, str):
+        module, _, qualname = found.partition(":")
+        try:
+            found = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(
+                f"model {spec.name!r} names class {found!r}, which does not import: {exc}"
+            ) from exc
+    if not (isinstance(found, type) and issubclass(found, RankingModel)):
+        raise TypeError(
+            f"model {spec.name!r}: its model_class {spec.class_path!r} is not a "
+            "RankingModel subclass"
         )
-    return cls
+    return found
 
 
 class _Models(Mapping[str, type[RankingModel]]):
-    """Model name -> model class, for every registered model whose class is bound, in
-    registration order; always current with the registry."""
+    """Model name -> model class, for every registered model in registration order; a
+    class given as ``"module:Class"`` is imported when it is looked up."""
 
     def __getitem__(self, name: str) -> type[RankingModel]:
         spec = MODEL_REGISTRY.get(name)
-        if spec is None or spec.params not in _CLASSES:
+        if spec is None:
             raise KeyError(name)
-        return _CLASSES[spec.params]
+        return model_class(spec)
+
+    def __contains__(self, name: object) -> bool:
+        return name in MODEL_REGISTRY
 
     def __iter__(self) -> Iterator[str]:
-        return iter([n for n, spec in MODEL_REGISTRY.items() if spec.params in _CLASSES])
+        return iter(list(MODEL_REGISTRY))
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(MODEL_REGISTRY)
 
     def __repr__(self) -> str:
-        return repr(dict(self))
+        return repr({name: spec.class_path for name, spec in MODEL_REGISTRY.items()})
 
 
-#: Model name -> model class (a view of the registry and the bound classes).
+#: Model name -> model class (a view of the registry).
 MODELS: Mapping[str, type[RankingModel]] = _Models()
 
 
 def common_dim(features: FeatureConfig, names: list[str], model: str) -> int:
     """The one embedding dim D shared by the tables of ``names``; raises ValueError with
-    the message ``validate`` gives (:func:`recsys_dist.config.model_params.one_dim_problem`)."""
+    the message ``validate`` gives (:func:`recsys_dist.config.model_inputs.one_dim_problem`)."""
     problem = one_dim_problem(model, features, names)
     if problem is not None:
         raise ValueError(problem.message)

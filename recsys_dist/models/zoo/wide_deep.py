@@ -15,11 +15,9 @@ from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
     concat_inputs,
     logit_head,
-    zoo_model,
 )
 
 
-@zoo_model(WideDeepParams)
 class WideDeep(RankingModel):
     """Wide & Deep: ``linear(wide) + head(MLP(concat(embeddings, dense)))``.
 

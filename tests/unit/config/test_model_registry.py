@@ -1,6 +1,7 @@
-"""The model registry: one ``@register_model`` per model, and everything derived from it
+"""The model registry: one ``register_model`` call per model, and everything derived from it
 (the names ``model.name`` accepts, params classes, input groups, the label and sequence
-checks of a config, the model list of docs/config.md). No TensorFlow here."""
+checks of a config, the model list of docs/config.md). No TensorFlow here: a model's class
+is named as ``"module:Class"`` and imported only when it is built."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from recsys_dist.config.model_registry import (
     register_model,
     registered_model,
     registration_of,
+    registration_of_class,
     unregister_model,
 )
 from recsys_dist.errors import ConfigError
@@ -49,7 +51,6 @@ def toy_models():
     names: list[str] = []
 
     def register(name: str, **kwargs):
-        @register_model(name, **kwargs)
         @dataclasses.dataclass(frozen=True)
         class ToyParams:
             """A toy model of the tests.
@@ -60,6 +61,8 @@ def toy_models():
 
             width: int = dataclasses.field(default=8, metadata={"min": 1})
 
+        kwargs.setdefault("model_class", f"tests.toy_models:{name}")
+        register_model(name, params=ToyParams, **kwargs)
         names.append(name)
         return ToyParams
 
@@ -75,8 +78,24 @@ def test_the_built_in_models_are_registered_once_each():
     assert MODEL_INPUT_GROUPS["lr"] == ("wide",)
     assert MODEL_REGISTRY["mmoe"].min_labels == 2
     assert MODEL_REGISTRY["dcn_v2"].summary.startswith("DCN-v2 (Wang et al., 2021): ")
+    assert MODEL_REGISTRY["dcn_v2"].model_class == "recsys_dist.models.zoo.dcn_v2:DCNv2"
     for name, params in MODEL_PARAMS.items():
         assert registration_of(params).name == name
+        module, _, qualname = MODEL_REGISTRY[name].class_path.partition(":")
+        assert module.startswith("recsys_dist.models.zoo.") and qualname
+
+
+def test_a_class_is_found_by_its_path_without_importing_it():
+    """A registration names its class by path; the class, once imported, finds its
+    registration by the same path (``RankingModel.registration``)."""
+    Toy = type("Toy", (), {"__module__": "tests.toy_models"})
+    register_model("toy_path", params=MODEL_PARAMS["lr"], model_class="tests.toy_models:Toy")
+    try:
+        assert registration_of_class(Toy).name == "toy_path"
+    finally:
+        unregister_model("toy_path")
+    with pytest.raises(ValueError, match=r"Toy is the class of no registered model; register"):
+        registration_of_class(Toy)
 
 
 def test_register_model_records_the_spec_and_the_views_follow(toy_models):
@@ -85,11 +104,20 @@ def test_register_model_records_the_spec_and_the_views_follow(toy_models):
     assert (
         spec.name,
         spec.params,
+        spec.model_class,
         spec.input_groups,
         spec.min_labels,
         spec.needs_sequence,
         spec.summary,
-    ) == ("toy_reg", params, ("user", "item"), 2, False, "A toy model of the tests.")
+    ) == (
+        "toy_reg",
+        params,
+        "tests.toy_models:toy_reg",
+        ("user", "item"),
+        2,
+        False,
+        "A toy model of the tests.",
+    )
     assert MODEL_PARAMS["toy_reg"] is params and MODEL_INPUT_GROUPS["toy_reg"] == ("user", "item")
     assert "toy_reg" in MODEL_PARAMS and list(MODEL_PARAMS)[-1] == "toy_reg"
     unregister_model("toy_reg")
@@ -105,15 +133,28 @@ def test_register_model_rejects_a_second_model_of_one_name_and_a_non_dataclass(t
         toy_models("dcn_v2")
     with pytest.raises(
         TypeError,
-        match=r"register_model\('toy_plain'\) decorates a params "
+        match=r"register_model\('toy_plain'\): params must be a "
         r"dataclass",
     ):
-        register_model("toy_plain")(type("Plain", (), {}))
+        register_model("toy_plain", params=type("Plain", (), {}), model_class="a.b:C")
+    with pytest.raises(
+        TypeError,
+        match=r"register_model\('toy_plain'\): model_class must be a class or "
+        r"'package.module:Class'; got 'a.b.C'",
+    ):
+        toy_models("toy_plain", model_class="a.b.C")
+    with pytest.raises(
+        ValueError,
+        match=r"register_model\('toy_twice'\): class recsys_dist.models.zoo.dcn_v2:DCNv2 "
+        r"is model 'dcn_v2' already",
+    ):
+        toy_models("toy_twice", model_class="recsys_dist.models.zoo.dcn_v2:DCNv2")
+    lr = MODEL_PARAMS["lr"]
     with pytest.raises(ValueError, match=r"distinct input groups"):
-        register_model("toy_bad", input_groups=("deep", "deep"))
+        register_model("toy_bad", params=lr, model_class="a:B", input_groups=("deep", "deep"))
     with pytest.raises(ValueError, match=r"min_labels >= 1"):
-        register_model("toy_bad", min_labels=0)
-    assert "toy_plain" not in MODEL_REGISTRY and "toy_bad" not in MODEL_REGISTRY
+        register_model("toy_bad", params=lr, model_class="a:B", min_labels=0)
+    assert all(n not in MODEL_REGISTRY for n in ("toy_plain", "toy_twice", "toy_bad"))
 
 
 def test_an_unknown_model_name_lists_the_registered_ones_with_file_and_line(tmp_path):

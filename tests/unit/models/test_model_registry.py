@@ -1,9 +1,11 @@
-"""A model of one's own, added in one place: a params dataclass with ``@register_model`` and
-a ``RankingModel`` bound to it with ``@zoo_model``, both defined inside the test. With no
-other edit its config validates (its params too) and ``train_run`` trains it.
+"""A model of one's own, added in one place: a params dataclass, a ``RankingModel`` and one
+``register_model`` call naming both, all defined inside the test. With no other edit its
+config validates (its params and what it asks of its inputs too), ``build_model`` builds
+it and ``train_run`` trains it; the same check of its inputs refuses a bad config in
+``validate`` and a bad call of ``build_model``.
 
-It trains under ``cluster.strategy: mirrored`` with one replica: synchronous, in this
-process, no server started.
+``train_run`` trains it under ``cluster.strategy: mirrored`` with one replica:
+synchronous, in this process, no server started.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ import tensorflow as tf
 # isort: on
 
 from recsys_dist.config.experiment import load_config
+from recsys_dist.config.model_inputs import InputProblem
+from recsys_dist.config.model_params import ModelParams
 from recsys_dist.config.model_registry import MODEL_REGISTRY, register_model, unregister_model
 from recsys_dist.errors import ConfigError
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings
-from recsys_dist.models.zoo import MODELS, RankingModel, build_model, zoo_model
+from recsys_dist.models.zoo import MODELS, RankingModel, build_model
 from recsys_dist.models.zoo.ranking_model import concat_inputs, logit_head
-from tests.support.configs import changed, write_yaml
+from tests.support.configs import DELETE, changed, write_yaml
 from tests.support.data import write_parquet
+from tests.support.models import tiny_batch
 
 FEATURES = {
     "tables": {"ads": {"rows": 64, "dim": 4}, "sites": {"rows": 16, "dim": 4}},
@@ -65,12 +70,12 @@ CONFIG = {
 
 @pytest.fixture
 def toy_mlp():
-    """Registers model ``toy_mlp`` and binds its class, as a module of one's own would;
-    unregisters it afterwards so other tests see the built-in models only."""
+    """Registers model ``toy_mlp`` as a module of one's own would: its params, its class and
+    one registration; unregisters it afterwards so other tests see the built-in models
+    only."""
 
-    @register_model("toy_mlp", input_groups=("deep",))
     @dataclasses.dataclass(frozen=True)
-    class ToyMLPParams:
+    class ToyMLPParams(ModelParams):
         """A toy MLP over the embeddings and dense features, registered by a test.
 
         Attributes:
@@ -81,7 +86,14 @@ def toy_mlp():
             default_factory=lambda: [8], metadata={"min_items": 1, "item_min": 1}
         )
 
-    @zoo_model(ToyMLPParams)
+        def input_problem(
+            self, model: str, features: FeatureConfig, inputs: dict[str, list[str]]
+        ) -> InputProblem | None:
+            """It reads at least two features (a check of the model's own)."""
+            if len(inputs["deep"]) < 2:
+                return InputProblem(f"model {model!r} reads at least two features")
+            return None
+
     class ToyMLP(RankingModel):
         """``head(MLP(concat(embeddings, dense)))``."""
 
@@ -105,6 +117,7 @@ def toy_mlp():
             x = concat_inputs(*self.embeddings(features, training=training))
             return self.head(self.mlp(x, training=training))
 
+    register_model("toy_mlp", params=ToyMLPParams, model_class=ToyMLP, input_groups=("deep",))
     yield ToyMLPParams, ToyMLP
     unregister_model("toy_mlp")
     assert "toy_mlp" not in MODELS and "toy_mlp" not in MODEL_REGISTRY
@@ -135,7 +148,7 @@ def _write_data(root: pathlib.Path, rows: int = 1536) -> None:
 
 def test_a_registered_model_is_in_the_zoo_and_its_config_validates(tmp_path, toy_mlp):
     params_class, model_class = toy_mlp
-    assert MODELS["toy_mlp"] is model_class and model_class.model_name == "toy_mlp"
+    assert MODELS["toy_mlp"] is model_class and model_class.registration().name == "toy_mlp"
     config = load_config(_write_config(tmp_path))
     assert config.model.params == params_class(hidden_units=[16])
     assert config.inputs == {"deep": ["ad", "site", "price"]}
@@ -158,6 +171,46 @@ def test_a_registered_model_is_in_the_zoo_and_its_config_validates(tmp_path, toy
         r"group 'wide'",
     ):
         load_config(_write_config(tmp_path, {"model.inputs": {"wide": ["ad"]}}))
+    one = _write_config(tmp_path)
+    write_yaml(
+        tmp_path / "features.yaml",
+        changed(FEATURES, {"features": {"ad": FEATURES["features"]["ad"]}, "tables.sites": DELETE}),
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"toy\.yaml:\d+: model\.name: model 'toy_mlp' reads at least two features",
+    ):
+        load_config(one)
+
+
+def test_a_registered_model_builds_and_takes_a_training_step(tmp_path, toy_mlp, tiny):
+    """Built by name in this process, it trains a step on a tiny batch; the check that
+    ``validate`` runs refuses its bad inputs, and the schema its bad params."""
+    params_class, model_class = toy_mlp
+    inputs = {"deep": ["ad_id", "user_id", "price"]}
+    model = build_model("toy_mlp", tiny, inputs, ["click"], params_class(hidden_units=[4]))
+    assert isinstance(model, model_class) and model.name == "toy_mlp"
+    model.create_variables()
+    batch, labels = tiny_batch(16)
+    optimizer = tf.keras.optimizers.legacy.Adagrad(0.5)
+    before = [v.numpy() for v in model.trainable_variables]
+    with tf.GradientTape() as tape:
+        logits = model(batch, training=True)["click"]
+        loss = tf.reduce_mean(
+            tf.nn.sigmoid_cross_entropy_with_logits(tf.cast(labels["click"], tf.float32), logits)
+        )
+    variables = model.trainable_variables
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    assert logits.shape == (16,) and np.isfinite(float(loss))
+    assert all(not np.array_equal(b, v.numpy()) for b, v in zip(before, variables))
+    with pytest.raises(ValueError, match=r"model 'toy_mlp' reads at least two features"):
+        build_model("toy_mlp", tiny, {"deep": ["ad_id"]}, ["click"])
+    with pytest.raises(ValueError, match=r"model 'toy_mlp' has no input group 'wide'"):
+        build_model("toy_mlp", tiny, {"wide": ["ad_id"]}, ["click"])
+    with pytest.raises(
+        ValueError, match=r"ToyMLPParams\.hidden_units\[0\]: got 0; expected a value >= 1"
+    ):
+        params_class(hidden_units=[0])
 
 
 def test_a_registered_model_trains_from_its_config(tmp_path, toy_mlp, caplog):
@@ -175,46 +228,44 @@ def test_a_registered_model_trains_from_its_config(tmp_path, toy_mlp, caplog):
     assert auc > 0.75, output
 
 
-def test_a_registered_model_without_a_class_is_named_when_built(tiny):
-    @register_model("toy_classless")
+def test_a_registered_model_whose_class_does_not_import_is_named_when_built(tiny):
     @dataclasses.dataclass(frozen=True)
     class ClasslessParams:
-        """A model registered in config whose class was never imported."""
+        """A model registered in config whose class does not exist."""
 
+    path = "recsys_dist.models.zoo.nowhere:Nothing"
+    register_model("toy_classless", params=ClasslessParams, model_class=path)
     try:
-        assert "toy_classless" not in MODELS
+        assert "toy_classless" in MODELS  # every registered model; its class imported on use
         with pytest.raises(
             ValueError,
-            match=r"model 'toy_classless' is registered \(params "
-            r".*ClasslessParams\) but has no model class: "
-            r"import the module that defines its "
-            r"RankingModel, decorated with "
-            r"@zoo_model\(.*ClasslessParams\)",
+            match=r"model 'toy_classless' names class "
+            r"'recsys_dist\.models\.zoo\.nowhere:Nothing', which does not "
+            r"import: No module named 'recsys_dist\.models\.zoo\.nowhere'",
         ):
             build_model("toy_classless", tiny, {"deep": list(tiny.features)}, ["click"])
     finally:
         unregister_model("toy_classless")
 
 
-def test_zoo_model_needs_a_registered_params_class_and_a_ranking_model(toy_mlp):
+def test_a_model_class_is_a_registered_ranking_model(toy_mlp, tiny):
     params_class, model_class = toy_mlp
 
-    @dataclasses.dataclass(frozen=True)
-    class Unregistered:
+    class Unregistered(RankingModel):
         pass
 
     with pytest.raises(
         ValueError,
-        match=r"Unregistered is registered as no model; decorate "
-        r"it with @register_model",
+        match=r"Unregistered is the class of no registered model; register it "
+        r"with register_model",
     ):
-        zoo_model(Unregistered)
-    with pytest.raises(TypeError, match=r"decorates a RankingModel subclass"):
-        zoo_model(params_class)(object)
-    with pytest.raises(
-        ValueError,
-        match=r"model 'toy_mlp' has a class already: "
-        r".*ToyMLP",
-    ):
-        zoo_model(params_class)(type("Other", (RankingModel,), {}))
+        Unregistered(tiny, {"deep": ["ad_id"]}, ["click"])
+    register_model("toy_object", params=dataclasses.make_dataclass("P", []), model_class=object)
+    try:
+        with pytest.raises(TypeError, match=r"model 'toy_object': its model_class "):
+            build_model("toy_object", tiny, {"deep": ["ad_id"]}, ["click"])
+    finally:
+        unregister_model("toy_object")
+    with pytest.raises(ValueError, match=r"is model 'toy_mlp' already; a class is one model"):
+        register_model("toy_again", params=params_class, model_class=model_class)
     assert MODELS["toy_mlp"] is model_class

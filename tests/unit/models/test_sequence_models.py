@@ -108,8 +108,8 @@ def test_a_history_without_target_or_a_bad_head_count_is_refused(tmp_path):
         _model(tmp_path, "din", features=no_target)
     with pytest.raises(
         ValueError,
-        match=r"a position of history 'hist_ad' has dim 4 .* "
-        r"model\.params\.num_heads=3 does not divide",
+        match=r"model 'bst': a position of history 'hist_ad' has dim 4 .* "
+        r"num_heads=3 does not divide",
     ):
         _model(tmp_path, "bst", BSTParams(num_heads=3))
 

@@ -265,12 +265,14 @@ def test_models_honour_the_training_flag(tiny, name, params):
 
 
 def test_every_registered_model_has_its_class():
-    """Every model registered in config (``@register_model``) has a class bound to it
-    (``@zoo_model``) in a module the zoo imports, and each class to its own params."""
+    """Every model registered in config (``register_model``) names a class that imports,
+    a RankingModel whose registration is that model, with its own params."""
     from recsys_dist.config.experiment import MODEL_INPUT_GROUPS
     from recsys_dist.config.model_params import MODEL_PARAMS
 
     assert list(MODELS) == list(MODEL_PARAMS) == list(MODEL_INPUT_GROUPS)
     assert {"lr", "wide_deep", "deepfm", "dcn_v2", "dlrm", "mmoe"} <= set(MODELS)
     for name, cls in MODELS.items():
-        assert cls.model_name == name and cls.params_class is MODEL_PARAMS[name]
+        assert issubclass(cls, RankingModel)
+        spec = cls.registration()
+        assert spec.name == name and spec.params is MODEL_PARAMS[name]
