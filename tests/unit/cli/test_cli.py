@@ -111,7 +111,7 @@ import os, signal
 import recsys_dist.cli as cli
 from recsys_dist.cluster.signals import terminate_on_signals
 
-def main():
+def main(restart=None):  # cli.run hands main the process's restart
     with terminate_on_signals():
         try:
             os.kill(os.getpid(), signal.SIGTERM)
