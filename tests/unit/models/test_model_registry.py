@@ -31,6 +31,7 @@ from recsys_dist.errors import ConfigError
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, derive_seed
 from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo import MODELS, RankingModel, build_model
 from recsys_dist.models.zoo.ranking_model import concat_inputs, logit_head
 from tests.support.configs import DELETE, changed, write_yaml
@@ -104,11 +105,16 @@ def toy_mlp():
             labels: list[str],
             params: ToyMLPParams | None = None,
             seed: int = 0,
+            placement: Placement | None = None,
         ):
-            super().__init__(features, inputs, labels)
+            super().__init__(features, inputs, labels, placement)
             params = params or ToyMLPParams()
             self.embeddings = FeatureEmbeddings(
-                features, inputs["deep"], name="embeddings", seed=derive_seed(seed, "embeddings")
+                features,
+                inputs["deep"],
+                name="embeddings",
+                seed=derive_seed(seed, "embeddings"),
+                tables=self.model_tables,
             )
             self.mlp = MLP(params.hidden_units, seed=derive_seed(seed, "mlp"), name="mlp")
             self.head = logit_head(len(labels), seed)
