@@ -73,22 +73,20 @@ test-faults: $(STAMP)
 	$(PY) -m tests.support.fault_matrix $(if $(MOMENTS),--moments $(MOMENTS)) \
 		$(if $(FAULTS),--faults $(FAULTS))
 
-# The tests once more with other arithmetic: TensorFlow's oneDNN kernels switched the other
-# way from this machine's default. TensorFlow turns them on by itself only on CPUs with
-# AVX-512 VNNI and the like; elsewhere its own Eigen kernels run, compiled into the wheel
-# and rounding the same way on every x86-64 CPU. So on a machine with AVX-512 this run
-# computes as one without it does, and the other way round. A test that passes both runs
-# does not lean on one CPU's rounding (docs/testing.md). The cluster tests here are those
-# that compare two strategies' runs.
+# The tests once more under each arithmetic this machine does not run by default:
+# TensorFlow's Eigen kernels, and oneDNN's held to AVX2 (tests/support/arithmetic.py). Both
+# pick their instructions by the CPU, so a test that passes here under all of them does
+# not lean on one CPU's rounding (docs/testing.md). The cluster tests here are those that
+# compare two strategies' runs.
 ARITH_CLUSTER := tests/cluster/test_mirrored.py tests/cluster/test_multi_worker.py \
 	tests/cluster/test_sequence_models.py::test_bst_trains_under_mirrored_and_multi_worker_mirrored_on_hashed_tables
-ONEDNN_FLIPPED = $$($(PY) -c 'from tensorflow.python.util import _pywrap_util_port as p; \
-	print(0 if p.IsMklEnabled() else 1)' 2>/dev/null)
 test-arith: $(STAMP)
-	flipped=$(ONEDNN_FLIPPED); echo "TF_ENABLE_ONEDNN_OPTS=$$flipped"; \
-	TF_ENABLE_ONEDNN_OPTS=$$flipped $(PY) -m pytest -q -m "not cluster" -n 2 && \
-	TF_ENABLE_ONEDNN_OPTS=$$flipped $(PY) -m pytest -q -m cluster -n 2 --dist loadgroup \
-		$(ARITH_CLUSTER)
+	@$(PY) -m tests.support.arithmetic 2>/dev/null | while read -r setting; do \
+		echo "== $$setting"; \
+		env $$setting $(PY) -m pytest -q -m "not cluster" -n 2 </dev/null && \
+		env $$setting $(PY) -m pytest -q -m cluster -n 2 --dist loadgroup $(ARITH_CLUSTER) \
+			</dev/null || exit 1; \
+	done
 
 # Every benchmark that has a target, with the arguments of the figures the README and docs
 # cite (benchmarks/README.md). The one-off studies in benchmarks/studies/ are not run.
