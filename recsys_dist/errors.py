@@ -51,6 +51,12 @@ class ClusterLost(RecsysError):
     exit_code = 4
 
 
+class WorkerJoins(ClusterLost):
+    """A worker missing when the run started answers now: the run wrote a checkpoint and
+    starts again with every worker. Not a fault, so it does not count against
+    ``train.max_restarts``."""
+
+
 _STATUS_LINE = re.compile(r"^(?:\(\d+\) )?[A-Z_]+:\s*(.+)$")
 _NOT_THE_REASON = (
     "Graph execution error",

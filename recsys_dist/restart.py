@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, MutableMapping
 
-from recsys_dist.errors import ClusterLost
+from recsys_dist.errors import ClusterLost, WorkerJoins
 
 #: Exit code of a command that asks to be started again (a lost task).
 RESTART_EXIT = 75
@@ -76,6 +76,10 @@ class ProcessRestart:
         """
         self.keep(exc)
         restart = self.restarts_before
+        if isinstance(exc, WorkerJoins):  # not a fault: no wait, not counted
+            print(f"restart  {exc}", flush=True)
+            self.restart_as = restart
+            return RESTART_EXIT
         if restart >= max_restarts:
             raise ClusterLost(
                 f"{exc} (gave up after train.max_restarts = {max_restarts} restarts)"

@@ -81,6 +81,7 @@ class TaskWatch:
         self._down_since: dict[tuple[str, int], float] = {}
         self._reported: set[tuple[str, int]] = set()
         self._failed_at: dict[tuple[str, int], float] = {}
+        self._last_probe: dict[tuple[str, int], tuple[float, bool]] = {}
         self._thread = threading.Thread(target=self._loop, name="TaskWatch", daemon=True)
         self._native = _native_watch(self._tasks, lost_after, give_up_after, native_library)
 
@@ -95,6 +96,10 @@ class TaskWatch:
         if self._native is not None:
             self._native.recsys_watch_tasks_stop()
         self._thread.join(timeout=5)
+
+    def tasks(self) -> list[tuple[str, int]]:
+        """Every watched task, as ``(job, index)``."""
+        return [(job, index) for job, index, _ in self._tasks]
 
     def lost(self) -> list[tuple[str, int]]:
         """The tasks reported lost and not back yet, as ``(job, index)``."""
@@ -115,20 +120,62 @@ class TaskWatch:
         recent = {key for key, at in list(self._failed_at.items()) if now - at <= seconds}
         return sorted(recent | set(self._down_since))
 
-    def workers_answer(self, timeout: float = PROBE_SECONDS) -> bool:
-        """Whether every worker accepts a connection now (probed at once, in parallel)."""
-        workers = [(i, a) for job, i, a in self._tasks if job == "worker"]
-        answers: dict[int, bool] = {}
+    def workers_answer(
+        self, indices: Sequence[int] | None = None, timeout: float = PROBE_SECONDS
+    ) -> bool:
+        """Whether every worker (or those of ``indices``) accepts a connection now."""
+        answers = self.probe_now(timeout)
+        return all(
+            up
+            for (job, index), up in answers.items()
+            if job == "worker" and (indices is None or index in indices)
+        )
 
-        def probe(index: int, address: str) -> None:
-            answers[index] = _reachable(address, timeout)
+    def probe_now(self, timeout: float = PROBE_SECONDS) -> dict[tuple[str, int], bool]:
+        """Whether each task accepts a connection now (probed at once, in parallel)."""
+        answers: dict[tuple[str, int], bool] = {}
 
-        threads = [threading.Thread(target=probe, args=w, daemon=True) for w in workers]
+        def probe(job: str, index: int, address: str) -> None:
+            answers[job, index] = _reachable(address, timeout)
+
+        threads = [threading.Thread(target=probe, args=t, daemon=True) for t in self._tasks]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout + 1)
-        return all(answers.get(i, False) for i, _ in workers)
+        return {(job, index): answers.get((job, index), False) for job, index, _ in self._tasks}
+
+    def answered_since(self, job: str, index: int, since: float) -> bool:
+        """Whether the task's last probe, made after ``since`` (``time.monotonic()``),
+        reached it."""
+        last = self._last_probe.get((job, index))
+        return last is not None and last[0] > since and last[1]
+
+    def workers_at_start(self, report: Callable[[str], None] | None = None) -> list[int]:
+        """Waits until every parameter server and at least one worker answer, and returns
+        the workers that answer then: a run starts with them, and a worker missing at the
+        start joins it when it answers (``Runtime.joining``). While a parameter server (or
+        every worker) is missing, says so once; this watch ends the run if one stays away
+        for ``give_up_after``."""
+        report = report or self._report
+        said = False
+        while True:
+            answers = self.probe_now()
+            servers_away = [i for (job, i), up in answers.items() if job == "ps" and not up]
+            workers = [i for (job, i), up in answers.items() if job == "worker" and up]
+            if not servers_away and workers:
+                return workers
+            if not said:
+                away = [f"ps {i}" for i in servers_away] if servers_away else ["any worker"]
+                report(
+                    f"wait\tfor {', '.join(away)} to answer before the run starts (it stops "
+                    f"if a task is away for {self._give_up_after:g} s, "
+                    "cluster.give_up_after_seconds)"
+                )
+                said = True
+            self._stop.wait(PROBE_SECONDS / 2)
+            if self._stop.is_set():
+                raise ClusterLost("the task watch stopped before the cluster answered")
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -143,6 +190,7 @@ class TaskWatch:
 
     def _check(self, job: str, index: int, address: str, up: bool) -> None:
         key, now = (job, index), time.monotonic()
+        self._last_probe[key] = (now, up)
         if up:
             since = self._down_since.pop(key, None)
             away = None if since is None else now - since

@@ -69,6 +69,8 @@ class Runtime:
       task_index: This worker's index under ``multi_worker_mirrored`` (0 is the chief,
         which writes the model dir), else 0.
       watch: The probe of the tasks' addresses (``tf_config`` mode), else None.
+      members: The ``TF_CONFIG`` indices of the workers this run started with, in the
+        order of the strategy's workers (``tf_config`` mode); None: every worker.
     """
 
     strategy: tf.distribute.Strategy
@@ -80,23 +82,43 @@ class Runtime:
     local: LocalCluster | None = None
     task_index: int = 0
     watch: TaskWatch | None = None
+    members: tuple[int, ...] | None = None
+    started_at: float = dataclasses.field(default_factory=time.monotonic)
+
+    def _member(self, job: str, index: int) -> bool:
+        return job == "worker" and (self.members is None or index in self.members)
 
     def worker_unreachable(self) -> bool:
-        """Whether a worker failed its last probe or is reported lost (``tf_config`` mode):
-        a closure on it may be stuck until its link returns."""
+        """Whether a worker of the run failed its last probe or is reported lost
+        (``tf_config`` mode): a closure on it may be stuck until its link returns."""
         return self.watch is not None and any(
-            job == "worker" for job, _ in self.watch.unreachable()
+            self._member(job, i) for job, i in self.watch.unreachable()
         )
 
     def workers_unreachable_within(self, seconds: float) -> list[int]:
-        """The workers that failed a probe in the last ``seconds`` (``tf_config`` mode)."""
+        """The run's workers that failed a probe in the last ``seconds`` (``tf_config``
+        mode)."""
         if self.watch is None:
             return []
-        return [i for job, i in self.watch.unreachable_within(seconds) if job == "worker"]
+        return [i for job, i in self.watch.unreachable_within(seconds) if self._member(job, i)]
 
     def workers_answer(self) -> bool:
-        """Whether every worker answers a probe now (always, outside ``tf_config`` mode)."""
-        return self.watch is None or self.watch.workers_answer()
+        """Whether every worker of the run answers a probe now (always, outside
+        ``tf_config`` mode)."""
+        return self.watch is None or self.watch.workers_answer(self.members)
+
+    def joining(self) -> list[int]:
+        """The workers missing at the start that answer now (``tf_config`` mode): the run
+        takes them in by starting again from a checkpoint."""
+        if self.watch is None or self.members is None:
+            return []
+        return [
+            i
+            for job, i in self.watch.tasks()
+            if job == "worker"
+            and i not in self.members
+            and self.watch.answered_since(job, i, self.started_at)
+        ]
 
     def wait_for_workers(self, before: str) -> None:
         """Waits until every worker answers again, saying so once; ``TaskWatch`` ends the
@@ -169,7 +191,11 @@ class Runtime:
             "local": f"local; server logs in {self.log_dir}",
             "in_process": "in_process: servers inside this process",
         }.get(self.mode, self.mode)
-        return f"{self.num_workers} workers + {self.num_ps} ps ({where})"
+        if self.members is not None:
+            indices = ", ".join(map(str, self.members))
+            where += f"; workers {indices} of TF_CONFIG until the others answer"
+        workers = "1 worker" if self.num_workers == 1 else f"{self.num_workers} workers"
+        return f"{workers} + {self.num_ps} ps ({where})"
 
 
 def log_dir_for(output_dir: str) -> str:
@@ -293,21 +319,68 @@ def connect(
                 strategy, coordinator, cluster.workers, cluster.ps, cluster.mode, log_dir, local
             )
         return
+    with _tf_config_cluster(cluster, min_shard_bytes) as runtime:
+        yield runtime
+
+
+@contextlib.contextmanager
+def _tf_config_cluster(cluster: ClusterSpec, min_shard_bytes: int) -> Iterator[Runtime]:
+    """Joins the ``TF_CONFIG`` cluster as its chief, watched from before it connects: a
+    task that never answers ends the run; a worker missing at the start is left out
+    (:meth:`Runtime.joining` takes it in)."""
     resolver, spec = _tf_config_resolver()
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
-    # Watched from before the strategy connects: a task that never answers ends the run.
+    members: tuple[int, ...] | None = None
+
+    def back(job: str, index: int) -> None:  # a task whose link came back
+        if job == "worker" and members is not None:
+            if index not in members:
+                return  # not in the run: the training loop takes it in (Runtime.joining)
+            index = members.index(index)
+        _call_again(job, index)
+
     with (
         terminate_on_signals(),
         TaskWatch(
             spec,
             cluster.lost_after_seconds,
             cluster.give_up_after_seconds,
-            back=_call_again,
+            back=back,
             native_library=library_path(),
         ) as watch,
     ):
+        answering = watch.workers_at_start()
+        if len(answering) < len(spec["worker"]):
+            members = tuple(answering)
+            missing = [i for i in range(len(spec["worker"])) if i not in members]
+            for index in missing:
+                log.info(
+                    "start\twithout worker %d (%s): it does not answer; the run trains on "
+                    "the other workers and takes it in when it answers (it stops if the "
+                    "worker is away for cluster.give_up_after_seconds)",
+                    index,
+                    spec["worker"][index],
+                )
+            resolver = _resolver_of(spec, members)
         strategy = make_strategy(resolver, len(spec["ps"]), min_shard_bytes)
         coordinator = cluster_coordinator(strategy)
         yield Runtime(
-            strategy, coordinator, len(spec["worker"]), len(spec["ps"]), cluster.mode, watch=watch
+            strategy,
+            coordinator,
+            len(members) if members is not None else len(spec["worker"]),
+            len(spec["ps"]),
+            cluster.mode,
+            watch=watch,
+            members=members,
         )
+
+
+def _resolver_of(spec: dict[str, list[str]], workers: tuple[int, ...]):
+    """A resolver for the chief of ``spec`` with only ``workers`` (``TF_CONFIG`` indices),
+    numbered from 0 in that order: a worker server takes the task name the chief gives it
+    when the chief connects."""
+    cluster = {job: list(addresses) for job, addresses in spec.items()}
+    cluster["worker"] = [spec["worker"][i] for i in workers]
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+    )

@@ -23,6 +23,7 @@ from recsys_dist.cluster.collective import agree
 from recsys_dist.cluster.dispatch import InFlight, check_item_rows
 from recsys_dist.cluster.runtime import Runtime
 from recsys_dist.config.sections import TrainSpec
+from recsys_dist.errors import WorkerJoins
 from recsys_dist.train.attempt import Attempt
 from recsys_dist.train.auc_reading import AucReader
 from recsys_dist.train.cadence import Cadence
@@ -193,6 +194,9 @@ class TrainingLoop:
             cadence.checkpoint_due(now, attempt.step),
         )
         runtime = parts.runtime
+        joining = runtime.joining()
+        if joining:
+            self._take_in(joining)
         if runtime.worker_unreachable() or ((due[1] or due[2]) and not runtime.workers_answer()):
             # A summary write or a checkpoint on this process waits until every worker
             # answers (holding the whole run while a link is cut), and a checkpoint waits
@@ -223,6 +227,23 @@ class TrainingLoop:
             self.writer.flush()
             self.sync_summaries()
             attempt.saved(attempt.step)
+
+    def _take_in(self, workers: list[int]) -> None:
+        """Workers missing when the run started answer now: saves a checkpoint (when the
+        run's own workers answer) and starts the run again, with every worker, from it."""
+        parts, attempt = self.parts, self.attempt
+        self._drain()
+        saved = parts.runtime.workers_answer()
+        if saved:
+            parts.checkpoint(attempt)
+            self.writer.flush()
+            self.sync_summaries()
+            attempt.saved(attempt.step)
+        raise WorkerJoins(
+            f"worker {', '.join(map(str, workers))} answers now; the run starts again with "
+            "every worker from "
+            + (f"the checkpoint of step {attempt.step:,}" if saved else "its last checkpoint")
+        )
 
     def _summaries(self, rate: float, final: bool = False) -> None:
         """Writes the summaries; the AUCs are the latest reading (read now at the end)."""

@@ -407,7 +407,7 @@ def test_train_warm_start_moves_a_dynamic_table_to_more_servers(tmp_path):
     first = saved_ids("day1", 2)  # keyed by the feature's ids (the hashed user ids)
     assert len(first) == len(users[0])
     out = train(2, "day2", "--warm-start", str(tmp_path / "day1"), "--set", "cluster.ps=3")
-    assert "warm     start from" in out and "1 workers + 3 ps" in out, out[-3000:]
+    assert "warm     start from" in out and "1 worker + 3 ps" in out, out[-3000:]
     second = saved_ids("day2", 3)
     # day 2 admitted some of its new users, and trained only the rows it read: exactly the
     # users of day 1 who are not in day 2 still have day 1's vectors
@@ -650,7 +650,7 @@ def test_a_tf_config_cluster_gives_a_dynamic_table_a_shard_per_server(tmp_path):
             timeout=600,
         )
         assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
-        assert "1 workers + 2 ps" in trained.stdout, trained.stdout[-2000:]
+        assert "1 worker + 2 ps" in trained.stdout, trained.stdout[-2000:]
     finally:
         for server in servers:
             server.terminate()

@@ -296,3 +296,36 @@ def test_whole_hosts_killed_a_worker_then_a_parameter_server(net, baseline, clus
     assert restored >= saved and seen - restored <= EVERY + IN_FLIGHT, (saved, seen, restored)
     assert_complete(cluster, model_dir)
     assert abs(held_out_auc(cluster, model_dir) - baseline) <= AUC_TOLERANCE
+
+
+def test_a_worker_missing_at_the_start_is_left_out_and_taken_in_when_it_answers(
+    net, baseline, cluster
+):
+    """A worker's link is down when the chief starts: the run starts at once on the other
+    worker, naming the missing one, and trains. When the link returns, the chief writes a
+    checkpoint and starts again with both workers from it (not a fault: no wait, not
+    counted as a restart); the run completes, every item recorded ``epochs`` times."""
+    model_dir = f"s3://{BUCKET}/missing_worker"
+    address = cluster.spec["worker"][1]
+    net.cut("worker1")
+    run = cluster.train(config(net), model_dir)
+    run.wait_for(
+        rf"^start +without worker 1 \({re.escape(address)}\): it does not answer; the run "
+        "trains on the other workers",
+        timeout=120,
+    )
+    assert run.wait_for(r"^cluster +1 worker \+ 2 ps \(tf_config; workers 0 of TF_CONFIG")
+    run.wait_for(r"^step [\d,]+ \|", count=2)
+    net.restore("worker1")
+    joined = run.wait_for(
+        r"^restart +worker 1 answers now; the run starts again with every worker from the "
+        r"checkpoint of step ([\d,]+)"
+    )
+    saved = int(joined.group(1).replace(",", ""))
+    restored = step_of(r"^resume +from .*: step ([\d,]+)", run)
+    assert run.finish() == 0, run.output[-3000:]
+    assert restored == saved, (saved, restored)
+    assert run.output.count("cluster  2 workers + 2 ps (tf_config)") == 1, run.output[-3000:]
+    assert "restart  lost a task" not in run.output and "(restart 1 of" not in run.output
+    assert_complete(cluster, model_dir)
+    assert abs(held_out_auc(cluster, model_dir) - baseline) <= AUC_TOLERANCE

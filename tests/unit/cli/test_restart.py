@@ -15,7 +15,7 @@ import pytest
 
 from recsys_dist import cli
 from recsys_dist.console import add_output_arguments
-from recsys_dist.errors import ClusterLost
+from recsys_dist.errors import ClusterLost, WorkerJoins
 from recsys_dist.restart import RESTART_EXIT, RESTART_VARIABLE, ProcessRestart
 
 
@@ -118,6 +118,21 @@ def test_the_wait_before_a_restart_grows_to_at_most_30_seconds(capsys):
         recorded.restart.after_lost(ClusterLost("lost ps 0"), 10)
         waits += recorded.sleeps
     assert waits == [1, 8, 16, 30]
+
+
+def test_a_worker_that_joins_restarts_at_once_and_is_not_counted(monkeypatch, capsys):
+    """A worker missing at the start answers: the run starts again with it at once, even
+    past ``train.max_restarts``, and keeps its restart number (joins are not faults)."""
+    monkeypatch.setattr(sys, "argv", ["recsys-dist", "train", "--config", "c.yaml"])
+    recorded = Recorded({RESTART_VARIABLE: "3"})
+    joins = WorkerJoins("worker 1 answers now; the run starts again with every worker")
+    assert recorded.restart.after_lost(joins, 3) == RESTART_EXIT
+    assert capsys.readouterr().out == (
+        "restart  worker 1 answers now; the run starts again with every worker\n"
+    )
+    assert recorded.sleeps == []
+    recorded.restart.exec_if_due(RESTART_EXIT)
+    assert len(recorded.execs) == 1 and recorded.environ[RESTART_VARIABLE] == "3"
 
 
 def test_the_command_line_hands_the_restart_to_the_command():

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.errors import ClusterLost
 from recsys_dist.ops.build import library_path
 from tests.support.paths import REPO
 
@@ -65,6 +66,63 @@ def test_a_lost_task_is_named_then_back_and_a_lasting_loss_gives_up():
     worker.close()
 
 
+def closed_address() -> str:
+    """An address where nothing listens (a port that was just free)."""
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{free.getsockname()[1]}"
+    free.close()
+    return address
+
+
+def test_the_run_starts_with_the_workers_that_answer_and_waits_for_every_server():
+    """A worker missing at the start is left out (the run takes it in later); a missing
+    parameter server is waited for, said once, until it answers."""
+    worker, ps = listening(), listening()
+    gone = closed_address()
+    spec = {
+        "worker": [gone, f"127.0.0.1:{worker.getsockname()[1]}"],
+        "ps": [f"127.0.0.1:{ps.getsockname()[1]}"],
+    }
+    lines = []
+    with TaskWatch(spec, lost_after=60, give_up_after=120, report=lines.append) as watch:
+        assert watch.workers_at_start() == [1]
+        assert lines == []  # the caller names the worker it starts without
+        started = time.monotonic()
+        assert not watch.answered_since("worker", 0, started)
+        wait_until(lambda: watch.answered_since("worker", 1, started))
+    server_port = ps.getsockname()[1]
+    ps.close()
+    lines.clear()
+    spec["ps"] = [f"127.0.0.1:{server_port}"]
+    with TaskWatch(spec, lost_after=60, give_up_after=120, report=lines.append) as watch:
+        later = socket.socket()
+        later.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        later.bind(("127.0.0.1", server_port))
+        import threading
+
+        threading.Timer(1.5, later.listen, args=(8,)).start()  # the server comes up late
+        assert watch.workers_at_start() == [1]
+        assert lines == [
+            "wait\tfor ps 0 to answer before the run starts (it stops if a task is away for "
+            "120 s, cluster.give_up_after_seconds)"
+        ]
+    later.close()
+    worker.close()
+
+
+def test_without_any_worker_the_start_waits_and_gives_up_with_the_watch():
+    spec = {"worker": [closed_address()], "ps": []}
+    lines, ended = [], []
+    with TaskWatch(
+        spec, lost_after=1, give_up_after=2, report=lines.append, give_up=ended.append
+    ) as watch:
+        with pytest.raises(ClusterLost, match="the task watch stopped"):
+            watch.workers_at_start()
+    assert lines[0].startswith("wait\tfor any worker to answer before the run starts")
+    assert ended and ended[0].startswith(f"worker 0 ({spec['worker'][0]}) has been unreachable")
+
+
 def test_a_task_that_failed_a_probe_recently_is_remembered_after_it_answers_again():
     worker = listening()
     address = f"127.0.0.1:{worker.getsockname()[1]}"
@@ -104,6 +162,7 @@ def test_a_task_reported_lost_that_answers_again_is_called_back_once():
 WATCH_HELD = """
 import ctypes, socket, sys, time
 from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.errors import ClusterLost
 from recsys_dist.console import configure_output
 configure_output()
 free = socket.socket()
@@ -157,6 +216,7 @@ def test_a_lost_server_is_named_and_ends_the_run_even_while_a_thread_holds_the_g
 WATCH_HELD_THEN_BACK = """
 import ctypes, socket, sys, time
 from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.errors import ClusterLost
 from recsys_dist.console import configure_output
 configure_output()
 ps = socket.socket()

@@ -155,6 +155,6 @@ def test_data_read_check_prints_the_pass_and_the_check(tmp_path, small_config, m
         "plan     10 work items of up to 30 rows (train.steps_per_call batches), handed to "
         "2 workers as each is free"
     ) in out
-    assert "cluster  1 workers + 0 ps (in_process: servers inside this process)" in out
+    assert "cluster  1 worker + 0 ps (in_process: servers inside this process)" in out
     assert "read     220 rows in " in out and "per worker 220; 0 bad rows skipped" in out
     assert "check    every planned row was read exactly once (220 rows)" in out

@@ -148,3 +148,49 @@ def test_the_strategy_is_set_up_when_the_input_plan_ran_an_op_first(strategy, re
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["replicas", str(replicas)]
+
+
+class _StartWatch:
+    """Workers 0 and 2 of three in the run; worker 1 missing at the start, then back."""
+
+    def __init__(self):
+        self.down = {("worker", 1)}
+        self.answered = set()
+
+    def unreachable(self):
+        return sorted(self.down)
+
+    def unreachable_within(self, seconds):
+        return sorted(self.down)
+
+    def tasks(self):
+        return [("worker", 0), ("worker", 1), ("worker", 2), ("ps", 0)]
+
+    def answered_since(self, job, index, since):
+        return (job, index) in self.answered
+
+    def workers_answer(self, indices=None):
+        return not any(i in (indices or (0, 1, 2)) for _, i in self.down)
+
+
+def test_a_worker_missing_at_the_start_holds_nothing_and_is_taken_in_when_it_answers():
+    """A run started without worker 1 checkpoints and syncs as its own workers allow (the
+    missing one is not waited for), names itself by TF_CONFIG's indices, and says when the
+    missing worker answers."""
+    from recsys_dist.cluster.runtime import Runtime
+
+    watch = _StartWatch()
+    runtime = Runtime(None, None, 2, 1, mode="tf_config", watch=watch, members=(0, 2))
+    assert not runtime.worker_unreachable() and runtime.workers_answer()
+    assert runtime.workers_unreachable_within(60) == []
+    assert runtime.joining() == []
+    assert runtime.describe() == (
+        "2 workers + 1 ps (tf_config; workers 0, 2 of TF_CONFIG until the others answer)"
+    )
+    watch.down.clear()
+    watch.answered.add(("worker", 1))
+    assert runtime.joining() == [1]
+    watch.down.add(("worker", 2))  # one of its own workers away: that one holds saves
+    assert runtime.worker_unreachable() and not runtime.workers_answer()
+    every = Runtime(None, None, 3, 1, mode="tf_config", watch=watch)
+    assert every.joining() == [] and every.worker_unreachable()
