@@ -151,16 +151,34 @@ def one_dim_problem(model: str, features: FeatureConfig, names: list[str]) -> In
 
 
 def history_problem(model: str, features: FeatureConfig, names: list[str]) -> InputProblem | None:
-    """Every sequence of a history among ``names`` has a ``target`` (a model comparing
-    histories with their candidates: ``check_histories`` in ``models/behaviour.py``). The
-    targets and main sequences are among ``names`` already: these models read one input
-    group, and every feature must be in a group."""
-    for group in features.sequence_groups(names):
+    """A model that compares histories with their candidates (``din``, ``bst``) needs,
+    among ``names``, a feature of kind ``sequence``, a ``target`` for every sequence, and
+    each target and each ``side_of`` feature among ``names`` too. ``validate`` asks this
+    through the model's params, and ``models/behaviour.py`` when it builds the model."""
+    for name in names:
+        side_of = getattr(features.features[name], "side_of", None)
+        if side_of and side_of not in names:
+            return InputProblem(
+                f"model {model!r}: sequence {name!r} is side_of {side_of!r}, which is not "
+                "among the model's inputs"
+            )
+    groups = features.sequence_groups(names)
+    if not groups:
+        return InputProblem(
+            f"model {model!r} compares a behaviour sequence with the candidate; its inputs "
+            f"{names} hold no feature of kind: sequence"
+        )
+    for group in groups:
         for sequence, target in zip(group.sequences, group.targets):
             if target is None:
                 return InputProblem(
                     f"model {model!r} compares sequence {sequence!r} with its candidate: "
                     f"set features.{sequence}.target in {features.file} to the "
                     "candidate's feature"
+                )
+            if target not in names:
+                return InputProblem(
+                    f"model {model!r}: the target {target!r} of sequence {sequence!r} is "
+                    f"not among the model's inputs {names}"
                 )
     return None

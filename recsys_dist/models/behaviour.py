@@ -24,6 +24,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from recsys_dist.config.model_inputs import history_problem
 from recsys_dist.features.config import FeatureConfig, SequenceGroup
 from recsys_dist.models.dynamic_table import ModelTables
 from recsys_dist.models.embedding import FeatureEmbeddings
@@ -47,40 +48,13 @@ class History:
 
 
 def check_histories(features: FeatureConfig, names: list[str], model: str) -> list[SequenceGroup]:
-    """The histories among ``names``, each with a target for every sequence, all among
-    ``names``; raises ValueError naming the feature and the fix otherwise."""
-    sides = [
-        n
-        for n in names
-        if getattr(features.features[n], "side_of", None)
-        and features.features[n].side_of not in names
-    ]
-    if sides:
-        raise ValueError(
-            f"model {model!r}: sequence {sides[0]!r} is side_of "
-            f"{features.features[sides[0]].side_of!r}, which is not among the "
-            "model's inputs"
-        )
-    groups = features.sequence_groups(names)
-    if not groups:
-        raise ValueError(
-            f"model {model!r} compares a behaviour sequence with the candidate; "
-            f"its inputs {names} hold no feature of kind: sequence"
-        )
-    for group in groups:
-        for sequence, target in zip(group.sequences, group.targets):
-            if target is None:
-                raise ValueError(
-                    f"model {model!r} compares sequence {sequence!r} with its "
-                    f"candidate: set features.{sequence}.target in "
-                    f"{features.file} to the candidate's feature"
-                )
-            if target not in names:
-                raise ValueError(
-                    f"model {model!r}: the target {target!r} of sequence "
-                    f"{sequence!r} is not among the model's inputs {names}"
-                )
-    return groups
+    """The histories among ``names``; raises ValueError with the message of
+    :func:`~recsys_dist.config.model_inputs.history_problem` when the model cannot read
+    them."""
+    problem = history_problem(model, features, names)
+    if problem is not None:
+        raise ValueError(problem.message)
+    return features.sequence_groups(names)
 
 
 class BehaviourInputs(tf.keras.layers.Layer):
