@@ -47,9 +47,19 @@ def synth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_plan(pipeline, steps_per_call: int) -> list[str]:
+def _scored(split: str | None) -> bool:
+    """Whether ``split`` is read as evaluation reads it (its items and batches)."""
+    return split in ("eval", "validation")
+
+
+def _describe_plan(pipeline, steps_per_call: int, split: str | None) -> list[str]:
     plan = pipeline.plan
-    items = pipeline.training_items(steps_per_call)
+    if _scored(split):
+        items = pipeline.scoring_items()
+        how = "evaluation's items"
+    else:
+        items = pipeline.training_items(steps_per_call)
+        how = "train.steps_per_call batches"
     lines = [
         f"data     {len(plan.files)} files, {plan.total_rows:,} rows, {len(plan.units)} units",
         f"schema   OK: {len(pipeline.transform.columns)} columns ("
@@ -58,8 +68,7 @@ def _describe_plan(pipeline, steps_per_call: int) -> list[str]:
         )
         + ", ...)",
         f"plan     {len(items):,} work items of up to {max(i.rows for i in items):,} rows "
-        f"(train.steps_per_call batches), handed to {plan.num_workers} workers as each "
-        "is free",
+        f"({how}), handed to {plan.num_workers} workers as each is free",
     ]
     for s in plan.skipped:
         lines.append(f"skipped  {s.path}: {s.reason}" + (f" ({s.rows:,} rows)" if s.rows else ""))
@@ -115,7 +124,7 @@ def _check_split(config, pipeline, split: str | None, scan: bool) -> None:
     from recsys_dist.data.history_lengths import history_lengths
     from recsys_dist.data.read_pass import read_pass_local
 
-    for line in _describe_plan(pipeline, config.train.steps_per_call):
+    for line in _describe_plan(pipeline, config.train.steps_per_call, split):
         print(line)
     if scan:
         result = read_pass_local(pipeline)
@@ -154,7 +163,7 @@ def read(args: argparse.Namespace) -> int:
         mode, args.workers or config.cluster.workers, args.ps or config.cluster.ps
     )
     pipeline = prepare_input(config, args.split, cluster.workers)
-    for line in _describe_plan(pipeline, config.train.steps_per_call):
+    for line in _describe_plan(pipeline, config.train.steps_per_call, args.split):
         print(line)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="recsys_dist_cluster_")
     with connect(cluster, log_dir, config.train.embedding_shard_bytes) as runtime:
@@ -164,6 +173,7 @@ def read(args: argparse.Namespace) -> int:
             runtime.coordinator,
             runtime.num_workers,
             config.train.steps_per_call,
+            scoring=_scored(args.split),
             collect_rows=args.check,
             progress=Progress("rows"),
         )

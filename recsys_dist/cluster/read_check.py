@@ -1,15 +1,16 @@
-"""One pass over a split on the cluster, read the way training reads it (``data read``).
+"""One pass over a split on the cluster, read the way its command reads it (``data read``).
 
 The coordinator cuts the split into the items training hands out
-(``InputPipeline.training_items``) and hands them to the workers through the
+(``InputPipeline.training_items``), or for a split that is scored the items evaluation
+hands out (``InputPipeline.scoring_items``), and hands them to the workers through the
 dispatcher training and scoring use (:mod:`recsys_dist.cluster.dispatch`): two closures
 per worker in flight, each item to whichever worker is free. A closure reads its item
-with ``InputPipeline.item_dataset``, the reader of a training closure (rows shuffled as
-training shuffles them), and returns the rows it read, those skipped as bad, the worker
-that read them and, for ``--check``, their row ids. Each item must come back with the
-rows its footer holds (:func:`~recsys_dist.cluster.dispatch.check_item_rows`, as in
-training); :func:`~recsys_dist.data.read_pass.check_exactly_once` then checks the row ids
-against the plan.
+with ``InputPipeline.item_dataset`` as a training closure does (rows shuffled) or as a
+scoring one does (larger batches, in order), and returns the rows it read, those skipped
+as bad, the worker that read them and, for ``--check``, their row ids. Each item must
+come back with the rows its footer holds (:func:`~recsys_dist.cluster.dispatch.check_item_rows`,
+as in training); :func:`~recsys_dist.data.read_pass.check_exactly_once` then checks the row
+ids against the plan.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def read_split(
     num_workers: int,
     steps_per_call: int,
     *,
+    scoring: bool = False,
     collect_rows: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReadPassResult:
@@ -42,6 +44,7 @@ def read_split(
         process: every row counts as worker 0's).
       num_workers: Workers (closures in flight are twice that).
       steps_per_call: ``train.steps_per_call``: an item is that many batches at most.
+      scoring: Read as evaluation reads (its items and batches), not as training does.
       collect_rows: Also return every row id (for the exactly-once check).
       progress: Called with (rows read, total rows) after each item.
 
@@ -50,9 +53,11 @@ def read_split(
         item came back with another number of rows than its footer holds.
       StorageError: storage failed a worker's read.
     """
-    items = pipeline.training_items(steps_per_call)
+    items = pipeline.scoring_items() if scoring else pipeline.training_items(steps_per_call)
     total = sum(item.rows for item in items)
-    read_item = _make_read_item(pipeline, collect_rows, on_cluster=_is_cluster(coordinator))
+    read_item = _make_read_item(
+        pipeline, collect_rows, on_cluster=_is_cluster(coordinator), scoring=scoring
+    )
     rows = skipped = 0
     per_worker = [0] * num_workers
     collected: list[np.ndarray] = []
@@ -81,9 +86,9 @@ def _is_cluster(coordinator) -> bool:
     return isinstance(coordinator, tf.distribute.experimental.coordinator.ClusterCoordinator)
 
 
-def _make_read_item(pipeline: InputPipeline, collect_rows: bool, on_cluster: bool):
+def _make_read_item(pipeline: InputPipeline, collect_rows: bool, on_cluster: bool, scoring: bool):
     """``read_item(file, start, stop) -> (rows, rows skipped, row ids, worker)``."""
-    batch_size = pipeline.spec.batch_size
+    batch_size = pipeline.scoring_batch_size if scoring else pipeline.spec.batch_size
 
     @tf.function
     def read_item(file_index, start, stop):
@@ -96,8 +101,13 @@ def _make_read_item(pipeline: InputPipeline, collect_rows: bool, on_cluster: boo
         )
         rows = tf.constant(0, tf.int64)
         invalid = tf.constant(0.0, tf.float32)
-        # The same dataset and loop of batches as a training closure (train/async_runner.py).
-        iterator = iter(pipeline.item_dataset(file_index, start, stop, training=True))
+        # The same dataset and loop of batches as a training closure (train/async_runner.py)
+        # or a scoring one (evaluation/predict.py).
+        iterator = iter(
+            pipeline.item_dataset(
+                file_index, start, stop, training=not scoring, batch_size=batch_size
+            )
+        )
         for step in tf.range((stop - start + batch_size - 1) // batch_size):
             optional = iterator.get_next_as_optional()
             if not optional.has_value():

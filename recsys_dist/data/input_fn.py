@@ -47,6 +47,12 @@ def row_id(file_index: int, row: int) -> int:
     return (file_index << ROW_FILE_SHIFT) | row
 
 
+#: Rows one scoring closure (evaluation, prediction) reads at most.
+SCORING_ITEM_ROWS = 65536
+#: Rows per forward pass when scoring, at least (the training batch when larger).
+SCORING_BATCH_ROWS = 8192
+
+
 @dataclasses.dataclass(frozen=True)
 class InputPipeline:
     """A planned input split, ready to read.
@@ -83,6 +89,16 @@ class InputPipeline:
         """The items training hands out, one per closure: ``steps_per_call`` batches
         each at most (``data read`` reads the same items)."""
         return self.work_items(steps_per_call * self.spec.batch_size)
+
+    def scoring_items(self) -> tuple[Unit, ...]:
+        """The items evaluation and prediction hand out, one per closure: at most
+        :data:`SCORING_ITEM_ROWS` rows each (``data read`` of an eval split reads these)."""
+        return self.work_items(SCORING_ITEM_ROWS)
+
+    @property
+    def scoring_batch_size(self) -> int:
+        """Rows per forward pass when scoring: no gradients, so larger batches are cheap."""
+        return max(SCORING_BATCH_ROWS, self.spec.batch_size)
 
     # Plain TensorFlow: AutoGraph must not convert it (see Trainer._replica_step).
     @tf.autograph.experimental.do_not_convert

@@ -26,11 +26,6 @@ from recsys_dist.cluster.replicas import replica_slice
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
 
-#: Rows one prediction closure reads at most.
-PREDICT_ITEM_ROWS = 65536
-#: Rows per forward pass when scoring (no gradients, so larger batches are cheap).
-PREDICT_BATCH_ROWS = 8192
-
 
 def _concat_replicas(strategy, value):
     parts = strategy.experimental_local_results(value)
@@ -63,7 +58,7 @@ def predict_split(
       DataError: bad data on a worker, or an item came back short.
       ClusterLost: a parameter server was lost.
     """
-    items = pipeline.work_items(PREDICT_ITEM_ROWS)
+    items = pipeline.scoring_items()
     total_rows = sum(item.rows for item in items)
     settle_replica_local(strategy, model.variables)
 
@@ -105,7 +100,7 @@ def _make_predict_item(strategy, pipeline: InputPipeline, replica_predict):
             start,
             stop,
             training=False,
-            batch_size=max(PREDICT_BATCH_ROWS, pipeline.spec.batch_size),
+            batch_size=pipeline.scoring_batch_size,
         )
         iterator = iter(dataset)
         first = strategy.run(replica_predict, args=(next(iterator),))

@@ -20,7 +20,7 @@ from recsys_dist.cluster import runtime
 from recsys_dist.cluster.mirrored import SynchronousCoordinator
 from recsys_dist.cluster.read_check import read_split
 from recsys_dist.config import load_config
-from recsys_dist.data.input_fn import prepare_input, row_id
+from recsys_dist.data.input_fn import SCORING_ITEM_ROWS, prepare_input, row_id
 from recsys_dist.data.read_pass import check_exactly_once
 from recsys_dist.errors import DataError
 from recsys_dist.train.trainer import data_position
@@ -89,6 +89,36 @@ def test_items_smaller_than_units_are_each_read_once(tmp_path, small_config):
     assert sorted(coordinator.scheduled) == sorted((i.file, i.start, i.stop) for i in items)
     assert result.rows_per_worker == [100, 0]  # one process: every item is worker 0's
     check_exactly_once(pipeline.plan, result.row_ids)
+
+
+def test_an_eval_split_is_read_as_evaluation_reads_it(tmp_path, small_config):
+    """``scoring``: evaluation's items (at most ``SCORING_ITEM_ROWS`` rows), its batches,
+    its unshuffled order; each row once."""
+    tables = [small_table(150, seed=0), small_table(70, seed=1)]
+    _write(tmp_path, tables)
+    config = load_config(
+        small_config(train={"dates": "2026-01-01"}, eval={"dates": "2026-01-01"}),
+        ["train.steps_per_call=1"],
+    )
+    pipeline = prepare_input(config, "eval", 2)
+    items = pipeline.scoring_items()
+    assert items != pipeline.training_items(1)  # 30-row items there
+    assert all(i.rows <= SCORING_ITEM_ROWS for i in items)
+    coordinator = Recording()
+    result = read_split(pipeline, coordinator, 2, 1, scoring=True, collect_rows=True)
+    assert coordinator.scheduled == [(i.file, i.start, i.stop) for i in items]
+    check_exactly_once(pipeline.plan, result.row_ids)
+    # in order within each item: scoring does not shuffle
+    assert result.row_ids.tolist() == [
+        row_id(i.file, r) for i in items for r in range(i.start, i.stop)
+    ]
+    from recsys_dist.commands import _describe_plan
+
+    plan = _describe_plan(pipeline, 1, "eval")[2]
+    assert plan == (
+        f"plan     {len(items)} work items of up to {max(i.rows for i in items)} rows "
+        "(evaluation's items), handed to 2 workers as each is free"
+    )
 
 
 def test_rows_skipped_as_bad_are_counted(tmp_path, small_config):
