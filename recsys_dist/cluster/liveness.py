@@ -82,6 +82,7 @@ class TaskWatch:
         self._reported: set[tuple[str, int]] = set()
         self._failed_at: dict[tuple[str, int], float] = {}
         self._last_probe: dict[tuple[str, int], tuple[float, bool]] = {}
+        self._outside: set[tuple[str, int]] = set()
         self._thread = threading.Thread(target=self._loop, name="TaskWatch", daemon=True)
         self._native = _native_watch(self._tasks, lost_after, give_up_after, native_library)
 
@@ -96,6 +97,14 @@ class TaskWatch:
         if self._native is not None:
             self._native.recsys_watch_tasks_stop()
         self._thread.join(timeout=5)
+
+    def leave_out(self, job: str, index: int) -> None:
+        """The task is not in the run (a worker missing at its start): it is still probed
+        and named, but never ends the run."""
+        self._outside.add((job, index))
+        if self._native is not None:
+            position = [(j, i) for j, i, _ in self._tasks].index((job, index))
+            self._native.recsys_watch_tasks_outside(position)
 
     def tasks(self) -> list[tuple[str, int]]:
         """Every watched task, as ``(job, index)``."""
@@ -218,7 +227,7 @@ class TaskWatch:
         self._failed_at[key] = now
         since = self._down_since.setdefault(key, now)
         away = now - since
-        if away >= self._give_up_after:
+        if away >= self._give_up_after and key not in self._outside:
             self._give_up(
                 f"{job} {index} ({address}) has been unreachable for {away:.0f} s "
                 f"(cluster.give_up_after_seconds = {self._give_up_after:g}); "
@@ -231,7 +240,12 @@ class TaskWatch:
             position = self._tasks.index((job, index, address))
             if self._native is not None and self._native.recsys_watch_tasks_reported(position):
                 return  # the native thread said it while this one could not probe
-            if job == "worker":
+            if key in self._outside:
+                self._report(
+                    f"lost\t{job} {index} ({address}): unreachable for {away:.0f} s; the "
+                    "run goes on without it and takes it in when it answers"
+                )
+            elif job == "worker":
                 self._report(
                     f"lost\t{job} {index} ({address}): unreachable for "
                     f"{away:.0f} s; the other workers take its work until it answers "
@@ -267,6 +281,7 @@ def _native_watch(tasks, lost_after: float, give_up_after: float, library: str |
         ctypes.c_int,
     ]
     native.recsys_watch_tasks_reported.argtypes = [ctypes.c_int]
+    native.recsys_watch_tasks_outside.argtypes = [ctypes.c_int]
     native.recsys_watch_tasks_take_back.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
     lines = "".join(f"{job} {index} {address}\n" for job, index, address in tasks).encode()
 

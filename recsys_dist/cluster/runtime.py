@@ -354,10 +354,10 @@ def _tf_config_cluster(cluster: ClusterSpec, min_shard_bytes: int) -> Iterator[R
             members = tuple(answering)
             missing = [i for i in range(len(spec["worker"])) if i not in members]
             for index in missing:
+                watch.leave_out("worker", index)
                 log.info(
                     "start\twithout worker %d (%s): it does not answer; the run trains on "
-                    "the other workers and takes it in when it answers (it stops if the "
-                    "worker is away for cluster.give_up_after_seconds)",
+                    "the other workers and takes it in when it answers",
                     index,
                     spec["worker"][index],
                 )

@@ -38,6 +38,7 @@ struct Task {
   std::atomic<double> down_since{-1};  // monotonic seconds, -1 while it answers
   std::atomic<bool> reported{false};  // lost and not back yet, said by either watch
   std::atomic<double> last_away{0};   // seconds it was unreachable, when it last came back
+  std::atomic<bool> outside{false};   // not in the run (a worker missing at its start)
 };
 
 struct Watch {
@@ -130,17 +131,20 @@ void* watch(void* argument) {
       const std::string name = task->job + " " + std::to_string(task->index);
       char away_text[32];
       std::snprintf(away_text, sizeof(away_text), "%.0f", away);
+      const bool outside = task->outside.load();
       if (away >= w.lost_s && !task->reported.exchange(true)) {
-        const std::string then = task->job == "worker"
-            ? "; the other workers take its work until it answers again (the run stops "
-              "if it is not back within " + seconds(w.give_up_s) +
-              " s, cluster.give_up_after_seconds)"
-            : "; training waits for it (its variables are there) and stops if it is not "
-              "back within " + seconds(w.give_up_s) + " s (cluster.give_up_after_seconds)";
+        const std::string then =
+            outside ? "; the run goes on without it and takes it in when it answers"
+            : task->job == "worker"
+                ? "; the other workers take its work until it answers again (the run stops "
+                  "if it is not back within " + seconds(w.give_up_s) +
+                  " s, cluster.give_up_after_seconds)"
+                : "; training waits for it (its variables are there) and stops if it is not "
+                  "back within " + seconds(w.give_up_s) + " s (cluster.give_up_after_seconds)";
         write_all(STDOUT_FILENO, "lost     " + name + " (" + address(*task) +
                                      "): unreachable for " + away_text + " s" + then + "\n");
       }
-      if (away >= w.give_up_s) {
+      if (away >= w.give_up_s && !outside) {
         write_all(STDERR_FILENO,
                   "error: " + name + " (" + address(*task) + ") has been unreachable for " +
                       away_text + " s (cluster.give_up_after_seconds = " +
@@ -232,6 +236,13 @@ int recsys_watch_tasks_take_back(int position, double* away) {
   const double since = task->down_since.load();  // this thread has not probed it since
   *away = since >= 0 ? now() - since : task->last_away.load();
   return task->reported.exchange(false) ? 1 : 0;
+}
+
+// Task `position` is not in the run (a worker missing at its start): it never ends it.
+void recsys_watch_tasks_outside(int position) {
+  Watch* w = current.load();
+  if (w == nullptr || position < 0 || position >= static_cast<int>(w->tasks.size())) return;
+  w->tasks[position]->outside.store(true);
 }
 
 // Stops the watch (the watched run ended).

@@ -249,3 +249,48 @@ def test_a_server_named_lost_by_the_native_watch_is_named_back_by_the_python_one
         back,
     ), back
     assert int(re.search(r"after (\d+) s", back).group(1)) >= 5
+
+
+WATCH_LEFT_OUT = """
+import ctypes, socket, sys, time
+from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.console import configure_output
+configure_output()
+free = socket.socket()
+free.bind(("127.0.0.1", 0))
+port = free.getsockname()[1]
+free.close()  # nothing listens there: the worker's machine never came up
+ps = socket.socket()
+ps.bind(("127.0.0.1", 0))
+ps.listen(128)  # nothing accepts: room for every probe
+spec = {"worker": [f"127.0.0.1:{port}"], "ps": [f"127.0.0.1:{ps.getsockname()[1]}"]}
+with TaskWatch(spec, lost_after=1, give_up_after=2, native_library=sys.argv[1]) as watch:
+    watch.leave_out("worker", 0)
+    if sys.argv[2] == "held":
+        ctypes.PyDLL(None).sleep(6)  # holds the GIL: the native watch acts
+    else:
+        time.sleep(6)
+print("still running", flush=True)
+"""
+
+
+@pytest.mark.parametrize("gil", ["held", "free"])
+def test_a_worker_left_out_of_the_run_is_named_but_never_ends_it(gil):
+    """A worker missing at the start is not in the run (``leave_out``): away three times
+    ``give_up_after``, it is named once and the run goes on, whichever watch runs."""
+    result = subprocess.run(
+        [sys.executable, "-c", WATCH_LEFT_OUT, library_path(), gil],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lost, end = result.stdout.splitlines()
+    assert re.fullmatch(
+        r"lost     worker 0 \(127.0.0.1:\d+\): unreachable for \d+ s; the run goes on without "
+        r"it and takes it in when it answers",
+        lost,
+    ), lost
+    assert end == "still running" and result.stderr == "", result.stderr
