@@ -32,7 +32,7 @@ from typing import Callable, NoReturn
 from recsys_dist import scratch
 from recsys_dist.cluster.signals import terminate_on_signals, termination_signal
 from recsys_dist.errors import RecsysError
-from recsys_dist.tf_log_filter import filter_stderr_for_life
+from recsys_dist.tf_log_filter import filter_stderr_for_life, unfilter_before_exit
 
 #: The logger every module of the package logs under (``logging.getLogger(__name__)``).
 PACKAGE_LOGGER = "recsys_dist"
@@ -149,6 +149,7 @@ def exit_now(code: int) -> NoReturn:
     (see :func:`run_command`)."""
     scratch.remove()
     sys.stdout.flush()
+    unfilter_before_exit()
     sys.stderr.flush()
     os._exit(code)
 

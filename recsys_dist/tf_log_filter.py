@@ -69,6 +69,7 @@ class _FilteredStderr:
         self.level = level
 
     def __enter__(self) -> None:
+        global _active
         sys.stderr.flush()
         read_end, write_end = os.pipe()
         self.saved = os.dup(2)
@@ -78,15 +79,31 @@ class _FilteredStderr:
             target=self._relay, args=(read_end,), daemon=True, name="tf-log-filter"
         )
         self.relay.start()
+        _active = self
 
     def _relay(self, read_end: int) -> None:
         _relay(read_end, self.saved, self.level)
 
     def __exit__(self, *exc) -> None:
+        global _active
+        _active = None
         sys.stderr.flush()
         os.dup2(self.saved, 2)  # closes the pipe's write end: the relay reads to its end
         self.relay.join(timeout=10)
         os.close(self.saved)
+
+
+_active: _FilteredStderr | None = None
+
+
+def unfilter_before_exit() -> None:
+    """A process about to end at once (``os._exit``, a signal's last line) while
+    TensorFlow loads: fd 2 goes straight where it went before, so its last line does not
+    die in the relay thread's pipe with the process."""
+    active = _active
+    if active is not None:
+        sys.stderr.flush()
+        os.dup2(active.saved, 2)
 
 
 def _relay(read_end: int, out: int, level: int) -> None:

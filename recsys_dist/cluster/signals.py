@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from types import FrameType
 
 from recsys_dist import scratch
+from recsys_dist.tf_log_filter import unfilter_before_exit
 
 
 @contextlib.contextmanager
@@ -150,6 +151,7 @@ def _exit_now(signum: int) -> None:
     try:
         scratch.remove()
         sys.stdout.flush()
+        unfilter_before_exit()
         sys.stderr.write(f"error: stopped by {signal.Signals(signum).name}\n")
         sys.stderr.flush()
     finally:

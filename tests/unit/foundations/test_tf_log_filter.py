@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -179,3 +180,25 @@ def test_a_native_crash_in_a_command_leaves_its_python_stack_on_stderr():
     assert done.returncode == -11
     assert "Fatal Python error: Segmentation fault" in done.stderr
     assert "crash_in_native_code" in done.stderr
+
+
+def test_a_signal_while_tensorflow_loads_still_leaves_its_line():
+    """While TensorFlow's module runs, fd 2 goes through a pipe to a thread of the process
+    (``_FilteredStderr``); a signal then ends the process at once, so its last line is
+    written where fd 2 went before, not into that pipe (where it died with the thread)."""
+    program = (
+        "import os, signal, time\n"
+        "from recsys_dist import tf_log_filter\n"
+        "from recsys_dist.console import run_command\n"
+        "def main():\n"
+        "    with tf_log_filter._FilteredStderr(3):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "    return 0\n"
+        "run_command(main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert done.stderr == "error: stopped by SIGTERM\n"
