@@ -159,6 +159,19 @@ def test_a_task_reported_lost_that_answers_again_is_called_back_once():
     assert called == [("ps", 0)]
 
 
+def run_watch(script: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs ``script`` (a watch in a process of its own) with the op library's path and
+    ``args``."""
+    return subprocess.run(
+        [sys.executable, "-c", script, library_path(), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
 WATCH_HELD = """
 import ctypes, socket, sys, time
 from recsys_dist.cluster.liveness import TaskWatch
@@ -187,14 +200,7 @@ def test_a_lost_server_is_named_and_ends_the_run_even_while_a_thread_holds_the_g
     """A thread that holds the GIL keeps the Python watch from running: the native watch
     then names the lost server and ends the run with the same lines and exit code. With
     the GIL free, the Python watch does it, and the native one adds nothing."""
-    result = subprocess.run(
-        [sys.executable, "-c", WATCH_HELD, library_path(), gil],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    result = run_watch(WATCH_HELD, gil)
     first, *lost = result.stdout.splitlines()
     address = first.split()[1]
     assert result.returncode == 4, result.stdout + result.stderr
@@ -231,14 +237,7 @@ with TaskWatch(spec, lost_after=1, give_up_after=60, native_library=sys.argv[1])
 
 
 def test_a_server_named_lost_by_the_native_watch_is_named_back_by_the_python_one():
-    result = subprocess.run(
-        [sys.executable, "-c", WATCH_HELD_THEN_BACK, library_path()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    result = run_watch(WATCH_HELD_THEN_BACK)
     assert result.returncode == 0, result.stdout + result.stderr
     lost, back = result.stdout.splitlines()
     assert lost.startswith("lost     ps 0 (127.0.0.1:"), lost
@@ -278,14 +277,7 @@ print("still running", flush=True)
 def test_a_worker_left_out_of_the_run_is_named_but_never_ends_it(gil):
     """A worker missing at the start is not in the run (``leave_out``): away three times
     ``give_up_after``, it is named once and the run goes on, whichever watch runs."""
-    result = subprocess.run(
-        [sys.executable, "-c", WATCH_LEFT_OUT, library_path(), gil],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    result = run_watch(WATCH_LEFT_OUT, gil)
     assert result.returncode == 0, result.stdout + result.stderr
     lost, end = result.stdout.splitlines()
     assert re.fullmatch(
