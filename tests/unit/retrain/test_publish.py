@@ -57,3 +57,21 @@ def test_publish_success_last_and_current_never_back(root, tmp_path):
     storage_io.write_text(f"{root}/published/2026-01-01/manifest.json", "{not json")
     with pytest.raises(PublishError, match=r"2026-01-01/manifest.json: not valid JSON \("):
         pubs.manifest(DAY("2026-01-01"))
+
+
+def test_an_export_that_fails_in_its_own_process_is_named_with_its_line_and_code(tmp_path):
+    """``retrain`` exports from a ``recsys-dist export`` process of its own
+    (``daily._export_apart``); its failure comes back with the export's own ``error:``
+    line and exit code."""
+    from recsys_dist.export import ExportError
+    from recsys_dist.retrain.daily import _export_apart
+
+    run_dir = tmp_path / "runs" / "2026-01-02"
+    run_dir.mkdir(parents=True)
+    with pytest.raises(ExportError) as raised:
+        _export_apart(str(run_dir), str(tmp_path / "published" / "export"))
+    assert str(raised.value) == (
+        f"{run_dir}/config.yaml: not found, and no --config was given; it is written when "
+        "train starts: pass --config, or check --model-dir"
+    )
+    assert raised.value.exit_code == 2
