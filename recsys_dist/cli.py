@@ -461,7 +461,7 @@ def main(
         asks for it returns :data:`~recsys_dist.restart.RESTART_EXIT`).
     """
     args = (parser or build_parser()).parse_args(argv)
-    args.restart = restart if restart is not None else ProcessRestart()
+    args.restart = restart if restart is not None else ProcessRestart(execv=None)
     configure_output(quiet=args.quiet, verbose=args.verbose)
     return reporting_errors(lambda: args.func(args))
 

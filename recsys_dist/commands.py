@@ -223,6 +223,7 @@ def train(args: argparse.Namespace) -> int:
             evaluate=not args.no_eval,
             warm_start_from=warm,
             on_table_resize=resize,
+            restart_now=args.restart.immediate(config.train.max_restarts),
         )
     except ClusterLost as exc:
         return args.restart.after_lost(exc, config.train.max_restarts)
@@ -336,12 +337,17 @@ def retrain(args: argparse.Namespace) -> int:
     from recsys_dist.errors import ClusterLost
     from recsys_dist.retrain.daily import backfill, retrain_day
 
+    def max_restarts() -> int:
+        return load_config(args.config, args.set).train.max_restarts
+
     try:
+        restart_now = args.restart.immediate(max_restarts())
         if args.command == "retrain":
-            return retrain_day(args.config, args.set, args.date, args.data).exit_code
-        outcomes = backfill(args.config, args.set, args.first, args.last, args.data)
+            day = retrain_day(args.config, args.set, args.date, args.data, True, restart_now)
+            return day.exit_code
+        outcomes = backfill(args.config, args.set, args.first, args.last, args.data, restart_now)
     except ClusterLost as exc:
-        return args.restart.after_lost(exc, load_config(args.config, args.set).train.max_restarts)
+        return args.restart.after_lost(exc, max_restarts())
     print("backfill " + ", ".join(f"{o.date} {o.status}" for o in outcomes))
     return 0
 

@@ -10,7 +10,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, MutableMapping
+from typing import NoReturn
 
+from recsys_dist import scratch
+from recsys_dist.cluster.liveness import ImmediateRestart
+from recsys_dist.console import exit_now
 from recsys_dist.errors import ClusterLost, WorkerJoins
 
 #: Exit code of a command that asks to be started again (a lost task).
@@ -31,7 +35,8 @@ class ProcessRestart:
     Args:
       environ: The process environment; :data:`RESTART_VARIABLE` in it counts the
         restarts before this process, and is set for the next one.
-      execv: Replaces the process (``os.execv``).
+      execv: Replaces the process (``os.execv``); None: never (a command that asks for
+        a restart returns :data:`RESTART_EXIT`, and :meth:`now` ends the process).
       sleep: Waits before a restart (``time.sleep``), so an orchestrator can bring the
         servers back.
 
@@ -44,7 +49,7 @@ class ProcessRestart:
     def __init__(
         self,
         environ: MutableMapping[str, str] = os.environ,
-        execv: Callable[[str, list[str]], object] = os.execv,
+        execv: Callable[[str, list[str]], object] | None = os.execv,
         sleep: Callable[[float], object] = time.sleep,
     ):
         self.environ, self._execv, self._sleep = environ, execv, sleep
@@ -84,14 +89,42 @@ class ProcessRestart:
             raise ClusterLost(
                 f"{exc} (gave up after train.max_restarts = {max_restarts} restarts)"
             ) from None
-        print(
-            f"restart  {exc}; starting the cluster again and resuming from the last "
-            f"checkpoint (restart {restart + 1} of at most {max_restarts})",
-            flush=True,
-        )
+        print(f"restart  {exc}{_then(restart, max_restarts)}", flush=True)
         self.restart_as = restart + 1
-        self._sleep(min(30, 2**restart))
+        self._sleep(_pause(restart))
         return RESTART_EXIT
+
+    def now(self, exc: ClusterLost, max_restarts: int) -> NoReturn:
+        """Starts the command again at once, from any thread: the main thread may be
+        blocked in a call that waits on the lost task. Ends the process with ``exc``'s
+        ``error:`` line and exit code when it cannot start again (``max_restarts``
+        reached, or no ``execv``)."""
+        try:
+            code = self.after_lost(exc, max_restarts)
+        except ClusterLost as final:
+            exc = final
+        else:
+            scratch.remove()  # as run_command does before a restart
+            self.exec_if_due(code)
+        print(f"error: {exc}", file=sys.stderr)
+        exit_now(exc.exit_code)
+
+    def immediate(self, max_restarts: int) -> ImmediateRestart | None:
+        """The restart a ``tf_config`` chief carries out at once, from any thread, when a
+        worker is lost before the first step (:meth:`now`, or the native task watch when
+        no Python thread can run); None when this process cannot be replaced or has no
+        restart left (the run then waits for the worker)."""
+        restart = self.restarts_before
+        if self._execv is None or restart >= max_restarts:
+            return None
+        return ImmediateRestart(
+            now=lambda exc: self.now(exc, max_restarts),
+            argv=tuple(self.argv()),
+            variable=RESTART_VARIABLE,
+            value=str(restart + 1),
+            then=_then(restart, max_restarts),
+            pause=_pause(restart),
+        )
 
     def due(self, code: int) -> bool:
         """Whether a command that exits with ``code`` is to start again."""
@@ -104,10 +137,25 @@ class ProcessRestart:
 
     def exec_if_due(self, code: int) -> None:
         """Replaces this process by the command started again when :meth:`after_lost`
-        asked for it (``code`` is the command's exit code); otherwise returns."""
-        if not self.due(code):
+        asked for it (``code`` is the command's exit code) and it can; otherwise
+        returns."""
+        if not self.due(code) or self._execv is None:
             return
         sys.stdout.flush()
         sys.stderr.flush()
         self.environ[RESTART_VARIABLE] = str(self.restart_as)
         self._execv(sys.executable, self.argv())
+
+
+def _then(restart: int, max_restarts: int) -> str:
+    """The end of the ``restart`` line of restart number ``restart + 1``."""
+    return (
+        "; starting the cluster again and resuming from the last checkpoint "
+        f"(restart {restart + 1} of at most {max_restarts})"
+    )
+
+
+def _pause(restart: int) -> float:
+    """Seconds to wait before restart number ``restart + 1``: an orchestrator may be
+    bringing the servers back."""
+    return min(30, 2**restart)

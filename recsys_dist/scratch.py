@@ -40,12 +40,18 @@ def start() -> str:
     global _dir, _owner, _lock, _previous
     if _dir is not None and _owner == os.getpid():
         return _dir
-    base = tempfile.gettempdir()
+    base, env = tempfile.gettempdir(), os.environ.get("TMPDIR")
+    left = _NAME.fullmatch(os.path.basename(base))
+    if left is not None and int(left.group(1)) == os.getpid():
+        # The directory of the program this process replaced (a restart from a thread):
+        # its lock went with it; this one goes beside it, and it is removed below.
+        base = env = os.path.dirname(base)
+        tempfile.tempdir = None
     remove_stale(base)
     path = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
     _lock = os.open(os.path.join(path, _LOCK_FILE), os.O_CREAT | os.O_WRONLY, 0o600)
     fcntl.flock(_lock, fcntl.LOCK_EX)
-    _previous = (os.environ.get("TMPDIR"), tempfile.tempdir)
+    _previous = (env, tempfile.tempdir)
     _dir, _owner = path, os.getpid()
     os.environ["TMPDIR"] = path
     tempfile.tempdir = path
@@ -150,8 +156,10 @@ def _exit(signum: int, frame: FrameType | None) -> None:
 def _stale(path: str, pid: int) -> bool:
     """The directory's process is dead here and nobody holds its lock (each process keeps
     its lock file locked with ``flock`` while it lives, so the directory of a live process
-    in another pid namespace sharing the temporary directory is never taken for stale)."""
-    if pid == os.getpid() or _alive(pid):
+    in another pid namespace sharing the temporary directory is never taken for stale). A
+    directory of this pid other than this process's own was left by the program this
+    process replaced (``os.execv``, a restart): its lock went with that program."""
+    if path == _dir or (pid != os.getpid() and _alive(pid)):
         return False
     try:
         handle = os.open(os.path.join(path, _LOCK_FILE), os.O_RDONLY)

@@ -14,6 +14,7 @@ the run with exit code 4. See docs/multi-machine.md.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import socket
@@ -46,6 +47,30 @@ def _reachable(address: str, timeout: float) -> bool:
         return False
 
 
+@dataclasses.dataclass(frozen=True)
+class ImmediateRestart:
+    """How to start the command again at once, from any thread, when a worker of the run
+    is lost before the first step (``restart.ProcessRestart.immediate`` makes it).
+
+    Attributes:
+      now: Starts it again from a Python thread (says so, waits, replaces the process).
+      argv: The command line of the process that replaces this one, for the native
+        watch when no Python thread can run; ``argv[0]`` is the program.
+      variable: The environment variable set for it, to ``value`` (its restart number).
+      value: See ``variable``.
+      then: The end of its ``restart`` line, after "<task> was lost before the first
+        step".
+      pause: Seconds it waits before the restart.
+    """
+
+    now: Callable[[ClusterLost], None]
+    argv: tuple[str, ...]
+    variable: str
+    value: str
+    then: str
+    pause: float
+
+
 class TaskWatch:
     """Probes the tasks of a cluster from a background thread (see the module docstring).
 
@@ -56,6 +81,11 @@ class TaskWatch:
         a cluster with a task that never comes up; a rerun resumes from the last checkpoint).
       report: Called with each one-line message (default: this module's logger).
       give_up: Called with the final message instead of ending the process (tests).
+      back: Called with ``(job, index)`` of a task that answers again after it was
+        reported lost, in a thread of its own.
+      restart: Starts the command again, without the worker, when a worker of the run
+        is lost before :meth:`first_step` (the chief's start-up waits on every worker:
+        see ``runtime._tf_config_cluster``). None: the run waits, as during training.
       native_library: The op library's path: also watch from its native thread
         (:func:`_native_watch`).
     """
@@ -68,6 +98,7 @@ class TaskWatch:
         report: Callable[[str], None] | None = None,
         give_up: Callable[[str], None] | None = None,
         back: Callable[[str, int], None] | None = None,
+        restart: ImmediateRestart | None = None,
         native_library: str | None = None,
     ):
         self._tasks = [
@@ -76,7 +107,8 @@ class TaskWatch:
         self._lost_after, self._give_up_after = lost_after, give_up_after
         self._report = report or log.info
         self._give_up = give_up or _end_run
-        self._back = back
+        self._back, self._restart = back, restart
+        self._first_step = threading.Event()
         self._stop = threading.Event()
         self._down_since: dict[tuple[str, int], float] = {}
         self._reported: set[tuple[str, int]] = set()
@@ -89,6 +121,8 @@ class TaskWatch:
     def __enter__(self) -> TaskWatch:
         if self._native is not None:
             self._native.start()
+            if self._restart is not None:
+                self._native.restart_before_first_step(self._restart)
         self._thread.start()
         return self
 
@@ -97,6 +131,12 @@ class TaskWatch:
         if self._native is not None:
             self._native.recsys_watch_tasks_stop()
         self._thread.join(timeout=5)
+
+    def first_step(self) -> None:
+        """The run's first step is back: a worker lost from now on is waited for."""
+        self._first_step.set()
+        if self._native is not None:
+            self._native.recsys_watch_tasks_first_step()
 
     def leave_out(self, job: str, index: int) -> None:
         """The task is not in the run (a worker missing at its start): it is still probed
@@ -238,27 +278,37 @@ class TaskWatch:
         elif away >= self._lost_after and key not in self._reported:
             self._reported.add(key)
             position = self._tasks.index((job, index, address))
-            if self._native is not None and self._native.recsys_watch_tasks_reported(position):
-                return  # the native thread said it while this one could not probe
-            if key in self._outside:
-                self._report(
-                    f"lost\t{job} {index} ({address}): unreachable for {away:.0f} s; the "
-                    "run goes on without it and takes it in when it answers"
-                )
-            elif job == "worker":
-                self._report(
-                    f"lost\t{job} {index} ({address}): unreachable for "
-                    f"{away:.0f} s; the other workers take its work until it answers "
-                    f"again (the run stops if it is not back within "
-                    f"{self._give_up_after:g} s, cluster.give_up_after_seconds)"
-                )
-            else:
-                self._report(
-                    f"lost\t{job} {index} ({address}): unreachable for "
-                    f"{away:.0f} s; training waits for it (its variables are "
-                    f"there) and stops if it is not back within "
-                    f"{self._give_up_after:g} s (cluster.give_up_after_seconds)"
-                )
+            said_by_native = self._native is not None and self._native.recsys_watch_tasks_reported(
+                position
+            )
+            if not said_by_native:  # else the native thread said it while this one could not
+                self._say_lost(job, index, address, away)
+            restart = self._restart
+            if job == "worker" and key not in self._outside and restart is not None:
+                if not self._first_step.is_set():
+                    lost = ClusterLost(f"{job} {index} ({address}) was lost before the first step")
+                    threading.Thread(target=restart.now, args=(lost,), daemon=True).start()
+
+    def _say_lost(self, job: str, index: int, address: str, away: float) -> None:
+        if (job, index) in self._outside:
+            self._report(
+                f"lost\t{job} {index} ({address}): unreachable for {away:.0f} s; the "
+                "run goes on without it and takes it in when it answers"
+            )
+        elif job == "worker":
+            self._report(
+                f"lost\t{job} {index} ({address}): unreachable for "
+                f"{away:.0f} s; the other workers take its work until it answers "
+                f"again (the run stops if it is not back within "
+                f"{self._give_up_after:g} s, cluster.give_up_after_seconds)"
+            )
+        else:
+            self._report(
+                f"lost\t{job} {index} ({address}): unreachable for "
+                f"{away:.0f} s; training waits for it (its variables are "
+                f"there) and stops if it is not back within "
+                f"{self._give_up_after:g} s (cluster.give_up_after_seconds)"
+            )
 
 
 def _native_watch(tasks, lost_after: float, give_up_after: float, library: str | None):
@@ -283,6 +333,14 @@ def _native_watch(tasks, lost_after: float, give_up_after: float, library: str |
     native.recsys_watch_tasks_reported.argtypes = [ctypes.c_int]
     native.recsys_watch_tasks_outside.argtypes = [ctypes.c_int]
     native.recsys_watch_tasks_take_back.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+    native.recsys_watch_tasks_restart_before_first_step.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_double,
+        ctypes.c_char_p,
+        ctypes.c_int,
+    ]
     lines = "".join(f"{job} {index} {address}\n" for job, index, address in tasks).encode()
 
     def start() -> None:
@@ -292,7 +350,18 @@ def _native_watch(tasks, lost_after: float, give_up_after: float, library: str |
         if failed:
             raise OSError(failed, f"the native task watch did not start: {os.strerror(failed)}")
 
+    def restart_before_first_step(restart: ImmediateRestart) -> None:
+        native.recsys_watch_tasks_restart_before_first_step(
+            restart.then.encode(),
+            restart.variable.encode(),
+            restart.value.encode(),
+            restart.pause,
+            b"".join(arg.encode() + b"\0" for arg in restart.argv),
+            len(restart.argv),
+        )
+
     native.start = start
+    native.restart_before_first_step = restart_before_first_step
     return native
 
 

@@ -32,7 +32,7 @@ from recsys_dist import ops, scratch, storage_io
 from recsys_dist.cluster.collective import collective_strategy, collective_task
 from recsys_dist.cluster.executor_scope import borrowed_executors_do_not_wait
 from recsys_dist.cluster.in_process import InProcessCluster
-from recsys_dist.cluster.liveness import PROBE_SECONDS, TaskWatch
+from recsys_dist.cluster.liveness import PROBE_SECONDS, ImmediateRestart, TaskWatch
 from recsys_dist.cluster.local import LocalCluster
 from recsys_dist.cluster.mirrored import SynchronousCoordinator, mirrored_strategy, split_cpu
 from recsys_dist.cluster.placement import TablePartitioner
@@ -87,6 +87,12 @@ class Runtime:
 
     def _member(self, job: str, index: int) -> bool:
         return job == "worker" and (self.members is None or index in self.members)
+
+    def first_step_back(self) -> None:
+        """Told by the training loop when its first step is back: from now on a lost worker
+        is waited for (``tf_config`` mode; before, the command starts again without it)."""
+        if self.watch is not None:
+            self.watch.first_step()
 
     def worker_unreachable(self) -> bool:
         """Whether a worker of the run failed its last probe or is reported lost
@@ -269,7 +275,11 @@ def prepare_devices(cluster: ClusterSpec) -> None:
 
 @contextlib.contextmanager
 def connect(
-    cluster: ClusterSpec, log_dir: str, min_shard_bytes: int, env: dict[str, str] | None = None
+    cluster: ClusterSpec,
+    log_dir: str,
+    min_shard_bytes: int,
+    env: dict[str, str] | None = None,
+    restart_now: ImmediateRestart | None = None,
 ) -> Iterator[Runtime]:
     """Starts or joins the cluster and yields its :class:`Runtime`.
 
@@ -278,6 +288,9 @@ def connect(
       log_dir: Where a local cluster writes its server logs (see :func:`log_dir_for`).
       min_shard_bytes: Minimum embedding shard size.
       env: Extra environment for local server processes.
+      restart_now: Starts the command again at once when a worker is lost before the
+        first step (``tf_config`` mode); the new process starts without it. None: the
+        run waits for the worker, as during training.
     """
     ops.load()  # TensorFlow registers its ops before ctypes opens it too
     watch_signals_natively(library_path())  # a wait inside TensorFlow may hold the GIL
@@ -319,15 +332,24 @@ def connect(
                 strategy, coordinator, cluster.workers, cluster.ps, cluster.mode, log_dir, local
             )
         return
-    with _tf_config_cluster(cluster, min_shard_bytes) as runtime:
+    with _tf_config_cluster(cluster, min_shard_bytes, restart_now) as runtime:
         yield runtime
 
 
 @contextlib.contextmanager
-def _tf_config_cluster(cluster: ClusterSpec, min_shard_bytes: int) -> Iterator[Runtime]:
+def _tf_config_cluster(
+    cluster: ClusterSpec, min_shard_bytes: int, restart_now: ImmediateRestart | None
+) -> Iterator[Runtime]:
     """Joins the ``TF_CONFIG`` cluster as its chief, watched from before it connects: a
     task that never answers ends the run; a worker missing at the start is left out
-    (:meth:`Runtime.joining` takes it in)."""
+    (:meth:`Runtime.joining` takes it in); a worker lost before the first step starts
+    the command again (``restart_now``), without it.
+
+    A lost worker stalls the chief's start-up, not only its own work: TensorFlow sends
+    each function the chief defines (the first trace, a summary writer, an eager op of a
+    new kind) to every remote task, and that send waits while a task's link is down.
+    Once the first step is back the loop has traced what it runs, and the other workers
+    take the lost one's work."""
     resolver, spec = _tf_config_resolver()
     os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     members: tuple[int, ...] | None = None
@@ -346,6 +368,7 @@ def _tf_config_cluster(cluster: ClusterSpec, min_shard_bytes: int) -> Iterator[R
             cluster.lost_after_seconds,
             cluster.give_up_after_seconds,
             back=back,
+            restart=restart_now,
             native_library=library_path(),
         ) as watch,
     ):

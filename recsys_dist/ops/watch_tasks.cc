@@ -9,7 +9,10 @@
 // with the line the Python watch logs (once; recsys_watch_tasks_reported() tells it which
 // the Python watch reported already), and one unreachable for `give_up_s` seconds ends
 // the process with the Python watch's error line and exit code 4. The Python watch says
-// when a task is back (recsys_watch_tasks_take_back). Plain C: no TensorFlow, no GIL.
+// when a task is back (recsys_watch_tasks_take_back). Before the run's first step, a worker
+// of the run lost while the Python watch cannot run starts the command again at once, as
+// ProcessRestart.now would (recsys_watch_tasks_restart_before_first_step). Plain C: no
+// TensorFlow, no GIL.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -50,7 +53,17 @@ struct Watch {
   int generation;
 };
 
+// What starts the command again when a worker is lost before the first step.
+struct Restart {
+  std::string then;  // the end of the restart line
+  std::string variable;
+  std::string value;
+  double pause_s;
+  std::vector<std::string> argv;
+};
+
 std::atomic<double> last_beat{0};
+std::atomic<Restart*> restart_before_first_step{nullptr};
 // A watch acts while its generation is the current one; starting or stopping a watch
 // moves it on. Watches are never freed: a process starts a few at most.
 std::atomic<int> generation{0};
@@ -104,6 +117,26 @@ std::string address(const Task& t) {
   return (v6 ? "[" + t.host + "]" : t.host) + ":" + t.port;
 }
 
+void pause(double s) {
+  if (s <= 0) return;
+  timespec left{static_cast<time_t>(s), static_cast<long>((s - (long)s) * 1e9)};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
+// Replaces the process by the command started again; returns only if that fails.
+void restart_now(const Task& task, const Restart& r) {
+  write_all(STDOUT_FILENO, "restart  " + task.job + " " + std::to_string(task.index) + " (" +
+                               address(task) + ") was lost before the first step" + r.then +
+                               "\n");
+  setenv(r.variable.c_str(), r.value.c_str(), 1);
+  pause(r.pause_s);
+  std::vector<char*> argv;
+  for (const std::string& arg : r.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+}
+
 std::string seconds(double s) {  // as Python's f"{s:g}" for the settings' values
   char text[32];
   std::snprintf(text, sizeof(text), "%g", s);
@@ -144,6 +177,10 @@ void* watch(void* argument) {
         write_all(STDOUT_FILENO, "lost     " + name + " (" + address(*task) +
                                      "): unreachable for " + away_text + " s" + then + "\n");
       }
+      Restart* restart = restart_before_first_step.load();
+      if (away >= w.lost_s && restart != nullptr && task->job == "worker" && !outside) {
+        restart_now(*task, *restart);
+      }
       if (away >= w.give_up_s && !outside) {
         write_all(STDERR_FILENO,
                   "error: " + name + " (" + address(*task) + ") has been unreachable for " +
@@ -154,12 +191,7 @@ void* watch(void* argument) {
         _exit(w.exit_code);
       }
     }
-    const double left = 1.0 - (now() - started);
-    if (left > 0) {
-      timespec pause{static_cast<time_t>(left), static_cast<long>((left - (long)left) * 1e9)};
-      while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
-      }
-    }
+    pause(1.0 - (now() - started));
   }
   return nullptr;
 }
@@ -204,6 +236,7 @@ int recsys_watch_tasks(const char* tasks, double lost_s, double give_up_s, doubl
     line = end + 1;
   }
   last_beat.store(now());
+  restart_before_first_step.store(nullptr);  // the new watch's owner arms it anew
   w->generation = generation.fetch_add(1) + 1;
   current.store(w);
   pthread_t thread;
@@ -237,6 +270,24 @@ int recsys_watch_tasks_take_back(int position, double* away) {
   *away = since >= 0 ? now() - since : task->last_away.load();
   return task->reported.exchange(false) ? 1 : 0;
 }
+
+// Until recsys_watch_tasks_first_step(): a worker of the run lost while the Python watch
+// cannot run prints "restart  <task> was lost before the first step<then>", sets
+// `variable` to `value`, waits `pause_s` and replaces the process by `argv` (`argc`
+// NUL-terminated strings one after another; the first is the program).
+void recsys_watch_tasks_restart_before_first_step(const char* then, const char* variable,
+                                                  const char* value, double pause_s,
+                                                  const char* argv, int argc) {
+  auto* r = new Restart{then, variable, value, pause_s, {}};
+  for (int i = 0; i < argc; ++i) {
+    r->argv.emplace_back(argv);
+    argv += r->argv.back().size() + 1;
+  }
+  restart_before_first_step.store(r);  // never freed: armed once per process start
+}
+
+// The run's first step is back: a lost worker no longer starts the command again.
+void recsys_watch_tasks_first_step() { restart_before_first_step.store(nullptr); }
 
 // Task `position` is not in the run (a worker missing at its start): it never ends it.
 void recsys_watch_tasks_outside(int position) {

@@ -26,6 +26,7 @@ import tempfile
 import recsys_dist
 from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import CheckpointManager, find_checkpoint
+from recsys_dist.cluster.liveness import ImmediateRestart
 from recsys_dist.cluster.server_forks import die_with_parent
 from recsys_dist.config import load_config
 from recsys_dist.config.experiment import ExperimentConfig, resolved_files
@@ -146,6 +147,7 @@ class _DayPlan:
     eval_present: bool
     parent: datetime.date | None  # the newest model published before the date
     parent_manifest: dict | None
+    restart_now: ImmediateRestart | None = None  # see train_run
 
     @property
     def run_dir(self) -> str:
@@ -158,10 +160,11 @@ def retrain_day(
     date: datetime.date,
     data_path: str | None = None,
     finish_held: bool = True,
+    restart_now: ImmediateRestart | None = None,
 ) -> DayOutcome:
     """Runs (or recognises as done) the retraining of ``date``: plan, train, gate,
     publish; first finishes the day before if it was held for its held-out partition
-    (``finish_held``).
+    (``finish_held``). ``restart_now`` is :func:`train_run`'s.
 
     Raises:
       ConfigError: no ``retrain`` section, or a bad template.
@@ -179,7 +182,7 @@ def retrain_day(
         # The default schedule holds out the next day, which exists only a day later: a
         # day is trained on its date and gated and published on the next run.
         log.info(f"finish\t{previous} was held for its held-out partition; finishing it first")
-        retrain_day(config_path, overrides, previous, data_path, finish_held=False)
+        retrain_day(config_path, overrides, previous, data_path, False, restart_now)
     day = {"data.train": {"dates": train_range}, "data.eval": {"dates": eval_range}}
     if data_path is not None:
         day["data.path"] = data_path
@@ -189,6 +192,7 @@ def retrain_day(
         date,
         train_range,
         eval_range,
+        restart_now,
     )
     step, warm = _train(plan)
     if not plan.eval_present and base.retrain.missing_eval == "hold":
@@ -260,6 +264,7 @@ def _plan(
     date: datetime.date,
     train_range: str,
     eval_range: str,
+    restart_now: ImmediateRestart | None,
 ) -> _DayPlan:
     parent = pubs.latest_before(date)
     plan = _DayPlan(
@@ -271,6 +276,7 @@ def _plan(
         _eval_present(config),
         parent,
         pubs.manifest(parent) if parent else None,
+        restart_now,
     )
     log.info(
         f"retrain\t{date}: train on {train_range}, hold out {eval_range}"
@@ -306,6 +312,7 @@ def _train(plan: _DayPlan) -> tuple[int, dict | None]:
         evaluate=False,
         warm_start_from=parent_checkpoint,
         on_table_resize=spec.on_table_resize,
+        restart_now=plan.restart_now,
     )
     return outcome.step, _read_json(warm_path) if storage_io.exists(warm_path) else None
 
@@ -426,6 +433,7 @@ def backfill(
     first: datetime.date,
     last: datetime.date,
     data_path: str | None = None,
+    restart_now: ImmediateRestart | None = None,
 ) -> list[DayOutcome]:
     """Runs ``retrain_day`` for every date from ``first`` to ``last``, in order.
 
@@ -436,7 +444,8 @@ def backfill(
         raise RecsysError(f"--to {last} is before --from {first}")
     outcomes = []
     for offset in range((last - first).days + 1):
+        date = first + datetime.timedelta(offset)
         outcomes.append(
-            retrain_day(config_path, overrides, first + datetime.timedelta(offset), data_path)
+            retrain_day(config_path, overrides, date, data_path, restart_now=restart_now)
         )
     return outcomes

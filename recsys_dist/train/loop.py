@@ -187,6 +187,7 @@ class TrainingLoop:
         now = time.perf_counter()
         if attempt.first is None:
             attempt.first = (now, attempt.counters.rows)
+            parts.runtime.first_step_back()
         attempt.window.append((now, attempt.counters.rows))
         due = (
             cadence.log_due(now),

@@ -17,6 +17,7 @@ from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import CheckpointManager, SavedCheckpoint
 from recsys_dist.cluster.collective import CollectiveRun, agree, collective_task, launch
 from recsys_dist.cluster.failures import cluster_failures_as_cluster_lost
+from recsys_dist.cluster.liveness import ImmediateRestart
 from recsys_dist.cluster.runtime import connect, log_dir_for, prepare_devices
 from recsys_dist.cluster.server import ClusterError
 from recsys_dist.config.experiment import CONFIG_FILE, ExperimentConfig, resolved_files
@@ -202,9 +203,12 @@ def train_run(
     evaluate: bool = True,
     warm_start_from: SavedCheckpoint | None = None,
     on_table_resize: Literal["fail", "reinitialize"] = "fail",
+    restart_now: ImmediateRestart | None = None,
 ) -> RunOutcome:
     """Trains ``config`` into ``model_dir``: resumes its own checkpoint if it has one,
-    else starts from ``warm_start_from`` (if given), else from scratch.
+    else starts from ``warm_start_from`` (if given), else from scratch. ``restart_now``
+    starts the command again at once when a worker of a ``tf_config`` cluster is lost
+    before the first step (``cluster.runtime.connect``).
 
     Raises:
       ClusterLost: a parameter server was lost (restart to resume).
@@ -231,7 +235,10 @@ def train_run(
     with (
         cluster_failures_as_cluster_lost(synchronous),
         connect(
-            config.cluster, log_dir_for(model_dir), config.train.embedding_shard_bytes
+            config.cluster,
+            log_dir_for(model_dir),
+            config.train.embedding_shard_bytes,
+            restart_now=restart_now,
         ) as runtime,
     ):
         log.info(f"cluster\t{runtime.describe()}")

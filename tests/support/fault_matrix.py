@@ -136,6 +136,11 @@ class Expected:
     line: str | None = None
 
 
+#: The moments before the first step: a worker lost then is left out of the run (which
+#: starts again without it) rather than waited for.
+BEFORE_FIRST_STEP = ("start", "variables", "first_trace")
+
+
 def expected(moment: str, fault: str) -> Expected:
     """The outcome ``docs/fault-tolerance.md`` gives for the cell."""
     spec = FAULTS[fault]
@@ -145,7 +150,7 @@ def expected(moment: str, fault: str) -> Expected:
     if spec.action == "cut" and spec.seconds is None:
         if moment in ("export", "publish"):
             return Expected(0)  # the export and the publication use no server
-        if moment == "start" and job == "worker":
+        if moment in BEFORE_FIRST_STEP and job == "worker":
             return Expected(0)  # left out of the run, which completes without it
         return Expected(
             4,
@@ -163,6 +168,7 @@ class Cell:
     fault: str
     code: int | str = "?"
     after_fault: float | None = None
+    first_step: float | None = None  # seconds from the fault to the first step's line
     named: str = ""
     problems: list[str] = dataclasses.field(default_factory=list)
 
@@ -171,9 +177,15 @@ class Cell:
         return not self.problems
 
     def row(self) -> str:
-        took = "-" if self.after_fault is None else f"{self.after_fault:.1f}"
+        took, first = (
+            "-" if seconds is None else f"{seconds:.1f}"
+            for seconds in (self.after_fault, self.first_step)
+        )
         verdict = "ok" if self.passed else "FAILED: " + "; ".join(self.problems)
-        return f"| {self.moment} | {self.fault} | {self.code} | {took} | {self.named} | {verdict} |"
+        return (
+            f"| {self.moment} | {self.fault} | {self.code} | {took} | {first} | {self.named} "
+            f"| {verdict} |"
+        )
 
 
 class Matrix:
@@ -248,6 +260,7 @@ class Matrix:
                 cell.problems.append(str(exc).splitlines()[0])
                 return cell
             cell.after_fault = max(0.0, time.monotonic() - fault_at)
+            cell.first_step = self._first_step_after(run, fault_at)
             cell.named = self._named(run, what)
             self._check(cell, run, expected(moment, fault))
             for timer in timers:
@@ -323,6 +336,14 @@ class Matrix:
         return now
 
     @staticmethod
+    def _first_step_after(run: TrainRun, fault_at: float) -> float | None:
+        """Seconds from the fault to the first progress line, when none came before it."""
+        steps = [t for t, line in zip(run.times, run.lines) if re.match(r"^step [\d,]+ \|", line)]
+        if not steps or steps[0] < fault_at:
+            return None
+        return steps[0] - fault_at
+
+    @staticmethod
     def _named(run: TrainRun, what: Fault) -> str:
         if what.task is None:
             return run.lines[-1].strip()[:80] if run.lines else ""
@@ -395,8 +416,12 @@ def main(argv: list[str] | None = None) -> int:
     cells = []
     with HostNetwork(host_names(2, 2), base / "hosts") as net:
         matrix = Matrix(net, base)
-        print("| moment | fault | exit | s after the fault | named | outcome |", flush=True)
-        print("|---|---|---|---|---|---|", flush=True)
+        print(
+            "| moment | fault | exit | s after the fault | first step after it (s) | named "
+            "| outcome |",
+            flush=True,
+        )
+        print("|---|---|---|---|---|---|---|", flush=True)
         for moment in moments:
             for fault in faults:
                 cell = matrix.run_cell(moment, fault)

@@ -145,3 +145,65 @@ def test_the_command_line_hands_the_restart_to_the_command():
     assert seen == [restart]
     cli.main([], parser)  # without one, a restart that is never carried out
     assert isinstance(seen[1], ProcessRestart) and seen[1] is not restart
+
+
+class Ended(Exception):
+    """The process would have ended here with ``code``."""
+
+    def __init__(self, code: int):
+        self.code = code
+
+
+@pytest.fixture
+def ends(monkeypatch):
+    def exit_now(code):
+        raise Ended(code)
+
+    monkeypatch.setattr("recsys_dist.restart.exit_now", exit_now)
+
+
+def test_a_restart_from_another_thread_replaces_the_process_at_once(capsys, ends):
+    """A worker lost before the first step: the restart comes from the watch's thread
+    (the main thread may be blocked in TensorFlow) and replaces the process there."""
+    recorded = Recorded()
+    with pytest.raises(Ended):  # only because the recorded exec returns
+        recorded.restart.now(ClusterLost("worker 1 (10.0.0.2:2222) was lost"), max_restarts=3)
+    assert recorded.execs == [(sys.executable, ProcessRestart.argv())]
+    assert recorded.environ[RESTART_VARIABLE] == "1"
+    assert recorded.sleeps == [1]
+    assert capsys.readouterr().out.startswith(
+        "restart  worker 1 (10.0.0.2:2222) was lost; starting the cluster again"
+    )
+
+
+@pytest.mark.parametrize("restarts_before, execv", [(3, "recorded"), (0, None)])
+def test_a_restart_that_cannot_happen_ends_the_process_with_the_error(
+    capsys, ends, restarts_before, execv
+):
+    """After ``train.max_restarts`` restarts, or in a process that cannot be replaced
+    (``cli.main`` called in-process), the run ends with exit code 4 and one line."""
+    recorded = Recorded({RESTART_VARIABLE: str(restarts_before)})
+    restart = recorded.restart if execv else ProcessRestart(recorded.environ, execv=None)
+    with pytest.raises(Ended) as ended:
+        restart.now(ClusterLost("worker 1 (10.0.0.2:2222) was lost"), 3)
+    assert ended.value.code == ClusterLost.exit_code == 4
+    assert recorded.execs == []
+    err = capsys.readouterr().err
+    assert err.startswith("error: worker 1 (10.0.0.2:2222) was lost")
+    assert ("gave up after train.max_restarts = 3 restarts" in err) == bool(execv)
+
+
+def test_the_immediate_restart_is_the_one_a_command_would_ask_for():
+    """What the task watch carries out when a worker is lost before the first step: the
+    same command, restart number, line and wait as :meth:`ProcessRestart.after_lost`;
+    none when the process cannot be replaced or has no restart left."""
+    recorded = Recorded({RESTART_VARIABLE: "1"})
+    immediate = recorded.restart.immediate(max_restarts=3)
+    assert immediate.argv == tuple(ProcessRestart.argv())
+    assert (immediate.variable, immediate.value, immediate.pause) == (RESTART_VARIABLE, "2", 2)
+    assert immediate.then == (
+        "; starting the cluster again and resuming from the last checkpoint "
+        "(restart 2 of at most 3)"
+    )
+    assert recorded.restart.immediate(max_restarts=1) is None
+    assert ProcessRestart({}, execv=None).immediate(max_restarts=3) is None

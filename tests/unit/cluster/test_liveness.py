@@ -286,3 +286,61 @@ def test_a_worker_left_out_of_the_run_is_named_but_never_ends_it(gil):
         lost,
     ), lost
     assert end == "still running" and result.stderr == "", result.stderr
+
+
+WATCH_RESTART = """
+import ctypes, os, socket, sys, time
+from recsys_dist.cluster.liveness import ImmediateRestart, TaskWatch
+from recsys_dist.console import configure_output
+configure_output()
+free = socket.socket()
+free.bind(("127.0.0.1", 0))
+port = free.getsockname()[1]
+free.close()  # nothing listens there: worker 1's link is down
+up = socket.socket()
+up.bind(("127.0.0.1", 0))
+up.listen(128)  # nothing accepts: room for every probe
+address = f"127.0.0.1:{up.getsockname()[1]}"
+spec = {"worker": [address, f"127.0.0.1:{port}"], "ps": [address]}
+replaced = "import os; print('replaced, restart', os.environ['TEST_RESTART'], flush=True)"
+
+def now(exc):  # as ProcessRestart.now: the line, the variable, the new process
+    print(f"restart  {exc}; again", flush=True)
+    os.environ["TEST_RESTART"] = "1"
+    os.execv(sys.executable, [sys.executable, "-c", replaced])
+
+restart = ImmediateRestart(
+    now, (sys.executable, "-c", replaced), "TEST_RESTART", "1", "; again", 0.5
+)
+with TaskWatch(
+    spec, lost_after=1, give_up_after=8, restart=restart, native_library=sys.argv[1]
+) as watch:
+    if sys.argv[3] == "after_first_step":
+        watch.first_step()
+    if sys.argv[2] == "held":
+        ctypes.PyDLL(None).sleep(12)  # holds the GIL, as a wait inside TensorFlow can
+    else:
+        time.sleep(12)
+"""
+
+
+@pytest.mark.parametrize("gil", ["held", "free"])
+def test_a_worker_lost_before_the_first_step_starts_the_command_again_at_once(gil):
+    """Before the first step the chief's start-up waits on every worker (with the GIL
+    held, in some of TensorFlow's waits): a lost worker starts the command again at
+    once, from the Python watch or, while a thread holds the GIL, the native one, with
+    one ``restart`` line; after the first step the run waits and gives up as before."""
+    result = run_watch(WATCH_RESTART, gil, "before_first_step")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lost, restart, replaced = result.stdout.splitlines()
+    assert re.fullmatch(r"lost     worker 1 \(127.0.0.1:\d+\): unreachable for \d+ s; .*", lost)
+    assert re.fullmatch(
+        r"restart  worker 1 \(127.0.0.1:\d+\) was lost before the first step; again", restart
+    ), restart
+    assert replaced == "replaced, restart 1"
+    assert result.stderr == ""
+
+    waited = run_watch(WATCH_RESTART, gil, "after_first_step")
+    assert waited.returncode == 4, waited.stdout + waited.stderr
+    assert [line.split()[0] for line in waited.stdout.splitlines()] == ["lost"]
+    assert waited.stderr.startswith("error: worker 1 (127.0.0.1:")

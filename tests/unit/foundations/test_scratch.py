@@ -108,6 +108,37 @@ def test_start_removes_a_dead_process_directory_and_keeps_a_live_one(tmp_path):
     assert live.is_dir() and all(other.is_dir() for other in others)
 
 
+REPLACED = """
+import os, sys
+from recsys_dist import scratch
+path = scratch.start()
+print(path, flush=True)
+if sys.argv[1:] != ["again"]:  # replaced as a restart from a thread does: nothing removed
+    os.execv(sys.executable, [sys.executable, __file__, "again"])
+print(os.environ["TMPDIR"] == path, sorted(os.listdir(os.path.dirname(path))), flush=True)
+"""
+
+
+def test_a_process_replaced_by_exec_removes_the_directory_its_program_left(tmp_path):
+    """The new program starts its directory beside the old one (``TMPDIR`` still names
+    the old one) and removes the old one: its lock went with the program it replaced."""
+    script, temp = tmp_path / "replaced.py", tmp_path / "tmp"
+    script.write_text(REPLACED)
+    temp.mkdir()
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        env=subprocess_env(TMPDIR=str(temp)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    old, new, listing = result.stdout.splitlines()
+    assert os.path.dirname(old) == os.path.dirname(new) == str(temp)
+    assert old != new
+    assert listing == f"True {[os.path.basename(new)]}"
+
+
 def test_a_directory_whose_lock_is_held_is_kept_even_if_its_pid_is_unknown(tmp_path):
     """A live process of another pid namespace sharing the temporary directory."""
     holder = (
