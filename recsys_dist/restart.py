@@ -71,8 +71,9 @@ class ProcessRestart:
         self.lost.append(exc)
         gc.disable()
 
-    def after_lost(self, exc: ClusterLost, max_restarts: int) -> int:
-        """Handles a lost task: keeps its error, says so, waits, and returns
+    def after_lost(self, exc: ClusterLost, max_restarts: int, wait: bool = True) -> int:
+        """Handles a lost task: keeps its error, says so, waits (unless not ``wait``: a
+        worker lost before the first step, which the restart leaves out), and returns
         :data:`RESTART_EXIT` so :meth:`exec_if_due` starts the command again (which resumes
         from the last checkpoint).
 
@@ -91,7 +92,8 @@ class ProcessRestart:
             ) from None
         print(f"restart  {exc}{_then(restart, max_restarts)}", flush=True)
         self.restart_as = restart + 1
-        self._sleep(_pause(restart))
+        if wait:
+            self._sleep(_pause(restart))
         return RESTART_EXIT
 
     def now(self, exc: ClusterLost, max_restarts: int) -> NoReturn:
@@ -100,7 +102,7 @@ class ProcessRestart:
         ``error:`` line and exit code when it cannot start again (``max_restarts``
         reached, or no ``execv``)."""
         try:
-            code = self.after_lost(exc, max_restarts)
+            code = self.after_lost(exc, max_restarts, wait=False)
         except ClusterLost as final:
             exc = final
         else:
@@ -112,7 +114,8 @@ class ProcessRestart:
     def immediate(self, max_restarts: int) -> ImmediateRestart | None:
         """The restart a ``tf_config`` chief carries out at once, from any thread, when a
         worker is lost before the first step (:meth:`now`, or the native task watch when
-        no Python thread can run); None when this process cannot be replaced or has no
+        no Python thread can run), without a wait: the new process leaves the worker out,
+        so there is nothing to wait for. None when this process cannot be replaced or has no
         restart left (the run then waits for the worker)."""
         restart = self.restarts_before
         if self._execv is None or restart >= max_restarts:
@@ -123,7 +126,7 @@ class ProcessRestart:
             variable=RESTART_VARIABLE,
             value=str(restart + 1),
             then=_then(restart, max_restarts),
-            pause=_pause(restart),
+            pause=0.0,
         )
 
     def due(self, code: int) -> bool:
