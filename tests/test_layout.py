@@ -24,6 +24,7 @@ PACKAGE = TESTS.parent / "recsys_dist"
 OTHER_UNIT_FOLDERS = {
     "foundations": "the lowest layer's single modules (storage_io, tf_log_filter, ...)",
     "pipelines": "the scripts of pipelines/",
+    "benchmarks": "the dataset converters of benchmarks/datasets/",
 }
 
 #: Modules without a ``test_<name>.py`` of their own, and the test module that covers them.

@@ -1,0 +1,1 @@
+"""Converters of public ratings and ad-click datasets into daily Parquet partitions."""
