@@ -289,8 +289,8 @@ def test_seeds_give_means_and_the_zoo_gap_seed_by_seed():
     )
     assert peer_quality.targets([logreg, *means], runs) == [
         "target lr >= logreg -0.003: +0.0000 met",
-        "target best zoo >= best peer: dcn_v2 (zoo) (mean of 2 seeds) 0.7550 vs dcn_v2 one "
-        "process (mean of 2 seeds) 0.7550: +0.0000 met",
+        "target best zoo >= best peer -0.002: dcn_v2 (zoo) (mean of 2 seeds) 0.7550 vs "
+        "logreg C=0.1 0.7100: +0.0450 met",
         "target dcn_v2 >= one process -0.002: +0.0000 (standard error 0.0100) met",
     ]
     short = [
