@@ -338,3 +338,20 @@ def test_slices_are_consecutive_and_as_equal_as_the_rows_allow():
     key = np.array([3, 1, 2, 1, 0, 2, 3])
     slices = common.ordered_slices(key, 3)
     assert [s.tolist() for s in slices] == [[4, 1, 3], [2, 5], [0, 6]]
+
+
+@pytest.mark.parametrize("name", ["ml1m_subset", "ciao", "talkingdata", "yahoo_r3"])
+def test_each_dataset_has_a_config_that_sets_no_training_setting(name):
+    """The benchmark's configs are what a new user would write: the features, the split
+    and a model; every training setting stays the framework's default."""
+    import yaml
+
+    from recsys_dist.config import load_config
+
+    path = REPO / "benchmarks" / "datasets" / "configs" / f"{name}.yaml"
+    config = load_config(str(path))
+    assert pathlib.Path(config.features.file).resolve() == REPO / "features" / f"{name}.yaml"
+    written = yaml.safe_load(path.read_text())
+    assert set(written) == {"features", "data", "model"}
+    assert set(written["data"]) == {"path", "train", "validation", "eval"}
+    assert config.labels == [written["model"]["labels"][0]]
