@@ -11,7 +11,9 @@ first three days and evaluated on the fourth; every cluster setting at its defau
 Each case starts ``recsys-dist train`` on the chief and, at ``--fault-at`` (``cluster``:
 once the chief prints its ``cluster`` line, while it creates the variables; or a number
 of seconds after the command started), does one thing: nothing, cut worker 1's link for
-30 s, cut parameter server 1's link for 30 s, cut it for good, or send the chief SIGTERM.
+30 s, cut parameter server 1's link for 30 s, cut it for good, or send the chief SIGTERM;
+or worker 1's link is down from before the command starts until 30 s after
+(``worker_missing``).
 It prints the exit code, when the fault fell, when the command ended and when its first
 progress line came (seconds after the command started; it follows the first step by up to the
 progress interval), the lines that named the task, and the held-out AUC.
@@ -44,6 +46,7 @@ CUT_SECONDS = 30
 CASES = {
     "none": (None, None, None),
     "worker_cut_30": ("cut", "worker1", CUT_SECONDS),
+    "worker_missing": ("missing", "worker1", CUT_SECONDS),
     "ps_cut_30": ("cut", "ps1", CUT_SECONDS),
     "ps_cut": ("cut", "ps1", None),
     "sigterm": ("sigterm", None, None),
@@ -69,9 +72,15 @@ def one_case(net: HostNetwork, cluster: HostCluster, config: str, name: str, fau
     cluster.start_servers()
     timers: list[threading.Timer] = []
     try:
+        if action == "missing":  # the link is down before the command starts
+            net.cut(host)
+            timers.append(threading.Timer(seconds, net.restore, args=(host,)))
+            timers[-1].start()
         started = time.monotonic()
         run = cluster.train(config, f"s3://{BUCKET}/startup/{name}-{int(time.time())}")
-        if fault_at == "cluster":
+        if action == "missing":
+            pass
+        elif fault_at == "cluster":
             run.wait_for(r"^cluster ", timeout=300)
         else:
             while time.monotonic() - started < float(fault_at) and run.process.poll() is None:
