@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
 import time
 
@@ -54,6 +53,10 @@ import pyarrow.parquet as pq
 from recsys_dist import hashing
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.datasets.common import unignored_in_repository  # noqa: E402
+
 DEFAULT_SOURCE = "../shared/data/amazon_video_games/Video.txt"
 TRAIN_FILE_ROWS = 100_000
 ROW_GROUP_ROWS = 25_000
@@ -306,19 +309,6 @@ def print_summary(s: dict) -> None:
     print(f"done in {s['seconds']} s")
 
 
-def git_ignored(path: pathlib.Path) -> bool:
-    """Whether git ignores ``path`` in this checkout (False when git cannot tell)."""
-    try:
-        result = subprocess.run(
-            ["git", "-C", str(ROOT), "check-ignore", "-q", str(path)],
-            check=False,
-            capture_output=True,
-        )
-    except OSError:
-        return False
-    return result.returncode == 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -334,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     if not source.is_absolute():
         source = (ROOT / source).resolve()
     out = pathlib.Path(args.out).resolve()
-    if (out == ROOT or ROOT in out.parents) and not git_ignored(out):
+    if unignored_in_repository(out):
         parser.error(
             f"--out {out} is inside the repository and not ignored by git; "
             "write the data elsewhere (or under data/)"

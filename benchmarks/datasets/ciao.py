@@ -91,9 +91,7 @@ def load(raw: pathlib.Path) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common.parse_args(__doc__, argv)
-    columns = load(args.raw)
-    return common.finish(args, columns, common.ordered_slices(columns["timestamp"]), LABEL)
+    return common.main_in_time_order(__doc__, load, LABEL, argv)
 
 
 if __name__ == "__main__":

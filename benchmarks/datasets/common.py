@@ -22,6 +22,7 @@ import re
 import secrets
 import shutil
 import subprocess
+from collections.abc import Callable
 from typing import NoReturn
 
 import numpy as np
@@ -178,6 +179,12 @@ def mixed(values: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def unignored_in_repository(path: pathlib.Path) -> bool:
+    """Whether ``path`` (resolved) lies in this checkout and git does not ignore it: data
+    written there would show up as files to commit."""
+    return (path == ROOT or ROOT in path.parents) and not git_ignored(path)
+
+
 def git_ignored(path: pathlib.Path) -> bool:
     """Whether git ignores ``path`` in this checkout (False when git cannot tell)."""
     try:
@@ -204,7 +211,7 @@ def parse_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
-    if (args.out == ROOT or ROOT in args.out.parents) and not git_ignored(args.out):
+    if unignored_in_repository(args.out):
         parser.error(f"--out {args.out} is inside the repository and not ignored by git")
     if not args.raw.is_dir():
         fail(args.raw, "no such directory; expected the folder of the raw files (--raw)")
@@ -277,3 +284,13 @@ def finish(
         f"wrote    {args.out} ({len(days)} partitions dt={day_name(0)}..{day_name(len(days) - 1)})"
     )
     return 0
+
+
+def main_in_time_order(
+    doc: str, load: Callable[[pathlib.Path], dict[str, np.ndarray]], label: str, argv
+) -> int:
+    """The ``main`` of a converter whose rows have a ``timestamp``: its arguments, its
+    columns from ``load(--raw)``, ten slices in time order, written."""
+    args = parse_args(doc, argv)
+    columns = load(args.raw)
+    return finish(args, columns, ordered_slices(columns["timestamp"]), label)
