@@ -286,6 +286,7 @@ class TaskWatch:
             restart = self._restart
             if job == "worker" and key not in self._outside and restart is not None:
                 if not self._first_step.is_set():
+                    self._first_step.set()  # one restart, however many workers are lost
                     lost = ClusterLost(f"{job} {index} ({address}) was lost before the first step")
                     threading.Thread(target=restart.now, args=(lost,), daemon=True).start()
 

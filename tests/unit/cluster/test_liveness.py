@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from recsys_dist.cluster.liveness import TaskWatch
+from recsys_dist.cluster.liveness import ImmediateRestart, TaskWatch
 from recsys_dist.errors import ClusterLost
 from recsys_dist.ops.build import library_path
 from tests.support.paths import REPO
@@ -157,6 +157,21 @@ def test_a_task_reported_lost_that_answers_again_is_called_back_once():
     wait_until(lambda: called == [("ps", 0)], timeout=5)
     time.sleep(0.2)
     assert called == [("ps", 0)]
+
+
+def test_workers_lost_together_before_the_first_step_start_the_command_again_once():
+    spec = {"worker": ["127.0.0.1:1", "127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
+    called = []
+    restart = ImmediateRestart(called.append, ("true",), "V", "1", "", 0.0)
+    watch = TaskWatch(
+        spec, lost_after=0, give_up_after=60, report=lambda line: None, restart=restart
+    )
+    watch._check("ps", 0, "127.0.0.1:3", up=False)  # a server: the run waits for it
+    watch._check("worker", 0, "127.0.0.1:1", up=False)
+    watch._check("worker", 1, "127.0.0.1:2", up=False)
+    wait_until(lambda: len(called) == 1, timeout=5)
+    time.sleep(0.2)
+    assert [str(exc) for exc in called] == ["worker 0 (127.0.0.1:1) was lost before the first step"]
 
 
 def run_watch(script: str, *args: str) -> subprocess.CompletedProcess:
