@@ -1142,6 +1142,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", help="also write the table as Markdown to this file")
     parser.add_argument(
+        "--json", help="also write every row and every seed's run to this file as JSON"
+    )
+    parser.add_argument(
+        "--leave-one-out",
+        action="store_true",
+        help="with --defaults: choose the defaults leaving one public dataset out "
+        "(benchmarks/leave_one_out.py; --data is the root holding one directory per "
+        "dataset, --work-dir keeps and reuses every run)",
+    )
+    parser.add_argument(
+        "--datasets",
+        default="ml1m_subset,ciao,yahoo_r3,talkingdata",
+        help="with --leave-one-out: the datasets of benchmarks/datasets/, comma-separated",
+    )
+    parser.add_argument(
         "--seeds",
         help="run every zoo model and one-process reference once "
         "per seed (train.seed and input.seed), e.g. 0-6 or "
@@ -1435,12 +1450,21 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     print(text)
     if args.out:
         pathlib.Path(args.out).write_text(text + "\n" + last + "\n")
+    if args.json:
+        rows_and_runs = {"rows": rows, "runs": runs}
+        document = {k: [dataclasses.asdict(r) for r in v] for k, v in rows_and_runs.items()}
+        pathlib.Path(args.json).write_text(json.dumps(document, indent=1))
     print(last, flush=True)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.leave_one_out:
+        sys.path.insert(0, str(ROOT))
+        from benchmarks import leave_one_out
+
+        return reporting_errors(lambda: leave_one_out.run(args))
     if args.work_dir:
         work = pathlib.Path(args.work_dir).resolve()
         work.mkdir(parents=True, exist_ok=True)

@@ -96,6 +96,9 @@ def validate(args: argparse.Namespace) -> int:
             f"strategy multi_worker_mirrored: {replicas} worker processes, each step's "
             f"{batch:,} rows split {batch // replicas:,} per worker"
         )
+    carved = config.data.carved_note() if config.data is not None else None
+    if carved:
+        print(f"split    {carved}")
     if args.data is not None:
         splits = [None if args.split in (None, "all") else args.split]
     elif args.split not in (None, "all"):
@@ -205,6 +208,7 @@ def train(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set).with_data_path(args.data)
     _start_servers_early(config)
     from recsys_dist.errors import ClusterLost
+    from recsys_dist.train.refit import refits, train_choosing_passes
     from recsys_dist.train.run import train_run
 
     model_dir = args.model_dir or os.path.join(
@@ -217,7 +221,7 @@ def train(args: argparse.Namespace) -> int:
         warm = checkpoint_at(args.warm_start, "--warm-start")
     resize = config.retrain.on_table_resize if config.retrain is not None else "fail"
     try:
-        train_run(
+        (train_choosing_passes if refits(config) else train_run)(
             config,
             model_dir,
             evaluate=not args.no_eval,

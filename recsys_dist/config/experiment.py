@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from recsys_dist.config import model_params  # noqa: F401  registers the built-in models
+from recsys_dist.config.chosen_defaults import CARVE_MIN_DAYS, with_model_and_data_defaults
 from recsys_dist.config.model_inputs import model_input_problem
 from recsys_dist.config.model_registry import (
     MODEL_INPUT_GROUPS as MODEL_INPUT_GROUPS,  # re-exported: model name -> its input groups
@@ -42,7 +43,6 @@ from recsys_dist.config.sections import (
     OPTIMIZER_KEYS,
     ClusterSpec,
     DataSpec,
-    EarlyStoppingSpec,
     EvaluationSpec,
     InputSpec,
     ModelSpec,
@@ -267,7 +267,7 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
     labels = parsed.model.labels or list(features.labels)
     inputs = _resolve_inputs(doc, parsed.model, spec, features)
     inputs = _check_model_inputs(doc, parsed, spec, inputs, labels, features)
-    parsed, raw = _with_model_and_data_defaults(parsed, raw, spec, inputs)
+    parsed, raw = with_model_and_data_defaults(parsed, raw, spec, inputs)
     _check_optimizers(doc, raw, parsed.train)
     _check_early_stopping(doc, parsed, labels)
     check_strategy(doc, parsed, features)
@@ -311,59 +311,6 @@ def _resolve_paths(doc: LocatedYaml, raw: Any) -> Any:
     return raw
 
 
-#: Passes of a config with ``data.validation`` that leaves ``train.epochs`` out: an upper
-#: bound, early stopping ends the run at the first pass that does not improve.
-EPOCHS_WITH_VALIDATION = 10
-
-
-def _with_model_and_data_defaults(
-    parsed: "_ConfigFile", raw: Any, spec: RegisteredModel, inputs: dict[str, list[str]]
-) -> tuple["_ConfigFile", Any]:
-    """The defaults of ``train`` that depend on the model and the data, for the keys the
-    config leaves out (a key given, even ``null``, is kept):
-
-    - ``linear_optimizer``: a model with a linear part (its params class's
-      ``linear_inputs``) gets Adagrad at ``default_linear_learning_rate(F)``;
-    - ``epochs`` and ``early_stopping``: with ``data.validation``, up to
-      :data:`EPOCHS_WITH_VALIDATION` passes stopped on it (:class:`EarlyStoppingSpec`'s
-      defaults; one pass when ``early_stopping`` is ``null``); without, or with a
-      ``retrain`` section (which never stops early), one pass.
-
-    Returns the parsed config and ``raw`` with the chosen values written in, so the
-    resolved config next to a model says what it ran with.
-    """
-    given = dict(raw.get("train") or {}) if isinstance(raw, dict) else {}
-    chosen: dict[str, Any] = {}
-    linear = getattr(spec.params, "linear_inputs", None)
-    if linear is not None and "linear_optimizer" not in given:
-        rate = model_params.default_linear_learning_rate(len(inputs.get(linear, [])))
-        chosen["linear_optimizer"] = OptimizerSpec("adagrad", round(rate, 4))
-    # (a config with a retrain section chooses its passes offline: retrain never stops early)
-    validation = (
-        parsed.data is not None and parsed.data.validation is not None and parsed.retrain is None
-    )
-    stopping_off = "early_stopping" in given and given["early_stopping"] is None
-    if validation and "epochs" not in given and not stopping_off:
-        chosen["epochs"] = EPOCHS_WITH_VALIDATION
-    epochs = chosen.get("epochs", parsed.train.epochs)
-    if validation and "early_stopping" not in given and epochs >= 2:
-        chosen["early_stopping"] = EarlyStoppingSpec()
-    if not chosen:
-        return parsed, raw
-    train = dataclasses.replace(parsed.train, **chosen)
-    written = {key: _as_yaml(value) for key, value in chosen.items()}
-    return dataclasses.replace(parsed, train=train), dict(raw, train={**given, **written})
-
-
-def _as_yaml(value: Any) -> Any:
-    """A chosen default as the config would write it (an optimizer with only the keys
-    its name reads)."""
-    if isinstance(value, OptimizerSpec):
-        keys = {"name", "learning_rate", *OPTIMIZER_KEYS[value.name]}
-        return {k: v for k, v in dataclasses.asdict(value).items() if k in keys}
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
-
-
 def _check_optimizers(doc: LocatedYaml, raw: dict, train: TrainSpec) -> None:
     section = raw.get("train") or {}
     for key in ("embedding_optimizer", "dense_optimizer", "linear_optimizer"):
@@ -399,7 +346,9 @@ def _check_early_stopping(doc: LocatedYaml, parsed: "_ConfigFile", labels: list[
             "train.early_stopping",
             "needs a validation split to score after "
             "every pass: set data.validation.dates (FROM..TO) or "
-            "data.validation.glob, days apart from data.train and data.eval",
+            "data.validation.glob, days apart from data.train and data.eval (a "
+            f"data.train.dates window of {CARVE_MIN_DAYS} or more days gets its last tenth "
+            "when data.validation is left out)",
         )
     if parsed.train.epochs < 2:
         raise doc.error(

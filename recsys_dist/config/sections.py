@@ -80,6 +80,9 @@ class DataSpec:
       path_from_command_line: ``path`` came from ``--data`` (not a YAML key; see
         :meth:`ExperimentConfig.with_data_path`): a split the config does not define
         reads every file under it instead of failing.
+      validation_carved: ``validation`` is the end of the config's ``train`` window,
+        carved off because the config chose no validation split and no pass count (not
+        a YAML key; see ``config/chosen_defaults.py``).
 
     ``path`` may also name one ``.parquet`` file or a glob: then every file there is read,
     whatever the split's dates.
@@ -93,6 +96,17 @@ class DataSpec:
     on_bad_file: Literal["fail", "skip"] = "fail"
     on_bad_row: Literal["fail", "skip"] = "fail"
     path_from_command_line: bool = field(default=False, metadata={"internal": True})
+    validation_carved: bool = field(default=False, metadata={"internal": True})
+
+    def carved_note(self) -> str | None:
+        """The line saying where a carved validation split came from, or None."""
+        if not self.validation_carved or self.validation is None or self.train is None:
+            return None
+        return (
+            f"validation {self.validation.dates}, the end of the training window, chooses "
+            f"the passes (training on {self.train.dates}); set data.validation, or "
+            "train.epochs, to choose them yourself"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,8 +260,11 @@ class TrainSpec:
         weights may then miss up to ``dense_refresh_steps - 1`` earlier steps of its
         worker. ``null``: read them every step, without the cache.
       epochs: Passes over the training split (ignored when ``max_steps`` ends it first).
-        Left out: 1, or :data:`EPOCHS_WITH_VALIDATION` when ``data.validation`` is set
-        (early stopping then ends the run) and the config has no ``retrain`` section.
+        Left out: 1, or :data:`~recsys_dist.config.chosen_defaults.EPOCHS_WITH_VALIDATION`
+        when ``data.validation`` is set (early stopping then ends the run) and the
+        config has no ``retrain`` section. A config that sets neither ``epochs`` nor
+        ``data.validation`` and trains on 3 or more days gets the last tenth of them as
+        its validation split (``chosen_defaults.carve_validation``).
       early_stopping: Stop before ``epochs`` when the ``data.validation`` metric stops
         improving, and keep the best pass's weights. Left out, it is on (default
         settings) when ``data.validation`` is set, ``epochs`` is at least 2 and the config
@@ -277,6 +294,11 @@ class TrainSpec:
       keep_checkpoints: Complete checkpoints kept in ``model_dir/checkpoints``.
       max_restarts: Times one ``train`` command restarts itself from its last
         checkpoint after losing a parameter server, before giving up.
+      refit: When the validation split was carved from the end of the training window
+        (``epochs`` left out): after early stopping chose the passes on it, train a fresh
+        model on the whole window for that many passes, which becomes the run's model
+        (``train/refit.py``). ``false``: the best pass's model, trained without the
+        carved days, is the run's model.
     """
 
     embedding_optimizer: OptimizerSpec = OptimizerSpec("adagrad", 0.05)
@@ -299,6 +321,7 @@ class TrainSpec:
     checkpoint_every_seconds: float | None = field(default=600.0, metadata={"min": 0.0})
     keep_checkpoints: int = field(default=3, metadata={"min": 1})
     max_restarts: int = field(default=3, metadata={"min": 0})
+    refit: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

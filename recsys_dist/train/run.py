@@ -110,6 +110,9 @@ def _plan_validation(config: ExperimentConfig):
         return None
     validation = prepare_input(config, "validation", config.cluster.workers)
     spec = config.train.early_stopping
+    carved = config.data.carved_note() if config.data is not None else None
+    if carved:
+        log.info("validate\t%s", carved)
     log.info(
         f"validate\t{len(validation.plan.files)} files, {validation.plan.total_rows:,} rows "
         f"after every epoch; stop after {spec.patience} epoch(s) without a gain in "

@@ -92,3 +92,43 @@ def test_a_killed_run_resumes_its_record_stops_and_ends_with_the_best_pass(tmp_p
     assert scored.returncode == 0, scored.stdout[-2000:] + scored.stderr[-2000:]
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["labels"]["click"]["auc"] == pytest.approx(best["value"], abs=1e-6)
+
+
+def test_a_config_without_validation_or_passes_chooses_them_then_trains_the_whole_window(
+    tmp_path,
+):
+    """No ``data.validation`` and no ``train.epochs``: the last of the three training days
+    chooses the passes in ``passes/``, then a fresh model trains all three days for that
+    many passes. The coordinator is SIGKILLed in that second step; the rerun does not
+    choose again, resumes the second step and ends with the whole window's model."""
+    data = tmp_path / "data"
+    synthesize(data, days=4, rows_per_day=4_000, seed=11, rows_per_file=2_000)
+    path = _config(tmp_path, data)
+    config = yaml.safe_load(open(path))
+    del config["data"]["validation"], config["train"]["epochs"]
+    config["data"]["train"] = {"dates": "2026-01-01..2026-01-03"}
+    config["train"]["checkpoint_every_steps"] = 20
+    with open(path, "w") as handle:
+        yaml.safe_dump(config, handle)
+    model_dir = tmp_path / "run"
+    first = TrainRun(path, model_dir)
+    first.wait_for(r"^refit    \d+ pass\(es\) over 2026-01-01\.\.2026-01-03$")
+    first.wait_for(r"^checkpoint step .* to .*/run/checkpoints/")
+    first.process.send_signal(signal.SIGKILL)
+    first.finish()
+    assert (
+        "validation 2026-01-03, the end of the training window, chooses the passes "
+        "(training on 2026-01-01..2026-01-02)" in first.output
+    )
+    second = TrainRun(path, model_dir)
+    assert second.finish() == 0, second.output[-3000:]
+    assert "passes   already chosen in" in second.output and "resume   from" in second.output
+
+    chosen = json.loads((model_dir / "passes" / "train_result.json").read_text())
+    best = chosen["early_stopping"]["best"]["epoch"]
+    final = json.loads((model_dir / "train_result.json").read_text())
+    assert final["early_stopping"] is None and len(final["epochs"]) <= best
+    assert final["examples"] > 0 and final["eval"]["labels"]["click"]["auc"] > 0.5
+    written = yaml.safe_load((model_dir / "config.yaml").read_text())
+    assert written["data"]["train"] == {"dates": "2026-01-01..2026-01-03"}
+    assert written["data"]["validation"] is None and written["train"]["epochs"] == best

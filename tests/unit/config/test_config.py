@@ -82,11 +82,12 @@ def test_valid_config_resolves_defaults(tmp_path):
     assert config.labels == ["click", "conversion"]
     assert config.features.rows_of(config.features.features["ad"]) == 1000
     assert config.input.batch_size == 512 and config.cluster.workers == 2
+    # no validation split and no passes chosen: the window's last day chooses them
     assert [str(d) for d in config.data.train.date_range().days()] == [
         "2026-01-01",
         "2026-01-02",
-        "2026-01-03",
     ]
+    assert config.data.validation.dates == "2026-01-03" and config.data.validation_carved
 
 
 def test_unknown_key_names_dotted_path_line_and_suggestion(tmp_path):
@@ -494,11 +495,6 @@ TRAIN_REJECTIONS = [
         r"train\.linear_optimizer\.l2: does not apply to optimizer 'sgd'",
     ),
     (
-        "train.early_stopping={patience: 1}",
-        r"train\.early_stopping: needs a validation split to score after every pass: set "
-        r"data\.validation\.dates",
-    ),
-    (
         "train.early_stopping={patience: 0}",
         r"train\.early_stopping\.patience: got 0; expected a "
         r"value >= 1",
@@ -527,6 +523,22 @@ TRAIN_REJECTIONS = [
 def test_train_and_model_params_rejections(tmp_path, override, pattern):
     with pytest.raises(ConfigError, match=pattern):
         load_config(write(tmp_path), [override])
+
+
+def test_early_stopping_needs_a_validation_split_it_can_score(tmp_path):
+    short = model_with(tmp_path, {"data.train": {"dates": "2026-01-01..2026-01-02"}})
+    with pytest.raises(
+        ConfigError,
+        match=r"train\.early_stopping: needs a validation split to score after every pass: "
+        r"set data\.validation\.dates \(FROM\.\.TO\) or data\.validation\.glob, days apart "
+        r"from data\.train and data\.eval \(a data\.train\.dates window of 3 or more days "
+        r"gets its last tenth when data\.validation is left out\)",
+    ):
+        load_config(short, ["train.early_stopping={patience: 1}"])
+    # a window long enough: its end is carved off for early stopping to score
+    config = load_config(write(tmp_path), ["train.early_stopping={patience: 2}"])
+    assert config.data.validation.dates == "2026-01-03"
+    assert (config.train.epochs, config.train.early_stopping.patience) == (10, 2)
 
 
 def test_early_stopping_needs_epochs_and_a_label_of_the_model(tmp_path):
@@ -631,7 +643,9 @@ def test_a_linear_optimizer_given_or_null_is_kept(tmp_path):
 @pytest.mark.parametrize(
     "overrides,epochs,stopping",
     [
-        ([], 1, False),  # no validation: one pass
+        (["data.validation=null"], 1, False),  # no validation: one pass
+        ([], 10, True),  # none given: the window's end is carved off and stops the run
+        (["train.epochs=1"], 1, False),  # the passes chosen: nothing carved
         (["data.validation={dates: 2026-01-05}"], 10, True),  # validation: stop on it
         (["data.validation={dates: 2026-01-05}", "train.epochs=4"], 4, True),
         (["data.validation={dates: 2026-01-05}", "train.epochs=1"], 1, False),

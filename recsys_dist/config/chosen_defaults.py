@@ -1,0 +1,123 @@
+"""The defaults of a config that depend on its model and data, chosen when the config
+leaves the keys out: the linear part's optimizer, the passes and early stopping, and a
+validation split carved from the end of the training window. The chosen values are
+written into the resolved config, so a model's config says what it ran with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from recsys_dist.config import model_params
+from recsys_dist.config.model_registry import RegisteredModel
+from recsys_dist.config.sections import (
+    OPTIMIZER_KEYS,
+    DataSplit,
+    DateRange,
+    EarlyStoppingSpec,
+    OptimizerSpec,
+)
+
+#: Passes of a config with ``data.validation`` that leaves ``train.epochs`` out: an upper
+#: bound, early stopping ends the run at the first pass that does not improve.
+EPOCHS_WITH_VALIDATION = 10
+
+
+#: A training window of dated partitions needs at least this many days for
+#: :func:`carve_validation` to take its end as the validation split.
+CARVE_MIN_DAYS = 3
+
+#: The share of a training window's days :func:`carve_validation` keeps for validation
+#: (rounded up: at least one day).
+CARVE_SHARE = 0.1
+
+
+def carve_validation(parsed: Any, raw: Any) -> tuple[Any, Any]:
+    """The config with the last tenth of its ``data.train`` days (at least one) moved to
+    ``data.validation``, when it leaves the choice of passes to the run: no
+    ``data.validation`` key (``null`` keeps it off), no ``train.epochs``, ``max_steps``
+    or ``early_stopping: null``, no ``retrain`` section, and a ``data.train.dates``
+    window of at least :data:`CARVE_MIN_DAYS` days. The end of the window is the data
+    nearest to what the model will score, so it is the slice a pass count should be
+    chosen on. Returns ``(parsed, raw)`` unchanged otherwise."""
+    data_raw = raw.get("data") if isinstance(raw, dict) else None
+    train_raw = raw.get("train") if isinstance(raw, dict) else None
+    given = train_raw if isinstance(train_raw, dict) else {}
+    data = parsed.data
+    if (
+        data is None
+        or not isinstance(data_raw, dict)
+        or "validation" in data_raw
+        or parsed.retrain is not None
+        or data.train is None
+        or data.train.dates is None
+        or any(key in given for key in ("epochs", "max_steps"))
+        or ("early_stopping" in given and given["early_stopping"] is None)
+    ):
+        return parsed, raw
+    days = data.train.date_range().days()
+    if len(days) < CARVE_MIN_DAYS:
+        return parsed, raw
+    kept = len(days) - math.ceil(len(days) * CARVE_SHARE)
+    train, validation = (str(DateRange(part[0], part[-1])) for part in (days[:kept], days[kept:]))
+    data = dataclasses.replace(
+        data,
+        train=DataSplit(dates=train),
+        validation=DataSplit(dates=validation),
+        validation_carved=True,
+    )
+    written = dict(data_raw, train={"dates": train}, validation={"dates": validation})
+    return dataclasses.replace(parsed, data=data), dict(raw, data=written)
+
+
+def with_model_and_data_defaults(
+    parsed: Any, raw: Any, spec: RegisteredModel, inputs: dict[str, list[str]]
+) -> tuple[Any, Any]:
+    """The defaults of ``train`` that depend on the model and the data, for the keys the
+    config leaves out (a key given, even ``null``, is kept):
+
+    - ``linear_optimizer``: a model with a linear part (its params class's
+      ``linear_inputs``) gets Adagrad at ``default_linear_learning_rate(F)``;
+    - ``data.validation``: the end of the training window (:func:`carve_validation`)
+      when the config chooses neither it nor the passes;
+    - ``epochs`` and ``early_stopping``: with ``data.validation``, up to
+      :data:`EPOCHS_WITH_VALIDATION` passes stopped on it (:class:`EarlyStoppingSpec`'s
+      defaults; one pass when ``early_stopping`` is ``null``); without, or with a
+      ``retrain`` section (which never stops early), one pass.
+
+    Returns the parsed config and ``raw`` with the chosen values written in, so the
+    resolved config next to a model says what it ran with.
+    """
+    parsed, raw = carve_validation(parsed, raw)
+    given = dict(raw.get("train") or {}) if isinstance(raw, dict) else {}
+    chosen: dict[str, Any] = {}
+    linear = getattr(spec.params, "linear_inputs", None)
+    if linear is not None and "linear_optimizer" not in given:
+        rate = model_params.default_linear_learning_rate(len(inputs.get(linear, [])))
+        chosen["linear_optimizer"] = OptimizerSpec("adagrad", round(rate, 4))
+    # (a config with a retrain section chooses its passes offline: retrain never stops early)
+    validation = (
+        parsed.data is not None and parsed.data.validation is not None and parsed.retrain is None
+    )
+    stopping_off = "early_stopping" in given and given["early_stopping"] is None
+    if validation and "epochs" not in given and not stopping_off:
+        chosen["epochs"] = EPOCHS_WITH_VALIDATION
+    epochs = chosen.get("epochs", parsed.train.epochs)
+    if validation and "early_stopping" not in given and epochs >= 2:
+        chosen["early_stopping"] = EarlyStoppingSpec()
+    if not chosen:
+        return parsed, raw
+    train = dataclasses.replace(parsed.train, **chosen)
+    written = {key: _as_yaml(value) for key, value in chosen.items()}
+    return dataclasses.replace(parsed, train=train), dict(raw, train={**given, **written})
+
+
+def _as_yaml(value: Any) -> Any:
+    """A chosen default as the config would write it (an optimizer with only the keys
+    its name reads)."""
+    if isinstance(value, OptimizerSpec):
+        keys = {"name", "learning_rate", *OPTIMIZER_KEYS[value.name]}
+        return {k: v for k, v in dataclasses.asdict(value).items() if k in keys}
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
