@@ -45,10 +45,6 @@ CANDIDATES = {
     "shipped": lambda features: [],
     "linear rate cap 0.5": _linear_rate(0.5),
     "patience 2": lambda features: ["train.early_stopping={patience: 2}"],
-    "linear cap 0.5, patience 2": lambda f: [
-        *_linear_rate(0.5)(f),
-        "train.early_stopping={patience: 2}",
-    ],
 }
 
 

@@ -32,6 +32,7 @@ from peer_quality import DEFAULT_CONFIG, single_process_reference  # noqa: E402
 DEFAULTS = [
     "data.train={dates: 2026-01-01..2026-01-06}",
     "data.eval={dates: 2026-01-07}",
+    "data.validation=null",  # one pass, as the figures it reproduces were trained
     "model.labels=[click]",
 ]
 
