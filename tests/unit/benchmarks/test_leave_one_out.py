@@ -60,12 +60,14 @@ def test_target_lines_count_the_datasets_met():
     assert fold["lr_gap"] == pytest.approx(-0.004)
     assert fold["best"][0] == "deepfm" and fold["best"][1] == pytest.approx(0.0)
     lines = loo.target_lines([fold])
-    assert lines[0] == "target lr >= logreg -0.003: NOT met on 0 of 1 (one -0.0040)"
+    assert lines[0] == "target lr >= logreg -0.003: met on 0 of 1, NOT met on one (one -0.0040)"
     assert (
         lines[1] == "target best zoo >= max(LightGBM, logreg) -0.002: met on 1 of 1 (one +0.0000)"
     )
     assert lines[2] == "target deepfm >= one process -0.002: met on 1 of 1 (one -0.0010)"
-    assert lines[3] == "target dcn_v2 >= one process -0.002: NOT met on 0 of 1 (one -0.0100)"
+    assert lines[3] == (
+        "target dcn_v2 >= one process -0.002: met on 0 of 1, NOT met on one (one -0.0100)"
+    )
     assert "| one | shipped | 0.7460 (0.0010) |" in loo.table([fold])
 
 
