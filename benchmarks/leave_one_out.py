@@ -122,14 +122,16 @@ def peers(result: dict) -> dict[str, float]:
 
 def choose(scores: dict[str, dict[str, float]], left_out: str) -> str:
     """The candidate with the best mean rank on every dataset but ``left_out`` (``scores``:
-    dataset -> candidate -> mean zoo AUC); ties go to the higher mean AUC."""
-    ranks: dict[str, list[int]] = {c: [] for c in CANDIDATES}
+    dataset -> candidate -> mean zoo AUC; candidates with equal AUC share the mean of
+    their ranks); ties go to the higher mean AUC, then to the earlier candidate."""
+    ranks: dict[str, list[float]] = {c: [] for c in CANDIDATES}
     for dataset, by_candidate in scores.items():
         if dataset == left_out:
             continue
-        order = sorted(by_candidate, key=by_candidate.get, reverse=True)
-        for candidate in by_candidate:
-            ranks[candidate].append(order.index(candidate) + 1)
+        values = list(by_candidate.values())
+        for candidate, value in by_candidate.items():  # tied candidates share their ranks
+            above, tied = sum(v > value for v in values), sum(v == value for v in values)
+            ranks[candidate].append(above + (tied + 1) / 2)
     others = [d for d in scores if d != left_out]
     return min(
         CANDIDATES,

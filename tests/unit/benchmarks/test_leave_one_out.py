@@ -48,6 +48,20 @@ def test_each_fold_is_chosen_without_the_dataset_it_scores():
     assert loo.choose(scores, "two") == a
 
 
+def test_equal_scores_share_their_ranks():
+    a, b, c, d = list(loo.CANDIDATES)[:4]
+    # b and c tie where both lead; c alone leads on the third: c ranks best overall
+    scores = {
+        "one": {a: 0.70, b: 0.71, c: 0.71, d: 0.70},
+        "two": {a: 0.60, b: 0.61, c: 0.61, d: 0.60},
+        "three": {a: 0.80, b: 0.81, c: 0.82, d: 0.80},
+        "four": {a: 0.5, b: 0.5, c: 0.5, d: 0.5},
+    }
+    assert loo.choose(scores, "four") == c
+    # without three, b and c tie everywhere: the earlier one
+    assert loo.choose(scores, "three") == b
+
+
 def test_reference_gaps_pair_the_seeds():
     doc = result({"deepfm": [0.70, 0.72]}, {"deepfm": [0.71, 0.71]})
     assert loo.reference_gaps(doc, "deepfm") == pytest.approx([-0.01, 0.01])
