@@ -338,6 +338,6 @@ def test_synthetic_defaults_validate_on_day_6_with_early_stopping(tmp_path, caps
     assert (data.train.dates, data.validation.dates) == ("2026-01-01..2026-01-05", "2026-01-06")
     assert data.validation_carved
     assert (checked[1].config.train.epochs, checked[1].config.train.early_stopping.patience) == (
-        10,
+        30,
         1,
     )

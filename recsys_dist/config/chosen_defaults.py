@@ -21,8 +21,9 @@ from recsys_dist.config.sections import (
 )
 
 #: Passes of a config with ``data.validation`` that leaves ``train.epochs`` out: an upper
-#: bound, early stopping ends the run at the first pass that does not improve.
-EPOCHS_WITH_VALIDATION = 10
+#: bound, early stopping ends the run at the first pass that does not improve (deep models
+#: after a few passes; a linear part of few features may need a dozen or more).
+EPOCHS_WITH_VALIDATION = 30
 
 
 #: A training window of dated partitions needs at least this many days for

@@ -250,7 +250,7 @@ class TrainSpec:
       dense_optimizer: Optimizer of the dense towers.
       linear_optimizer: Optimizer of the per-id weights of linear parts (``lr``, the wide
         part of ``wide_deep``, the first-order part of ``deepfm``). Left out, such a
-        model gets Adagrad at ``min(0.2, 1/sqrt(F))`` for its F linear features
+        model gets Adagrad at ``min(0.5, 1/sqrt(F))`` for its F linear features
         (:func:`~recsys_dist.config.model_params.default_linear_learning_rate`), its
         accumulator from 1e-4; ``null``: the embedding optimizer updates them too. A
         linear weight is a scalar per id and needs a larger step than an embedding row.

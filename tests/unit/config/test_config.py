@@ -538,7 +538,7 @@ def test_early_stopping_needs_a_validation_split_it_can_score(tmp_path):
     # a window long enough: its end is carved off for early stopping to score
     config = load_config(write(tmp_path), ["train.early_stopping={patience: 2}"])
     assert config.data.validation.dates == "2026-01-03"
-    assert (config.train.epochs, config.train.early_stopping.patience) == (10, 2)
+    assert (config.train.epochs, config.train.early_stopping.patience) == (30, 2)
 
 
 def test_early_stopping_needs_epochs_and_a_label_of_the_model(tmp_path):
@@ -596,7 +596,7 @@ def test_the_resolved_config_loads_from_anywhere(tmp_path, monkeypatch):
 def test_a_model_with_a_linear_part_gets_a_linear_optimizer_by_default(
     tmp_path, model, linear_features
 ):
-    """Adagrad at min(0.2, 1/sqrt(F)) over the F features of the linear part, accumulator
+    """Adagrad at min(0.5, 1/sqrt(F)) over the F features of the linear part, accumulator
     from 1e-4; written into the resolved config, which loads back the same."""
     import math
 
@@ -619,7 +619,7 @@ def test_a_model_with_a_linear_part_gets_a_linear_optimizer_by_default(
         assert spec is None and "linear_optimizer" not in config.raw.get("train", {})
         return
     assert (spec.name, spec.initial_accumulator_value) == ("adagrad", 1e-4)
-    assert spec.learning_rate == pytest.approx(min(0.2, 1 / math.sqrt(linear_features)), abs=1e-4)
+    assert spec.learning_rate == pytest.approx(min(0.5, 1 / math.sqrt(linear_features)), abs=1e-4)
     assert config.train.embedding_optimizer.initial_accumulator_value == 1e-4
     (tmp_path / "run").mkdir()
     for name, text in resolved_files(config).items():
@@ -644,13 +644,13 @@ def test_a_linear_optimizer_given_or_null_is_kept(tmp_path):
     "overrides,epochs,stopping",
     [
         (["data.validation=null"], 1, False),  # no validation: one pass
-        ([], 10, True),  # none given: the window's end is carved off and stops the run
+        ([], 30, True),  # none given: the window's end is carved off and stops the run
         (["train.epochs=1"], 1, False),  # the passes chosen: nothing carved
-        (["data.validation={dates: 2026-01-05}"], 10, True),  # validation: stop on it
+        (["data.validation={dates: 2026-01-05}"], 30, True),  # validation: stop on it
         (["data.validation={dates: 2026-01-05}", "train.epochs=4"], 4, True),
         (["data.validation={dates: 2026-01-05}", "train.epochs=1"], 1, False),
         (["data.validation={dates: 2026-01-05}", "train.early_stopping=null"], 1, False),
-        (["data.validation={dates: 2026-01-05}", "train.early_stopping={patience: 2}"], 10, True),
+        (["data.validation={dates: 2026-01-05}", "train.early_stopping={patience: 2}"], 30, True),
     ],
 )
 def test_early_stopping_is_on_by_default_with_a_validation_split(

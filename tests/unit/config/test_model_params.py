@@ -120,6 +120,7 @@ def test_docs_quality_has_the_defaults_row_of_every_model():
 def test_the_linear_rate_follows_the_canned_estimators_rule():
     from recsys_dist.config.model_params import default_linear_learning_rate
 
-    assert default_linear_learning_rate(1) == 0.2 and default_linear_learning_rate(25) == 0.2
+    assert default_linear_learning_rate(1) == 0.5 and default_linear_learning_rate(4) == 0.5
+    assert default_linear_learning_rate(6) == pytest.approx(1 / 6**0.5)
     assert default_linear_learning_rate(39) == pytest.approx(1 / 39**0.5)
-    assert default_linear_learning_rate(0) == 0.2
+    assert default_linear_learning_rate(0) == 0.5
