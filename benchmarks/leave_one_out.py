@@ -1,16 +1,15 @@
 """Defaults chosen leaving one dataset out (``peer_quality.py --defaults --leave-one-out``).
 
-Every candidate set of defaults (:data:`CANDIDATES`, ``--set`` items on top of the
-shipped defaults) runs on every public dataset of ``--datasets`` with
-``benchmarks/datasets/configs/NAME.yaml`` (features, split and model only) and the data
-under ``--data``/NAME: the zoo's ``lr``, ``deepfm`` and ``dcn_v2`` over ``--seeds``, each
-deep model beside its one-process reference; scikit-learn's logistic regression and
-LightGBM once per dataset. Each cell is one ``peer_quality.py --defaults --json`` run
-kept under ``--work-dir`` and reused by a later call. For each dataset, the candidate
-chosen is the one with the best mean rank on the *other* datasets (rank by the mean
-held-out AUC of the three models); the table gives its figures on the dataset left out,
-against the peers, and the last lines say for each target on how many datasets it is
-met, with the numbers.
+Every candidate set of defaults (:data:`CANDIDATES`, each a set of ``--set`` items) runs
+on every public dataset of ``--datasets`` with ``benchmarks/datasets/configs/NAME.yaml``
+(features, split and model only) and the data under ``--data``/NAME: the zoo's ``lr``,
+``deepfm`` and ``dcn_v2`` over ``--seeds``, each deep model beside its one-process
+reference; scikit-learn's logistic regression and LightGBM once per dataset. Each cell is
+one ``peer_quality.py --defaults --json`` run kept under ``--work-dir`` and reused by a
+later call. For each dataset, the candidate chosen is the one with the best mean rank on
+the *other* datasets (rank by the mean held-out AUC of the three models); the table gives
+its figures on the dataset left out, against the peers, and the last lines say for each
+target on how many datasets it is met, with the numbers.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ LR_TO_LOGREG, BEST_TO_PEERS, ZOO_TO_REFERENCE = -0.003, -0.002, -0.002
 
 def _linear_rate(cap: float):
     """The candidate whose linear part's Adagrad rate is ``min(cap, 1/sqrt(F))`` for the
-    dataset's F features (the shipped rule has cap 0.2)."""
+    dataset's F features."""
 
     def items(features: int) -> list[str]:
         rate = round(min(cap, 1 / math.sqrt(features)), 4)
@@ -40,13 +39,28 @@ def _linear_rate(cap: float):
     return items
 
 
-#: Candidate defaults: name -> ``--set`` items given the dataset's number of features.
+def _candidate(cap: float, passes: int, patience: int = 1):
+    """A candidate set of defaults: the linear rate cap, the most passes with a validation
+    split, early stopping's patience; every one given explicitly, so a candidate means the
+    same whatever the shipped defaults are."""
+
+    def items(features: int) -> list[str]:
+        stopping = [f"train.early_stopping={{patience: {patience}}}"] if patience != 1 else []
+        return [*_linear_rate(cap)(features), f"train.epochs={passes}", *stopping]
+
+    return items
+
+
+#: Candidate defaults: name -> ``--set`` items given the dataset's number of features. The
+#: shipped defaults are the cap 0.5 with up to 30 passes (``config/model_params.py``,
+#: ``config/chosen_defaults.py``); the first candidate runs the peers.
 CANDIDATES = {
-    "shipped": lambda features: [],
-    "linear rate cap 0.5": _linear_rate(0.5),
-    "patience 2": lambda features: ["train.early_stopping={patience: 2}"],
-    "linear rate cap 0.5, up to 30 passes": lambda f: [*_linear_rate(0.5)(f), "train.epochs=30"],
+    "linear rate cap 0.2, up to 10 passes": _candidate(0.2, 10),
+    "linear rate cap 0.5, up to 10 passes": _candidate(0.5, 10),
+    "linear rate cap 0.2, up to 10 passes, patience 2": _candidate(0.2, 10, patience=2),
+    "linear rate cap 0.5, up to 30 passes": _candidate(0.5, 30),
 }
+FIRST = next(iter(CANDIDATES))
 
 
 def feature_count(config_path: pathlib.Path) -> int:
@@ -211,9 +225,7 @@ def run(args: argparse.Namespace) -> int:
         )
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     args.seeds = args.seeds or [0, 1, 2]
-    results = {
-        d: {c: cell(args, d, c, peers=(c == "shipped")) for c in CANDIDATES} for d in datasets
-    }
+    results = {d: {c: cell(args, d, c, peers=(c == FIRST)) for c in CANDIDATES} for d in datasets}
     scores = {
         d: {c: float(np.mean([np.mean(zoo_aucs(r, m)) for m in MODELS])) for c, r in by.items()}
         for d, by in results.items()
@@ -226,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     folds = []
     for d in datasets:
         chosen = choose(scores, d)
-        folds.append(fold_lines(d, chosen, results[d][chosen], peers(results[d]["shipped"])))
+        folds.append(fold_lines(d, chosen, results[d][chosen], peers(results[d][FIRST])))
     wins = {c: sum(f["chosen"] == c for f in folds) for c in CANDIDATES}
     print(
         "\nEach dataset scored with the defaults chosen on the others (held-out AUC, mean "
