@@ -146,14 +146,14 @@ class InFlight:
 def each_item(
     coordinator, function: Callable, items: Iterable, limit: int
 ) -> Iterator[tuple[Any, Any]]:
-    """Runs ``function(item.file, item.start, item.stop)`` for every item, at most
+    """Runs ``function(item.file, item.start, item.stop, item.stride)`` for every item, at most
     ``limit`` closures in flight; yields ``(item, result)`` in the order of ``items``
     (scoring and ``data read``; training keeps its own window, see ``train/loop.py``)."""
     in_flight = InFlight(coordinator, function, limit)
     queue = iter(items)
     while True:
         while in_flight.has_room() and (item := next(queue, None)) is not None:
-            in_flight.put(item, item.file, item.start, item.stop)
+            in_flight.put(item, item.file, item.start, item.stop, item.stride)
         if not len(in_flight):
             return
         yield in_flight.pop()
@@ -222,6 +222,6 @@ def check_item_rows(files: list[str], item, rows: int, done: str) -> None:
     """
     if rows != item.rows:
         raise DataError(
-            f"{files[item.file]} rows {item.start}..{item.stop}: a worker {done} "
+            f"{files[item.file]} {item.describe()}: a worker {done} "
             f"{rows:,} rows, the footer says {item.rows:,}"
         )

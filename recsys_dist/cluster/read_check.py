@@ -87,11 +87,11 @@ def _is_cluster(coordinator) -> bool:
 
 
 def _make_read_item(pipeline: InputPipeline, collect_rows: bool, on_cluster: bool, scoring: bool):
-    """``read_item(file, start, stop) -> (rows, rows skipped, row ids, worker)``."""
+    """``read_item(file, start, stop, stride) -> (rows, rows skipped, row ids, worker)``."""
     batch_size = pipeline.scoring_batch_size if scoring else pipeline.spec.batch_size
 
     @tf.function
-    def read_item(file_index, start, stop):
+    def read_item(file_index, start, stop, stride):
         row_ids = tf.TensorArray(
             tf.int64,
             size=0,
@@ -105,10 +105,16 @@ def _make_read_item(pipeline: InputPipeline, collect_rows: bool, on_cluster: boo
         # or a scoring one (evaluation/predict.py).
         iterator = iter(
             pipeline.item_dataset(
-                file_index, start, stop, training=not scoring, batch_size=batch_size
+                file_index,
+                start,
+                stop,
+                training=not scoring,
+                batch_size=batch_size,
+                stride=stride,
             )
         )
-        for step in tf.range((stop - start + batch_size - 1) // batch_size):
+        item_rows = (stop - start + stride - 1) // stride
+        for step in tf.range((item_rows + batch_size - 1) // batch_size):
             optional = iterator.get_next_as_optional()
             if not optional.has_value():
                 break

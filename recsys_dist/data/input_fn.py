@@ -87,7 +87,23 @@ class InputPipeline:
 
     def training_items(self, steps_per_call: int) -> tuple[Unit, ...]:
         """The items training hands out, one per closure: ``steps_per_call`` batches
-        each at most (``data read`` reads the same items)."""
+        each at most (``data read`` reads the same items).
+
+        A unit of R rows cut into m items gives item k its rows k, k + m, k + 2m, ...
+        (a stride of m), so every item spans the whole unit: files are usually written
+        in time or user order, and a batch drawn from contiguous rows would hold a few
+        minutes or a few users. Scoring items stay contiguous (:meth:`scoring_items`)."""
+        max_rows = steps_per_call * self.spec.batch_size
+        items = []
+        for unit in self.plan.units:
+            pieces = -(-unit.rows // max_rows)
+            items.extend(Unit(unit.file, unit.start + k, unit.stop, pieces) for k in range(pieces))
+        return tuple(items)
+
+    def contiguous_training_items(self, steps_per_call: int) -> tuple[Unit, ...]:
+        """The same number of items per unit as :meth:`training_items`, as contiguous
+        ranges: how training cut its units before items were strided (a checkpoint's
+        data position may count those)."""
         return self.work_items(steps_per_call * self.spec.batch_size)
 
     def scoring_items(self) -> tuple[Unit, ...]:
@@ -109,19 +125,22 @@ class InputPipeline:
         stop: tf.Tensor,
         training: bool,
         batch_size: int | None = None,
+        stride: tf.Tensor | int = 1,
     ) -> tf.data.Dataset:
-        """The batches of rows ``[start, stop)`` of file ``file_index``, read in-graph on
-        the worker that runs the closure building it (rows shuffled when training).
+        """The batches of the rows ``start, start + stride, ...`` below ``stop`` of file
+        ``file_index`` (a :class:`Unit`), read in-graph on the worker that runs the
+        closure building it (rows shuffled when training).
 
         ``batch_size`` overrides ``spec.batch_size`` (scoring uses larger batches)."""
         # The item is read and transformed by ops of the calling function itself, where
         # the executor runs the columns in parallel; a `map` over chunks of the item
         # would run its ops one by one (tf.data does so inside a map function).
-        element = self._unit_reader(training)(file_index, start, stop)
+        element = self._unit_reader(training)(file_index, start, stop, stride)
         return tf.data.Dataset.from_tensors(element).rebatch(batch_size or self.spec.batch_size)
 
     def _unit_reader(self, training: bool) -> Callable:
-        """``read_unit(file_index, start, stop) -> element`` for rows ``[start, stop)``."""
+        """``read_unit(file_index, start, stop, stride=1) -> element`` for the rows
+        ``start, start + stride, ...`` below ``stop``."""
         plan, spec = self.plan, self.spec
         transform = self.transform.with_fused_kernels()  # workers load the op library
         extra, keep = self.extra_columns, self.keep_columns
@@ -134,9 +153,9 @@ class InputPipeline:
         shuffle = training and spec.shuffle
         files = plan.files
 
-        def read_unit(file_index, start, stop):
+        def read_unit(file_index, start, stop, stride=1):
             path = tf.gather(tf.constant(files), file_index)
-            columns = ops.read_rows(path, start, stop, dtypes, ragged)
+            columns = ops.read_rows(path, start, stop, dtypes, ragged, stride)
             raw, present = {}, {}
             for name, column in columns.items():
                 if name in ragged:
@@ -158,10 +177,10 @@ class InputPipeline:
                     ")",
                 ]
             )
-            features, labels, valid = transform(raw, source, start, present)
+            features, labels, valid = transform(raw, source, start, present, stride)
             rows = tf.bitwise.bitwise_or(
                 tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT),
-                tf.range(start, stop, dtype=tf.int64),
+                tf.range(start, stop, stride, dtype=tf.int64),
             )
             element = {
                 "features": features,
@@ -175,7 +194,7 @@ class InputPipeline:
                 "keep": {c: raw[c] for c in keep},
             }
             if shuffle:
-                order = tf.random.shuffle(tf.range(stop - start), seed=spec.seed)
+                order = tf.random.shuffle(tf.range(tf.size(rows)), seed=spec.seed)
                 element = tf.nest.map_structure(lambda t: tf.gather(t, order), element)
             return element
 

@@ -23,15 +23,23 @@ from recsys_dist.errors import DataError
 
 @dataclasses.dataclass(frozen=True)
 class Unit:
-    """Rows ``[start, stop)`` of file number ``file`` of a plan."""
+    """Rows ``start, start + stride, ...`` below ``stop`` of file number ``file`` of a
+    plan: the range ``[start, stop)`` with the default stride 1."""
 
     file: int
     start: int
     stop: int
+    stride: int = 1
 
     @property
     def rows(self) -> int:
-        return self.stop - self.start
+        return len(range(self.start, self.stop, self.stride))
+
+    def describe(self) -> str:
+        """``rows A..B``, or ``rows A, A+S, ... below B`` when strided, for messages."""
+        if self.stride == 1:
+            return f"rows {self.start}..{self.stop}"
+        return f"rows {self.start}, {self.start + self.stride}, ... below {self.stop}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -91,16 +91,18 @@ def predict_split(
 
 
 def _make_predict_item(strategy, pipeline: InputPipeline, replica_predict):
-    """``predict_item(file, start, stop)``: one item's outputs, concatenated over batches."""
+    """``predict_item(file, start, stop, stride)``: one item's outputs, concatenated over
+    batches."""
 
     @tf.function
-    def predict_item(file_index, start, stop):
+    def predict_item(file_index, start, stop, stride):
         dataset = pipeline.item_dataset(
             file_index,
             start,
             stop,
             training=False,
             batch_size=pipeline.scoring_batch_size,
+            stride=stride,
         )
         iterator = iter(dataset)
         first = strategy.run(replica_predict, args=(next(iterator),))

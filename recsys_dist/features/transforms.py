@@ -136,7 +136,12 @@ class FeatureTransform:
 
     # ---- the transform --------------------------------------------------------------
     def __call__(
-        self, raw: dict, source: tf.Tensor, first_row: tf.Tensor, present: dict | None = None
+        self,
+        raw: dict,
+        source: tf.Tensor,
+        first_row: tf.Tensor,
+        present: dict | None = None,
+        row_stride: tf.Tensor | int = 1,
     ) -> tuple[dict, dict[str, tf.Tensor], tf.Tensor]:
         """Transforms one chunk.
 
@@ -147,6 +152,8 @@ class FeatureTransform:
           first_row: Scalar int64, the file row of the chunk's first row (for messages).
           present: Column name -> validity of ``raw`` (``[N]`` bool, or ragged bool per
             list element); a column not in it has no nulls.
+          row_stride: Scalar int64, file rows from one row of the chunk to the next (for
+            messages; a strided work item reads every ``row_stride``-th row).
 
         Returns:
           ``(features, labels, valid)`` as described in the module docstring.
@@ -155,7 +162,7 @@ class FeatureTransform:
         checks: list[tuple[tf.Tensor, str]] = []
         out = self._features(raw, present, checks)
         labels = self._labels(raw, present, checks)
-        return out, labels, self._valid(raw, checks, source, first_row)
+        return out, labels, self._valid(raw, checks, source, first_row, row_stride)
 
     def _features(self, raw: dict, present: dict, checks: list) -> dict:
         """The model inputs of a chunk; appends each feature's ``(bad rows, message)`` to
@@ -201,7 +208,14 @@ class FeatureTransform:
             labels[name] = tf.where(bad, 0.0, y)
         return labels
 
-    def _valid(self, raw: dict, checks: list, source: tf.Tensor, first_row: tf.Tensor) -> tf.Tensor:
+    def _valid(
+        self,
+        raw: dict,
+        checks: list,
+        source: tf.Tensor,
+        first_row: tf.Tensor,
+        row_stride: tf.Tensor | int,
+    ) -> tf.Tensor:
         """The float row weight (0 for a skipped bad row) under ``on_bad_row: skip``;
         under ``fail``, all ones behind one assertion that names the first bad check's
         message and its first bad row.
@@ -221,7 +235,9 @@ class FeatureTransform:
         ]
         check_bad = tf.reduce_any(bad, axis=1)
         which = tf.argmax(tf.cast(check_bad, tf.int32), output_type=tf.int32)
-        first_bad = first_row + tf.argmax(tf.cast(bad[which], tf.int32), output_type=tf.int64)
+        first_bad = first_row + tf.cast(row_stride, tf.int64) * tf.argmax(
+            tf.cast(bad[which], tf.int32), output_type=tf.int64
+        )
         text = tf.strings.join(
             [
                 "bad data: ",

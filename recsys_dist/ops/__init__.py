@@ -69,13 +69,20 @@ class Column:
 # Plain TensorFlow: AutoGraph must not convert it (nor the library loading it calls).
 @tf.autograph.experimental.do_not_convert
 def read_rows(
-    path, start, stop, dtypes: dict[str, tf.DType], ragged: set[str] | frozenset[str] = frozenset()
+    path,
+    start,
+    stop,
+    dtypes: dict[str, tf.DType],
+    ragged: set[str] | frozenset[str] = frozenset(),
+    stride=1,
 ) -> dict[str, Column]:
-    """Rows ``[start, stop)`` of the named columns of one Parquet file.
+    """Rows ``start, start + stride, ...`` below ``stop`` of the named columns of one
+    Parquet file (stride 1: rows ``[start, stop)``).
 
     Args:
       path: Scalar string tensor or str: local path, ``s3://bucket/key`` or ``hdfs://...``.
       start, stop: Scalar int64 row bounds; ``stop`` past the end is clamped.
+      stride: Scalar int64 >= 1, the step between rows read.
       dtypes: Column name -> dtype to read it as (int32, int64, float32, float64, bool,
         string). Integer columns of any width read as int32/int64 (or as floats).
       ragged: Names of ``list<...>`` columns, read as values + row splits.
@@ -95,6 +102,7 @@ def read_rows(
         path=path,
         start=tf.cast(start, tf.int64),
         stop=tf.cast(stop, tf.int64),
+        stride=tf.cast(stride, tf.int64),
         columns=names,
         dtypes=[tf.as_dtype(dtypes[n]) for n in names],
         ragged=[n in ragged for n in names],

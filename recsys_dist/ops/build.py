@@ -112,6 +112,7 @@ def _flags() -> tuple[list[str], list[str]]:
     libs = [
         f"-l:{_shared_library(arrow_dir, 'arrow')}",
         f"-l:{_shared_library(arrow_dir, 'parquet')}",
+        f"-l:{_shared_library(arrow_dir, 'arrow_compute')}",  # Take, for strided reads
     ]
     if glob.glob(os.path.join(arrow_dir, "libarrow_s3.so*")):  # pyarrow >= 26 split S3 out
         libs += [

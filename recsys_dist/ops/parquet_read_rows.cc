@@ -1,4 +1,5 @@
-// ParquetReadRows: rows [start, stop) of chosen columns of one Parquet file, in-graph.
+// ParquetReadRows: rows start, start + stride, ... below stop of chosen columns of one
+// Parquet file, in-graph (stride 1: the range [start, stop)).
 //
 // Built against the TensorFlow and pyarrow (Arrow C++) that are installed; see
 // recsys_dist/ops/build.py. Reads only the row groups that overlap the range and only
@@ -30,6 +31,9 @@
 #include <vector>
 
 #include "arrow/api.h"
+#include "arrow/array/concatenate.h"
+#include "arrow/compute/api_vector.h"
+#include "arrow/compute/initialize.h"
 #include "arrow/filesystem/api.h"
 #include "arrow/filesystem/s3fs.h"
 #include "arrow/io/api.h"
@@ -614,8 +618,8 @@ class ParquetReadRowsOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    static const char* const kInputs[] = {"path", "start", "stop"};
-    for (int i = 0; i < 3; ++i) {
+    static const char* const kInputs[] = {"path", "start", "stop", "stride"};
+    for (int i = 0; i < 4; ++i) {
       OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(ctx->input(i).shape()),
                   absl::InvalidArgumentError(
                       std::string("ParquetReadRows: ") + kInputs[i] + " must be a scalar, got " +
@@ -624,13 +628,15 @@ class ParquetReadRowsOp : public OpKernel {
     const std::string path(ctx->input(0).scalar<tstring>()());
     const int64_t start = ctx->input(1).scalar<int64_t>()();
     const int64_t stop = ctx->input(2).scalar<int64_t>()();
-    OP_REQUIRES(ctx, start >= 0 && stop >= start,
+    const int64_t stride = ctx->input(3).scalar<int64_t>()();
+    OP_REQUIRES(ctx, start >= 0 && stop >= start && stride >= 1,
                 Invalid(path, "bad row range [" + std::to_string(start) + ", " +
-                                  std::to_string(stop) + ")"));
+                                  std::to_string(stop) + ") with stride " +
+                                  std::to_string(stride)));
     std::vector<std::shared_ptr<arrow::Table>> pieces;
     absl::Status read;
     try {  // Parquet's metadata accessors throw on a corrupt footer
-      read = ReadPieces(path, start, stop, &pieces);
+      read = ReadPieces(path, start, stop, stride, &pieces);
     } catch (const std::exception& e) {
       read = Invalid(path, std::string("not a readable Parquet file: ") + e.what());
     }
@@ -651,9 +657,10 @@ class ParquetReadRowsOp : public OpKernel {
   }
 
  private:
-  // The overlapping row groups of [start, stop), each sliced to the range.
+  // The overlapping row groups of [start, stop), each sliced to the range, or with a
+  // stride above 1 to its rows start + k * stride.
   absl::Status ReadPieces(const std::string& path, int64_t start, int64_t stop,
-                          std::vector<std::shared_ptr<arrow::Table>>* pieces) {
+                          int64_t stride, std::vector<std::shared_ptr<arrow::Table>>* pieces) {
     std::shared_ptr<arrow::fs::FileSystem> fs;
     std::string inner;
     absl::Status st = ResolvePath(path, &fs, &inner);
@@ -729,7 +736,7 @@ class ParquetReadRowsOp : public OpKernel {
       }
       offset += group_rows;
     }
-    if (whole.size() > 1 && all_whole) {
+    if (whole.size() > 1 && all_whole && stride == 1) {
       try {
         auto read = (*reader)->ReadRowGroups(whole, leaves);
         if (read.ok()) {
@@ -750,7 +757,8 @@ class ParquetReadRowsOp : public OpKernel {
       const int64_t group_rows = metadata->RowGroup(g)->num_rows();
       const int64_t lo = std::max(start, offset), hi = std::min(end, offset + group_rows);
       if (lo < hi) {
-        const bool partial = hi - lo < group_rows;
+        // A strided read takes part of every row group it touches.
+        const bool partial = hi - lo < group_rows || stride > 1;
         std::string key = path + "\x1e" + version + "\x1e" + std::to_string(g) + "\x1e" +
                           signature_;
         std::shared_ptr<arrow::Table> table = partial ? Cache().Get(key) : nullptr;
@@ -768,10 +776,58 @@ class ParquetReadRowsOp : public OpKernel {
           }
           if (partial) Cache().Put(key, table);
         }
-        pieces->push_back(table->Slice(lo - offset, hi - lo));
+        if (stride == 1) {
+          pieces->push_back(table->Slice(lo - offset, hi - lo));
+        } else {
+          std::shared_ptr<arrow::Table> taken;
+          st = TakeStrided(path, table, offset, lo, hi, start, stride, &taken);
+          if (!st.ok()) return st;
+          pieces->push_back(std::move(taken));
+        }
       }
       offset += group_rows;
     }
+    return absl::OkStatus();
+  }
+
+  // The rows start + k * stride in [lo, hi) of `group`, whose first row is row `offset`
+  // of the file: Arrow's Take, or for a column type it has no kernel for (string views),
+  // the rows' one-row slices concatenated.
+  static absl::Status TakeStrided(const std::string& path,
+                                  const std::shared_ptr<arrow::Table>& group,
+                                  int64_t offset, int64_t lo, int64_t hi, int64_t start,
+                                  int64_t stride, std::shared_ptr<arrow::Table>* out) {
+    static const arrow::Status kernels = arrow::compute::Initialize();
+    if (!kernels.ok()) return FromArrow(path, kernels, "initializing Arrow's compute kernels");
+    const int64_t first = start + (lo - start + stride - 1) / stride * stride;
+    arrow::Int64Builder indices;
+    for (int64_t row = first; row < hi; row += stride) {
+      RD_RETURN_ARROW(path, indices.Append(row - offset), "taking rows");
+    }
+    std::shared_ptr<arrow::Array> index_array;
+    RD_RETURN_ARROW(path, indices.Finish(&index_array), "taking rows");
+    std::vector<std::shared_ptr<arrow::ChunkedArray>> columns;
+    for (const auto& column : group->columns()) {
+      auto taken = arrow::compute::Take(arrow::Datum(column), arrow::Datum(index_array));
+      if (taken.ok()) {
+        columns.push_back(taken->chunked_array());
+        continue;
+      }
+      if (!taken.status().IsNotImplemented()) {
+        return FromArrow(path, taken.status(), "taking rows");
+      }
+      auto whole = arrow::Concatenate(column->chunks());
+      if (!whole.ok()) return FromArrow(path, whole.status(), "taking rows");
+      arrow::ArrayVector rows;
+      for (int64_t row = first; row < hi; row += stride) {
+        rows.push_back((*whole)->Slice(row - offset, 1));
+      }
+      if (rows.empty()) rows.push_back((*whole)->Slice(0, 0));
+      auto joined = arrow::Concatenate(rows);
+      if (!joined.ok()) return FromArrow(path, joined.status(), "taking rows");
+      columns.push_back(std::make_shared<arrow::ChunkedArray>(*joined));
+    }
+    *out = arrow::Table::Make(group->schema(), std::move(columns));
     return absl::OkStatus();
   }
 
@@ -888,6 +944,7 @@ REGISTER_OP("ParquetReadRows")
     .Input("path: string")
     .Input("start: int64")
     .Input("stop: int64")
+    .Input("stride: int64")
     .Output("values: dtypes")
     .Output("valid: N * bool")
     .Output("row_splits: N * int64")
@@ -897,7 +954,7 @@ REGISTER_OP("ParquetReadRows")
     .Attr("N: int >= 1")
     .SetIsStateful()
     .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < 4; ++i) {
         ::tensorflow::shape_inference::ShapeHandle scalar;
         TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &scalar));
       }

@@ -26,21 +26,24 @@ def async_train_item(
     global_step: tf.Variable,
     dense_refresh_steps: int | None,
 ):
-    """``train_item(file_index, start, stop, max_steps) -> (loss sum, weight, rows,
-    steps, first step's end)``: trains rows ``[start, stop)`` of file ``file_index`` on
-    the worker it runs on, at most ``max_steps`` steps, and advances ``global_step``."""
+    """``train_item(file_index, start, stop, stride, max_steps) -> (loss sum, weight,
+    rows, steps, first step's end)``: trains rows ``start, start + stride, ...`` below
+    ``stop`` of file ``file_index`` (a work item) on the worker it runs on, at most
+    ``max_steps`` steps, and advances ``global_step``."""
 
     def total(value):
         return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
     @tf.function
-    def train_item(file_index, start, stop, max_steps):
+    def train_item(file_index, start, stop, stride, max_steps):
         loss_sum, weight, rows = tf.constant(0.0), tf.constant(0.0), tf.constant(0.0)
         steps = tf.constant(0, tf.int64)
         first_step_at = tf.constant(0.0, tf.float64)  # 0: no step
         # An explicit iterator keeps the steps in this function's own while loop; a
         # `for batch in dataset` would run them inside tf.data's reduce, which is slower.
-        iterator = iter(pipeline.item_dataset(file_index, start, stop, training=True))
+        iterator = iter(
+            pipeline.item_dataset(file_index, start, stop, training=True, stride=stride)
+        )
         cache = (
             DenseWeightCache(replica.model.dense_variables, dense_refresh_steps)
             if dense_refresh_steps is not None

@@ -1,7 +1,8 @@
 """The data position of a run: which work items each pass has finished.
 
-Training hands the workers *items*: row ranges of the shard plan's units, each at most
-``steps_per_call * batch_size`` rows, one item per scheduled closure. The coordinator
+Training hands the workers *items*: the rows of the shard plan's units, each unit cut
+into items of at most ``steps_per_call * batch_size`` rows (every m-th row of the unit,
+``InputPipeline.training_items``), one item per scheduled closure. The coordinator
 learns an item is finished when its closure returns, so the position is exact:
 ``done[i]`` counts the passes item ``i`` has completed. A checkpoint stores it next to
 the weights it belongs to (the coordinator drains the closures in flight before it
@@ -46,17 +47,19 @@ def items_fingerprint(
     their sizes, and the item boundaries (rows from the footers' row groups)."""
     digest = hashlib.sha256()
     digest.update(
-        json.dumps(
-            [relative_paths(files), list(file_bytes), [[u.file, u.start, u.stop] for u in items]]
-        ).encode()
+        json.dumps([relative_paths(files), list(file_bytes), [_bounds(u) for u in items]]).encode()
     )
     return digest.hexdigest()[:16]
+
+
+def _bounds(item: Unit) -> list[int]:
+    return [item.file, item.start, item.stop] + ([item.stride] if item.stride != 1 else [])
 
 
 def _absolute_paths_fingerprint(files: tuple[str, ...], items: tuple[Unit, ...]) -> str:
     """The fingerprint of checkpoints written before positions were root-relative."""
     digest = hashlib.sha256()
-    digest.update(json.dumps([list(files), [[u.file, u.start, u.stop] for u in items]]).encode())
+    digest.update(json.dumps([list(files), [_bounds(u) for u in items]]).encode())
     return digest.hexdigest()[:16]
 
 
@@ -70,6 +73,11 @@ class DataPosition:
       shuffle: Shuffle item order within each pass.
       seed: Seed of that shuffle.
       file_bytes: Size of each file (part of the fingerprint).
+      contiguous_items: ``items`` cut as contiguous ranges, as training cut its units
+        before its items were strided (``InputPipeline.contiguous_training_items``): a
+        checkpoint that counts those resumes with its counts taken item by item (the
+        same units, as many items each), so a pass it left half done finishes with as
+        many rows of each unit, though not the same rows.
     """
 
     def __init__(
@@ -80,9 +88,18 @@ class DataPosition:
         shuffle: bool,
         seed: int,
         file_bytes: tuple[int, ...] = (),
+        contiguous_items: tuple[Unit, ...] = (),
     ):
         self.files = files
         self.items = items
+        # What checkpoints of earlier versions recorded over the same data.
+        earlier = [_absolute_paths_fingerprint(files, items)]
+        if len(contiguous_items) == len(items):
+            earlier += [
+                items_fingerprint(files, contiguous_items, file_bytes),
+                _absolute_paths_fingerprint(files, contiguous_items),
+            ]
+        self._earlier_fingerprints = tuple(earlier)
         self.epochs = epochs
         self.shuffle = shuffle
         self.seed = seed
@@ -143,7 +160,7 @@ class DataPosition:
           PositionMismatch: the position counts items of other data (files or item
             boundaries differ), so it cannot say what is left.
         """
-        known = (self.fingerprint, _absolute_paths_fingerprint(self.files, self.items))
+        known = (self.fingerprint, *self._earlier_fingerprints)
         if state.get("fingerprint") not in known or len(state["done"]) != len(self.items):
             raise PositionMismatch(
                 f"{source}: the checkpoint's data position was recorded over other data "

@@ -20,15 +20,20 @@ from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.train.step import ReplicaStep
 
 
-def worker_rows(start: int, stop: int, worker: int, workers: int) -> tuple[int, int]:
-    """The rows of item ``[start, stop)`` that ``worker`` of ``workers`` reads under
-    ``multi_worker_mirrored``: ``[start + w n / W, start + (w + 1) n / W)``, ``n`` its rows."""
-    n = stop - start
-    return start + worker * n // workers, start + (worker + 1) * n // workers
+def worker_rows(
+    start: int, stop: int, worker: int, workers: int, stride: int = 1
+) -> tuple[int, int]:
+    """The bounds ``(a, b)`` of the rows of item ``start, start + stride, ...`` below
+    ``stop`` that ``worker`` of ``workers`` reads under ``multi_worker_mirrored``: the
+    item's rows ``w n / W`` to ``(w + 1) n / W``, ``n`` its rows, read as rows ``a, a +
+    stride, ...`` below ``b``."""
+    n = len(range(start, stop, stride))
+    first, end = worker * n // workers, (worker + 1) * n // workers
+    return start + first * stride, (stop if end == n else start + end * stride)
 
 
 class LockstepRunner:
-    """``train_item(file_index, start, stop, max_steps)`` of a ``multi_worker_mirrored``
+    """``train_item(file_index, start, stop, stride, max_steps)`` of a ``multi_worker_mirrored``
     worker, a Python function with the asynchronous runner's results.
 
     Args:
@@ -55,19 +60,17 @@ class LockstepRunner:
         self.share = self.batch // workers
         self._step = self._synchronous_step()
 
-    def train_item(self, file_index, start, stop, max_steps):
-        file_index, start, stop = int(file_index), int(start), int(stop)
-        n = stop - start
+    def train_item(self, file_index, start, stop, stride, max_steps):
+        file_index, start, stop, stride = int(file_index), int(start), int(stop), int(stride)
+        n = len(range(start, stop, stride))
         steps = min(-(-n // self.batch), int(max_steps))
         totals, first_step_at = tf.zeros([2]), 0.0
-        for rows in self._batches(file_index, start, stop, steps):
+        for rows in self._batches(file_index, start, stop, stride, steps):
             totals += self._step(rows)
             first_step_at = first_step_at or time.time()
         self.global_step.assign_add(steps)
-        trained = sum(
-            min(b - a, steps * self.share)
-            for a, b in (worker_rows(start, stop, w, self.workers) for w in range(self.workers))
-        )
+        shares = (worker_rows(start, stop, w, self.workers, stride) for w in range(self.workers))
+        trained = sum(min(len(range(a, b, stride)), steps * self.share) for a, b in shares)
         return (
             totals[0],
             totals[1],
@@ -100,20 +103,23 @@ class LockstepRunner:
 
         return step
 
-    def _batches(self, file_index: int, start: int, stop: int, steps: int) -> Iterator[dict]:
-        """``steps`` batches of this worker's share of rows ``[start, stop)``: its own
-        rows, then (when they run out first) the item's first row with weight 0."""
+    def _batches(
+        self, file_index: int, start: int, stop: int, stride: int, steps: int
+    ) -> Iterator[dict]:
+        """``steps`` batches of this worker's share of the item's rows: its own rows,
+        then (when they run out first) the item's first row with weight 0."""
 
-        def read(a: int, b: int, batch_size: int) -> tf.data.Dataset:
+        def read(a: int, b: int, batch_size: int, step: int = 1) -> tf.data.Dataset:
             return self.pipeline.item_dataset(
                 *(tf.constant(v, tf.int64) for v in (file_index, a, b)),
                 training=True,
                 batch_size=batch_size,
+                stride=tf.constant(step, tf.int64),
             )
 
-        lo, hi = worker_rows(start, stop, self.worker, self.workers)
+        lo, hi = worker_rows(start, stop, self.worker, self.workers, stride)
         taken = 0
-        for rows in read(lo, hi, self.share) if hi > lo else ():
+        for rows in read(lo, hi, self.share, stride) if hi > lo else ():
             if taken == steps:
                 return
             yield rows

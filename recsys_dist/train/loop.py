@@ -47,8 +47,8 @@ class LoopParts:
       batch_size: Rows per step.
       position: The data position: what is left (its ``items``, over its ``files``);
         the loop marks each item trained whole.
-      train_item: ``train_item(file_index, start, stop, max_steps) -> (loss sum,
-        weight, rows, steps, first step's end)``, run on a worker per item.
+      train_item: ``train_item(file_index, start, stop, stride, max_steps) -> (loss
+        sum, weight, rows, steps, first step's end)``, run on a worker per item.
       hooks: Called when the attempt begins, after each pass and when it ends.
       count_sightings: Counting of the dynamic tables' sightings, on in the first pass.
       labels: The labels, in the order the progress line shows their AUCs.
@@ -116,7 +116,7 @@ class TrainingLoop:
                 # (nothing in flight: the pass before is drained)
                 parts.count_sightings(epoch == 0)
             item = parts.position.items[index]
-            in_flight.put((index, budget), item.file, item.start, item.stop, budget)
+            in_flight.put((index, budget), item.file, item.start, item.stop, item.stride, budget)
             if not in_flight.has_room():
                 self._collect_one()
         while len(in_flight):

@@ -88,6 +88,7 @@ def data_position(config: ExperimentConfig, pipeline: InputPipeline) -> DataPosi
         pipeline.spec.shuffle,
         train.seed,
         pipeline.plan.file_bytes,
+        pipeline.contiguous_training_items(train.steps_per_call),
     )
 
 
@@ -192,7 +193,8 @@ class Trainer:
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
 
     def _runner(self):
-        """``train_item(file_index, start, stop, max_steps)`` of the strategy's family."""
+        """``train_item(file_index, start, stop, stride, max_steps)`` of the strategy's
+        family."""
         runtime = self.runtime
         replicas = runtime.strategy.num_replicas_in_sync
         refresh_steps = self.config.train.dense_refresh_steps

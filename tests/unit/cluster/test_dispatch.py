@@ -39,8 +39,8 @@ class Coordinator:
 
 
 @tf.function
-def rows_of(file_index, start, stop):
-    return {"file": file_index, "rows": stop - start}
+def rows_of(file_index, start, stop, stride=1):
+    return {"file": file_index, "rows": (stop - start + stride - 1) // stride}
 
 
 def test_closures_are_returned_oldest_first_with_their_tags():
@@ -68,14 +68,14 @@ def test_each_item_runs_every_item_once_with_at_most_limit_in_flight_oldest_firs
     """Scoring and ``data read`` take their items this way: each scheduled once, never more
     than ``limit`` waiting, results in the order of the items."""
     coordinator = Coordinator()
-    items = [Unit(0, 0, 10), Unit(1, 5, 25), Unit(0, 10, 13), Unit(2, 0, 1), Unit(1, 25, 30)]
+    items = [Unit(0, 0, 10), Unit(1, 5, 25, 3), Unit(0, 10, 13), Unit(2, 0, 1), Unit(1, 26, 30, 3)]
     returned, in_flight = [], []
     for item, result in dispatch.each_item(coordinator, rows_of, items, 2):
         in_flight.append(len(coordinator.scheduled) - len(returned))
         returned.append((item, int(result["file"]), int(result["rows"])))
     assert returned == [(i, i.file, i.rows) for i in items]
     assert [tuple(int(a) for a in args) for args in coordinator.scheduled] == [
-        (i.file, i.start, i.stop) for i in items
+        (i.file, i.start, i.stop, i.stride) for i in items
     ]
     assert max(in_flight) == 2 and in_flight[-1] == 1
     assert list(dispatch.each_item(coordinator, rows_of, [], 2)) == []

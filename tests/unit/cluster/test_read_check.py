@@ -39,8 +39,8 @@ class Recording(SynchronousCoordinator):
     def schedule(self, function, args=(), kwargs=None):
         self.scheduled.append(tuple(int(a) for a in args))
         if self.cut_last_row:  # a worker that reads one row less than the item holds
-            file_index, start, stop = args
-            args = (file_index, start, stop - 1)
+            file_index, start, stop, stride = args
+            args = (file_index, start, stop - stride, stride)
         return super().schedule(function, args, kwargs)
 
 
@@ -68,7 +68,7 @@ def test_a_pass_reads_trainings_items_once_each_through_the_dispatcher(tmp_path,
     # The items are training's (its data position holds the same), each scheduled once.
     items = pipeline.training_items(config.train.steps_per_call)
     assert items == data_position(config, pipeline).items
-    assert coordinator.scheduled == [(i.file, i.start, i.stop) for i in items]
+    assert coordinator.scheduled == [(i.file, i.start, i.stop, i.stride) for i in items]
     assert result.rows == pipeline.plan.total_rows == 220 and result.rows_per_worker == [220]
     assert result.skipped_rows == 0
     check_exactly_once(pipeline.plan, result.row_ids)
@@ -84,9 +84,13 @@ def test_items_smaller_than_units_are_each_read_once(tmp_path, small_config):
     pipeline = prepare_input(config, "train", 2)
     items = pipeline.training_items(1)  # batches of 32: 100 rows in items of 25
     assert [i.rows for i in items] == [25, 25, 25, 25] and len(pipeline.plan.units) == 1
+    # Each item spans the whole unit: every fourth row.
+    assert [(i.start, i.stop, i.stride) for i in items] == [(k, 100, 4) for k in range(4)]
     coordinator = Recording()
     result = read_split(pipeline, coordinator, 2, 1, collect_rows=True)
-    assert sorted(coordinator.scheduled) == sorted((i.file, i.start, i.stop) for i in items)
+    assert sorted(coordinator.scheduled) == sorted(
+        (i.file, i.start, i.stop, i.stride) for i in items
+    )
     assert result.rows_per_worker == [100, 0]  # one process: every item is worker 0's
     check_exactly_once(pipeline.plan, result.row_ids)
 
@@ -106,7 +110,7 @@ def test_an_eval_split_is_read_as_evaluation_reads_it(tmp_path, small_config):
     assert all(i.rows <= SCORING_ITEM_ROWS for i in items)
     coordinator = Recording()
     result = read_split(pipeline, coordinator, 2, 1, scoring=True, collect_rows=True)
-    assert coordinator.scheduled == [(i.file, i.start, i.stop) for i in items]
+    assert coordinator.scheduled == [(i.file, i.start, i.stop, i.stride) for i in items]
     check_exactly_once(pipeline.plan, result.row_ids)
     # in order within each item: scoring does not shuffle
     assert result.row_ids.tolist() == [
@@ -164,6 +168,27 @@ def test_an_item_read_short_fails_naming_file_rows_and_counts(tmp_path, small_co
         DataError, match=rf"^{path} rows 0..50: a worker read 49 rows, the footer says 50$"
     ):
         read_split(pipeline, Recording(cut_last_row=True), 1, config.train.steps_per_call)
+
+
+def test_a_strided_item_names_its_rows_in_errors(tmp_path, small_config):
+    """Items of 25 rows cut from a 100-row unit take every fourth row: row 17 is read by
+    the item from row 1, and a bad value there names row 17 of the file; an item read
+    short names its rows."""
+    prices = np.ones(100, np.float32)
+    prices[17] = np.nan
+    (path,) = _write(tmp_path, [small_table(100, price=pa.array(prices))], 100)
+    config = load_config(small_config(train={"dates": "2026-01-01"}), ["train.steps_per_call=1"])
+    pipeline = prepare_input(config, "train", 1)
+    with pytest.raises(DataError, match=r"has a NaN or infinite value.* at row 17 "):
+        read_split(pipeline, Recording(), 1, 1)
+    pathlib.Path(path).unlink()
+    _write(tmp_path, [small_table(100)], 100)
+    pipeline = prepare_input(config, "train", 1)
+    with pytest.raises(
+        DataError,
+        match=rf"^{path} rows 0, 4, \.\.\. below 100: a worker read 24 rows, the footer says 25$",
+    ):
+        read_split(pipeline, Recording(cut_last_row=True), 1, 1)
 
 
 def test_data_read_check_prints_the_pass_and_the_check(tmp_path, small_config, monkeypatch, capsys):

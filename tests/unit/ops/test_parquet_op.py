@@ -67,12 +67,23 @@ def _flat(array: pa.Array, dtype: tf.DType) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=NUMPY[dtype]), valid
 
 
-def expected(path: str, column: str, start: int, stop: int, dtype: tf.DType, ragged: bool = False):
-    """(values, valid, row_splits or None) of rows [start, stop) as pyarrow reads them."""
+def expected(
+    path: str,
+    column: str,
+    start: int,
+    stop: int,
+    dtype: tf.DType,
+    ragged: bool = False,
+    stride: int = 1,
+):
+    """(values, valid, row_splits or None) of rows start, start + stride, ... below stop
+    as pyarrow reads them."""
     table = pq.read_table(path, columns=[column])
     start = min(start, table.num_rows)
     array = table.column(column).slice(start, max(0, min(stop, table.num_rows) - start))
     array = array.combine_chunks() if array.num_chunks else pa.array([], array.type)
+    if stride > 1:  # by slices: pyarrow's take has no kernel for string views
+        array = pa.concat_arrays([array.slice(i, 1) for i in range(0, len(array), stride)])
     if not ragged:
         return (*_flat(array, dtype), None)
     lengths = pc.list_value_length(array).fill_null(0).to_numpy(zero_copy_only=False)
@@ -81,9 +92,9 @@ def expected(path: str, column: str, start: int, stop: int, dtype: tf.DType, rag
     return values, valid, splits
 
 
-def assert_same(path, got, column, start, stop, dtype, ragged=False):
-    values, valid, splits = expected(path, column, start, stop, dtype, ragged)
-    where = f"{column} [{start}, {stop}) of {path}"
+def assert_same(path, got, column, start, stop, dtype, ragged=False, stride=1):
+    values, valid, splits = expected(path, column, start, stop, dtype, ragged, stride)
+    where = f"{column} [{start}, {stop}) by {stride} of {path}"
     got_values = got.values.numpy()
     if dtype == tf.string:
         assert got_values.tolist() == values.tolist(), where
@@ -98,11 +109,13 @@ def assert_same(path, got, column, start, stop, dtype, ragged=False):
 
 
 def check_all(path, columns: dict, ranges, ragged=frozenset()):
-    """Reads every range with all columns in one op call; compares each column."""
-    for start, stop in ranges:
-        got = read_rows(path, start, stop, columns, ragged=set(ragged))
+    """Reads every range ``(start, stop)`` or ``(start, stop, stride)`` with all columns
+    in one op call; compares each column."""
+    for start, stop, *step in ranges:
+        stride = step[0] if step else 1
+        got = read_rows(path, start, stop, columns, ragged=set(ragged), stride=stride)
         for name, dtype in columns.items():
-            assert_same(path, got[name], name, start, stop, dtype, name in ragged)
+            assert_same(path, got[name], name, start, stop, dtype, name in ragged, stride)
 
 
 # ---- data -----------------------------------------------------------------------------
@@ -123,6 +136,13 @@ RANGES = [
     (700, 700),
     (ROWS, ROWS),
     (2500, 3000),
+    # strided, as training's items read their units: within a row group, across groups,
+    # one row per group, past the end
+    (1, 300, 7),
+    (3, ROWS, 11),
+    (250, 950, 300),
+    (1990, 2500, 4),
+    (0, ROWS, ROWS),
 ]
 
 
@@ -446,6 +466,7 @@ def test_large_strings(tmp_path):
         row_group_size=7,
     )
     ranges = [(0, 60), (5, 6), (6, 22), (int(rng.integers(0, 30)), int(rng.integers(30, 70)))]
+    ranges += [(1, 60, 3), (2, 60, 7), (6, 22, 5)]
     check_all(path, {"s": tf.string, "b": tf.string, "l": tf.string}, ranges, ragged={"l"})
 
 
@@ -454,7 +475,8 @@ def test_large_strings(tmp_path):
 
 def test_inside_a_tf_data_pipeline(plain_files):
     scalar_file, list_file = plain_files
-    starts, stops = (list(column) for column in zip(*RANGES))
+    ranges = [r for r in RANGES if len(r) == 2]
+    starts, stops = (list(column) for column in zip(*ranges))
 
     def read(path, start, stop):
         scalar = read_rows(path, start, stop, {"i64": tf.int64, "str": tf.string})
@@ -467,11 +489,11 @@ def test_inside_a_tf_data_pipeline(plain_files):
             "l_str_valid": lists["l_str"].valid,
         }
 
-    dataset = tf.data.Dataset.from_tensor_slices(([scalar_file] * len(RANGES), starts, stops)).map(
+    dataset = tf.data.Dataset.from_tensor_slices(([scalar_file] * len(ranges), starts, stops)).map(
         read, num_parallel_calls=4, deterministic=True
     )
     seen = 0
-    for (start, stop), element in zip(RANGES, dataset):
+    for (start, stop), element in zip(ranges, dataset):
         want = expected(scalar_file, "i64", start, stop, tf.int64)
         np.testing.assert_array_equal(element["i64"].numpy(), want[0])
         np.testing.assert_array_equal(element["i64_valid"].numpy(), want[1])
@@ -485,7 +507,7 @@ def test_inside_a_tf_data_pipeline(plain_files):
         np.testing.assert_array_equal(ragged.row_splits.numpy(), splits)
         np.testing.assert_array_equal(element["l_str_valid"].numpy(), valid)
         seen += 1
-    assert seen == len(RANGES)
+    assert seen == len(ranges)
 
 
 def test_inside_a_tf_function(plain_files):
@@ -640,8 +662,13 @@ assert "path must be a scalar" in error_of(
     lambda: read_rows(tf.constant([good, good]), 0, 1, {"id": tf.int64}))
 assert "stop must be a scalar" in error_of(
     lambda: read_rows(good, 0, tf.constant([1, 2], tf.int64), {"id": tf.int64}))
+assert "stride must be a scalar" in error_of(
+    lambda: read_rows(good, 0, 1, {"id": tf.int64}, stride=tf.constant([1, 2], tf.int64)))
+assert "bad row range [0, 5) with stride 0" in error_of(
+    lambda: read_rows(good, 0, 5, {"id": tf.int64}, stride=0))
 assert "N must equal" in error_of(lambda: load().parquet_read_rows(
-    path=good, start=0, stop=1, columns=["id"], dtypes=[tf.int64], ragged=[False], N=2))
+    path=good, start=0, stop=1, stride=1, columns=["id"], dtypes=[tf.int64], ragged=[False],
+    N=2))
 # Two top-level columns of one name.
 duplicated = directory + "/duplicated.parquet"
 pq.write_table(pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4])], ["a", "a"]),

@@ -82,3 +82,23 @@ def test_a_position_stopped_early_is_finished_schedules_nothing_and_keeps_it():
     resumed = _position(epochs=4)
     resumed.restore(json.loads(json.dumps(position.to_json())), "ckpt")
     assert resumed.stopped and resumed.finished and resumed.finished_rows == 50
+
+
+def test_a_position_over_contiguous_items_resumes_on_strided_items_of_the_same_units():
+    """Checkpoints written when items were contiguous ranges resume item by item: the same
+    units in the same order, as many items each; other data is still refused."""
+    files, sizes = ("/d/dt=2026-01-01/a.parquet",), (100,)
+    contiguous = (Unit(0, 0, 34), Unit(0, 34, 67), Unit(0, 67, 100), Unit(0, 100, 110))
+    strided = (Unit(0, 0, 100, 3), Unit(0, 1, 100, 3), Unit(0, 2, 100, 3), Unit(0, 100, 110))
+    assert [u.rows for u in strided] == [34, 33, 33, 10]
+    before = DataPosition(files, contiguous, 2, True, 3, sizes)
+    before.complete(1)
+    before.complete(3)
+    saved = json.loads(json.dumps(before.to_json()))
+    after = DataPosition(files, strided, 2, True, 3, sizes, contiguous_items=contiguous)
+    assert after.fingerprint != saved["fingerprint"]
+    after.restore(saved, "ckpt-3")
+    assert after.done == [0, 1, 0, 1] and after.finished_rows == 43
+    unrelated = DataPosition(files, strided, 2, True, 3, sizes, contiguous_items=strided)
+    with pytest.raises(PositionMismatch, match="ckpt-3: the checkpoint's data position"):
+        unrelated.restore(saved, "ckpt-3")

@@ -33,3 +33,18 @@ def test_every_worker_needs_the_items_steps_unless_the_last_batch_is_tiny(rows):
     assert max(needed) == steps  # no worker needs more steps than the item has
     if rows - (steps - 1) * batch >= workers:  # the last global batch has a row for each
         assert needed == [steps] * workers
+
+
+@pytest.mark.parametrize(
+    "start, stop, stride, workers",
+    [(0, 100, 4, 2), (3, 100, 4, 2), (1, 95, 7, 3), (5, 6, 3, 4), (2, 12_345, 9, 5)],
+)
+def test_a_strided_item_is_shared_row_by_row_in_order(start, stop, stride, workers):
+    """Worker w reads rows ``a, a + stride, ...`` below ``b``: together every row of the
+    item once, in order, each worker's share as even as for a contiguous item."""
+    shares = [
+        list(range(*worker_rows(start, stop, w, workers, stride), stride)) for w in range(workers)
+    ]
+    assert [row for share in shares for row in share] == list(range(start, stop, stride))
+    sizes = [len(share) for share in shares]
+    assert max(sizes) - min(sizes) <= 1

@@ -46,9 +46,9 @@ class Coordinator:
         pass
 
 
-def train_item(file_index, start, stop, max_steps):
+def train_item(file_index, start, stop, stride, max_steps):
     """Every row trained, loss 0.5 a row: ``(loss sum, weight, rows, steps, first end)``."""
-    rows = min(int(stop) - int(start), int(max_steps) * BATCH)
+    rows = min(len(range(int(start), int(stop), int(stride))), int(max_steps) * BATCH)
     steps = -(-rows // BATCH)
     return 0.5 * rows, float(rows), float(rows), steps, 1000.0 + int(start)
 
@@ -141,7 +141,7 @@ def test_the_loop_trains_every_pass_and_ends_with_a_checkpoint(tmp_path):
     assert (result.steps, result.examples, result.skipped_rows) == (2 * STEPS_PER_PASS, 50, 0)
     assert result.loss == pytest.approx(0.5)
     assert run.parts.position.finished and run.parts.position.done == [2, 2, 2]
-    one_pass = [(0, 0, 10, 3), (0, 10, 20, 3), (1, 0, 5, 2)]  # (file, start, stop, steps)
+    one_pass = [(0, 0, 10, 1, 3), (0, 10, 20, 1, 3), (1, 0, 5, 1, 2)]  # file, rows, steps
     assert run.coordinator.scheduled == one_pass * 2
     assert run.sightings == [True, False]  # counted in the first pass only
     assert run.hook.calls == ["begin", ("after_pass", 1), ("after_pass", 2), "end"]
@@ -162,7 +162,7 @@ def test_a_checkpoint_on_the_way_matches_the_finished_items(tmp_path):
 def test_max_steps_cuts_the_last_item_which_is_not_marked_done(tmp_path):
     run = make_run(max_steps=5)
     result, _ = train(run, tmp_path)
-    assert run.coordinator.scheduled == [(0, 0, 10, 3), (0, 10, 20, 2)]
+    assert run.coordinator.scheduled == [(0, 0, 10, 1, 3), (0, 10, 20, 1, 2)]
     assert (result.steps, result.examples) == (5, 10 + 2 * BATCH)
     assert run.parts.position.done == [1, 0, 0]
     assert run.checkpoints == [(5, [1, 0, 0])]
@@ -186,8 +186,8 @@ def test_a_resumed_run_with_nothing_left_writes_no_checkpoint(tmp_path):
 
 
 def test_an_item_back_with_other_rows_than_its_footer_is_a_data_error(tmp_path):
-    def short(file_index, start, stop, max_steps):
-        loss, weight, rows, steps, at = train_item(file_index, start, stop, max_steps)
+    def short(file_index, start, stop, stride, max_steps):
+        loss, weight, rows, steps, at = train_item(file_index, start, stop, stride, max_steps)
         return loss, weight, rows - 1, steps, at
 
     with pytest.raises(DataError, match=r"a.parquet rows 0..10: a worker read 9 rows"):
