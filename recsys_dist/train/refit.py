@@ -90,4 +90,4 @@ def train_choosing_passes(config: ExperimentConfig, model_dir: str, **run) -> Ru
     passes = chosen_passes(passes_dir)
     whole = whole_window_config(config, passes)
     log.info("refit\t%d pass(es) over %s", passes, whole.data.train.dates)
-    return train_run(whole, model_dir, **run)
+    return train_run(whole, model_dir, **dict(run, check_tables=False))

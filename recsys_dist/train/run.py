@@ -207,11 +207,13 @@ def train_run(
     warm_start_from: SavedCheckpoint | None = None,
     on_table_resize: Literal["fail", "reinitialize"] = "fail",
     restart_now: ImmediateRestart | None = None,
+    check_tables: bool = True,
 ) -> RunOutcome:
     """Trains ``config`` into ``model_dir``: resumes its own checkpoint if it has one,
     else starts from ``warm_start_from`` (if given), else from scratch. ``restart_now``
     starts the command again at once when a worker of a ``tf_config`` cluster is lost
-    before the first step (``cluster.runtime.connect``).
+    before the first step (``cluster.runtime.connect``). ``check_tables: False`` skips
+    the first run's collision check (a command that checked the same tables already).
 
     Raises:
       ClusterLost: a parameter server was lost (restart to resume).
@@ -245,7 +247,7 @@ def train_run(
         ) as runtime,
     ):
         log.info(f"cluster\t{runtime.describe()}")
-        if runtime.is_chief:  # after the strategy set this process's devices up
+        if runtime.is_chief and check_tables:  # after the strategy set the devices up
             _warn_collisions_on_first_run(config, model_dir, train_input)
         started = time.perf_counter()
         trainer = Trainer(config, runtime, train_input, model_dir, validation)

@@ -50,3 +50,33 @@ def test_the_passes_come_from_the_first_steps_best_pass(tmp_path):
         r"passes has no best pass .*remove the directory to choose them again",
     ):
         chosen_passes(str(tmp_path))
+
+
+def test_the_two_steps_check_the_tables_once_and_score_the_held_out_split_once(
+    tmp_path, monkeypatch
+):
+    """The first step checks the tables' collisions (the same tables the second trains)
+    and does not score the held-out split; the second does not check them again."""
+    from recsys_dist.train import refit
+
+    config = load_config(small_config(tmp_path, train={"dates": "2026-01-01..2026-01-12"}))
+    calls = []
+
+    def fake_train_run(cfg, model_dir, **run):
+        calls.append((model_dir, run.get("evaluate", True), run.get("check_tables", True)))
+        if model_dir.endswith(refit.PASSES_DIR):
+            result = {"early_stopping": {"best": {"epoch": 2, "step": 8, "value": 0.7}}}
+            (tmp_path / "run" / refit.PASSES_DIR).mkdir(parents=True)
+            (tmp_path / "run" / refit.PASSES_DIR / "train_result.json").write_text(
+                json.dumps(result)
+            )
+        return cfg.train.epochs
+
+    monkeypatch.setattr(refit, "train_run", fake_train_run)
+    monkeypatch.setattr(refit, "finished", lambda directory: False)
+    passes = refit.train_choosing_passes(config, str(tmp_path / "run"))
+    assert passes == 2
+    assert calls == [
+        (str(tmp_path / "run" / refit.PASSES_DIR), False, True),
+        (str(tmp_path / "run"), True, False),
+    ]
