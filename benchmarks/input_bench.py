@@ -8,13 +8,17 @@ then each side's best and median, and their ratios):
   2. the whole worker input pipeline of the demo config (read, every transform, batches)
      as one worker runs it, against the same pyarrow read (bar: 0.7);
   3. the raw read from S3 (a moto server this script starts on 127.0.0.1), against
-     pyarrow's own S3 filesystem reading the same objects.
+     pyarrow's own S3 filesystem reading the same objects;
+  4. training's work items read as training reads them (every m-th row of a unit),
+     against the same number of contiguous items, with ``--item-steps`` steps of the
+     demo's batch each (items smaller than the row groups, as on data with large ones).
 
 Rates are printed by wall clock and by this process's CPU time (all threads; the
 pipeline runs ``read_parallelism`` units at once, pyarrow one thread). The last line is
 ``ratio X``: the whole pipeline's best-of-rounds wall-clock ratio (2).
 
-Usage: ``python benchmarks/input_bench.py [--rows 1000000] [--rounds 5] [--no-s3]``
+Usage: ``python benchmarks/input_bench.py [--rows 1000000] [--rounds 5] [--no-s3]
+[--item-steps 2]``
 """
 
 from __future__ import annotations
@@ -140,6 +144,28 @@ def pipeline_reader(pipeline) -> Callable[[], None]:
     return run
 
 
+def items_reader(pipeline, items) -> Callable[[], None]:
+    """Reads every item with ``item_dataset`` as a training closure does (rows shuffled,
+    batches), consuming the batches in-graph."""
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int64)] * 4)
+    def read(file_index, start, stop, stride):
+        dataset = pipeline.item_dataset(file_index, start, stop, training=True, stride=stride)
+        return dataset.reduce(
+            tf.constant(0, tf.int64), lambda count, batch: count + tf.size(batch["row"], tf.int64)
+        )
+
+    arguments = [
+        tuple(tf.constant(v, tf.int64) for v in (i.file, i.start, i.stop, i.stride)) for i in items
+    ]
+
+    def run():
+        for args in arguments:
+            read(*args)
+
+    return run
+
+
 def start_moto():
     import socket
 
@@ -205,6 +231,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--data", help="existing synthetic data (default: generate in a temp dir)")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 comparison")
+    parser.add_argument(
+        "--item-steps", type=int, default=2, help="steps per training item in comparison 4"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="input_bench_") as tmp:
@@ -246,8 +275,24 @@ def main() -> None:
         )
         if not args.no_s3:
             s3_comparison(files, dtypes, ragged, file_rows, columns, rows, args.rounds)
+        strided = pipeline.training_items(args.item_steps)
+        contiguous = pipeline.contiguous_training_items(args.item_steps)
+        print(
+            f"items: {len(strided)} of up to {max(i.rows for i in strided):,} rows, "
+            f"stride up to {max(i.stride for i in strided)}",
+            flush=True,
+        )
+        items = measured(
+            {
+                "contiguous items": items_reader(pipeline, contiguous),
+                "strided items": items_reader(pipeline, strided),
+            },
+            rows,
+            args.rounds,
+        )
         report("1. raw read, local disk (pyarrow use_threads=False)", raw, baseline, 0.9)
         ratio = report("2. whole worker input pipeline, every transform", whole, baseline, 0.7)
+        report("4. training items, strided against contiguous", items, "contiguous items", None)
     print(f"ratio {ratio:.2f}")
     sys.stdout.flush()
 

@@ -1451,11 +1451,17 @@ def run(args: argparse.Namespace, work: pathlib.Path) -> int:
     if args.out:
         pathlib.Path(args.out).write_text(text + "\n" + last + "\n")
     if args.json:
-        rows_and_runs = {"rows": rows, "runs": runs}
-        document = {k: [dataclasses.asdict(r) for r in v] for k, v in rows_and_runs.items()}
-        pathlib.Path(args.json).write_text(json.dumps(document, indent=1))
+        pathlib.Path(args.json).write_text(json_document(rows, runs))
     print(last, flush=True)
     return 0
+
+
+def json_document(rows: list[Row], runs: list[Row]) -> str:
+    """What ``--json`` writes: the table's rows and every seed's run, each a :class:`Row`
+    as a JSON object (``benchmarks/leave_one_out.py`` reads it back)."""
+    document = {"rows": [dataclasses.asdict(r) for r in rows]}
+    document["runs"] = [dataclasses.asdict(r) for r in runs]
+    return json.dumps(document, indent=1)
 
 
 def main(argv: list[str] | None = None) -> int:

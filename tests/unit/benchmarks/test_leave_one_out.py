@@ -89,3 +89,21 @@ def test_peers_take_logreg_at_its_best_c():
     doc = result({}, peer=(0.70, 0.69))
     doc["rows"].append({"method": "logreg C=0.1", "kind": "peer", "auc": 0.71})
     assert loo.peers(doc) == {"logreg": 0.71, "lightgbm": 0.69}
+
+
+def test_what_peer_quality_writes_with_json_is_what_the_leave_one_out_reads():
+    import json
+
+    from benchmarks.peer_quality import Row, json_document
+
+    def row(method, kind, auc, seed=None):
+        return Row(method, kind, auc, 0.5, float("nan"), 1.0, "setting", seed=seed)
+
+    rows = [row("logreg C=1", "peer", 0.70), row("logreg C=0.1", "peer", 0.71)]
+    rows += [row("lightgbm", "peer", 0.69), row("deepfm (zoo)", "zoo", 0.705)]
+    runs = [row("deepfm (zoo)", "zoo", 0.70 + s / 100, s) for s in range(3)]
+    runs += [row("deepfm one process", "peer", 0.71, s) for s in range(3)]
+    document = json.loads(json_document(rows, runs))
+    assert loo.zoo_aucs(document, "deepfm") == [0.70, 0.71, 0.72]
+    assert loo.reference_gaps(document, "deepfm") == pytest.approx([-0.01, 0.0, 0.01])
+    assert loo.peers(document) == {"logreg": 0.71, "lightgbm": 0.69}
