@@ -52,13 +52,12 @@ def _candidate(cap: float, passes: int, patience: int = 1):
 
 
 #: Candidate defaults: name -> ``--set`` items given the dataset's number of features. The
-#: shipped defaults are the cap 0.5 with up to 30 passes (``config/model_params.py``,
-#: ``config/chosen_defaults.py``); the first candidate runs the peers.
+#: shipped defaults are the first, the cap 0.5 with up to 30 passes
+#: (``config/model_params.py``, ``config/chosen_defaults.py``); it runs the peers.
 CANDIDATES = {
-    "linear rate cap 0.2, up to 10 passes": _candidate(0.2, 10),
-    "linear rate cap 0.5, up to 10 passes": _candidate(0.5, 10),
-    "linear rate cap 0.2, up to 10 passes, patience 2": _candidate(0.2, 10, patience=2),
     "linear rate cap 0.5, up to 30 passes": _candidate(0.5, 30),
+    "linear rate cap 0.5, up to 30 passes, patience 2": _candidate(0.5, 30, patience=2),
+    "linear rate cap 0.2, up to 10 passes": _candidate(0.2, 10),
 }
 FIRST = next(iter(CANDIDATES))
 
