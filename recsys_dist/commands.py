@@ -189,7 +189,7 @@ def read(args: argparse.Namespace) -> int:
     if args.check:
         from recsys_dist.data.read_pass import check_exactly_once
 
-        check_exactly_once(pipeline.plan, result.row_ids)
+        check_exactly_once(pipeline.plan, result.row_ids, pipeline.hash_share)
         print(f"check    every planned row was read exactly once ({len(result.row_ids):,} rows)")
     return 0
 

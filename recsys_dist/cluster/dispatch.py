@@ -222,6 +222,7 @@ def check_item_rows(files: list[str], item, rows: int, done: str) -> None:
     """
     if rows != item.rows:
         raise DataError(
-            f"{files[item.file]} {item.describe()}: a worker {done} "
-            f"{rows:,} rows, the footer says {item.rows:,}"
+            f"{files[item.file]} {item.describe()}: a worker {done} {rows:,} rows, the "
+            + ("footer says" if item.kept is None else "footer and the split's hash_share say")
+            + f" {item.rows:,}"
         )

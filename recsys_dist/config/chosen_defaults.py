@@ -30,19 +30,24 @@ EPOCHS_WITH_VALIDATION = 30
 #: :func:`carve_validation` to take its end as the validation split.
 CARVE_MIN_DAYS = 3
 
-#: The share of a training window's days :func:`carve_validation` keeps for validation
-#: (rounded up: at least one day).
+#: The share of a training window's days (rounded up: at least one day), or of the rows
+#: of a ``glob`` split, that :func:`carve_validation` keeps for validation.
 CARVE_SHARE = 0.1
 
 
 def carve_validation(parsed: Any, raw: Any) -> tuple[Any, Any]:
-    """The config with the last tenth of its ``data.train`` days (at least one) moved to
-    ``data.validation``, when it leaves the choice of passes to the run: no
-    ``data.validation`` key (``null`` keeps it off), no ``train.epochs``, ``max_steps``
-    or ``early_stopping: null``, no ``retrain`` section, and a ``data.train.dates``
-    window of at least :data:`CARVE_MIN_DAYS` days. The end of the window is the data
-    nearest to what the model will score, so it is the slice a pass count should be
-    chosen on. Returns ``(parsed, raw)`` unchanged otherwise."""
+    """The config with a validation split carved from ``data.train`` when it leaves the
+    choice of passes to the run: no ``data.validation`` key (``null`` keeps it off), no
+    ``train.epochs``, ``max_steps`` or ``early_stopping: null``, no ``retrain`` section.
+
+    - A ``dates`` window of at least :data:`CARVE_MIN_DAYS` days gives its last tenth of
+      days (at least one): the end of the window is the data nearest to what the model
+      will score, so it is the slice a pass count should be chosen on.
+    - A ``glob`` split (no dates to go by) gives a tenth of its rows, by a hash of each
+      row's file name and number (``hash_share: [0.9, 1.0]``; training keeps
+      ``[0.0, 0.9]``).
+
+    Returns ``(parsed, raw)`` unchanged otherwise."""
     data_raw = raw.get("data") if isinstance(raw, dict) else None
     train_raw = raw.get("train") if isinstance(raw, dict) else None
     given = train_raw if isinstance(train_raw, dict) else {}
@@ -53,11 +58,13 @@ def carve_validation(parsed: Any, raw: Any) -> tuple[Any, Any]:
         or "validation" in data_raw
         or parsed.retrain is not None
         or data.train is None
-        or data.train.dates is None
+        or data.train.hash_share is not None
         or any(key in given for key in ("epochs", "max_steps"))
         or ("early_stopping" in given and given["early_stopping"] is None)
     ):
         return parsed, raw
+    if data.train.dates is None:
+        return _carve_rows(parsed, raw) if data.train.glob else (parsed, raw)
     days = data.train.date_range().days()
     if len(days) < CARVE_MIN_DAYS:
         return parsed, raw
@@ -70,6 +77,23 @@ def carve_validation(parsed: Any, raw: Any) -> tuple[Any, Any]:
         validation_carved=True,
     )
     written = dict(data_raw, train={"dates": train}, validation={"dates": validation})
+    return dataclasses.replace(parsed, data=data), dict(raw, data=written)
+
+
+def _carve_rows(parsed: Any, raw: Any) -> tuple[Any, Any]:
+    """:func:`carve_validation` of a ``glob`` split: a tenth of its rows by hash."""
+    glob, cut = parsed.data.train.glob, round(1.0 - CARVE_SHARE, 6)
+    train, validation = (
+        DataSplit(glob=glob, hash_share=share) for share in ([0.0, cut], [cut, 1.0])
+    )
+    data = dataclasses.replace(
+        parsed.data, train=train, validation=validation, validation_carved=True
+    )
+    written = dict(
+        raw["data"],
+        train={"glob": glob, "hash_share": train.hash_share},
+        validation={"glob": glob, "hash_share": validation.hash_share},
+    )
     return dataclasses.replace(parsed, data=data), dict(raw, data=written)
 
 

@@ -48,15 +48,29 @@ class DateRange:
 
 @dataclasses.dataclass(frozen=True)
 class DataSplit:
-    """Which files make up a split: a date range of partitions, or a glob.
+    """Which files make up a split: a date range of partitions, or a glob; and, when
+    ``hash_share`` is set, which of their rows.
 
     Attributes:
       dates: ``FROM..TO`` (inclusive) or one date, over ``dt=YYYY-MM-DD`` partitions.
       glob: A glob relative to ``data.path`` (e.g. ``"dt=2026-01-0[1-6]/*.parquet"``).
+      hash_share: ``[FROM, TO]``: only the rows whose hash falls in that share of the
+        hash space, ``0 <= FROM < TO <= 1`` (the hash of the file's name and the row's
+        number: ``data/hashed_rows.py``). Two splits of the same files with shares that
+        do not overlap hold no row in common.
     """
 
     dates: str | None = None
     glob: str | None = None
+    hash_share: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        share = self.hash_share
+        if share is not None and not (len(share) == 2 and 0.0 <= share[0] < share[1] <= 1.0):
+            raise ValueError(
+                f"hash_share: got {list(share)}; expected [FROM, TO] with "
+                "0 <= FROM < TO <= 1 (the share of the rows the split keeps)"
+            )
 
     def date_range(self) -> DateRange | None:
         return DateRange.parse(self.dates) if self.dates is not None else None
@@ -102,6 +116,13 @@ class DataSpec:
         """The line saying where a carved validation split came from, or None."""
         if not self.validation_carved or self.validation is None or self.train is None:
             return None
+        if self.validation.dates is None:
+            low, high = self.validation.hash_share
+            return (
+                f"validation {high - low:.0%} of the rows of {self.train.glob} (by a hash "
+                "of each row's file name and number) chooses the passes (training on the "
+                "others); set data.validation, or train.epochs, to choose them yourself"
+            )
         return (
             f"validation {self.validation.dates}, the end of the training window, chooses "
             f"the passes (training on {self.train.dates}); set data.validation, or "

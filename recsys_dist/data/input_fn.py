@@ -22,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Literal
 
+import numpy as np
 import tensorflow as tf
 
 from recsys_dist import ops
 from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.config.sections import DataSplit, InputSpec
-from recsys_dist.data import discovery
+from recsys_dist.data import discovery, hashed_rows
 from recsys_dist.data.parquet_meta import read_footers
 from recsys_dist.data.schema_check import (
     ColumnNeed,
@@ -64,6 +65,8 @@ class InputPipeline:
       extra_columns: Numeric columns passed through untransformed as float32.
       keep_columns: Columns passed through as read, any type (evaluation groups and
         slices).
+      hash_share: ``(FROM, TO)``: read only the rows whose hash falls there (the split's
+        ``hash_share``, ``data/hashed_rows.py``); None reads every row.
     """
 
     plan: ShardPlan
@@ -71,6 +74,19 @@ class InputPipeline:
     spec: InputSpec
     extra_columns: tuple[str, ...] = ()
     keep_columns: tuple[str, ...] = ()
+    hash_share: tuple[float, float] | None = None
+
+    def _with_kept(self, items: list[Unit]) -> tuple[Unit, ...]:
+        """``items``, each with the rows :attr:`hash_share` keeps counted (when set)."""
+        if self.hash_share is None:
+            return tuple(items)
+        keys, share = hashed_rows.file_keys(self.plan.files), self.hash_share
+        return tuple(
+            dataclasses.replace(
+                u, kept=hashed_rows.kept_count(keys[u.file], u.start, u.stop, u.stride, share)
+            )
+            for u in items
+        )
 
     def work_items(self, max_rows: int) -> tuple[Unit, ...]:
         """The plan's units cut into items of at most ``max_rows`` rows, in plan order.
@@ -83,7 +99,7 @@ class InputPipeline:
             items.extend(
                 Unit(unit.file, a, b) for a, b in split_rows(unit.start, unit.stop, max_rows)
             )
-        return tuple(items)
+        return self._with_kept(items)
 
     def training_items(self, steps_per_call: int) -> tuple[Unit, ...]:
         """The items training hands out, one per closure: ``steps_per_call`` batches
@@ -98,7 +114,7 @@ class InputPipeline:
         for unit in self.plan.units:
             pieces = -(-unit.rows // max_rows)
             items.extend(Unit(unit.file, unit.start + k, unit.stop, pieces) for k in range(pieces))
-        return tuple(items)
+        return self._with_kept(items)
 
     def contiguous_training_items(self, steps_per_call: int) -> tuple[Unit, ...]:
         """The same number of items per unit as :meth:`training_items`, as contiguous
@@ -152,6 +168,8 @@ class InputPipeline:
         ragged = frozenset(c for c, (_, is_list) in read_dtypes.items() if is_list)
         shuffle = training and spec.shuffle
         files = plan.files
+        share = self.hash_share
+        keys = hashed_rows.file_keys(files) if share is not None else ()
 
         def read_unit(file_index, start, stop, stride=1):
             path = tf.gather(tf.constant(files), file_index)
@@ -193,8 +211,17 @@ class InputPipeline:
                 },
                 "keep": {c: raw[c] for c in keep},
             }
+            order = None
+            if share is not None:  # the rows the split's hash_share keeps
+                key = tf.gather(tf.constant(np.array(keys, np.uint64)), file_index)
+                file_rows = tf.range(start, stop, stride, dtype=tf.int64)
+                order = tf.where(hashed_rows.kept_in_graph(key, file_rows, share))[:, 0]
             if shuffle:
-                order = tf.random.shuffle(tf.range(tf.size(rows)), seed=spec.seed)
+                order = tf.random.shuffle(
+                    tf.range(tf.size(rows, out_type=tf.int64)) if order is None else order,
+                    seed=spec.seed,
+                )
+            if order is not None:
                 element = tf.nest.map_structure(lambda t: tf.gather(t, order), element)
             return element
 
@@ -313,4 +340,8 @@ def prepare_input(
     spec = spec or config.input
     label_columns = [config.features.column_of(config.features.labels[n]) for n in config.labels]
     plan = plan_shards(metas, num_workers, spec.max_unit_rows, on_bad_row, skipped, label_columns)
-    return InputPipeline(plan, transform, spec, tuple(extra_columns), tuple(keep_columns))
+    chosen = getattr(config.data, split) if config.data is not None and split else None
+    share = tuple(chosen.hash_share) if chosen is not None and chosen.hash_share else None
+    return InputPipeline(
+        plan, transform, spec, tuple(extra_columns), tuple(keep_columns), hash_share=share
+    )

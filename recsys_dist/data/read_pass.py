@@ -16,7 +16,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from recsys_dist.data.input_fn import InputPipeline, row_id
+from recsys_dist.data import hashed_rows
+from recsys_dist.data.input_fn import ROW_FILE_SHIFT, InputPipeline
 from recsys_dist.data.shard_plan import ShardPlan
 from recsys_dist.errors import DataError, RecsysError, op_error_reason
 from recsys_dist.ops import OP_NAME
@@ -118,18 +119,23 @@ def bad_data_error(exc: tf.errors.OpError) -> RecsysError:
     return DataError(f"reading Parquet failed on a worker: {reason}")
 
 
-def check_exactly_once(plan: ShardPlan, row_ids: np.ndarray) -> None:
-    """Checks that ``row_ids`` holds every row of ``plan`` exactly once.
+def check_exactly_once(
+    plan: ShardPlan, row_ids: np.ndarray, hash_share: tuple[float, float] | None = None
+) -> None:
+    """Checks that ``row_ids`` holds every row of ``plan`` exactly once (every row that
+    ``hash_share`` keeps, when the split has one).
 
     Raises:
       DataError: naming how many rows were missed or read twice, with examples.
     """
-    expected = np.concatenate(
-        [
-            np.arange(row_id(u.file, u.start), row_id(u.file, u.stop), dtype=np.int64)
-            for u in plan.units
-        ]
-    )
+    keys = hashed_rows.file_keys(plan.files) if hash_share is not None else ()
+    pieces = []
+    for u in plan.units:
+        rows = np.arange(u.start, u.stop, dtype=np.int64)
+        if hash_share is not None:
+            rows = rows[hashed_rows.kept(keys[u.file], rows, hash_share)]
+        pieces.append((np.int64(u.file) << ROW_FILE_SHIFT) | rows)
+    expected = np.concatenate(pieces) if pieces else np.zeros([0], np.int64)
     got, counts = np.unique(row_ids, return_counts=True)
     twice = got[counts > 1]
     missing = np.setdiff1d(expected, got, assume_unique=True)

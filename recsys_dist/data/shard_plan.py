@@ -24,15 +24,20 @@ from recsys_dist.errors import DataError
 @dataclasses.dataclass(frozen=True)
 class Unit:
     """Rows ``start, start + stride, ...`` below ``stop`` of file number ``file`` of a
-    plan: the range ``[start, stop)`` with the default stride 1."""
+    plan: the range ``[start, stop)`` with the default stride 1. ``kept``: the rows of
+    them a split with ``hash_share`` keeps (``data/hashed_rows.py``), when it has one."""
 
     file: int
     start: int
     stop: int
     stride: int = 1
+    kept: int | None = None
 
     @property
     def rows(self) -> int:
+        """Rows a reader returns for it."""
+        if self.kept is not None:
+            return self.kept
         return len(range(self.start, self.stop, self.stride))
 
     def describe(self) -> str:
@@ -65,6 +70,18 @@ class ShardPlan:
     @property
     def total_rows(self) -> int:
         return sum(u.rows for u in self.units)
+
+
+def relative_paths(files: tuple[str, ...]) -> list[str]:
+    """``files`` relative to the deepest directory that holds them all (``dt=.../x.parquet``
+    under a data root), so the same data reads the same from another root or store."""
+    parts = [f.split("://", 1)[-1].split("/") for f in files]
+    depth = 0
+    if parts:
+        shortest = min(len(p) for p in parts) - 1  # directories only, never the file name
+        while depth < shortest and len({p[depth] for p in parts}) == 1:
+            depth += 1
+    return ["/".join(p[depth:]) for p in parts]
 
 
 def _null_label(meta: FileMeta, group: int, label_columns: list[str]) -> str | None:

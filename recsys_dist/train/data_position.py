@@ -20,24 +20,12 @@ import json
 import random
 from typing import Iterator
 
-from recsys_dist.data.shard_plan import Unit
+from recsys_dist.data.shard_plan import Unit, relative_paths
 from recsys_dist.errors import RecsysError
 
 
 class PositionMismatch(RecsysError):
     """A checkpoint's data position belongs to other data than this run's."""
-
-
-def relative_paths(files: tuple[str, ...]) -> list[str]:
-    """``files`` relative to the deepest directory that holds them all (``dt=.../x.parquet``
-    under a data root), so the same data reads the same from another root or store."""
-    parts = [f.split("://", 1)[-1].split("/") for f in files]
-    depth = 0
-    if parts:
-        shortest = min(len(p) for p in parts) - 1  # directories only, never the file name
-        while depth < shortest and len({p[depth] for p in parts}) == 1:
-            depth += 1
-    return ["/".join(p[depth:]) for p in parts]
 
 
 def items_fingerprint(

@@ -66,9 +66,29 @@ def test_nothing_is_carved_when_the_config_chooses(tmp_path, window, changes):
         assert config.data.validation is None
 
 
-def test_a_glob_window_is_not_carved(tmp_path):
-    config = load_config(small_config(tmp_path, train={"glob": "dt=*/*.parquet"}))
+def test_a_glob_split_gives_a_tenth_of_its_rows_by_hash(tmp_path):
+    config = load_config(small_config(tmp_path, train={"glob": "part-*.parquet"}))
+    data = config.data
+    assert data.validation_carved and config.train.epochs == EPOCHS_WITH_VALIDATION
+    assert (data.train.glob, data.train.hash_share) == ("part-*.parquet", [0.0, 0.9])
+    assert (data.validation.glob, data.validation.hash_share) == ("part-*.parquet", [0.9, 1.0])
+    assert config.raw["data"]["validation"] == {"glob": "part-*.parquet", "hash_share": [0.9, 1.0]}
+    assert data.carved_note() == (
+        "validation 10% of the rows of part-*.parquet (by a hash of each row's file name and "
+        "number) chooses the passes (training on the others); set data.validation, or "
+        "train.epochs, to choose them yourself"
+    )
+    # a split that already keeps a share is the user's own: not carved again
+    given = {"glob": "part-*.parquet", "hash_share": [0.0, 0.5]}
+    config = load_config(small_config(tmp_path, train=given))
     assert config.data.validation is None and config.train.epochs == 1
+
+
+@pytest.mark.parametrize("share", [[0.5], [0.5, 0.5], [-0.1, 0.5], [0.2, 1.5], [0.9, 0.1]])
+def test_a_bad_hash_share_is_refused_naming_the_key(tmp_path, share):
+    path = small_config(tmp_path, train={"glob": "part-*.parquet", "hash_share": share})
+    with pytest.raises(Exception, match=r"data\.train.*hash_share: got .*expected \[FROM, TO\]"):
+        load_config(path)
 
 
 def test_validate_says_where_the_validation_split_came_from(tmp_path, capsys):

@@ -80,3 +80,17 @@ def test_the_two_steps_check_the_tables_once_and_score_the_held_out_split_once(
         (str(tmp_path / "run" / refit.PASSES_DIR), False, True),
         (str(tmp_path / "run"), True, False),
     ]
+
+
+def test_a_glob_split_is_refit_on_every_row(tmp_path):
+    config = load_config(small_config(tmp_path, train={"glob": "part-*.parquet"}))
+    assert refits(config) and config.data.train.hash_share == [0.0, 0.9]
+    whole = whole_window_config(config, 4)
+    assert whole.data.train.glob == "part-*.parquet" and whole.data.train.hash_share is None
+    assert whole.data.validation is None and whole.train.epochs == 4
+    written = tmp_path / "written"
+    written.mkdir()
+    for name, text in resolved_files(whole).items():
+        (written / name).write_text(text)
+    again = load_config(written / "config.yaml")
+    assert again.data.train == whole.data.train and not again.data.validation_carved
