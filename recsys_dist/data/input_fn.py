@@ -80,13 +80,14 @@ class InputPipeline:
         """``items``, each with the rows :attr:`hash_share` keeps counted (when set)."""
         if self.hash_share is None:
             return tuple(items)
-        keys, share = hashed_rows.file_keys(self.plan.files), self.hash_share
-        return tuple(
-            dataclasses.replace(
-                u, kept=hashed_rows.kept_count(keys[u.file], u.start, u.stop, u.stride, share)
-            )
-            for u in items
-        )
+        return tuple(dataclasses.replace(u, kept=self.item_rows(u)) for u in items)
+
+    def item_rows(self, item: Unit) -> int:
+        """Rows a reader returns for ``item``: those :attr:`hash_share` keeps, when set."""
+        if self.hash_share is None:
+            return len(range(item.start, item.stop, item.stride))
+        key = hashed_rows.file_keys(self.plan.files)[item.file]
+        return hashed_rows.kept_count(key, item.start, item.stop, item.stride, self.hash_share)
 
     def work_items(self, max_rows: int) -> tuple[Unit, ...]:
         """The plan's units cut into items of at most ``max_rows`` rows, in plan order.

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from recsys_dist.data.input_fn import InputPipeline
+from recsys_dist.data.shard_plan import Unit
 from recsys_dist.train.step import ReplicaStep
 
 
@@ -62,15 +63,21 @@ class LockstepRunner:
 
     def train_item(self, file_index, start, stop, stride, max_steps):
         file_index, start, stop, stride = int(file_index), int(start), int(stop), int(stride)
-        n = len(range(start, stop, stride))
-        steps = min(-(-n // self.batch), int(max_steps))
+        # Each worker's rows (those the split keeps); every worker runs the steps the
+        # largest share needs (ceil(n / batch_size) when nothing is filtered).
+        counts = [
+            self.pipeline.item_rows(Unit(file_index, a, b, stride))
+            for a, b in (
+                worker_rows(start, stop, w, self.workers, stride) for w in range(self.workers)
+            )
+        ]
+        steps = min(max(-(-c // self.share) for c in counts), int(max_steps))
         totals, first_step_at = tf.zeros([2]), 0.0
         for rows in self._batches(file_index, start, stop, stride, steps):
             totals += self._step(rows)
             first_step_at = first_step_at or time.time()
         self.global_step.assign_add(steps)
-        shares = (worker_rows(start, stop, w, self.workers, stride) for w in range(self.workers))
-        trained = sum(min(len(range(a, b, stride)), steps * self.share) for a, b in shares)
+        trained = sum(min(c, steps * self.share) for c in counts)
         return (
             totals[0],
             totals[1],
@@ -125,7 +132,9 @@ class LockstepRunner:
             yield rows
             taken += 1
         if taken < steps:
-            padding = next(iter(read(start, start + 1, 1)))
+            # (the item's first row it returns: with a hash_share, not always row start)
+            end = start + 1 if self.pipeline.hash_share is None else stop
+            padding = next(iter(read(start, end, 1, stride)))
             padding = dict(padding, valid=tf.zeros_like(padding["valid"]))
             for _ in range(steps - taken):
                 yield padding
