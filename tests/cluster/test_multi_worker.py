@@ -91,6 +91,23 @@ def test_two_workers_end_with_the_weights_and_slots_of_one_worker(runs):
     assert "cluster  worker 1 of 2" in (tmp / "collective" / "logs" / "worker-1.log").read_text()
 
 
+def test_a_hash_share_split_trains_the_same_rows_on_two_workers_as_on_one(runs):
+    """Each worker filters its half of an item to the rows the split's ``hash_share``
+    keeps, so the two workers' global batch is the one worker's batch: the same state."""
+    config, tmp = runs
+    settings = ("--set", 'data.train={glob: "dt=*/*.parquet", hash_share: [0.0, 0.7]}')
+    output = train(config, tmp / "share_collective", *COLLECTIVE, *settings)
+    assert "cluster  worker 0 of 2" in output, output[-3000:]
+    train(config, tmp / "share_one_worker", *ONE_WORKER, *settings)
+    steps = checkpoint(tmp / "share_collective")["global_step/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert steps == checkpoint(tmp / "share_one_worker")["global_step/.ATTRIBUTES/VARIABLE_VALUE"]
+    assert steps == 48  # 6 files of 2,000 rows, each in 8 items of one step
+    for run in ("share_collective", "share_one_worker"):  # 0.7 of 12,000 rows, give or take
+        examples = json.loads((tmp / run / "train_result.json").read_text())["examples"]
+        assert abs(examples - 8_400) < 4 * (12_000 * 0.7 * 0.3) ** 0.5, (run, examples)
+    assert_same_state(tmp / "share_collective", tmp / "share_one_worker")
+
+
 def test_batch_norm_and_early_stopping_end_as_two_mirrored_replicas_do(runs):
     """Batch norm normalises each worker's rows by their own statistics and each worker moves
     its own moving statistics, as each replica of ``mirrored`` does (a checkpoint saves
