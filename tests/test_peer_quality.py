@@ -339,5 +339,5 @@ def test_synthetic_defaults_validate_on_day_6_with_early_stopping(tmp_path, caps
     assert data.validation_carved
     assert (checked[1].config.train.epochs, checked[1].config.train.early_stopping.patience) == (
         30,
-        1,
+        2,
     )

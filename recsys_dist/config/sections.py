@@ -247,7 +247,7 @@ class EarlyStoppingSpec:
       label: Label whose metric decides (default: the model's first label).
     """
 
-    patience: int = field(default=1, metadata={"min": 1})
+    patience: int = field(default=2, metadata={"min": 1})
     min_delta: float = field(default=0.0, metadata={"min": 0.0})
     metric: Literal["auc", "logloss"] = "auc"
     label: str | None = None

@@ -663,4 +663,4 @@ def test_early_stopping_is_on_by_default_with_a_validation_split(
     assert (config.train.early_stopping is not None) == stopping
     if stopping and "early_stopping" not in " ".join(overrides):
         assert config.train.early_stopping == EarlyStoppingSpec()
-        assert config.raw["train"]["early_stopping"]["patience"] == 1
+        assert config.raw["train"]["early_stopping"]["patience"] == 2
