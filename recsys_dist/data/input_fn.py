@@ -186,6 +186,7 @@ class InputPipeline:
                     )
                 else:
                     raw[name], present[name] = column.values, column.valid
+            step = tf.cast(stride, tf.int64)
             source = tf.strings.join(
                 [
                     path,
@@ -193,6 +194,7 @@ class InputPipeline:
                     tf.strings.as_string(start),
                     "..",
                     tf.strings.as_string(stop),
+                    tf.where(step > 1, " in steps of " + tf.strings.as_string(step), ""),
                     ")",
                 ]
             )

@@ -260,13 +260,15 @@ def test_bad_data_on_the_second_worker_stops_the_job_with_its_error(runs):
     path = sorted(bad.glob("dt=2026-01-01/*.parquet"))[0]
     table = pq.read_table(path)
     values = table["I1"].to_numpy(zero_copy_only=False).copy()
-    values[200] = np.inf  # item rows 0..250 (a row group): worker 1 reads rows 125..250
+    # Row groups of 500 rows make two items, rows 0, 2, ..., 498 and 1, 3, ..., 499:
+    # of the first, worker 1 reads rows 250, 252, ..., 498.
+    values[300] = np.inf
     table = table.set_column(
         table.schema.get_field_index("I1"),
         pa.field("I1", pa.float32()),
         pa.array(values, pa.float32()),
     )
-    pq.write_table(table, path)
+    pq.write_table(table, path, row_group_size=500)  # the row groups it was written with
     result = command_forks.run(
         [
             CLI,
@@ -291,7 +293,8 @@ def test_bad_data_on_the_second_worker_stops_the_job_with_its_error(runs):
     ), result.stderr
     assert (
         f"error: numeric column 'I1' (feature 'I1') has an infinite value in {path} "
-        "(rows 125..250) at row 200 (set data.on_bad_row: skip to skip such rows)\n"
+        "(rows 250..500 in steps of 2) at row 300 (set data.on_bad_row: skip to skip such "
+        "rows)\n"
     ) in result.stderr
 
 

@@ -179,7 +179,10 @@ def test_a_strided_item_names_its_rows_in_errors(tmp_path, small_config):
     (path,) = _write(tmp_path, [small_table(100, price=pa.array(prices))], 100)
     config = load_config(small_config(train={"dates": "2026-01-01"}), ["train.steps_per_call=1"])
     pipeline = prepare_input(config, "train", 1)
-    with pytest.raises(DataError, match=r"has a NaN or infinite value.* at row 17 "):
+    with pytest.raises(
+        DataError,
+        match=rf"infinite value.* in {path} \(rows 1\.\.100 in steps of 4\) at row 17 ",
+    ):
         read_split(pipeline, Recording(), 1, 1)
     pathlib.Path(path).unlink()
     _write(tmp_path, [small_table(100)], 100)
