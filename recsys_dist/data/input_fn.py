@@ -20,6 +20,7 @@ this process. No Python runs per row or per batch. Each element is a dict::
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Literal
 
 import numpy as np
@@ -76,6 +77,11 @@ class InputPipeline:
     keep_columns: tuple[str, ...] = ()
     hash_share: tuple[float, float] | None = None
 
+    @functools.cached_property
+    def _file_keys(self) -> tuple[int, ...]:
+        """Each file's key for :attr:`hash_share` (``hashed_rows.file_keys``), once."""
+        return hashed_rows.file_keys(self.plan.files)
+
     def _with_kept(self, items: list[Unit]) -> tuple[Unit, ...]:
         """``items``, each with the rows :attr:`hash_share` keeps counted (when set)."""
         if self.hash_share is None:
@@ -86,7 +92,7 @@ class InputPipeline:
         """Rows a reader returns for ``item``: those :attr:`hash_share` keeps, when set."""
         if self.hash_share is None:
             return len(range(item.start, item.stop, item.stride))
-        key = hashed_rows.file_keys(self.plan.files)[item.file]
+        key = self._file_keys[item.file]
         return hashed_rows.kept_count(key, item.start, item.stop, item.stride, self.hash_share)
 
     def work_items(self, max_rows: int) -> tuple[Unit, ...]:
@@ -170,7 +176,7 @@ class InputPipeline:
         shuffle = training and spec.shuffle
         files = plan.files
         share = self.hash_share
-        keys = hashed_rows.file_keys(files) if share is not None else ()
+        keys = np.array(self._file_keys if share is not None else (), np.uint64)
 
         def read_unit(file_index, start, stop, stride=1):
             path = tf.gather(tf.constant(files), file_index)
@@ -199,9 +205,9 @@ class InputPipeline:
                 ]
             )
             features, labels, valid = transform(raw, source, start, present, stride)
+            file_rows = tf.range(start, stop, stride, dtype=tf.int64)
             rows = tf.bitwise.bitwise_or(
-                tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT),
-                tf.range(start, stop, stride, dtype=tf.int64),
+                tf.bitwise.left_shift(file_index, ROW_FILE_SHIFT), file_rows
             )
             element = {
                 "features": features,
@@ -216,8 +222,7 @@ class InputPipeline:
             }
             order = None
             if share is not None:  # the rows the split's hash_share keeps
-                key = tf.gather(tf.constant(np.array(keys, np.uint64)), file_index)
-                file_rows = tf.range(start, stop, stride, dtype=tf.int64)
+                key = tf.gather(tf.constant(keys), file_index)
                 order = tf.where(hashed_rows.kept_in_graph(key, file_rows, share))[:, 0]
             if shuffle:
                 order = tf.random.shuffle(

@@ -41,10 +41,10 @@ class Unit:
         return len(range(self.start, self.stop, self.stride))
 
     def describe(self) -> str:
-        """``rows A..B``, or ``rows A, A+S, ... below B`` when strided, for messages."""
-        if self.stride == 1:
-            return f"rows {self.start}..{self.stop}"
-        return f"rows {self.start}, {self.start + self.stride}, ... below {self.stop}"
+        """``rows A..B``, with `` in steps of S`` when strided, for messages (the form
+        a worker's bad-row message gives, ``InputPipeline.item_dataset``)."""
+        steps = f" in steps of {self.stride}" if self.stride > 1 else ""
+        return f"rows {self.start}..{self.stop}{steps}"
 
 
 @dataclasses.dataclass(frozen=True)
