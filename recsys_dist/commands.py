@@ -61,7 +61,7 @@ def _describe_plan(pipeline, steps_per_call: int, split: str | None) -> list[str
         items = pipeline.training_items(steps_per_call)
         how = "train.steps_per_call batches"
     lines = [
-        f"data     {len(plan.files)} files, {plan.total_rows:,} rows, {len(plan.units)} units",
+        f"data     {len(plan.files)} files, {pipeline.describe_rows()}, {len(plan.units)} units",
         f"schema   OK: {len(pipeline.transform.columns)} columns ("
         + ", ".join(
             f"{c} {pipeline.transform.column_dtypes[c]}" for c in pipeline.transform.columns[:6]

@@ -82,6 +82,21 @@ class InputPipeline:
         """Each file's key for :attr:`hash_share` (``hashed_rows.file_keys``), once."""
         return hashed_rows.file_keys(self.plan.files)
 
+    @functools.cached_property
+    def total_rows(self) -> int:
+        """Rows one pass returns: the plan's, or those :attr:`hash_share` keeps."""
+        return sum(self.item_rows(u) for u in self.plan.units)
+
+    def describe_rows(self) -> str:
+        """``N rows``, or ``N of the files' M rows (hash_share [a, b])`` with a share."""
+        if self.hash_share is None:
+            return f"{self.total_rows:,} rows"
+        low, high = self.hash_share
+        return (
+            f"{self.total_rows:,} of the files' {self.plan.total_rows:,} rows "
+            f"(hash_share [{low:g}, {high:g}])"
+        )
+
     def _with_kept(self, items: list[Unit]) -> tuple[Unit, ...]:
         """``items``, each with the rows :attr:`hash_share` keeps counted (when set)."""
         if self.hash_share is None:

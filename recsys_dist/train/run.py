@@ -63,7 +63,7 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
     workers = config.cluster.workers
     train_input = prepare_input(config, "train", workers)
     log.info(
-        f"train\t{len(train_input.plan.files)} files, {train_input.plan.total_rows:,} rows "
+        f"train\t{len(train_input.plan.files)} files, {train_input.describe_rows()} "
         f"x {config.train.epochs} epoch(s), model {config.model.name}, labels "
         f"{', '.join(config.labels)}, model_dir {model_dir}"
     )
@@ -74,7 +74,7 @@ def _plan_inputs(config: ExperimentConfig, model_dir: str, evaluate: bool):
         )
         oracle = oracle_columns(config.labels, eval_input.extra_columns)
         log.info(
-            f"eval\t{len(eval_input.plan.files)} files, {eval_input.plan.total_rows:,} rows"
+            f"eval\t{len(eval_input.plan.files)} files, {eval_input.describe_rows()}"
             + (f"; oracle logits: {', '.join(oracle.values())}" if oracle else "")
         )
     return train_input, eval_input, oracle
@@ -114,7 +114,7 @@ def _plan_validation(config: ExperimentConfig):
     if carved:
         log.info("validate\t%s", carved)
     log.info(
-        f"validate\t{len(validation.plan.files)} files, {validation.plan.total_rows:,} rows "
+        f"validate\t{len(validation.plan.files)} files, {validation.describe_rows()} "
         f"after every epoch; stop after {spec.patience} epoch(s) without a gain in "
         f"{spec.metric}"
     )

@@ -186,7 +186,7 @@ class Trainer:
                 self.model,
                 config.train,
                 pipeline.spec.batch_size,
-                steps_per_epoch=math.ceil(pipeline.plan.total_rows / pipeline.spec.batch_size),
+                steps_per_epoch=math.ceil(pipeline.total_rows / pipeline.spec.batch_size),
             )
             self.auc = training_auc(config.labels)
             self.auc_reader = AucReader(self.auc, self.runtime)

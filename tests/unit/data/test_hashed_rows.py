@@ -61,7 +61,11 @@ def test_two_splits_of_one_glob_read_every_row_once_between_them(tmp_path, steps
         )
         check_exactly_once(pipeline.plan, result.row_ids, pipeline.hash_share)
         read[split] = set(result.row_ids.tolist())
-        assert result.rows == len(read[split])  # every item returned what its count said
+        assert result.rows == len(read[split]) == pipeline.total_rows  # each item's count
+        assert pipeline.describe_rows() == (
+            f"{len(read[split]):,} of the files' 220 rows (hash_share "
+            f"[{', '.join(f'{x:g}' for x in pipeline.hash_share)}])"
+        )
     assert not read["train"] & read["validation"]
     assert len(read["train"]) + len(read["validation"]) == 220
     assert 0 < len(read["validation"]) < 60  # about a tenth
