@@ -138,11 +138,13 @@ def test_missing_peer_names_the_bench_extra(monkeypatch, tiny_data, capsys):
 
 
 def _hashed_demo(tmp_path) -> str:
-    """configs/demo.yaml over its feature config with the dynamic ``user`` table hashed."""
+    """configs/demo.yaml over its feature config with every dynamic table hashed."""
     import yaml
 
     features = yaml.safe_load((ROOT / "features" / "criteo_synth.yaml").read_text())
-    features["tables"]["user"] = {"rows": 1000, "dim": 16}
+    for name, spec in features["tables"].items():
+        if spec.get("kind") == "dynamic":
+            features["tables"][name] = {"rows": 1000, "dim": spec["dim"]}
     (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
     config = yaml.safe_load(pathlib.Path(DEMO).read_text())
     config["features"] = str(tmp_path / "features.yaml")
