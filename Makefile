@@ -6,7 +6,7 @@ CLI    := $(VENV)/bin/recsys-dist
 STAMP  := $(VENV)/.installed
 DEMO_DATA := data/demo
 
-.PHONY: install demo lint format test test-fast test-arith test-configs test-faults bench clean-demo
+.PHONY: install demo lint format test test-fast test-arith test-configs test-faults bench bench-torch clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,17 @@ test-arith: $(STAMP)
 
 # Every benchmark that has a target, with the arguments of the figures the README and docs
 # cite (benchmarks/README.md). The one-off studies in benchmarks/studies/ are not run.
+# The plain-PyTorch peer of benchmarks/sequence_speed.py, in an environment of its own so
+# that the package's pinned stack never meets PyTorch's (the CPU build, with numpy).
+TORCH_VENV := .venv-torch
+TORCH_VERSION := 2.13.0
+$(TORCH_VENV)/bin/python:
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		'torch==$(TORCH_VERSION)' numpy
+
+bench-torch: $(TORCH_VENV)/bin/python
+
 bench: $(STAMP)
 	$(PY) benchmarks/op_correctness.py
 	$(PY) benchmarks/sparse_kernels.py --rounds 3

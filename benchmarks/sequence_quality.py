@@ -60,6 +60,48 @@ def side_settings(side: str) -> list[str]:
     return [f"model.name={side}"]
 
 
+def prepare_data(
+    kind: str, scratch: pathlib.Path, amazon: str | None, source: str | None, rows_per_day: int
+) -> tuple[str, str, list[str]]:
+    """``(data root, config, --set values)`` of ``--data amazon`` (built into ``scratch``
+    from ``source`` unless ``amazon`` holds a converted set) or ``synthetic`` (written to
+    ``scratch``: 3 days, train on 2, evaluate on the 3rd)."""
+    if kind == "amazon":
+        data = amazon or str(scratch / "amazon")
+        if not (pathlib.Path(data) / "summary.json").exists():
+            command = [
+                sys.executable,
+                str(ROOT / "benchmarks" / "amazon_sequences.py"),
+                "--out",
+                data,
+            ] + (["--source", source] if source else [])
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        return data, str(AMAZON_CONFIG), []
+    data = str(scratch / "behaviour")
+    cli(
+        "data",
+        "synth",
+        "--dataset",
+        "behaviour",
+        "--out",
+        data,
+        "--days",
+        "3",
+        "--rows-per-day",
+        str(rows_per_day),
+        "--seed",
+        "7",
+        "--quiet",
+    )
+    extra = [
+        f"features={SYNTHETIC_FEATURES}",
+        "data.train={dates: 2026-01-01..2026-01-02}",
+        "data.eval={dates: 2026-01-03}",
+        "data.validation=null",
+    ]
+    return data, str(AMAZON_CONFIG), extra
+
+
 def train_and_evaluate(
     config: str, data: str, run: pathlib.Path, settings: list[str], seed: int
 ) -> dict:
@@ -137,42 +179,9 @@ def main() -> None:
         raise SystemExit(f"--sides: {unknown} unknown; choose from {', '.join(SIDES)}")
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="sequence_quality_"))
     try:
-        if args.data == "amazon":
-            data = args.amazon or str(scratch / "amazon")
-            if not (pathlib.Path(data) / "summary.json").exists():
-                command = [
-                    sys.executable,
-                    str(ROOT / "benchmarks" / "amazon_sequences.py"),
-                    "--out",
-                    data,
-                ] + (["--source", args.source] if args.source else [])
-                subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-            config = str(AMAZON_CONFIG)
-            extra = []
-        else:
-            data = str(scratch / "behaviour")
-            cli(
-                "data",
-                "synth",
-                "--dataset",
-                "behaviour",
-                "--out",
-                data,
-                "--days",
-                "3",
-                "--rows-per-day",
-                str(args.rows_per_day),
-                "--seed",
-                "7",
-                "--quiet",
-            )
-            config = str(AMAZON_CONFIG)
-            extra = [
-                f"features={SYNTHETIC_FEATURES}",
-                "data.train={dates: 2026-01-01..2026-01-02}",
-                "data.eval={dates: 2026-01-03}",
-                "data.validation=null",
-            ]
+        data, config, extra = prepare_data(
+            args.data, scratch, args.amazon, args.source, args.rows_per_day
+        )
         print(f"data {args.data} ({data}); config {config}; seeds {seeds}; sides {sides}")
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for seed in seeds:

@@ -77,7 +77,6 @@ COVERED_BY: dict[str, str] = {
     "recsys_dist/models/table_stack.py": "tests/unit/models/test_embedding.py",
     "recsys_dist/models/activations.py": "tests/unit/models/test_attention.py",
     "recsys_dist/models/masking.py": "tests/unit/models/test_attention.py",
-    "recsys_dist/models/behaviour.py": "tests/unit/models/test_sequence_models.py",
     "recsys_dist/models/dynamic_lookup.py": "tests/unit/models/test_dynamic_table.py",
     "recsys_dist/models/rows_in_use.py": "tests/unit/models/test_dynamic_table.py",
     "recsys_dist/models/sharding.py": "tests/unit/cluster/test_placement.py",

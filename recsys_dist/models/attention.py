@@ -30,7 +30,13 @@ from recsys_dist.models.blocks import (
     derive_seed,
     seeded_initializer,
 )
-from recsys_dist.models.masking import bool_mask, check_choice, is_positive_int, masked_softmax
+from recsys_dist.models.masking import (
+    bool_mask,
+    check_choice,
+    is_positive_int,
+    masked_softmax,
+    ragged_softmax,
+)
 
 #: Score normalizations of :class:`TargetAttention`.
 NORMALIZATIONS = ("none", "softmax")
@@ -149,28 +155,43 @@ class TargetAttention(tf.keras.layers.Layer):
                 f"Received: query.shape={query.shape}, keys.shape={keys.shape}"
             )
         mask = bool_mask(mask, keys)  # [B, L]
-        keys = tf.where(mask[..., tf.newaxis], keys, tf.zeros_like(keys))
-        # The unit runs on the real positions only, one row per (example, position), so
-        # Dice and PReLU keep one parameter per unit and padding costs nothing.
         dim = keys.shape[-1] if keys.shape[-1] is not None else tf.shape(keys)[-1]
         real = tf.where(tf.reshape(mask, [-1]))[:, 0]  # [R]
         length = tf.shape(keys, out_type=tf.int64)[1]
-        k = tf.gather(tf.reshape(keys, [-1, dim]), real)  # [R, D]
-        q = tf.gather(query, real // length)  # [R, D]
-        x = tf.concat([q, k, q - k, q * k], axis=-1)
+        values = tf.gather(tf.reshape(keys, [-1, dim]), real)  # [R, D]
+        outputs, scores = self.attend(query, values, real // length, training)
+        cells = tf.size(mask, out_type=tf.int64)
+        weights = tf.reshape(tf.scatter_nd(real[:, tf.newaxis], scores, [cells]), tf.shape(mask))
+        return (outputs, weights) if return_weights else outputs
+
+    def attend(
+        self,
+        query: tf.Tensor,
+        values: tf.Tensor,
+        rows: tf.Tensor,
+        training: bool | None = None,
+        extra: tf.Tensor | None = None,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The unit on a history kept at its real positions only: ``values`` ``[R, D]``,
+        the example of each in ``rows`` ``[R]`` (int64, ascending). One row of the unit per
+        real position, so Dice and PReLU keep one parameter per unit and padding costs
+        nothing. ``extra`` ``[R, E]`` (e.g. a position embedding) joins the unit's input
+        and weighs nothing itself. Returns the outputs ``[B, D]`` and each position's
+        weight ``[R]``."""
+        query = tf.convert_to_tensor(query, self.compute_dtype)
+        values = tf.convert_to_tensor(values, self.compute_dtype)
+        q = tf.gather(query, rows)  # [R, D]
+        parts = [q, values, q - values, q * values]
+        x = tf.concat(parts if extra is None else [*parts, extra], axis=-1)
         for dense, act in self.hidden:
             x = dense(x)
             x = act(x, training=training) if isinstance(act, Dice) else act(x)
-        cells = tf.size(mask, out_type=tf.int64)
-        scores = tf.reshape(
-            tf.scatter_nd(real[:, tf.newaxis], self.score(x)[:, 0], [cells]), tf.shape(mask)
-        )  # [B, L]
+        scores = self.score(x)[:, 0]  # [R]
+        batch = tf.shape(query)[0]
         if self.normalization == "softmax":
-            weights = masked_softmax(scores, mask)
-        else:
-            weights = tf.where(mask, scores, tf.zeros_like(scores))
-        outputs = tf.einsum("bl,bld->bd", weights, keys)
-        return (outputs, weights) if return_weights else outputs
+            scores = ragged_softmax(scores, rows, batch)
+        outputs = tf.math.unsorted_segment_sum(values * scores[:, None], rows, batch)
+        return outputs, scores
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> None:
         return None

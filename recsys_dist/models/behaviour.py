@@ -4,17 +4,19 @@ Shape letters: B batch size, L a history's ``max_length``, D a table's dim, G th
 one history position (the sum of the dims of a main sequence and its sides).
 
 :class:`BehaviourInputs` embeds a group's features with :class:`FeatureEmbeddings`,
-keeping every ``sequence`` feature as ``[B, L, D]`` (newest first, zeros at padding), and
-pairs each history (a main sequence and the sequences ``side_of`` it, see
-:meth:`FeatureConfig.sequence_groups`) with its candidate:
+keeping every ``sequence`` feature at its real positions only (newest first), and pairs
+each history (a main sequence and the sequences ``side_of`` it, see
+:meth:`FeatureConfig.sequence_groups`) with its candidate (:class:`History`):
 
-- ``keys`` ``[B, L, G]``: each position's embeddings of the main sequence and its sides,
-  concatenated (DIN's item and category embeddings of one behaviour);
+- ``values`` ``[R, G]``: each real position's embeddings of the main sequence and its
+  sides, concatenated (DIN's item and category embeddings of one behaviour), with
+  ``positions`` ``[R, 2]``; ``keys`` gives them padded, ``[B, L, G]``;
 - ``query`` ``[B, G]``: the embeddings of their ``target`` features, in the same order;
 - ``mask`` ``[B, L]`` bool: true at the real positions.
 
-Every other id-valued feature (the candidates included) comes out as ``[B, D]``, and the
-dense numerics as ``[B, n_dense]``, as from :class:`FeatureEmbeddings`.
+Every other id-valued feature (the candidates included) comes out as ``[B, D]``, the dense
+numerics as ``[B, n_dense]``. Pooling over ``values`` costs nothing for padding; only BST's
+transformer, which reads every position, builds ``keys``.
 """
 
 from __future__ import annotations
@@ -27,24 +29,41 @@ import tensorflow as tf
 from recsys_dist.config.model_inputs import history_problem
 from recsys_dist.features.config import FeatureConfig, SequenceGroup
 from recsys_dist.models.dynamic_table import ModelTables
-from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.embedding import FeatureEmbeddings, KeptSequence, scatter_padded
 
 
 @dataclasses.dataclass(frozen=True)
 class History:
-    """One history of a batch, next to its candidate.
+    """One history of a batch, next to its candidate, kept at its real positions.
 
     Attributes:
       group: Which sequences (and targets) it is made of.
       query: ``[B, G]`` the candidate's embeddings.
-      keys: ``[B, L, G]`` each position's embeddings, zeros at padding.
+      values: ``[R, G]`` each real position's embeddings (the main sequence's R real
+        positions of the batch, row-major; a side reads zeros where it has no id).
+      positions: ``[R, 2]`` int64 ``(row, position)`` of each.
       mask: ``[B, L]`` bool, true at real positions.
     """
 
     group: SequenceGroup
     query: tf.Tensor
-    keys: tf.Tensor
+    values: tf.Tensor
+    positions: tf.Tensor
     mask: tf.Tensor
+
+    @property
+    def rows(self) -> tf.Tensor:
+        """``[R]`` the example of each real position."""
+        return self.positions[:, 0]
+
+    @property
+    def keys(self) -> tf.Tensor:
+        """``[B, L, G]`` each position's embeddings, zeros at padding."""
+        return scatter_padded(self.values, self.positions, tf.shape(self.mask, out_type=tf.int64))
+
+    def mean(self) -> tf.Tensor:
+        """``[B, G]`` the mean over the real positions; zeros for an empty history."""
+        return ragged_mean(self.values, self.rows, self.mask)
 
 
 def check_histories(features: FeatureConfig, names: list[str], model: str) -> list[SequenceGroup]:
@@ -114,16 +133,47 @@ class BehaviourInputs(tf.keras.layers.Layer):
         sparse, dense = self.embeddings(features, training=training)
         histories = []
         for group in self.groups:
-            keys = tf.concat([sparse[n] for n in group.sequences], axis=-1)
+            main = sparse[group.main]
+            values = [
+                main.values if n == group.main else _aligned(sparse[n], main)
+                for n in group.sequences
+            ]
             query = tf.concat([sparse[t] for t in group.targets], axis=-1)
             mask = tf.not_equal(features[group.main]["weights"], 0.0)
-            histories.append(History(group, query, keys, mask))
+            histories.append(History(group, query, tf.concat(values, -1), main.positions, mask))
         return {n: sparse[n] for n in self.other_names}, dense, histories
+
+
+def _aligned(side: KeptSequence, main: KeptSequence) -> tf.Tensor:
+    """``[R, D]``: a side sequence's vectors at the main sequence's real positions (zeros
+    where the side has no id). Usually both have the same positions, which costs nothing;
+    otherwise the side is scattered to ``[B, L, D]`` and gathered back."""
+
+    def same() -> tf.Tensor:
+        return tf.reduce_all(tf.equal(side.positions, main.positions))
+
+    def regathered() -> tf.Tensor:
+        return tf.gather_nd(side.padded(), main.positions)
+
+    equal_count = tf.equal(tf.shape(side.positions)[0], tf.shape(main.positions)[0])
+    return tf.cond(
+        tf.cond(equal_count, same, lambda: tf.constant(False)),
+        lambda: tf.identity(side.values),
+        regathered,
+    )
 
 
 def masked_mean(keys: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """``[B, G]``: the mean of ``keys`` ``[B, L, G]`` over the real positions of ``mask``
     ``[B, L]``; zeros for an empty history."""
     weights = tf.cast(mask, keys.dtype)
-    total = tf.einsum("bl,blg->bg", weights, keys)
+    total = tf.reduce_sum(keys * weights[..., tf.newaxis], axis=1)
     return tf.math.divide_no_nan(total, tf.reduce_sum(weights, axis=1, keepdims=True))
+
+
+def ragged_mean(values: tf.Tensor, rows: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """``[B, G]``: the mean of ``values`` ``[R, G]`` per example of ``rows`` ``[R]``, over
+    the real positions of ``mask`` ``[B, L]``; zeros for an empty history."""
+    total = tf.math.unsorted_segment_sum(values, rows, num_segments=tf.shape(mask)[0])
+    count = tf.reduce_sum(tf.cast(mask, values.dtype), axis=1, keepdims=True)
+    return tf.math.divide_no_nan(total, count)

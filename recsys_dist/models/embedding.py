@@ -50,20 +50,48 @@ def _present(ids: tf.Tensor, weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, 
     return (tf.boolean_mask(ids, present), tf.where(present), tf.boolean_mask(weights, present))
 
 
+@dataclasses.dataclass(frozen=True)
+class KeptSequence:
+    """A sequence feature's vectors at its real positions only (ragged, no padding).
+
+    Attributes:
+      values: ``[R, D]`` the vectors of the batch's R real positions, row-major order.
+      positions: ``[R, 2]`` int64 ``(row, position)`` of each.
+      shape: ``[2]`` int64, the feature's ``[B, L]``.
+    """
+
+    values: tf.Tensor
+    positions: tf.Tensor
+    shape: tf.Tensor
+
+    @property
+    def rows(self) -> tf.Tensor:
+        """``[R]`` the example of each real position."""
+        return self.positions[:, 0]
+
+    def padded(self) -> tf.Tensor:
+        """``[B, L, D]``: each vector at its position, zeros at padding."""
+        return scatter_padded(self.values, self.positions, self.shape)
+
+
+def scatter_padded(values: tf.Tensor, positions: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
+    """``[B, L, D]`` from ``values`` ``[R, D]`` at ``positions`` ``[R, 2]`` of ``shape``
+    ``[B, L]``; zeros elsewhere."""
+    full = tf.concat([shape, tf.shape(values, out_type=tf.int64)[1:]], 0)
+    return tf.scatter_nd(positions, values, full)
+
+
 def _pool(
     vectors: tf.Tensor, where: tf.Tensor, kept_weights: tf.Tensor, weights: tf.Tensor, combiner: str
-) -> tf.Tensor:
+) -> "tf.Tensor | KeptSequence":
     """Pools the looked-up ``vectors`` of :func:`_present` into ``[B, D]``, or with
-    combiner ``keep`` puts them back at their positions, ``[B, L, D]`` (zeros at padding).
+    combiner ``keep`` keeps them at their real positions (:class:`KeptSequence`).
 
     ``sum``: sum_l w e; ``mean``: sum_l w e / sum_l w; ``sqrtn``: sum_l w e / sqrt(sum_l w^2);
     a row whose divisor is 0 pools to zeros.
     """
     if combiner == "keep":
-        shape = tf.concat(
-            [tf.shape(weights, out_type=tf.int64), tf.shape(vectors, out_type=tf.int64)[1:]], 0
-        )
-        return tf.scatter_nd(where, vectors, shape)
+        return KeptSequence(vectors, where, tf.shape(weights, out_type=tf.int64))
     total = tf.math.unsorted_segment_sum(
         vectors * kept_weights[:, None], where[:, 0], num_segments=tf.shape(weights)[0]
     )
@@ -97,9 +125,9 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         ``variable_partitioner`` Keras initializers draw each shard separately, so
         sharded and unsharded tables start from different (still seeded) values.
       seed: Seed of the table initializers; each table gets its own derived seed.
-      keep_sequences: Give each ``sequence`` feature as ``[B, L, D]`` (zeros at padding,
-        position 0 the newest) instead of pooling it with its ``pooling``; attention
-        models read it with the mask ``features[name]["weights"] > 0``.
+      keep_sequences: Give each ``sequence`` feature as a :class:`KeptSequence` (its
+        vectors at its real positions, position 0 the newest) instead of pooling it with
+        its ``pooling``; attention models read it.
       name: Layer name; prefixes the variable names.
       tables: What the model's embedding layers share (:class:`ModelTables`: the
         placement, the dynamic tables' shard group and id indexes); default: this
@@ -110,7 +138,7 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
 
     Returns:
       ``(sparse, dense)``: ``sparse`` maps each id-valued feature (in
-      ``feature_names`` order) to ``[B, D]`` (``[B, L, D]`` for a kept sequence);
+      ``feature_names`` order) to ``[B, D]`` (a :class:`KeptSequence` for a kept sequence);
       ``dense`` is ``[B, n_dense]`` stacking the non-bucketized numeric features in
       order, or None when there are none.
 

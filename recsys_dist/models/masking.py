@@ -62,3 +62,11 @@ def masked_softmax(logits: tf.Tensor, mask: tf.Tensor, axis: int = -1) -> tf.Ten
     exps = tf.exp(shifted) * tf.cast(mask, logits.dtype)
     total = tf.reduce_sum(exps, axis=axis, keepdims=True)
     return exps / tf.where(total > 0, total, tf.ones_like(total))
+
+
+def ragged_softmax(scores: tf.Tensor, rows: tf.Tensor, batch: tf.Tensor) -> tf.Tensor:
+    """Softmax of ``scores`` ``[R]`` within each example of ``rows`` ``[R]`` (of ``batch``
+    examples): the ragged form of :func:`masked_softmax`, over real positions only."""
+    largest = tf.stop_gradient(tf.math.unsorted_segment_max(scores, rows, batch))
+    exp = tf.exp(scores - tf.gather(largest, rows))
+    return exp / tf.gather(tf.math.unsorted_segment_sum(exp, rows, batch), rows)

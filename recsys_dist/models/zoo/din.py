@@ -12,8 +12,8 @@ from recsys_dist.config.model_params import DINParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.activations import activation_layer
 from recsys_dist.models.attention import TargetAttention
-from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
-from recsys_dist.models.blocks import MLP, derive_seed
+from recsys_dist.models.behaviour import BehaviourInputs
+from recsys_dist.models.blocks import MLP, derive_seed, seeded_initializer
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
 
@@ -76,6 +76,24 @@ class DIN(RankingModel):
             if params.sequence_pooling == "attention"
             else []
         )
+        # One learned row per history position (0 the newest), for the unit's input.
+        self.positions = (
+            [
+                tf.keras.layers.Embedding(
+                    features.features[group.main].max_length,
+                    dim,
+                    embeddings_initializer=seeded_initializer(
+                        "uniform", derive_seed(seed, "positions", i)
+                    ),
+                    name=f"positions_{i}",
+                )
+                for i, (group, dim) in enumerate(
+                    zip(self.inputs_layer.groups, self.inputs_layer.history_dims)
+                )
+            ]
+            if self.attention and params.attention_positions
+            else []
+        )
         activation: Any = params.activation
         if params.activation in ("prelu", "dice"):
             activation = functools.partial(_activation, params.activation)
@@ -97,11 +115,13 @@ class DIN(RankingModel):
             if self.sequence_pooling == "none":
                 continue
             if self.attention:
-                pooled.append(
-                    self.attention[i](history.query, history.keys, history.mask, training=training)
+                extra = self.positions[i](history.positions[:, 1]) if self.positions else None
+                outputs, _ = self.attention[i].attend(
+                    history.query, history.values, history.rows, training=training, extra=extra
                 )
+                pooled.append(outputs)
             else:
-                pooled.append(masked_mean(history.keys, history.mask))
+                pooled.append(history.mean())
         parts = [*others.values(), *pooled, *([] if dense is None else [dense])]
         return self.head(self.deep(tf.concat(parts, axis=1), training=training))
 

@@ -329,7 +329,9 @@ def test_target_attention_all_padding_row_is_zero_with_finite_gradients(normaliz
             # g_k) with g = dL/dw, is 0 in exact arithmetic. What is left is float32
             # rounding of those terms: at most a few ulps of their absolute sum.
             w = weights.numpy().astype(np.float64)
-            g = tape.gradient(loss, weights).numpy().astype(np.float64)
+            # dL/dw_l = 2 outputs . k_l (outputs = sum_l w_l k_l, L = |outputs|^2)
+            k = np.where(mask[..., None], keys.numpy(), 0.0).astype(np.float64)
+            g = 2 * np.einsum("bd,bld->bl", outputs.numpy().astype(np.float64), k)
             terms = w * (np.abs(g) + np.abs((w * g).sum(axis=1, keepdims=True)))
             bound = 4 * w.size * np.finfo(np.float32).eps * terms.sum()
             assert np.all(np.abs(grad.numpy()) <= bound), (grad.numpy(), bound)

@@ -50,6 +50,7 @@ def _logits(model, history: dict) -> np.ndarray:
         ("din", None),
         ("din", DINParams(attention_normalization="softmax", activation="dice")),
         ("din", DINParams(sequence_pooling="mean")),
+        ("din", DINParams(attention_positions=True)),
         ("bst", None),
     ],
 )
@@ -80,6 +81,19 @@ def test_din_weighs_items_by_the_candidate_and_ignores_their_order(tmp_path):
     }
     moved = _logits(model, changed_item)
     assert moved[0] != pytest.approx(base[0], abs=1e-6) and moved[1:] == pytest.approx(base[1:])
+
+
+def test_din_with_attention_positions_reads_the_order_of_the_history(tmp_path):
+    model = _model(tmp_path, "din", DINParams(attention_positions=True))
+    base = _logits(model, HISTORY)
+    reordered = {
+        "ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+        "weights": HISTORY["weights"],
+    }
+    moved = _logits(model, reordered)
+    assert moved[0] != pytest.approx(base[0], abs=1e-6) and moved[1:] == pytest.approx(base[1:])
+    positions = model.positions[0].embeddings
+    assert positions.shape == (4, model.inputs_layer.history_dims[0])  # max_length rows
 
 
 def test_bst_reads_the_order_of_the_history(tmp_path):

@@ -1,0 +1,108 @@
+"""Histories kept at their real positions: the ragged values, their padded form, the mean,
+a side sequence aligned with its main one, and DIN's unit on either form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from recsys_dist.features.config import load_feature_config
+from recsys_dist.models.attention import TargetAttention
+from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
+from recsys_dist.models.masking import masked_softmax, ragged_softmax
+from tests.support.configs import write_yaml
+
+FEATURES = {
+    "tables": {"item": {"rows": 101, "dim": 4}, "cate": {"rows": 11, "dim": 2}},
+    "features": {
+        "item": {"kind": "categorical", "dtype": "int64", "table": "item"},
+        "cate": {"kind": "categorical", "dtype": "int64", "table": "cate"},
+        "hist": {"kind": "sequence", "table": "item", "max_length": 4, "target": "item"},
+        "hist_cate": {
+            "kind": "sequence",
+            "table": "cate",
+            "max_length": 4,
+            "target": "cate",
+            "side_of": "hist",
+        },
+    },
+    "labels": {"click": {}},
+}
+HIST = [[3, 7, 9, 0], [0, 0, 0, 0], [5, 0, 0, 0]]
+HIST_CATE = [[1, 2, 3, 0], [0, 0, 0, 0], [4, 0, 0, 0]]
+
+
+def _batch(side_weights=None):
+    weights = (np.array(HIST) > 0).astype(np.float32)
+    return {
+        "item": tf.constant([3, 4, 5], tf.int64),
+        "cate": tf.constant([1, 2, 4], tf.int64),
+        "hist": {"ids": tf.constant(HIST, tf.int64), "weights": tf.constant(weights)},
+        "hist_cate": {
+            "ids": tf.constant(HIST_CATE, tf.int64),
+            "weights": tf.constant(weights if side_weights is None else side_weights),
+        },
+    }
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    config = load_feature_config(write_yaml(tmp_path / "f.yaml", FEATURES))
+    return BehaviourInputs(config, ["item", "cate", "hist", "hist_cate"], seed=1, model="din")
+
+
+def test_a_history_is_its_real_positions_with_their_padded_form_and_mean(inputs):
+    _, _, [history] = inputs(_batch())
+    item = inputs.embeddings.tables["item"].numpy()
+    cate = inputs.embeddings.tables["cate"].numpy()
+    np.testing.assert_array_equal(history.positions.numpy(), [[0, 0], [0, 1], [0, 2], [2, 0]])
+    expected = [np.concatenate([item[i], cate[c]]) for i, c in [(3, 1), (7, 2), (9, 3), (5, 4)]]
+    np.testing.assert_allclose(history.values.numpy(), expected)
+    keys = history.keys.numpy()
+    assert keys.shape == (3, 4, 6)
+    np.testing.assert_allclose(keys[0, :3], expected[:3])
+    np.testing.assert_allclose(keys[2, 0], expected[3])
+    np.testing.assert_array_equal(keys[0, 3], 0.0)
+    np.testing.assert_array_equal(keys[1], 0.0)
+    # the ragged mean is the padded one; an empty history pools to zeros
+    mean = history.mean().numpy()
+    np.testing.assert_allclose(mean, masked_mean(history.keys, history.mask).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(mean[0], np.mean(expected[:3], axis=0), rtol=1e-6)
+    np.testing.assert_array_equal(mean[1], 0.0)
+
+
+def test_a_side_without_an_id_at_a_real_position_reads_zeros_there(inputs):
+    side = (np.array(HIST) > 0).astype(np.float32)
+    side[0, 1] = 0.0  # the side has no id where its main sequence has one
+    _, _, [history] = inputs(_batch(side))
+    item = inputs.embeddings.tables["item"].numpy()
+    cate = inputs.embeddings.tables["cate"].numpy()
+    values = history.values.numpy()
+    assert values.shape == (4, 6)  # still the main sequence's four real positions
+    np.testing.assert_allclose(values[1], np.concatenate([item[7], [0.0, 0.0]]))
+    np.testing.assert_allclose(values[2], np.concatenate([item[9], cate[3]]))
+
+
+@pytest.mark.parametrize("normalization", ["none", "softmax"])
+def test_the_unit_on_real_positions_equals_the_unit_on_padded_keys(inputs, normalization):
+    _, _, [history] = inputs(_batch())
+    att = TargetAttention([5], activation="dice", normalization=normalization, seed=0)
+    padded, weights = att(
+        history.query, history.keys, history.mask, training=True, return_weights=True
+    )
+    ragged, scores = att.attend(history.query, history.values, history.rows, training=True)
+    np.testing.assert_allclose(ragged.numpy(), padded.numpy(), rtol=1e-6, atol=1e-7)
+    at = tuple(history.positions.numpy().T)
+    np.testing.assert_allclose(scores.numpy(), weights.numpy()[at], rtol=1e-6)
+    np.testing.assert_array_equal(ragged.numpy()[1], 0.0)  # the empty history
+
+
+def test_ragged_softmax_is_the_masked_softmax_of_the_real_positions():
+    scores = tf.constant([[1.0, 3.0, -2.0, 50.0], [0.0, 0.0, 0.0, 0.0], [7.0, 1.0, 0.0, 0.0]])
+    mask = tf.constant([[True, True, True, False], [False] * 4, [True, True, False, False]])
+    positions = tf.where(mask)
+    ragged = ragged_softmax(tf.gather_nd(scores, positions), positions[:, 0], 3)
+    expected = tf.gather_nd(masked_softmax(scores, mask), positions)
+    np.testing.assert_allclose(ragged.numpy(), expected.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(np.sum(ragged.numpy()[:3]), 1.0, rtol=1e-6)
