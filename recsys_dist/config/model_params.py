@@ -250,7 +250,7 @@ class DINParams(ModelParams):
         the user's interest) or ``softmax`` over the real positions.
       attention_positions: Give the activation unit each position's recency: a learned
         embedding of the position (0 the newest) joins its input, so the weight of an
-        item can depend on how recent it is.
+        item can depend on how recent it is. ``False``: DIN as published, blind to order.
       sequence_pooling: ``attention``; or, as baselines of the same network, ``mean``
         (each history mean-pooled over its real positions) or ``none`` (the histories
         are not read).
@@ -263,7 +263,7 @@ class DINParams(ModelParams):
     attention_units: list[int] = _units(80, 40)
     attention_activation: Literal["dice", "prelu", "relu", "sigmoid"] = "dice"
     attention_normalization: Literal["none", "softmax"] = "none"
-    attention_positions: bool = False
+    attention_positions: bool = True
     sequence_pooling: Literal["attention", "mean", "none"] = "attention"
     hidden_units: list[int] = _units(256, 128, 64)
     activation: Literal["relu", "prelu", "dice"] = "relu"

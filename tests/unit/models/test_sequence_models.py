@@ -50,7 +50,7 @@ def _logits(model, history: dict) -> np.ndarray:
         ("din", None),
         ("din", DINParams(attention_normalization="softmax", activation="dice")),
         ("din", DINParams(sequence_pooling="mean")),
-        ("din", DINParams(attention_positions=True)),
+        ("din", DINParams(attention_positions=False)),
         ("bst", None),
     ],
 )
@@ -65,8 +65,8 @@ def test_padding_never_changes_a_prediction_and_empty_histories_are_finite(tmp_p
     assert np.isfinite(base).all()
 
 
-def test_din_weighs_items_by_the_candidate_and_ignores_their_order(tmp_path):
-    model = _model(tmp_path, "din")
+def test_din_without_positions_weighs_items_by_the_candidate_and_ignores_their_order(tmp_path):
+    model = _model(tmp_path, "din", DINParams(attention_positions=False))
     base = _logits(model, HISTORY)
     reordered = {
         "ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
@@ -84,7 +84,7 @@ def test_din_weighs_items_by_the_candidate_and_ignores_their_order(tmp_path):
 
 
 def test_din_with_attention_positions_reads_the_order_of_the_history(tmp_path):
-    model = _model(tmp_path, "din", DINParams(attention_positions=True))
+    model = _model(tmp_path, "din")  # attention_positions by default
     base = _logits(model, HISTORY)
     reordered = {
         "ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
