@@ -8,7 +8,8 @@ Sides, per model of ``--models`` (``pooled``: DIN's network with each history me
   config's cluster (2 workers and 2 parameter servers in the command's process), no
   evaluation; its examples/s after warm-up;
 - ``torch``: ``benchmarks/torch_sequence_peer.py``, the same network in plain PyTorch (one
-  process, ``--threads`` threads, the same tables, widths and optimizers), run with
+  process, ``--threads`` threads, the same tables, widths, optimizers and, for ``din``,
+  position embeddings when the config's ``attention_positions`` is on), run with
   ``--torch-python`` (``make bench-torch`` builds ``.venv-torch`` with PyTorch). It trains
   one pass over the same rows, read here from the Parquet files into an ``.npz`` (each
   table's ids numbered from 1, each history its ``max_length`` newest ids).
@@ -119,7 +120,9 @@ def ours(config: str, data: str, run: pathlib.Path, settings: list[str]) -> floa
     return result.get("warm_examples_per_second") or result["examples_per_second"]
 
 
-def peer(python: str, rows: pathlib.Path, model: str, batch: int, threads: int) -> float:
+def peer(
+    python: str, rows: pathlib.Path, model: str, batch: int, threads: int, positions: bool
+) -> float:
     done = subprocess.run(
         [
             python,
@@ -132,6 +135,7 @@ def peer(python: str, rows: pathlib.Path, model: str, batch: int, threads: int) 
             str(batch),
             "--threads",
             str(threads),
+            *(["--positions"] if positions else []),
         ],
         check=True,
         capture_output=True,
@@ -180,8 +184,14 @@ def main() -> None:
             sides[(model, "ours")] = lambda s=settings, m=model: ours(
                 config_file, data, scratch / f"run_{m}", s
             )
-            sides[(model, "torch")] = lambda m=model: peer(
-                args.torch_python, rows, m, config.input.batch_size, args.threads
+            positions = (
+                model == "din"
+                and load_config(
+                    config_file, [f"data.path={data}", *settings]
+                ).model.params.attention_positions
+            )
+            sides[(model, "torch")] = lambda m=model, p=positions: peer(
+                args.torch_python, rows, m, config.input.batch_size, args.threads, p
             )
 
         def show(round_: int, done: dict) -> None:

@@ -10,8 +10,9 @@ widths, activations, tables and optimizers (Adagrad with sparse gradients for th
 Adam for the rest), one process on ``--threads`` threads:
 
 - ``pooled``: DIN's network with each history mean-pooled over its real positions;
-- ``din``: DIN's activation unit (an MLP with Dice over ``[q, k, q - k, q * k]``) on the
-  real positions only, weights unnormalised, then the weighted sum;
+- ``din``: DIN's activation unit (an MLP with Dice over ``[q, k, q - k, q * k]``, and
+  with ``--positions`` a learned embedding of each position) on the real positions only,
+  weights unnormalised, then the weighted sum;
 - ``bst``: one post-norm transformer layer (2 heads, feed-forward 4x with leaky ReLU,
   dropout 0.1) over the candidate and the padded history with learned positions; the
   candidate's output and the mean of the history's outputs.
@@ -56,7 +57,9 @@ class SequenceNet(nn.Module):
     """``others`` (one id per row) and one history (a main sequence and its sides, each
     position the concatenation of their embeddings) whose candidate is ``query``."""
 
-    def __init__(self, model: str, tables: dict, others: list, history: list, length: int):
+    def __init__(
+        self, model: str, tables: dict, others: list, history: list, length: int, positions: bool
+    ):
         super().__init__()
         self.model, self.others, self.history = model, others, history
         self.tables = nn.ModuleDict(
@@ -64,12 +67,16 @@ class SequenceNet(nn.Module):
         )
         dim = 16 * len(history)
         deep_in = 16 * len(others) + dim * (2 if model == "bst" else 1)
+        self.positions = None
         if model == "din":
+            width = 5 * dim if positions else 4 * dim
             self.unit = nn.Sequential(
-                nn.Linear(4 * dim, 80), Dice(80), nn.Linear(80, 40), Dice(40), nn.Linear(40, 1)
+                nn.Linear(width, 80), Dice(80), nn.Linear(80, 40), Dice(40), nn.Linear(40, 1)
             )
+            if positions:
+                self.positions = nn.Embedding(length, dim)
         if model == "bst":
-            self.positions = nn.Parameter(torch.empty(length + 1, dim).uniform_(-0.05, 0.05))
+            self.learned = nn.Parameter(torch.empty(length + 1, dim).uniform_(-0.05, 0.05))
             self.encoder = nn.TransformerEncoderLayer(
                 dim, 2, 4 * dim, dropout=0.1, activation=nn.LeakyReLU(0.2), batch_first=True
             )
@@ -91,18 +98,22 @@ class SequenceNet(nn.Module):
         query = torch.cat([self.tables[t](batch[target]) for _, target, t in self.history], -1)
         mask = batch[self.history[0][0]] > 0  # [B, L]
         if self.model == "bst":
-            x = torch.cat([query[:, None, :], self.keys(batch)], dim=1) + self.positions
+            x = torch.cat([query[:, None, :], self.keys(batch)], dim=1) + self.learned
             pad = torch.cat([torch.zeros_like(mask[:, :1]), ~mask], dim=1)
             x = self.encoder(x, src_key_padding_mask=pad)
             real = mask.float()[..., None]
             mean = (x[:, 1:] * real).sum(1) / real.sum(1).clamp(min=1.0)
             pooled = [x[:, 0], mean]
         else:
-            rows = mask.nonzero()[:, 0]  # the example of each real position
+            real = mask.nonzero()  # (example, position) of each real position
+            rows = real[:, 0]
             k = self.keys(batch, mask)  # [R, G], real positions only
             if self.model == "din":
                 q = query[rows]
-                w = self.unit(torch.cat([q, k, q - k, q * k], dim=-1))  # [R, 1]
+                parts = [q, k, q - k, q * k]
+                if self.positions is not None:
+                    parts.append(self.positions(real[:, 1]))
+                w = self.unit(torch.cat(parts, dim=-1))  # [R, 1]
                 k = w * k
             total = torch.zeros_like(query).index_add_(0, rows, k)
             if self.model == "pooled":
@@ -119,6 +130,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=50, help="steps left out of the rate")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--positions", action="store_true", help="din: position embeddings in the unit"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -126,7 +140,9 @@ def main() -> None:
     spec = json.loads(str(data["spec"]))
     columns = {n: torch.from_numpy(data[n]) for n in spec["columns"]}
     label = torch.from_numpy(data["label"]).float()
-    net = SequenceNet(args.model, spec["tables"], spec["others"], spec["history"], spec["length"])
+    net = SequenceNet(
+        args.model, spec["tables"], spec["others"], spec["history"], spec["length"], args.positions
+    )
     sparse = [p for n, p in net.named_parameters() if n.startswith("tables.")]
     dense = [p for n, p in net.named_parameters() if not n.startswith("tables.")]
     optimizers = [
