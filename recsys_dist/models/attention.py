@@ -159,7 +159,7 @@ class TargetAttention(tf.keras.layers.Layer):
         real = tf.where(tf.reshape(mask, [-1]))[:, 0]  # [R]
         length = tf.shape(keys, out_type=tf.int64)[1]
         values = tf.gather(tf.reshape(keys, [-1, dim]), real)  # [R, D]
-        outputs, scores = self.attend(query, values, real // length, training)
+        outputs, scores = self._unit(query, values, real // length, training)
         cells = tf.size(mask, out_type=tf.int64)
         weights = tf.reshape(tf.scatter_nd(real[:, tf.newaxis], scores, [cells]), tf.shape(mask))
         return (outputs, weights) if return_weights else outputs
@@ -178,6 +178,18 @@ class TargetAttention(tf.keras.layers.Layer):
         nothing. ``extra`` ``[R, E]`` (e.g. a position embedding) joins the unit's input
         and weighs nothing itself. Returns the outputs ``[B, D]`` and each position's
         weight ``[R]``."""
+        # called outside __call__: the layer's own scope keeps its weights' names
+        with tf.name_scope(self.name):
+            return self._unit(query, values, rows, training, extra)
+
+    def _unit(
+        self,
+        query: tf.Tensor,
+        values: tf.Tensor,
+        rows: tf.Tensor,
+        training: bool | None,
+        extra: tf.Tensor | None = None,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         query = tf.convert_to_tensor(query, self.compute_dtype)
         values = tf.convert_to_tensor(values, self.compute_dtype)
         q = tf.gather(query, rows)  # [R, D]

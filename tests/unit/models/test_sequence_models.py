@@ -94,6 +94,9 @@ def test_din_with_attention_positions_reads_the_order_of_the_history(tmp_path):
     assert moved[0] != pytest.approx(base[0], abs=1e-6) and moved[1:] == pytest.approx(base[1:])
     positions = model.positions[0].embeddings
     assert positions.shape == (4, model.inputs_layer.history_dims[0])  # max_length rows
+    # the unit's weights keep its layer's name, though DIN calls it on ragged rows
+    names = [v.name for v in model.attention[0].trainable_variables]
+    assert names and all("/attention_0/" in n for n in names), names
 
 
 def test_bst_reads_the_order_of_the_history(tmp_path):
