@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from common import ROOT, best_median, cli, interleaved  # this folder
+from common import ROOT, best_median, cli, interleaved, ratios  # this folder
 from sequence_quality import prepare_data, side_settings
 
 MODELS = ("pooled", "din", "bst")
@@ -201,12 +201,14 @@ def main() -> None:
         results = interleaved(sides, args.rounds, show=show)
         print()
         for model in models:
-            best_o, median_o = best_median(results[(model, "ours")])
-            best_t, median_t = best_median(results[(model, "torch")])
+            ours_rates, torch_rates = results[(model, "ours")], results[(model, "torch")]
+            best_o, median_o = best_median(ours_rates)
+            best_t, median_t = best_median(torch_rates)
+            ratio_best, ratio_median = ratios(ours_rates, torch_rates)
             print(
                 f"{model:7s} ours best {best_o:,.0f} median {median_o:,.0f}; torch best "
                 f"{best_t:,.0f} median {median_t:,.0f}; ours/torch median "
-                f"{median_o / median_t:.2f}, best {best_o / best_t:.2f}"
+                f"{ratio_median:.2f}, best {ratio_best:.2f}"
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

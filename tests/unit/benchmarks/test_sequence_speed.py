@@ -10,6 +10,8 @@ import pathlib
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
+import yaml
 
 from recsys_dist.config import load_config
 from recsys_dist.data.synth_behaviour import BehaviourGenerator
@@ -69,3 +71,27 @@ def test_the_peer_rows_are_the_training_split_with_shared_table_numbering(tmp_pa
     expected = [min(len(h or []), 50) for h in table.column("hist_item_id").to_pylist()]
     np.testing.assert_array_equal(lengths, expected)
     np.testing.assert_array_equal(rows["label"], table.column("click").to_numpy())
+
+
+def test_an_unknown_model_or_a_missing_torch_environment_is_named(monkeypatch, tmp_path):
+    speed = _speed(monkeypatch)
+    monkeypatch.setattr("sys.argv", ["sequence_speed.py", "--models", "din,dien"])
+    with pytest.raises(SystemExit, match=r"--models: \['dien'\] unknown; choose from pooled"):
+        speed.main()
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    monkeypatch.setattr("sys.argv", ["sequence_speed.py", "--torch-python", str(missing)])
+    with pytest.raises(SystemExit, match=r"no-venv/bin/python not found: run `make bench-torch`"):
+        speed.main()
+
+
+def test_a_config_with_two_histories_is_refused_naming_them(tmp_path, monkeypatch):
+    speed = _speed(monkeypatch)
+    features = yaml.safe_load((ROOT / "features" / "behaviour_synth.yaml").read_text())
+    features["features"]["hist_cate_id"].pop("side_of")  # a second history of its own
+    (tmp_path / "features.yaml").write_text(yaml.safe_dump(features))
+    config = load_config(
+        str(ROOT / "configs" / "amazon_din.yaml"),
+        [f"data.path={tmp_path}", f"features={tmp_path / 'features.yaml'}"],
+    )
+    with pytest.raises(SystemExit, match=r"the peer reads one history; the config has "):
+        speed.export_rows(config, [], tmp_path / "rows.npz")
