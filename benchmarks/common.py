@@ -10,6 +10,7 @@ each side's best and median, and the ratios of those, rather than one pass of ea
 
 from __future__ import annotations
 
+import os
 import pathlib
 import statistics
 import subprocess
@@ -93,3 +94,28 @@ def ratios(
         best_median(base, best),
     )
     return ours_best / base_best, ours_median / base_median
+
+
+def start_moto():
+    """Starts moto's S3 server on a free port of 127.0.0.1 and points the AWS variables of
+    this process (and the processes it starts) at it; returns ``(server, port)``."""
+    import logging
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_REGION": "us-east-1",
+        }
+    )
+    return server, port

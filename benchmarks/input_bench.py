@@ -33,7 +33,13 @@ from collections.abc import Callable
 
 import pyarrow.parquet as pq  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import DEMO_CONFIG, best_median, interleaved, ratios  # noqa: E402  this folder
+from common import (  # noqa: E402  this folder
+    DEMO_CONFIG,
+    best_median,
+    interleaved,
+    ratios,
+    start_moto,
+)
 
 import recsys_dist  # noqa: F401  sets TF env defaults before TensorFlow loads
 from recsys_dist import ops  # noqa: E402
@@ -164,30 +170,6 @@ def items_reader(pipeline, items) -> Callable[[], None]:
             read(*args)
 
     return run
-
-
-def start_moto():
-    import socket
-
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWS_REGION": "us-east-1",
-        }
-    )
-    return server, port
 
 
 def s3_comparison(files: list[str], dtypes, ragged, file_rows, columns, rows, rounds) -> None:

@@ -80,11 +80,11 @@ def _add_config_args(sub: argparse.ArgumentParser) -> None:
     _add_data(sub)
 
 
-def _add_run_args(sub: argparse.ArgumentParser, verb: str) -> None:
+def _add_run_args(sub: argparse.ArgumentParser, verb: str, required: bool = True) -> None:
     """``--config`` (default: the run's), ``--set``, ``--model-dir`` and ``--checkpoint``
     of a command that reads a trained run."""
     _add_config_and_set(sub, of_the_run=True)
-    sub.add_argument("--model-dir", required=True, help=f"the run to {verb}")
+    sub.add_argument("--model-dir", required=required, help=f"the run to {verb}")
     sub.add_argument(
         "--checkpoint",
         help="a checkpoint directory (default: the newest complete one of --model-dir)",
@@ -127,6 +127,12 @@ def _add_synth(data_commands) -> None:
     synth.add_argument("--out", required=True, help="output directory")
     synth.add_argument("--days", type=_positive, required=True, help="number of daily partitions")
     synth.add_argument("--rows-per-day", type=_positive, required=True, help="rows per day")
+    synth.add_argument(
+        "--hourly",
+        action="store_true",
+        help="write hourly partitions, dt=YYYY-MM-DD/hour=HH with a _SUCCESS marker: "
+        "--days then counts hours and --rows-per-day is rows per hour",
+    )
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     synth.add_argument(
         "--start-date",
@@ -347,11 +353,35 @@ def _add_export(subcommands) -> None:
         "label. Feature transforms run in-graph; sharded tables become plain "
         "variables, so serving needs no parameter server. See docs/export.md.",
     )
-    _add_run_args(export, "export")
+    _add_run_args(export, "export", required=False)
     export.add_argument(
         "--out", required=True, help="output directory (must not exist or be empty)"
     )
+    chain = export.add_argument_group("a published chain instead of --model-dir")
+    chain.add_argument("--base", help="a base version directory of follow's published/")
+    chain.add_argument("--deltas", nargs="+", default=[], help="its delta versions, in order")
     export.set_defaults(func=commands.export)
+
+
+def _add_follow(subcommands) -> None:
+    follow = subcommands.add_parser(
+        "follow",
+        help="train each partition as it lands, publish deltas of the rows that changed",
+        description="One long-running run (the config's follow: section): trains every "
+        "complete partition (dt=YYYY-MM-DD/hour=HH with a _SUCCESS marker) once, oldest "
+        "first, warm-started from the one before, and publishes a delta or a full base "
+        "every follow.publish_every partitions. Killed, it resumes where it stopped. "
+        "See docs/follow.md.",
+    )
+    _add_config_and_set(follow)
+    _add_data(follow, "override data.path (the root of the partitions)")
+    follow.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop once no partition has landed for this long (default: run until stopped)",
+    )
+    follow.set_defaults(func=commands.follow)
 
 
 def _add_plan(subcommands) -> None:
@@ -421,6 +451,7 @@ _COMMANDS = (
     _add_evaluate,
     _add_retrain,
     _add_backfill,
+    _add_follow,
     _add_offline_eval,
     _add_export,
     _add_plan,

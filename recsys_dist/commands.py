@@ -33,6 +33,7 @@ def synth(args: argparse.Namespace) -> int:
             row_groups_per_file=args.row_groups_per_file,
             users=args.users or (200_000 if args.dataset == "criteo" else 100_000),
             generator_class=generator,
+            hourly=args.hourly,
             progress=(lambda line: print(line, file=sys.stderr)) if not args.quiet else None,
         )
     except ValueError as exc:
@@ -318,6 +319,10 @@ def export(args: argparse.Namespace) -> int:
     from recsys_dist.config import load_config
     from recsys_dist.export import export_model
 
+    if args.base or args.deltas:
+        return _export_chain(args)
+    if args.model_dir is None:
+        raise RecsysError("export needs --model-dir (a run), or --base (a published chain)")
     config = load_config(args.config or run_config(args.model_dir), args.set)
     result = export_model(config, args.model_dir, args.out, checkpoint=args.checkpoint)
     inputs = ", ".join(f"{c}:{d}" for c, d in result.inputs.items())
@@ -332,6 +337,38 @@ def export(args: argparse.Namespace) -> int:
         )
         + "  serving_nullable: the same plus <column>_valid per scalar column\n"
         f"  outputs: {', '.join(result.outputs)} (probabilities)"
+    )
+    return 0
+
+
+def _export_chain(args: argparse.Namespace) -> int:
+    from recsys_dist.retrain.delta_chain import export_chain
+
+    if args.model_dir or args.checkpoint:
+        raise RecsysError("export takes --model-dir or --base, not both")
+    if not args.base:
+        raise RecsysError("--deltas needs --base, the base version they apply to")
+    version = export_chain(args.base, args.deltas, args.out)
+    print(f"exported version {version} ({args.base} + {len(args.deltas)} deltas) to {args.out}")
+    return 0
+
+
+def follow(args: argparse.Namespace) -> int:
+    from recsys_dist.config import load_config
+    from recsys_dist.errors import ClusterLost
+    from recsys_dist.retrain.follow import follow as follow_partitions
+
+    def max_restarts() -> int:
+        return load_config(args.config, args.set).train.max_restarts
+
+    try:
+        restart_now = args.restart.immediate(max_restarts())
+        outcome = follow_partitions(args.config, args.set, args.data, args.until_idle, restart_now)
+    except ClusterLost as exc:
+        return args.restart.after_lost(exc, max_restarts())
+    print(
+        f"follow trained {len(outcome.trained)} partitions, published "
+        f"{', '.join(outcome.published) or 'nothing'}"
     )
     return 0
 

@@ -38,7 +38,8 @@ CARVE_SHARE = 0.1
 def carve_validation(parsed: Any, raw: Any) -> tuple[Any, Any]:
     """The config with a validation split carved from ``data.train`` when it leaves the
     choice of passes to the run: no ``data.validation`` key (``null`` keeps it off), no
-    ``train.epochs``, ``max_steps`` or ``early_stopping: null``, no ``retrain`` section.
+    ``train.epochs``, ``max_steps`` or ``early_stopping: null``, no ``retrain`` or
+    ``follow`` section.
 
     - A ``dates`` window of at least :data:`CARVE_MIN_DAYS` days gives its last tenth of
       days (at least one): the end of the window is the data nearest to what the model
@@ -57,6 +58,7 @@ def carve_validation(parsed: Any, raw: Any) -> tuple[Any, Any]:
         or not isinstance(data_raw, dict)
         or "validation" in data_raw
         or parsed.retrain is not None
+        or parsed.follow is not None
         or data.train is None
         or data.train.hash_share is not None
         or any(key in given for key in ("epochs", "max_steps"))
@@ -110,7 +112,7 @@ def with_model_and_data_defaults(
     - ``epochs`` and ``early_stopping``: with ``data.validation``, up to
       :data:`EPOCHS_WITH_VALIDATION` passes stopped on it (:class:`EarlyStoppingSpec`'s
       defaults; one pass when ``early_stopping`` is ``null``); without, or with a
-      ``retrain`` section (which never stops early), one pass.
+      ``retrain`` or ``follow`` section (which never stop early), one pass.
 
     Returns the parsed config and ``raw`` with the chosen values written in, so the
     resolved config next to a model says what it ran with.
@@ -122,9 +124,13 @@ def with_model_and_data_defaults(
     if linear is not None and "linear_optimizer" not in given:
         rate = model_params.default_linear_learning_rate(len(inputs.get(linear, [])))
         chosen["linear_optimizer"] = OptimizerSpec("adagrad", round(rate, 4))
-    # (a config with a retrain section chooses its passes offline: retrain never stops early)
+    # (a config with a retrain or follow section chooses its passes offline: neither
+    # stops early)
     validation = (
-        parsed.data is not None and parsed.data.validation is not None and parsed.retrain is None
+        parsed.data is not None
+        and parsed.data.validation is not None
+        and parsed.retrain is None
+        and parsed.follow is None
     )
     stopping_off = "early_stopping" in given and given["early_stopping"] is None
     if validation and "epochs" not in given and not stopping_off:

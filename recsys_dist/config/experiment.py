@@ -44,6 +44,7 @@ from recsys_dist.config.sections import (
     ClusterSpec,
     DataSpec,
     EvaluationSpec,
+    FollowSpec,
     InputSpec,
     ModelSpec,
     OptimizerSpec,
@@ -69,6 +70,7 @@ class _ConfigFile:
     train: TrainSpec = TrainSpec()
     evaluation: EvaluationSpec = EvaluationSpec()
     retrain: RetrainSpec | None = None
+    follow: FollowSpec | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,7 @@ class ExperimentConfig:
     raw: dict[str, Any]
     evaluation: EvaluationSpec = EvaluationSpec()
     retrain: RetrainSpec | None = None
+    follow: FollowSpec | None = None
 
     def with_data_path(self, path: str | None) -> "ExperimentConfig":
         """This config reading ``path`` (``--data``): a root of date partitions (the
@@ -284,12 +287,13 @@ def parse_config(doc: LocatedYaml) -> ExperimentConfig:
         raw,
         parsed.evaluation,
         parsed.retrain,
+        parsed.follow,
     )
 
 
 #: The keys that hold paths. In a file they are relative to the file's directory; given
 #: with ``--set`` they are relative to the working directory, as ``--data`` is.
-PATH_KEYS = ("features", "data.path", "retrain.root")
+PATH_KEYS = ("features", "data.path", "retrain.root", "follow.root")
 
 
 def _resolve_paths(doc: LocatedYaml, raw: Any) -> Any:

@@ -408,3 +408,26 @@ class RetrainSpec:
     on_table_resize: Literal["fail", "reinitialize"] = "fail"
     missing_eval: Literal["hold", "publish"] = "hold"
     gate: GateSpec = GateSpec()
+
+
+@dataclasses.dataclass(frozen=True)
+class FollowSpec:
+    """Training on partitions as they land, with delta publications (``recsys-dist follow``).
+
+    Attributes:
+      root: Directory holding ``runs/<partition>/``, ``trained.json`` and ``published/``.
+      partition: ``hour`` (``<key>=YYYY-MM-DD/hour=HH/``) or ``day`` (``<key>=YYYY-MM-DD/``).
+      marker: The file whose presence marks a partition complete.
+      poll_seconds: How often to look for partitions that landed.
+      publish_every: Trained partitions per publication.
+      base_every: Deltas between two full bases.
+      keep_runs: Partition runs whose checkpoints are kept (the newest ones).
+    """
+
+    root: str
+    partition: Literal["hour", "day"] = "hour"
+    marker: str = "_SUCCESS"
+    poll_seconds: float = field(default=30.0, metadata={"min": 0.01})
+    publish_every: int = field(default=1, metadata={"min": 1})
+    base_every: int = field(default=24, metadata={"min": 1})
+    keep_runs: int = field(default=2, metadata={"min": 1})

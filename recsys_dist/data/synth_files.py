@@ -1,5 +1,6 @@
 """Writing generated rows as a partitioned Parquet data set: one ``dt=YYYY-MM-DD``
-directory per day, files of about equal rows, each written atomically
+directory per day (or ``dt=YYYY-MM-DD/hour=HH`` per hour, marked ``_SUCCESS`` once
+written), files of about equal rows, each written atomically
 (``recsys-dist data synth``). What a row looks like is the generator's job
 (``data/synth.py``, ``data/synth_behaviour.py``)."""
 
@@ -26,7 +27,7 @@ class SynthReport:
 
     Attributes:
       out_dir: The output directory.
-      days: The ``dt`` partition values written, e.g. ``"2026-01-01"``.
+      days: The partitions written, e.g. ``"2026-01-01"`` or ``"2026-01-01/hour=05"``.
       files: Paths of all Parquet files written, in order.
       rows: Total number of rows.
       click_rate: Fraction of rows with ``click == 1``.
@@ -63,6 +64,7 @@ def synthesize(
     progress: Callable[[str], None] | None = None,
     users: int = USERS,
     generator_class: type | None = None,
+    hourly: bool = False,
 ) -> SynthReport:
     """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
 
@@ -88,6 +90,9 @@ def synthesize(
         Criteo-like) or another class built as ``cls(seed, users=users)`` whose
         ``table(day, file_index, n)`` returns the file's Arrow table, e.g.
         :class:`recsys_dist.data.synth_behaviour.BehaviourGenerator`.
+      hourly: Each of the ``days`` partitions is an hour instead: ``dt=YYYY-MM-DD/hour=HH``
+        from midnight of ``start_date`` on, with ``rows_per_day`` rows and an empty
+        ``_SUCCESS`` file written after them.
 
     Returns:
       A :class:`SynthReport` describing the written files.
@@ -109,16 +114,16 @@ def synthesize(
     dts, files = [], []
     clicks = conversions = 0
     for day in range(days):
-        dt = (start_date + datetime.timedelta(days=day)).isoformat()
+        dt = (start_date + datetime.timedelta(days=day // 24 if hourly else day)).isoformat()
+        if hourly:
+            dt += f"/hour={day % 24:02d}"
+        directory = os.path.join(os.fspath(out_dir), *f"dt={dt}".split("/"))
         tables = _write_day(
-            generator,
-            day,
-            os.path.join(os.fspath(out_dir), f"dt={dt}"),
-            file_rows,
-            row_groups_per_file,
-            files,
-            progress,
+            generator, day, directory, file_rows, row_groups_per_file, files, progress
         )
+        if hourly:
+            with open(os.path.join(directory, "_SUCCESS"), "w", encoding="utf-8"):
+                pass
         clicks += sum(int(np.sum(t["click"].to_numpy())) for t in tables)
         conversions += sum(
             int(np.sum(t["conversion"].to_numpy()))

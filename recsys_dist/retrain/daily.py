@@ -20,21 +20,18 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import recsys_dist
 from recsys_dist import storage_io
 from recsys_dist.checkpoint.store import CheckpointManager, find_checkpoint
 from recsys_dist.cluster.liveness import ImmediateRestart
-from recsys_dist.cluster.server_forks import die_with_parent
 from recsys_dist.config import load_config
 from recsys_dist.config.experiment import ExperimentConfig, resolved_files
 from recsys_dist.data import discovery
 from recsys_dist.errors import ConfigError, DataError, RecsysError
 from recsys_dist.evaluation.job import run_evaluation
-from recsys_dist.export import ExportError
-from recsys_dist.retrain.publish import Publications, local_config
+from recsys_dist.retrain.publish import Publications, export_apart, local_config
 from recsys_dist.retrain.templates import render
 from recsys_dist.train.run import train_run
 
@@ -369,7 +366,7 @@ def _publish(
     config, date = plan.config, plan.date
     saved = find_checkpoint(plan.run_dir)
     directory = plan.pubs.begin(date)
-    _export_apart(plan.run_dir, f"{directory}/export")
+    export_apart(plan.run_dir, f"{directory}/export")
     texts = resolved_files(config)
     manifest = {
         "date": date.isoformat(),
@@ -395,36 +392,6 @@ def _publish(
     message = f"{date} published to {directory} ({gate_message})"
     log.info(f"publish\t{message}")
     return DayOutcome(date, "published", message)
-
-
-def _export_apart(run_dir: str, out_dir: str) -> None:
-    """Exports the day's model (``recsys-dist export``) from a process of its own: this
-    one's TensorFlow still holds the day's cluster, and with a task of it unreachable an
-    op it runs while it builds the model (a variable's creation) waits on that task for
-    ever. The export needs no cluster; its process dies with this one.
-
-    Raises:
-      ExportError: the export failed; its ``error:`` line, and its exit code.
-    """
-    done = subprocess.run(
-        [sys.executable, "-m", "recsys_dist.cli", "export", "--model-dir", run_dir]
-        + ["--out", out_dir, "--quiet"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=die_with_parent(os.getpid()),
-    )
-    if done.returncode == 0:
-        return
-    said = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    error = ExportError(
-        said[-1][len("error: ") :]
-        if said
-        else f"the export of {run_dir} exited with {done.returncode}: {done.stderr[-2000:]}"
-    )
-    if done.returncode > 0:
-        error.exit_code = done.returncode
-    raise error
 
 
 def backfill(

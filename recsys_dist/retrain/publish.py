@@ -17,9 +17,13 @@ import datetime
 import json
 import os
 import posixpath
+import subprocess
+import sys
 
 from recsys_dist import storage_io
+from recsys_dist.cluster.server_forks import die_with_parent
 from recsys_dist.errors import RecsysError
+from recsys_dist.export import ExportError
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "manifest.json"
@@ -164,3 +168,35 @@ def local_config(directory: str, scratch: str) -> str:
         with open(os.path.join(local, name), "w", encoding="utf-8") as handle:
             handle.write(storage_io.read_text(_join(directory, name)))
     return os.path.join(local, CONFIG)
+
+
+def export_apart(run_dir: str, out_dir: str, checkpoint: str | None = None) -> None:
+    """Exports the newest checkpoint of ``run_dir`` (or ``checkpoint``) with
+    ``recsys-dist export`` from a process of its own: this one's TensorFlow still holds
+    the run's cluster, and with a task of it unreachable an
+    op it runs while it builds the model (a variable's creation) waits on that task for
+    ever. The export needs no cluster; its process dies with this one.
+
+    Raises:
+      ExportError: the export failed; its ``error:`` line, and its exit code.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "recsys_dist.cli", "export", "--model-dir", run_dir]
+        + ["--out", out_dir, "--quiet"]
+        + (["--checkpoint", checkpoint] if checkpoint else []),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=die_with_parent(os.getpid()),
+    )
+    if done.returncode == 0:
+        return
+    said = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    error = ExportError(
+        said[-1][len("error: ") :]
+        if said
+        else f"the export of {run_dir} exited with {done.returncode}: {done.stderr[-2000:]}"
+    )
+    if done.returncode > 0:
+        error.exit_code = done.returncode
+    raise error

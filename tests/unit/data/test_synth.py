@@ -318,3 +318,24 @@ def test_the_user_pool_is_a_parameter(tmp_path):
     assert distinct[0] <= 50 < 2000 < distinct[1]
     with pytest.raises(ValueError, match="users must be an integer >= 1"):
         synth_files.synthesize(tmp_path / "none", days=1, rows_per_day=10, users=0)
+
+
+def test_hourly_partitions_carry_their_marker_after_their_files(tmp_path):
+    from recsys_dist.data.partitions import complete_partitions
+
+    report = synth_files.synthesize(
+        tmp_path,
+        days=26,
+        rows_per_day=30,
+        seed=1,
+        start_date=datetime.date(2026, 3, 1),
+        hourly=True,
+    )
+    assert report.days[0] == "2026-03-01/hour=00" and report.days[-1] == "2026-03-02/hour=01"
+    complete, pending = complete_partitions(str(tmp_path))
+    assert len(complete) == 26 and pending == []
+    assert complete[25].start == datetime.datetime(2026, 3, 2, 1)
+    for partition in complete:
+        marker = os.path.join(tmp_path, *partition.name.split("/"), "_SUCCESS")
+        assert all(os.path.getmtime(f) <= os.path.getmtime(marker) for f in partition.files)
+    assert sum(pq.read_metadata(f).num_rows for f in complete[3].files) == 30

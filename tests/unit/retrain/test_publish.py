@@ -61,15 +61,15 @@ def test_publish_success_last_and_current_never_back(root, tmp_path):
 
 def test_an_export_that_fails_in_its_own_process_is_named_with_its_line_and_code(tmp_path):
     """``retrain`` exports from a ``recsys-dist export`` process of its own
-    (``daily._export_apart``); its failure comes back with the export's own ``error:``
+    (``publish.export_apart``); its failure comes back with the export's own ``error:``
     line and exit code."""
     from recsys_dist.export import ExportError
-    from recsys_dist.retrain.daily import _export_apart
+    from recsys_dist.retrain.publish import export_apart
 
     run_dir = tmp_path / "runs" / "2026-01-02"
     run_dir.mkdir(parents=True)
     with pytest.raises(ExportError) as raised:
-        _export_apart(str(run_dir), str(tmp_path / "published" / "export"))
+        export_apart(str(run_dir), str(tmp_path / "published" / "export"))
     assert str(raised.value) == (
         f"{run_dir}/config.yaml: not found, and no --config was given; it is written when "
         "train starts: pass --config, or check --model-dir"
