@@ -6,7 +6,7 @@ CLI    := $(VENV)/bin/recsys-dist
 STAMP  := $(VENV)/.installed
 DEMO_DATA := data/demo
 
-.PHONY: install demo lint format test test-fast test-arith test-configs test-faults bench bench-torch clean-demo
+.PHONY: install demo demo-follow lint format test test-fast test-arith test-configs test-faults bench bench-torch clean-demo
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ demo: $(STAMP)
 		--out runs/demo/eval --set evaluation.group_column=user_id --quiet
 	$(CLI) export --config configs/demo.yaml --model-dir runs/demo --out runs/demo/export
 	@echo "demo done: report runs/demo/eval/report.html, SavedModel runs/demo/export"
+
+# Following the data: hourly partitions land one by one, `recsys-dist follow` trains and
+# publishes each as a delta, and each published version is exported and scored as a
+# serving loader would (docs/follow.md).
+demo-follow: $(STAMP)
+	$(PY) pipelines/follow_demo.py
 
 # ruff with the rules in pyproject.toml ([tool.ruff.lint]) and its formatter's check
 # ([tool.ruff.format]; `make format` rewrites the files); `make test` runs both first.

@@ -34,6 +34,7 @@ import time
 from common import CLI, DEMO_CONFIG, cli, start_moto
 
 from recsys_dist import storage_io
+from recsys_dist.data.partitions import copy_partition
 
 #: Seconds to wait for one hour to be trained and published before giving up.
 HOUR_TIMEOUT = 900
@@ -42,11 +43,7 @@ HOUR_TIMEOUT = 900
 def land(source: pathlib.Path, data: pathlib.Path, name: str) -> float:
     """Copies partition ``name`` of ``source`` into ``data``, its marker last; returns when
     the marker was written (``time.time()``)."""
-    target = data / name
-    target.mkdir(parents=True)
-    for file in sorted((source / name).glob("*.parquet")):
-        shutil.copy(file, target / file.name)
-    (target / "_SUCCESS").write_text("")
+    copy_partition(str(source), str(data), name)
     return time.time()
 
 
@@ -64,7 +61,8 @@ class Lines:
         self.queue.put((time.time(), None))
 
     def wait_for(self, *starts: str) -> dict[str, float]:
-        """Arrival times of the first line starting with each of ``starts``, in order."""
+        """Arrival times of the first line starting with each of ``starts`` (``tag\ttext``:
+        the tag as printed, padded with spaces), in order."""
         found: dict[str, float] = {}
         deadline = time.monotonic() + HOUR_TIMEOUT
         for start in starts:
@@ -73,7 +71,8 @@ class Lines:
                 if line is None:
                     raise SystemExit("follow ended early:\n" + "\n".join(self.seen[-30:]))
                 self.seen.append(line)
-                if line.startswith(start):
+                tag, _, text = start.partition("\t")
+                if line.startswith(tag) and line[len(tag) :].lstrip(" ").startswith(text):
                     found[start] = stamp
         return found
 

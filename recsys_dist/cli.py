@@ -146,17 +146,18 @@ def _add_synth(data_commands) -> None:
         default=100_000,
         help="rows per Parquet file (default 100000; at least 2 files a day)",
     )
-    synth.add_argument(
-        "--row-groups-per-file", type=_positive, default=4, help="row groups per file (default 4)"
-    )
+    synth.add_argument("--row-groups-per-file", type=_positive, default=4, help="(default 4)")
     synth.add_argument(
         "--users",
         type=_positive,
-        default=None,
-        help="user ids drawn from this many users, Zipf-distributed "
-        "(default 200000 for criteo, 100000 for behaviour; e.g. 5000000 "
-        "for a long tail of ids that collide in the demo's hashed user "
-        "table)",
+        help="user ids drawn from this many users, Zipf-distributed (default 200000 for "
+        "criteo, 100000 for behaviour; 5000000 gives a long tail)",
+    )
+    synth.add_argument(
+        "--drift",
+        type=float,
+        default=0.0,
+        help="radians per partition by which the click model turns toward another (criteo)",
     )
     synth.set_defaults(func=commands.synth)
 
@@ -358,7 +359,7 @@ def _add_export(subcommands) -> None:
         "--out", required=True, help="output directory (must not exist or be empty)"
     )
     chain = export.add_argument_group("a published chain instead of --model-dir")
-    chain.add_argument("--base", help="a base version directory of follow's published/")
+    chain.add_argument("--base", help="a base version of follow's published/ (or published/)")
     chain.add_argument("--deltas", nargs="+", default=[], help="its delta versions, in order")
     export.set_defaults(func=commands.export)
 
@@ -376,10 +377,7 @@ def _add_follow(subcommands) -> None:
     _add_config_and_set(follow)
     _add_data(follow, "override data.path (the root of the partitions)")
     follow.add_argument(
-        "--until-idle",
-        type=float,
-        metavar="SECONDS",
-        help="stop once no partition has landed for this long (default: run until stopped)",
+        "--until-idle", type=float, metavar="SECONDS", help="stop when idle this long"
     )
     follow.set_defaults(func=commands.follow)
 

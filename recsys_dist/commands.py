@@ -34,6 +34,7 @@ def synth(args: argparse.Namespace) -> int:
             users=args.users or (200_000 if args.dataset == "criteo" else 100_000),
             generator_class=generator,
             hourly=args.hourly,
+            drift=args.drift,
             progress=(lambda line: print(line, file=sys.stderr)) if not args.quiet else None,
         )
     except ValueError as exc:
@@ -366,8 +367,9 @@ def follow(args: argparse.Namespace) -> int:
         outcome = follow_partitions(args.config, args.set, args.data, args.until_idle, restart_now)
     except ClusterLost as exc:
         return args.restart.after_lost(exc, max_restarts())
+    count = len(outcome.trained)
     print(
-        f"follow trained {len(outcome.trained)} partitions, published "
+        f"follow trained {count} partition{'' if count == 1 else 's'}, published "
         f"{', '.join(outcome.published) or 'nothing'}"
     )
     return 0

@@ -15,7 +15,7 @@ import hashlib
 import json
 import posixpath
 
-from recsys_dist import filesystems
+from recsys_dist import filesystems, storage_io
 from recsys_dist.errors import DataError
 from recsys_dist.storage_io import errors_named
 
@@ -145,3 +145,19 @@ def _partition(fs, root, directory, name, start, marker) -> Partition:
         sizes=tuple(int(size) for _, size in found),
         marked_at=_modified(fs, filesystems.join(directory, marker)),
     )
+
+
+def copy_partition(source_root: str, target_root: str, name: str, marker: str = "_SUCCESS") -> None:
+    """Copies partition ``name`` (its Parquet files) from ``source_root`` to ``target_root``
+    and writes its marker there last, as a writer of partitions does (local or remote)."""
+    with errors_named(source_root, "copy a partition"):
+        fs, stripped = filesystems.filesystem(filesystems.join(source_root, name))
+        files = sorted(p for p in fs.find(stripped) if p.endswith(".parquet"))
+        target = filesystems.join(target_root, name)
+        for path in files:
+            data = fs.cat_file(path)
+            with storage_io.open_file(
+                filesystems.join(target, posixpath.basename(path)), "wb"
+            ) as out:
+                out.write(data)
+        storage_io.write_text(filesystems.join(target, marker), "")

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recsys_dist.data.synth import USERS, RowGenerator
+from recsys_dist.data.synth_drift import DriftingRowGenerator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,7 @@ def synthesize(
     users: int = USERS,
     generator_class: type | None = None,
     hourly: bool = False,
+    drift: float = 0.0,
 ) -> SynthReport:
     """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
 
@@ -93,6 +95,8 @@ def synthesize(
       hourly: Each of the ``days`` partitions is an hour instead: ``dt=YYYY-MM-DD/hour=HH``
         from midnight of ``start_date`` on, with ``rows_per_day`` rows and an empty
         ``_SUCCESS`` file written after them.
+      drift: Radians per partition by which the click model of Criteo-like rows turns
+        toward an independent one (``data/synth_drift.py``); 0: none.
 
     Returns:
       A :class:`SynthReport` describing the written files.
@@ -109,7 +113,12 @@ def synthesize(
         users=users,
     )
     started = time.perf_counter()
-    generator = (generator_class or RowGenerator)(int(seed), users=int(users))
+    if drift and generator_class not in (None, RowGenerator):
+        raise ValueError("drift applies to the criteo dataset only")
+    if drift:
+        generator = DriftingRowGenerator(int(seed), users=int(users), rate=drift)
+    else:
+        generator = (generator_class or RowGenerator)(int(seed), users=int(users))
     file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)
     dts, files = [], []
     clicks = conversions = 0
@@ -138,7 +147,7 @@ def synthesize(
         files=files,
         rows=rows,
         click_rate=clicks / rows,
-        conversion_rate=(conversions / rows if generator_class in (None, RowGenerator) else None),
+        conversion_rate=(conversions / rows if isinstance(generator, RowGenerator) else None),
         seconds=time.perf_counter() - started,
     )
 

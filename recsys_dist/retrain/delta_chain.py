@@ -27,6 +27,7 @@ from recsys_dist.errors import RecsysError
 from recsys_dist.export import delta
 from recsys_dist.export.saved_model import EXPORT_INFO
 
+PUBLISHED = "published"  # under the follow root
 SUCCESS = "_SUCCESS"
 MANIFEST = "manifest.json"
 LATEST = "LATEST"
@@ -99,8 +100,8 @@ class Chain:
       root: The follow root (local or remote).
     """
 
-    def __init__(self, root: str):
-        self.directory = posixpath.join(root, "published")
+    def __init__(self, published: str):
+        self.directory = published.rstrip("/")
 
     def path(self, version: int) -> str:
         return posixpath.join(self.directory, version_name(version))
@@ -239,15 +240,30 @@ def _version_manifest(directory: str) -> dict:
         raise ChainError(f"{path}: not valid JSON ({exc})") from None
 
 
+def newest_chain(published: str) -> tuple[str, list[str]]:
+    """The version directories of the newest complete version under ``published``: its
+    base and the deltas from it on, in order.
+
+    Raises:
+      ChainError: no complete base, or a broken chain.
+    """
+    chain = Chain(published)
+    base, deltas = chain.links(chain.manifests())
+    return chain.path(base["version"]), [chain.path(m["version"]) for m in deltas]
+
+
 def export_chain(base: str, deltas: list[str], out_dir: str) -> str:
     """Writes the SavedModel of version ``base`` with the versions ``deltas`` applied in
     order to ``out_dir`` (local or remote; it must not exist or be empty). Returns the
-    name of the version it stands for.
+    name of the version it stands for. ``base`` may also be the ``published`` directory
+    itself (no ``deltas``): then its newest complete version is written.
 
     Raises:
       ChainError: a directory is not a complete publication, a delta does not follow
         the one before it (or ``base``), or a file does not match its manifest.
     """
+    if not deltas and storage_io.exists(posixpath.join(base.rstrip("/"), LATEST)):
+        base, deltas = newest_chain(base)
     manifests = [_version_manifest(d) for d in [base, *deltas]]
     if manifests[0]["kind"] != "base":
         raise ChainError(f"{base}: a {manifests[0]['kind']}, not a base; --base names a base")

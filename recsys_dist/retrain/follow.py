@@ -31,11 +31,13 @@ from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.partitions import Partition, complete_partitions
 from recsys_dist.errors import ConfigError, RecsysError
 from recsys_dist.export import delta
-from recsys_dist.retrain.delta_chain import Chain, version_name
+from recsys_dist.retrain.delta_chain import PUBLISHED, Chain, version_name
 from recsys_dist.retrain.publish import export_apart
 from recsys_dist.train.run import train_run
 
 LEDGER = "trained.json"
+#: Runs before the kept ones that a prune looks at (those a crash may have left).
+PRUNE_LOOKBACK = 8
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +110,7 @@ class _Follower:
         self.data_root = data_path or self.base.data.path
         self.restart_now = restart_now
         self.ledger = Ledger(self.spec.root)
-        self.chain = Chain(self.spec.root)
+        self.chain = Chain(posixpath.join(self.spec.root, PUBLISHED))
         self.tensors: dict | None = None  # those of the newest publication, once read
         self.warned: set[tuple[str, str]] = set()
         self.outcome = FollowOutcome([], [])
@@ -245,10 +247,12 @@ class _Follower:
         return delta.chain_tensors(base_dir, [self.chain.local_copy(m, scratch) for m in deltas])
 
     def prune(self) -> None:
-        """Removes the checkpoints of all but the newest ``keep_runs`` partition runs."""
-        published = self.chain.covered()
-        for entry in self.ledger.entries[: -self.spec.keep_runs]:
-            if entry["partition"] in published and storage_io.exists(entry["run"]):
+        """Removes the partition runs before the newest ``keep_runs`` (a run warm-starts
+        from the newest, and a publication exports the newest); looks at the few before
+        them only, so a long ledger costs nothing."""
+        older = self.ledger.entries[: -self.spec.keep_runs]
+        for entry in older[-PRUNE_LOOKBACK:]:
+            if storage_io.exists(entry["run"]):
                 storage_io.rmtree(entry["run"])
 
 
@@ -287,11 +291,11 @@ def follow(
         due = follower.publish_due()
         if due:
             follower.publish(due)
-            follower.prune()
         complete, pending = follower.scan()
         todo = follower.todo(complete)
         if todo:
             follower.train(todo[0])
+            follower.prune()
             idle_since, waiting_said = time.monotonic(), False
             continue
         if not waiting_said:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -33,6 +34,7 @@ from recsys_dist.data.synth_files import synthesize
 from tests.support.paths import BIN
 from tests.support.run_configs import ZOO_FEATURES, zoo_config
 from tests.support.serving import ONLY_TENSORFLOW, serving_env
+from tests.support.train_run import TrainRun
 
 pytestmark = pytest.mark.cluster
 
@@ -297,3 +299,38 @@ def test_follow_killed_while_training_and_publishing_resumes_without_loss(setup)
     published = manifests(setup)
     assert [m["partitions"] for m in published][-1] == [hour(4)] and len(published) == 5
     assert (published[-1]["kind"], published[-1]["parent"]) == ("delta", 4)
+
+
+def test_follow_survives_a_lost_worker_and_a_lost_server(tmp_path):
+    """On a ``local`` cluster: SIGKILL a worker in the middle of one partition's training
+    (it is started again) and a parameter server in the middle of the next one's (the
+    command starts itself again and resumes); every partition is trained once."""
+    source, data = tmp_path / "source", tmp_path / "data"
+    synthesize(source, days=2, rows_per_day=12_000, seed=12, rows_per_file=6_000)
+    config_path = zoo_config(
+        tmp_path / "config", data, "dcn_v2", epochs=1, mode="local", features=FEATURES
+    )
+    config = yaml.safe_load(pathlib.Path(config_path).read_text())
+    config["model"]["labels"] = ["click"]
+    config["train"].update({"steps_per_call": 1, "checkpoint_every_steps": 5})
+    config["follow"] = {"root": str(tmp_path / "follow"), "poll_seconds": 0.2}
+    pathlib.Path(config_path).write_text(yaml.safe_dump(config))
+    land(source, data, 0)
+    land(source, data, 1)
+    run = TrainRun(
+        config_path, "", command=("follow", "--config", config_path, "--until-idle", "0")
+    )
+    run.wait_for(f"training {re.escape(hour(0))}")
+    run.wait_for(r"checkpoint\s+step")
+    os.kill(run.servers("worker")[1], signal.SIGKILL)
+    run.wait_for(f"training {re.escape(hour(1))}")
+    run.wait_for(r"checkpoint\s+step", count=len(re.findall(r"checkpoint\s+step", run.output)) + 1)
+    os.kill(run.servers("ps")[0], signal.SIGKILL)
+    assert run.finish() == 0, run.output[-4000:]
+    output = run.output
+    assert re.search(r"restart\s+", output), output[-4000:]
+    assert re.search(r"resume\s+from \S+/runs/2026-01-01T01/checkpoints/", output), output[-4000:]
+    root = tmp_path / "follow"
+    trained = json.loads((root / "trained.json").read_text())["partitions"]
+    assert [e["partition"] for e in trained] == [hour(0), hour(1)]
+    assert [m["partitions"] for m in manifests({"root": tmp_path})] == [[hour(0)], [hour(1)]]

@@ -70,3 +70,14 @@ def test_refusals_name_the_path(root):
     assert "dt=2026-01-01/hour=03: marked complete (_SUCCESS) but holds no Parquet file" in str(
         caught.value
     )
+
+
+def test_copy_partition_copies_the_files_and_then_the_marker(root, tmp_path):
+    from recsys_dist.data.partitions import copy_partition
+
+    source = str(tmp_path / "source")
+    put(source, "dt=2026-01-01/hour=02", {"a.parquet": "xx", "b.parquet": "yyy", "_SUCCESS": ""})
+    copy_partition(source, root, "dt=2026-01-01/hour=02", marker="READY")
+    (partition,), pending = complete_partitions(root, marker="READY")
+    assert partition.sizes == (2, 3) and pending == []
+    assert storage_io.read_text(partition.files[1]) == "yyy"

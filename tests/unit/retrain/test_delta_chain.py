@@ -38,7 +38,7 @@ def publish_base(chain: Chain, tmp_path: pathlib.Path, name: str, partitions: li
 
 
 def test_bases_are_numbered_complete_and_latest(root, tmp_path):
-    chain = Chain(root)
+    chain = Chain(f"{root}/published")
     first = publish_base(chain, tmp_path, "a", ["h0"])
     assert (first["version"], first["kind"], first["base"], first["parent"]) == (1, "base", 1, None)
     assert set(first["files"]) == {"saved_model.pb", "variables/variables.index"}
@@ -56,7 +56,7 @@ def test_bases_are_numbered_complete_and_latest(root, tmp_path):
 
 
 def test_a_changed_file_is_named(root, tmp_path):
-    chain = Chain(root)
+    chain = Chain(f"{root}/published")
     manifest = publish_base(chain, tmp_path, "a", ["h0"])
     storage_io.write_text(f"{root}/published/000001/model/variables/variables.index", "zz")
     with pytest.raises(ChainError) as caught:
@@ -83,7 +83,7 @@ def write_version(root: str, version: int, kind: str, base: int, parent: int | N
 
 def test_broken_chains_are_refused_by_name(tmp_path):
     root = str(tmp_path / "root")
-    chain = Chain(root)
+    chain = Chain(f"{root}/published")
     write_version(root, 1, "delta", 1, None)
     with pytest.raises(ChainError, match="published: holds no complete base publication"):
         chain.links(chain.manifests())
@@ -107,3 +107,21 @@ def test_broken_chains_are_refused_by_name(tmp_path):
         export_chain(f"{published}/000002", [f"{published}/000006"], out)
     with pytest.raises(ChainError, match="000002/model: missing; .* is not a whole publication"):
         export_chain(f"{published}/000002", [f"{published}/000003"], out)
+
+
+def test_newest_chain_is_the_last_base_and_the_deltas_after_it(tmp_path):
+    from recsys_dist.retrain.delta_chain import newest_chain
+
+    root = str(tmp_path / "root")
+    for version, kind, base, parent in [
+        (1, "base", 1, None),
+        (2, "delta", 1, 1),
+        (3, "base", 3, 2),
+        (4, "delta", 3, 3),
+        (5, "delta", 3, 4),
+    ]:
+        write_version(root, version, kind, base, parent)
+    storage_io.write_text(f"{root}/published/000006/manifest.json", "{}")  # cut short
+    base, deltas = newest_chain(f"{root}/published")
+    assert base == f"{root}/published/000003"
+    assert deltas == [f"{root}/published/000004", f"{root}/published/000005"]
