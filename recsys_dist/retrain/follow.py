@@ -162,6 +162,9 @@ class _Follower:
         config = load_config(
             self.config_path, self.overrides, values, source=f"follow {partition.name}"
         )
+        # Dynamic tables stamp and evict by the partition's date, not the clock's.
+        train = dataclasses.replace(config.data.train, day=partition.start.date())
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, train=train))
         parent = self.ledger.entries[-1] if self.ledger.entries else None
         run_dir = self.run_dir(partition)
         result = train_run(

@@ -12,10 +12,12 @@ from recsys_dist.train.hooks import Hook
 
 
 def training_window(data: DataSpec | None) -> tuple[datetime.date, datetime.date]:
-    """The first and last dates of the training window, or today twice when it is not a
-    date range. Dynamic tables' trained rows count as last seen on the last date; eviction
-    counts back from the first."""
+    """The first and last dates of the training window: its date range, or its ``day``
+    twice (a follow run's partition), or else today twice. Dynamic tables' trained rows
+    count as last seen on the last date; eviction counts back from the first."""
     split = data.train if data is not None else None
+    if split is not None and split.day is not None:
+        return split.day, split.day
     dates = split.date_range() if split is not None else None
     today = datetime.date.today()
     return (dates.first, dates.last) if dates is not None else (today, today)

@@ -47,11 +47,13 @@ FEATURES["features"]["user_id"]["table"] = "user"
 FEATURES["labels"] = {"click": {}}
 
 
-def land(source: pathlib.Path, data: pathlib.Path, hour: int) -> pathlib.Path:
-    """Copies the synthetic day ``hour`` as partition ``dt=2026-01-01/hour=HH``: its
-    files, then its marker."""
+def land(
+    source: pathlib.Path, data: pathlib.Path, hour: int, date: str = "2026-01-01"
+) -> pathlib.Path:
+    """Copies the synthetic day ``hour`` as partition ``dt=<date>/hour=HH``: its files,
+    then its marker."""
     day = source / f"dt=2026-01-{hour + 1:02d}"
-    target = data / "dt=2026-01-01" / f"hour={hour:02d}"
+    target = data / f"dt={date}" / f"hour={hour:02d}"
     target.mkdir(parents=True)
     for file in sorted(day.glob("*.parquet")):
         shutil.copy(file, target / file.name)
@@ -304,11 +306,15 @@ def test_follow_killed_while_training_and_publishing_resumes_without_loss(setup)
 def test_follow_survives_a_lost_worker_and_a_lost_server(tmp_path):
     """On a ``local`` cluster: SIGKILL a worker in the middle of one partition's training
     (it is started again) and a parameter server in the middle of the next one's (the
-    command starts itself again and resumes); every partition is trained once."""
+    command starts itself again and resumes); every partition is trained once. The second
+    partition is two days after the first, so its run drops the users of the first
+    (``evict_after_days: 1`` counts the partitions' dates)."""
     source, data = tmp_path / "source", tmp_path / "data"
     synthesize(source, days=2, rows_per_day=12_000, seed=12, rows_per_file=6_000)
+    features = copy.deepcopy(FEATURES)
+    features["tables"]["user"]["evict_after_days"] = 1
     config_path = zoo_config(
-        tmp_path / "config", data, "dcn_v2", epochs=1, mode="local", features=FEATURES
+        tmp_path / "config", data, "dcn_v2", epochs=1, mode="local", features=features
     )
     config = yaml.safe_load(pathlib.Path(config_path).read_text())
     config["model"]["labels"] = ["click"]
@@ -316,21 +322,26 @@ def test_follow_survives_a_lost_worker_and_a_lost_server(tmp_path):
     config["follow"] = {"root": str(tmp_path / "follow"), "poll_seconds": 0.2}
     pathlib.Path(config_path).write_text(yaml.safe_dump(config))
     land(source, data, 0)
-    land(source, data, 1)
+    land(source, data, 1, date="2026-01-03")
+    later = "dt=2026-01-03/hour=01"
     run = TrainRun(
         config_path, "", command=("follow", "--config", config_path, "--until-idle", "0")
     )
     run.wait_for(f"training {re.escape(hour(0))}")
     run.wait_for(r"checkpoint\s+step")
     os.kill(run.servers("worker")[1], signal.SIGKILL)
-    run.wait_for(f"training {re.escape(hour(1))}")
+    run.wait_for(f"training {re.escape(later)}")
     run.wait_for(r"checkpoint\s+step", count=len(re.findall(r"checkpoint\s+step", run.output)) + 1)
     os.kill(run.servers("ps")[0], signal.SIGKILL)
     assert run.finish() == 0, run.output[-4000:]
     output = run.output
     assert re.search(r"restart\s+", output), output[-4000:]
-    assert re.search(r"resume\s+from \S+/runs/2026-01-01T01/checkpoints/", output), output[-4000:]
+    assert re.search(r"resume\s+from \S+/runs/2026-01-03T01/checkpoints/", output), output[-4000:]
+    assert re.search(
+        r"evict\s+table embeddings_user: [\d,]+ ids last seen before 2026-01-02 dropped, 0 kept",
+        output,
+    ), output[-4000:]
     root = tmp_path / "follow"
     trained = json.loads((root / "trained.json").read_text())["partitions"]
-    assert [e["partition"] for e in trained] == [hour(0), hour(1)]
-    assert [m["partitions"] for m in manifests({"root": tmp_path})] == [[hour(0)], [hour(1)]]
+    assert [e["partition"] for e in trained] == [hour(0), later]
+    assert [m["partitions"] for m in manifests({"root": tmp_path})] == [[hour(0)], [later]]

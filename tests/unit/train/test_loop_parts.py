@@ -103,14 +103,16 @@ def test_a_hook_does_nothing_unless_it_says_so():
     assert hook.state() is None and hook.state_key is None
 
 
-def test_the_training_window_is_the_train_splits_dates_or_today():
-    dates = types.SimpleNamespace(first=datetime.date(2026, 1, 1), last=datetime.date(2026, 1, 3))
-    data = types.SimpleNamespace(train=types.SimpleNamespace(date_range=lambda: dates))
-    assert training_window(data) == (dates.first, dates.last)
+def test_the_training_window_is_the_train_splits_dates_or_its_day_or_today():
+    from recsys_dist.config.sections import DataSpec, DataSplit
+
+    data = DataSpec(path="d", train=DataSplit(dates="2026-01-01..2026-01-03"))
+    assert training_window(data) == (datetime.date(2026, 1, 1), datetime.date(2026, 1, 3))
     today = datetime.date.today()
     assert training_window(None) == (today, today)
-    no_dates = types.SimpleNamespace(train=types.SimpleNamespace(date_range=lambda: None))
-    assert training_window(no_dates) == (today, today)
+    assert training_window(DataSpec(path="d", train=DataSplit(glob="x/*"))) == (today, today)
+    day = datetime.date(2026, 3, 4)
+    assert training_window(DataSpec(path="d", train=DataSplit(glob="x", day=day))) == (day, day)
 
 
 def test_a_storage_failure_of_a_worker_that_was_unreachable_is_a_lost_task():
