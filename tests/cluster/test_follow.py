@@ -71,18 +71,20 @@ def follow(config: str, *extra: str, timeout: float = 600) -> subprocess.Complet
     )
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("follow")
+def follow_run(
+    root: pathlib.Path, days: int, rows: int, mode: str = "in_process", features=FEATURES, **train
+) -> dict:
+    """Synthetic days under ``root/source`` (each lands as an hour) and a DCN-v2 config
+    that follows ``root/data`` into ``root/follow``: publishing after every partition, a
+    base every two deltas."""
     source = root / "source"
-    synthesize(source, days=HOURS, rows_per_day=ROWS_PER_HOUR, seed=11, rows_per_file=800)
+    synthesize(source, days=days, rows_per_day=rows, seed=11, rows_per_file=rows // 2 + 50)
     config_path = zoo_config(
-        root / "config", root / "data", "dcn_v2", epochs=1, mode="in_process", features=FEATURES
+        root / "config", root / "data", "dcn_v2", epochs=1, mode=mode, features=features
     )
     config = yaml.safe_load(pathlib.Path(config_path).read_text())
     config["model"]["labels"] = ["click"]
-    # A checkpoint every 2 of a partition's 6 steps: a run can be killed between two.
-    config["train"].update({"steps_per_call": 1, "checkpoint_every_steps": 2})
+    config["train"].update(train)
     config["follow"] = {
         "root": str(root / "follow"),
         "poll_seconds": 0.2,
@@ -90,7 +92,13 @@ def setup(tmp_path_factory):
         "base_every": 2,
     }
     pathlib.Path(config_path).write_text(yaml.safe_dump(config))
+    (root / "data").mkdir()
     return {"root": root, "source": source, "data": root / "data", "config": config_path}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    return follow_run(tmp_path_factory.mktemp("follow"), HOURS, ROWS_PER_HOUR)
 
 
 def ledger(setup) -> list[str]:
@@ -162,7 +170,6 @@ def serve(setup, exports: dict[str, pathlib.Path]) -> dict[str, np.ndarray]:
 
 def test_follow_trains_each_partition_once_and_its_chain_equals_the_full_export(setup):
     data, source, config = setup["data"], setup["source"], setup["config"]
-    data.mkdir()
     land(source, data, 0)
     land(source, data, 1)
     pending = data / "dt=2026-01-01" / "hour=04"
@@ -267,17 +274,21 @@ def exporting(follow_pid: int) -> bool:
     return found.returncode == 0
 
 
-def test_follow_killed_while_training_and_publishing_resumes_without_loss(setup):
+def test_follow_killed_while_training_and_publishing_resumes_without_loss(tmp_path):
     """SIGKILL the follow process in the middle of a partition's training, then in the
     middle of its publication; the next run trains and publishes that partition once."""
-    data, config = setup["data"], setup["config"]
-    (data / "dt=2026-01-01" / "hour=04" / "_SUCCESS").write_text("")
+    # A checkpoint every 2 of a partition's 6 steps: a run can be killed between two.
+    run = follow_run(tmp_path, 2, 1_500, steps_per_call=1, checkpoint_every_steps=2)
+    data, source, config = run["data"], run["source"], run["config"]
+    land(source, data, 0)
+    assert follow(config).returncode == 0
+    land(source, data, 1)
     process, seen = started_follow(config)
-    read_until(process, seen, f"training {hour(4)}")
-    read_until(process, seen, "checkpoint step")  # the first of hour 4's three
+    read_until(process, seen, f"training {hour(1)}")
+    read_until(process, seen, "checkpoint step")  # the first of hour 1's three
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
-    assert ledger(setup)[-1] == hour(2)
+    assert ledger(run) == [hour(0)]
 
     process, seen = started_follow(config)
     deadline = time.monotonic() + 300
@@ -289,18 +300,20 @@ def test_follow_killed_while_training_and_publishing_resumes_without_loss(setup)
     resumed = process.stdout.read()
     # (rows done: those of the last checkpoint before the kill, all of them if it came
     # after the run's final checkpoint and before trained.json)
-    assert re.search(r"resume\s+from \S+/runs/2026-01-01T04/checkpoints/\S+: step", resumed), (
+    assert re.search(r"resume\s+from \S+/runs/2026-01-01T01/checkpoints/\S+: step", resumed), (
         resumed
     )
-    assert ledger(setup)[-1] == hour(4)  # trained (resumed), recorded, not published
-    assert len(manifests(setup)) == 4
+    assert ledger(run) == [hour(0), hour(1)]  # trained (resumed), recorded, not published
+    assert len(manifests(run)) == 1
 
     done = follow(config)
     assert done.returncode == 0, done.stdout[-4000:]
-    assert ledger(setup) == [hour(0), hour(1), hour(3), hour(2), hour(4)]
-    published = manifests(setup)
-    assert [m["partitions"] for m in published][-1] == [hour(4)] and len(published) == 5
-    assert (published[-1]["kind"], published[-1]["parent"]) == ("delta", 4)
+    assert ledger(run) == [hour(0), hour(1)]
+    published = manifests(run)
+    assert [(m["kind"], m["partitions"], m["parent"]) for m in published] == [
+        ("base", [hour(0)], None),
+        ("delta", [hour(1)], 1),
+    ]
 
 
 def test_follow_survives_a_lost_worker_and_a_lost_server(tmp_path):
@@ -309,18 +322,12 @@ def test_follow_survives_a_lost_worker_and_a_lost_server(tmp_path):
     command starts itself again and resumes); every partition is trained once. The second
     partition is two days after the first, so its run drops the users of the first
     (``evict_after_days: 1`` counts the partitions' dates)."""
-    source, data = tmp_path / "source", tmp_path / "data"
-    synthesize(source, days=2, rows_per_day=12_000, seed=12, rows_per_file=6_000)
     features = copy.deepcopy(FEATURES)
     features["tables"]["user"]["evict_after_days"] = 1
-    config_path = zoo_config(
-        tmp_path / "config", data, "dcn_v2", epochs=1, mode="local", features=features
+    paths = follow_run(
+        tmp_path, 2, 12_000, "local", features, steps_per_call=1, checkpoint_every_steps=5
     )
-    config = yaml.safe_load(pathlib.Path(config_path).read_text())
-    config["model"]["labels"] = ["click"]
-    config["train"].update({"steps_per_call": 1, "checkpoint_every_steps": 5})
-    config["follow"] = {"root": str(tmp_path / "follow"), "poll_seconds": 0.2}
-    pathlib.Path(config_path).write_text(yaml.safe_dump(config))
+    source, data, config_path = paths["source"], paths["data"], paths["config"]
     land(source, data, 0)
     land(source, data, 1, date="2026-01-03")
     later = "dt=2026-01-03/hour=01"
@@ -341,7 +348,5 @@ def test_follow_survives_a_lost_worker_and_a_lost_server(tmp_path):
         r"evict\s+table embeddings_user: [\d,]+ ids last seen before 2026-01-02 dropped, 0 kept",
         output,
     ), output[-4000:]
-    root = tmp_path / "follow"
-    trained = json.loads((root / "trained.json").read_text())["partitions"]
-    assert [e["partition"] for e in trained] == [hour(0), later]
-    assert [m["partitions"] for m in manifests({"root": tmp_path})] == [[hour(0)], [later]]
+    assert ledger(paths) == [hour(0), later]
+    assert [m["partitions"] for m in manifests(paths)] == [[hour(0)], [later]]
