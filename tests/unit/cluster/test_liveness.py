@@ -294,6 +294,7 @@ def test_a_worker_left_out_of_the_run_is_named_but_never_ends_it(gil):
     ``give_up_after``, it is named once and the run goes on, whichever watch runs."""
     result = run_watch(WATCH_LEFT_OUT, gil)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert len(result.stdout.splitlines()) == 2, result.stdout + result.stderr
     lost, end = result.stdout.splitlines()
     assert re.fullmatch(
         r"lost     worker 0 \(127.0.0.1:\d+\): unreachable for \d+ s; the run goes on without "
