@@ -350,7 +350,7 @@ def _export_chain(args: argparse.Namespace) -> int:
     if not args.base:
         raise RecsysError("--deltas needs --base, the base version they apply to")
     version = export_chain(args.base, args.deltas, args.out)
-    print(f"exported version {version} ({args.base} + {len(args.deltas)} deltas) to {args.out}")
+    print(f"exported version {version} (a base and its deltas) to {args.out}")
     return 0
 
 
