@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from recsys_dist.data.synth_files import synthesize
+from tests.support.grouping import group_modules
 from tests.support.run_configs import small_run_config
 from tests.support.train_run import TrainRun
 
@@ -20,15 +21,7 @@ def pytest_collection_modifyitems(config, items):
     """Under ``pytest -n N --dist loadgroup`` (``make test``) each module of
     ``tests/cluster/`` runs whole in one process, so its module fixtures start their
     servers once; modules that use the same session fixture run in the same process."""
-    here = pathlib.Path(__file__).parent
-    cluster_items = [item for item in items if item.path.parent == here]
-    shared = {}  # a module -> the shared session fixture one of its tests uses
-    for item in cluster_items:
-        for name in SHARED_SESSION_FIXTURES:
-            if name in item.fixturenames:
-                shared.setdefault(item.path, name)
-    for item in cluster_items:
-        item.add_marker(pytest.mark.xdist_group(shared.get(item.path, item.path.stem)))
+    group_modules(items, pathlib.Path(__file__).parent, SHARED_SESSION_FIXTURES)
 
 
 @pytest.fixture(scope="session")
