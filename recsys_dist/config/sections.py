@@ -58,15 +58,15 @@ class DataSplit:
         hash space, ``0 <= FROM < TO <= 1`` (the hash of the file's name and the row's
         number: ``data/hashed_rows.py``). Two splits of the same files with shares that
         do not overlap hold no row in common.
-      day: The date a ``glob`` split's rows belong to (not a YAML key: a follow run sets
-        it to its partition's date), the training window of dynamic tables' last-seen
-        days and eviction.
+      start: When a ``glob`` split's partition starts (not a YAML key: a follow run sets
+        it to its partition's start), the training window of dynamic tables' last-seen
+        stamps and eviction.
     """
 
     dates: str | None = None
     glob: str | None = None
     hash_share: list[float] | None = None
-    day: datetime.date | None = field(default=None, metadata={"internal": True})
+    start: datetime.datetime | None = field(default=None, metadata={"internal": True})
 
     def __post_init__(self) -> None:
         share = self.hash_share

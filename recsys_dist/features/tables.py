@@ -8,6 +8,7 @@ whether it is ``dynamic``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import field
 from typing import Literal
 
@@ -27,9 +28,12 @@ class TableSpec:
       capacity_per_shard: Rows of a dynamic table on each parameter server.
       admit_after: A dynamic table gives an id a row once it was seen in this many
         training batches; until then it reads a zero vector and gets no gradient.
-      evict_after_days: Daily retraining drops, after its warm start, the ids of a dynamic
-        table last trained more than this many days before the first day of its training
-        window, and reuses their rows; ``None``: ids stay until the table is full.
+      evict_after: A duration, ``<n>h`` or ``<n>d``: a run that warm-starts (daily
+        retraining, ``follow``) drops the ids of a dynamic table last trained more than
+        this long before its training window starts, and reuses their rows; ``None``: ids
+        stay until the table is full.
+      evict_after_days: ``evict_after`` in days (``evict_after_days: 7`` is
+        ``evict_after: 7d``).
     """
 
     name: str
@@ -38,11 +42,28 @@ class TableSpec:
     rows: int | None = field(default=None, metadata={"min": 1})
     capacity_per_shard: int | None = field(default=None, metadata={"min": 1})
     admit_after: int = field(default=1, metadata={"min": 1})
+    evict_after: str | None = None
     evict_after_days: int | None = field(default=None, metadata={"min": 1})
 
     @property
     def dynamic(self) -> bool:
         return self.kind == "dynamic"
+
+    @property
+    def evict_after_hours(self) -> int | None:
+        """``evict_after`` (or ``evict_after_days``) in hours; ``None`` when unset."""
+        if self.evict_after_days is not None:
+            return 24 * self.evict_after_days
+        if self.evict_after is None:
+            return None
+        found = DURATION.fullmatch(self.evict_after.strip())
+        if found is None:
+            raise ValueError(f"evict_after {self.evict_after!r} is not a duration")
+        return int(found[1]) * (24 if found[2] == "d" else 1)
+
+
+#: ``evict_after``: a whole number of hours or days.
+DURATION = re.compile(r"([1-9][0-9]*)\s*([hd])")
 
 
 #: The id space of a dynamic table's keys: features hash their values into
@@ -61,7 +82,7 @@ def check_table(doc: LocatedYaml, table: TableSpec) -> None:
                 "missing required key; a hashed table needs its "
                 "number of rows (or set kind: dynamic and capacity_per_shard)",
             )
-        for key in ("capacity_per_shard", "evict_after_days"):
+        for key in ("capacity_per_shard", "evict_after", "evict_after_days"):
             if getattr(table, key) is not None:
                 raise doc.error(f"{path}.{key}", "only applies to kind: dynamic")
         if table.admit_after != 1:
@@ -80,3 +101,15 @@ def check_table(doc: LocatedYaml, table: TableSpec) -> None:
             "missing required key; a dynamic table "
             "needs the number of rows it may hold on each parameter server",
         )
+    if table.evict_after is not None:
+        if table.evict_after_days is not None:
+            raise doc.error(
+                path + ".evict_after_days",
+                "set evict_after or evict_after_days, not both",
+            )
+        if DURATION.fullmatch(str(table.evict_after).strip()) is None:
+            raise doc.error(
+                path + ".evict_after",
+                f"{table.evict_after!r} is not a duration; expected a whole number of "
+                "hours or days, such as 36h or 7d",
+            )

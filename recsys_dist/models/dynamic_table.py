@@ -27,8 +27,14 @@ from recsys_dist.models.dynamic_lookup import lookup_tables, on_server
 from recsys_dist.models.rows_in_use import row_slots, save_rows_in_use
 from recsys_dist.models.sharding import Placement
 
-#: Day numbers count from this date (``last_seen``, eviction).
-EPOCH = datetime.date(1970, 1, 1)
+#: Rows are stamped with the hour they were last trained (``last_seen``): hours since
+#: this instant, UTC.
+EPOCH = datetime.datetime(1970, 1, 1)
+
+#: Stamps below this are day numbers since :data:`EPOCH`, the unit of checkpoints that
+#: stamped days; eviction reads each as its day's first hour. Every hour stamp after
+#: 1992 is above it.
+FIRST_HOUR_STAMP = 200_000
 
 #: Marks the ``emb`` variables whose sparse gradients never repeat a row within a step:
 #: a step gathers each distinct id of a shard once, and each id has its own row. The
@@ -41,8 +47,20 @@ def has_unique_rows(variable) -> bool:
     return bool(getattr(variable, UNIQUE_ROWS, False))
 
 
-def day_number(day: datetime.date) -> int:
-    return (day - EPOCH).days
+def hour_number(at: datetime.datetime | datetime.date) -> int:
+    """The hour stamp of ``at`` (a date: its first hour)."""
+    if not isinstance(at, datetime.datetime):
+        at = datetime.datetime.combine(at, datetime.time())
+    return (at - EPOCH) // datetime.timedelta(hours=1)
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+
+def stamps_in_hours(stamps: tf.Tensor) -> tf.Tensor:
+    """``last_seen`` stamps as hour stamps (see :data:`FIRST_HOUR_STAMP`)."""
+    return tf.where(stamps < FIRST_HOUR_STAMP, stamps * 24, stamps)
 
 
 class ShardGroup:
@@ -117,13 +135,14 @@ class DynamicShard(tf.Module):
       admitted yet (only when ``admit_after > 1``), counted in a run's first pass over its
       rows only (:meth:`DynamicTable.count_sightings`);
     - ``emb``: the ``[capacity_per_shard, dim]`` rows (the optimizer's slots are created
-      next to it), ``last_seen``: the day each row was last trained, ``next_row``: rows
-      in use;
+      next to it), ``last_seen``: the hour stamp of each row's last training
+      (:func:`hour_number`), ``next_row``: rows in use, ``day``: the stamp that training
+      gives its rows now;
     - counters: ``dropped_full`` (ids refused because the shard was full) and ``waiting``
       (lookups of ids not admitted yet, or refused).
 
     With ``index_of`` (the same shard of the table that owns the id index), the shard
-    shares that shard's index, counts, last-seen days and counters, and has only its own
+    shares that shard's index, counts, last-seen stamps and counters, and has only its own
     rows."""
 
     def __init__(
@@ -171,7 +190,7 @@ class DynamicShard(tf.Module):
                 tf.constant(0, tf.int64), trainable=False, name=f"{name}_next_row"
             )
             self.day = tf.Variable(
-                tf.constant(day_number(datetime.date.today()), tf.int64),
+                tf.constant(hour_number(_utc_now()), tf.int64),
                 trainable=False,
                 name=f"{name}_day",
             )
@@ -192,13 +211,13 @@ class DynamicShard(tf.Module):
 
     def evict(
         self,
-        oldest_day: int,
+        oldest: int,
         slots: list[tuple[tf.Variable, float]],
         sharing: list[tuple["DynamicShard", list[tuple[tf.Variable, float]]]] = (),
     ) -> tuple[int, int]:
-        """Drops the ids last seen before day number ``oldest_day`` and compacts the rows:
+        """Drops the ids last seen before hour stamp ``oldest`` and compacts the rows:
         the kept ones move to the front in their order (with their optimizer slots and
-        last-seen days), the freed rows restart from the initializer and their slots from
+        last-seen stamps), the freed rows restart from the initializer and their slots from
         their initial values, and the admission counts start over. ``slots`` are the
         optimizer slots of ``emb`` with the value a fresh row starts from, ``sharing`` the
         shards that share this one's index, each with its slots (their rows move the same
@@ -207,7 +226,7 @@ class DynamicShard(tf.Module):
             keys, rows = self.index.export()
             order = tf.argsort(rows)
             keys, rows = tf.gather(keys, order), tf.gather(rows, order)
-            keep = tf.gather(self.last_seen, rows) >= oldest_day
+            keep = stamps_in_hours(tf.gather(self.last_seen, rows)) >= oldest
             kept_keys, kept_rows = tf.boolean_mask(keys, keep), tf.boolean_mask(rows, keep)
             kept, used = int(tf.size(kept_rows)), int(self.next_row.numpy())
             moved, freed = tf.range(kept, dtype=tf.int64), tf.range(kept, used, dtype=tf.int64)
@@ -320,15 +339,15 @@ class DynamicTable(tf.Module):
         for shard in self.shards:
             shard._counting.on.assign(on)  # noqa: SLF001
 
-    def set_day(self, day: datetime.date) -> None:
-        """Marks the rows trained from now on as seen on ``day``."""
+    def stamp_trained_rows(self, at: datetime.datetime | datetime.date) -> None:
+        """Marks the rows trained from now on as last seen at ``at``'s hour."""
         for shard in self.shards:
-            shard.day.assign(day_number(day))
+            shard.day.assign(hour_number(at))
 
     def evict(
-        self, oldest_day: datetime.date, optimizers: list, sharing: list["DynamicTable"] = ()
+        self, oldest: datetime.datetime, optimizers: list, sharing: list["DynamicTable"] = ()
     ) -> dict[str, int]:
-        """Drops the ids last seen before ``oldest_day`` on every shard (see
+        """Drops the ids last seen before ``oldest``'s hour on every shard (see
         :meth:`DynamicShard.evict`); ``optimizers`` are the live ones, whose slots of the
         rows move with them. ``sharing``: every table that shares this one's index (their
         rows move too; :func:`evict_tables` finds them). Returns ``{"kept": ...,
@@ -341,7 +360,7 @@ class DynamicTable(tf.Module):
         kept = evicted = 0
         for i, shard in enumerate(self.shards):
             k, e = shard.evict(
-                day_number(oldest_day),
+                hour_number(oldest),
                 row_slots(shard.emb, optimizers),
                 [(t.shards[i], row_slots(t.shards[i].emb, optimizers)) for t in sharing],
             )
@@ -365,13 +384,13 @@ class DynamicTable(tf.Module):
 
 
 def evict_tables(
-    tables: list[DynamicTable], oldest_day: datetime.date, optimizers: list
+    tables: list[DynamicTable], oldest: datetime.datetime, optimizers: list
 ) -> dict[str, dict[str, int]]:
     """:meth:`DynamicTable.evict` of ``tables``, each id index once with every table that
     shares it. Returns the result by table name (the same for tables sharing an index)."""
     done: dict[str, dict[str, int]] = {}
     for owner in dict.fromkeys(t.index_owner for t in tables):
         sharing = [t for t in tables if t.index_owner is owner and t is not owner]
-        result = owner.evict(oldest_day, optimizers, sharing)
+        result = owner.evict(oldest, optimizers, sharing)
         done.update((t.name, result) for t in [owner, *sharing])
     return done

@@ -163,7 +163,7 @@ class _Follower:
             self.config_path, self.overrides, values, source=f"follow {partition.name}"
         )
         # Dynamic tables stamp and evict by the partition's date, not the clock's.
-        train = dataclasses.replace(config.data.train, day=partition.start.date())
+        train = dataclasses.replace(config.data.train, start=partition.start)
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, train=train))
         parent = self.ledger.entries[-1] if self.ledger.entries else None
         run_dir = self.run_dir(partition)

@@ -280,7 +280,7 @@ def train_run(
             for name, done in trainer.evict_unseen().items():
                 log.info(
                     f"evict\ttable {name}: {done['evicted']:,} ids last seen before "
-                    f"{done['oldest_day']} dropped, {done['kept']:,} kept"
+                    f"{done['oldest_seen']} dropped, {done['kept']:,} kept"
                 )
         result = trainer.fit()
         log_lines(result_lines(result))

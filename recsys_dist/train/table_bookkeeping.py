@@ -1,9 +1,10 @@
-"""Dynamic-table bookkeeping of a run: the day trained rows count as seen, eviction of
-daily retraining, and the ids each run admitted."""
+"""Dynamic-table bookkeeping of a run: the hour trained rows count as seen, eviction
+after a warm start, and the ids each run admitted."""
 
 from __future__ import annotations
 
 import datetime
+from datetime import date, time
 
 from recsys_dist.config.sections import DataSpec
 from recsys_dist.models.dynamic_table import evict_tables
@@ -11,16 +12,22 @@ from recsys_dist.train.attempt import Attempt
 from recsys_dist.train.hooks import Hook
 
 
-def training_window(data: DataSpec | None) -> tuple[datetime.date, datetime.date]:
-    """The first and last dates of the training window: its date range, or its ``day``
-    twice (a follow run's partition), or else today twice. Dynamic tables' trained rows
-    count as last seen on the last date; eviction counts back from the first."""
+def training_window(data: DataSpec | None) -> tuple[datetime.datetime, datetime.datetime]:
+    """When the training window's first and last partitions start: the first hours of its
+    date range's first and last days, or its ``start`` twice (a follow run's partition),
+    or else the first hour of today twice. Dynamic tables' trained rows count as last seen
+    at the last; eviction counts back from the first."""
     split = data.train if data is not None else None
-    if split is not None and split.day is not None:
-        return split.day, split.day
+    if split is not None and split.start is not None:
+        return split.start, split.start
     dates = split.date_range() if split is not None else None
-    today = datetime.date.today()
-    return (dates.first, dates.last) if dates is not None else (today, today)
+    first, last = (dates.first, dates.last) if dates is not None else (date.today(),) * 2
+    return datetime.datetime.combine(first, time()), datetime.datetime.combine(last, time())
+
+
+def describe_time(at: datetime.datetime) -> str:
+    """``2026-01-02`` at midnight, else ``2026-01-02 13:00``."""
+    return at.strftime("%Y-%m-%d" if at.time() == time() else "%Y-%m-%d %H:%M")
 
 
 class TableBookkeeping(Hook):
@@ -46,20 +53,20 @@ class TableBookkeeping(Hook):
 
     def evict_unseen(self) -> dict[str, dict]:
         """Eviction of daily retraining (after the warm start, before any step): every
-        dynamic table with ``evict_after_days`` drops the ids last seen more than that many
-        days before the training window's first day. Returns, per table of each layer,
-        ``{"kept", "evicted", "oldest_day"}`` (also in :meth:`stats`)."""
+        dynamic table with ``evict_after`` drops the ids last seen more than that long
+        before the training window starts. Returns, per table of each layer,
+        ``{"kept", "evicted", "oldest_seen"}`` (also in :meth:`stats`)."""
         for tables in self._layers:
-            days = tables[0].spec.evict_after_days
-            if days is not None:
-                oldest = self.window[0] - datetime.timedelta(days=days)
+            hours = tables[0].spec.evict_after_hours
+            if hours is not None:
+                oldest = self.window[0] - datetime.timedelta(hours=hours)
                 for name, result in evict_tables(tables, oldest, self.optimizers).items():
-                    self.evicted[name] = dict(result, oldest_day=str(oldest))
+                    self.evicted[name] = dict(result, oldest_seen=describe_time(oldest))
         return self.evicted
 
     def begin(self, attempt: Attempt) -> None:
-        for table in self.tables:  # rows trained by this run were last seen on its last day
-            table.set_day(self.window[1])
+        for table in self.tables:  # rows trained by this run were last seen in its last part
+            table.stamp_trained_rows(self.window[1])
         if self.live_at_start is None:  # not resumed: this run's training begins now
             self.live_at_start = {name: stats["live_ids"] for name, stats in self.stats().items()}
 

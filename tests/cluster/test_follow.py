@@ -320,10 +320,10 @@ def test_follow_survives_a_lost_worker_and_a_lost_server(tmp_path):
     """On a ``local`` cluster: SIGKILL a worker in the middle of one partition's training
     (it is started again) and a parameter server in the middle of the next one's (the
     command starts itself again and resumes); every partition is trained once. The second
-    partition is two days after the first, so its run drops the users of the first
-    (``evict_after_days: 1`` counts the partitions' dates)."""
+    partition starts two days after the first, so its run drops the users of the first
+    (``evict_after: 2h`` counts back from the partition's start)."""
     features = copy.deepcopy(FEATURES)
-    features["tables"]["user"]["evict_after_days"] = 1
+    features["tables"]["user"]["evict_after"] = "2h"
     paths = follow_run(
         tmp_path, 2, 12_000, "local", features, steps_per_call=1, checkpoint_every_steps=5
     )
@@ -345,7 +345,8 @@ def test_follow_survives_a_lost_worker_and_a_lost_server(tmp_path):
     assert re.search(r"restart\s+", output), output[-4000:]
     assert re.search(r"resume\s+from \S+/runs/2026-01-03T01/checkpoints/", output), output[-4000:]
     assert re.search(
-        r"evict\s+table embeddings_user: [\d,]+ ids last seen before 2026-01-02 dropped, 0 kept",
+        r"evict\s+table embeddings_user: [\d,]+ ids last seen before 2026-01-02 23:00 "
+        "dropped, 0 kept",
         output,
     ), output[-4000:]
     assert ledger(paths) == [hour(0), later]

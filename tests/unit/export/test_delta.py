@@ -42,7 +42,7 @@ from recsys_dist.export.delta import (
     write_chain,
     write_delta,
 )
-from recsys_dist.models.dynamic_table import day_number
+from recsys_dist.models.dynamic_table import hour_number
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo import build_from_config
 from tests.support.configs import changed
@@ -121,7 +121,7 @@ def exports(tmp_path_factory):
     (shard,) = model.dynamic_tables["user"][0].shards
     manager, rng = CheckpointManager(str(root / "run")), np.random.default_rng(3)
     state = {"signature": model_signature(config, 1), "feature_columns": COLUMNS}
-    today = day_number(datetime.date.today())
+    today = hour_number(datetime.date.today())
     out, changed_rows = [], None
     for step, ids in enumerate(ADMITTED, start=1):
         if step == 2:

@@ -44,6 +44,15 @@ def test_a_dynamic_table_has_a_capacity_per_shard(tmp_path):
     )
     assert spec.dynamic and spec.rows is None
     assert (spec.capacity_per_shard, spec.admit_after, spec.evict_after_days) == (500, 3, 30)
+    assert spec.evict_after_hours == 30 * 24
+
+
+@pytest.mark.parametrize("duration, hours", [("36h", 36), ("2d", 48), ("1 h", 1), (None, None)])
+def test_evict_after_is_a_duration_in_hours_or_days(tmp_path, duration, hours):
+    table = {"kind": "dynamic", "dim": 4, "capacity_per_shard": 10}
+    if duration is not None:
+        table["evict_after"] = duration
+    assert checked(tmp_path, table).evict_after_hours == hours
 
 
 @pytest.mark.parametrize(
@@ -66,6 +75,32 @@ def test_a_dynamic_table_has_a_capacity_per_shard(tmp_path):
             "only applies to kind: dynamic",
         ),
         ({"dim": 8, "rows": 10, "admit_after": 2}, "admit_after", "only applies to kind: dynamic"),
+        (
+            {"dim": 8, "rows": 10, "evict_after": "2h"},
+            "evict_after",
+            "only applies to kind: dynamic",
+        ),
+        (
+            {"kind": "dynamic", "dim": 8, "capacity_per_shard": 5, "evict_after": "90m"},
+            "evict_after",
+            "'90m' is not a duration; expected a whole number of hours or days, such as 36h or 7d",
+        ),
+        (
+            {"kind": "dynamic", "dim": 8, "capacity_per_shard": 5, "evict_after": "0h"},
+            "evict_after",
+            "'0h' is not a duration; expected a whole number of hours or days, such as 36h or 7d",
+        ),
+        (
+            {
+                "kind": "dynamic",
+                "dim": 8,
+                "capacity_per_shard": 5,
+                "evict_after": "2h",
+                "evict_after_days": 1,
+            },
+            "evict_after_days",
+            "set evict_after or evict_after_days, not both",
+        ),
         (
             {"kind": "dynamic", "dim": 8, "rows": 10, "capacity_per_shard": 5},
             "rows",

@@ -19,7 +19,7 @@ import yaml
 from recsys_dist.config.model_params import WideDeepParams
 from recsys_dist.errors import ConfigError
 from recsys_dist.features.config import TableSpec, load_feature_config
-from recsys_dist.models.dynamic_table import DynamicTable, ModelTables
+from recsys_dist.models.dynamic_table import DynamicTable, ModelTables, hour_number
 from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo import MODELS, build_model
@@ -244,7 +244,7 @@ def test_eviction_drops_unseen_ids_and_moves_the_others_with_their_slots():
     optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
 
     def train(ids, day):
-        table.set_day(day)
+        table.stamp_trained_rows(day)
         with tf.GradientTape() as tape:
             loss = tf.reduce_sum(table.lookup(keys(*ids), training=True))
         optimizer.apply_gradients(
@@ -265,7 +265,7 @@ def test_eviction_drops_unseen_ids_and_moves_the_others_with_their_slots():
         stored, rows = (t.numpy() for t in shard.index.export())
         assert sorted(rows.tolist()) == list(range(used))
         assert set(stored.tolist()) <= set(range(5, 13))
-        assert (shard.last_seen.numpy()[:used] == (day2 - datetime.date(1970, 1, 1)).days).all()
+        assert (shard.last_seen.numpy()[:used] == hour_number(day2)).all()
         assert (shard.last_seen.numpy()[used:] == 0).all()
         accumulator = optimizer.get_slot(shard.emb, "accumulator").numpy()
         assert (accumulator[used:] == 0.25).all() and (accumulator[:used] > 0.25).all()
@@ -367,6 +367,31 @@ def test_the_packed_lookup_gives_each_row_the_gradient_of_its_reads(in_function)
     assert deep.stats()["dropped_full"] > 0  # the refused ids were in the batch
 
 
+def test_eviction_counts_hours_and_reads_day_stamps_as_their_first_hour():
+    """Ids last trained at 10:00 are dropped by an eviction at 11:00 and those of 11:00
+    kept; a row stamped with a day number (the unit of checkpoints that stamped days)
+    counts as seen at that day's first hour."""
+    table = DynamicTable(dynamic_spec(capacity=16), 4, shards=1, seed=0)
+    at = datetime.datetime
+    table.stamp_trained_rows(at(2026, 1, 2, 10))
+    table.lookup(keys(1, 2), training=True)
+    table.stamp_trained_rows(at(2026, 1, 2, 11))
+    table.lookup(keys(3, 4), training=True)
+    shard = table.shards[0]
+    stored, rows = (t.numpy() for t in shard.index.export())
+    row_of = dict(zip(stored.tolist(), rows.tolist()))
+    day_stamp = (datetime.date(2026, 1, 2) - datetime.date(1970, 1, 1)).days
+    shard.last_seen.scatter_update(
+        tf.IndexedSlices(tf.constant([day_stamp], tf.int64), [row_of[4]])
+    )
+    assert table.evict(at(2026, 1, 2, 11), []) == {"kept": 1, "evicted": 3}
+    assert table.lookup(keys(3)).numpy().any() and not table.lookup(keys(1, 2, 4)).numpy().any()
+    table.stamp_trained_rows(at(2026, 1, 2, 12))
+    table.lookup(keys(5), training=True)
+    shard.last_seen.scatter_update(tf.IndexedSlices(tf.constant([day_stamp], tf.int64), [0]))
+    assert table.evict(at(2026, 1, 2), []) == {"kept": 2, "evicted": 0}
+
+
 def test_eviction_moves_the_rows_of_every_layer_that_shares_the_index():
     from recsys_dist.models.dynamic_table import evict_tables
 
@@ -375,7 +400,7 @@ def test_eviction_moves_the_rows_of_every_layer_that_shares_the_index():
     variables = deep.embedding_variables + wide.embedding_variables
     day1, day2 = datetime.date(2026, 1, 1), datetime.date(2026, 1, 2)
     for ids, day in ((range(1, 9), day1), (range(5, 13), day2)):
-        deep.set_day(day)
+        deep.stamp_trained_rows(day)
         with tf.GradientTape() as tape:
             loss = tf.add_n(
                 [tf.reduce_sum(t.lookup(keys(*ids), training=True)) for t in (deep, wide)]
@@ -541,7 +566,7 @@ def test_a_warm_start_into_another_number_of_shards_moves_every_id_to_its_shard(
 
     table = DynamicTable(dynamic_spec(capacity=40, admit_after=2), 4, shards=before, seed=0)
     optimizer = tf.keras.optimizers.legacy.Adagrad(0.5, initial_accumulator_value=0.25)
-    table.set_day(datetime.date(2026, 1, 5))
+    table.stamp_trained_rows(datetime.date(2026, 1, 5))
     ids = keys(*range(30))
     for batch in (ids, ids, keys(100, 101)):  # 0..29 admitted; 100, 101 counted once
         with tf.GradientTape() as tape:
@@ -706,24 +731,23 @@ def test_a_checkpoint_of_a_hashed_table_does_not_restore_into_a_dynamic_one(smal
         )
 
 
-def test_trained_rows_record_the_day_they_were_last_seen():
-    import datetime
-
-    from recsys_dist.models.dynamic_table import day_number
+def test_trained_rows_record_the_hour_they_were_last_seen():
 
     table = DynamicTable(dynamic_spec(capacity=4), 4, shards=1, seed=0)
-    table.set_day(datetime.date(2026, 1, 2))
+    table.stamp_trained_rows(datetime.date(2026, 1, 2))
     table.lookup(keys(1, 2), training=True)
-    table.set_day(datetime.date(2026, 1, 5))
+    table.stamp_trained_rows(datetime.datetime(2026, 1, 5, 13))
     table.lookup(keys(2), training=True)
     table.lookup(keys(1))  # evaluation: no update
     shard = table.shards[0]
     stored, rows = (t.numpy() for t in shard.index.export())
     seen = dict(zip(stored.tolist(), shard.last_seen.numpy()[rows].tolist()))
     assert seen == {
-        1: day_number(datetime.date(2026, 1, 2)),
-        2: day_number(datetime.date(2026, 1, 5)),
+        1: hour_number(datetime.date(2026, 1, 2)),
+        2: hour_number(datetime.datetime(2026, 1, 5, 13)),
     }
+    assert hour_number(datetime.date(2026, 1, 2)) == 24 * 20455
+    assert hour_number(datetime.datetime(2026, 1, 5, 13)) == 24 * 20458 + 13
 
 
 def test_the_run_prints_each_table_and_warns_when_one_was_full():

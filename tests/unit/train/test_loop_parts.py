@@ -19,7 +19,7 @@ from recsys_dist.train.attempt import Attempt, mean_loss
 from recsys_dist.train.cadence import Cadence
 from recsys_dist.train.hooks import Hook
 from recsys_dist.train.reporting import AUC_SHOWN_AFTER, progress_line
-from recsys_dist.train.table_bookkeeping import training_window
+from recsys_dist.train.table_bookkeeping import describe_time, training_window
 
 
 class Clock:
@@ -103,16 +103,25 @@ def test_a_hook_does_nothing_unless_it_says_so():
     assert hook.state() is None and hook.state_key is None
 
 
-def test_the_training_window_is_the_train_splits_dates_or_its_day_or_today():
+def test_the_training_window_is_the_train_splits_dates_or_its_start_or_today():
     from recsys_dist.config.sections import DataSpec, DataSplit
 
+    at = datetime.datetime
     data = DataSpec(path="d", train=DataSplit(dates="2026-01-01..2026-01-03"))
-    assert training_window(data) == (datetime.date(2026, 1, 1), datetime.date(2026, 1, 3))
-    today = datetime.date.today()
+    assert training_window(data) == (at(2026, 1, 1), at(2026, 1, 3))
+    today = at.combine(datetime.date.today(), datetime.time())
     assert training_window(None) == (today, today)
     assert training_window(DataSpec(path="d", train=DataSplit(glob="x/*"))) == (today, today)
-    day = datetime.date(2026, 3, 4)
-    assert training_window(DataSpec(path="d", train=DataSplit(glob="x", day=day))) == (day, day)
+    hour = at(2026, 3, 4, 13)
+    assert training_window(DataSpec(path="d", train=DataSplit(glob="x", start=hour))) == (
+        hour,
+        hour,
+    )
+
+
+def test_times_print_as_dates_at_midnight_and_with_their_hour_otherwise():
+    assert describe_time(datetime.datetime(2026, 1, 2)) == "2026-01-02"
+    assert describe_time(datetime.datetime(2026, 1, 2, 13)) == "2026-01-02 13:00"
 
 
 def test_a_storage_failure_of_a_worker_that_was_unreachable_is_a_lost_task():
