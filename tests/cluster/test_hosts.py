@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -329,3 +330,67 @@ def test_a_worker_missing_at_the_start_is_left_out_and_taken_in_when_it_answers(
     assert "restart  lost a task" not in run.output and "(restart 1 of" not in run.output
     assert_complete(cluster, model_dir)
     assert abs(held_out_auc(cluster, model_dir) - baseline) <= AUC_TOLERANCE
+
+
+def _hourly(source, target, hours: int):
+    """The synthetic days of ``source`` as partitions ``dt=2026-01-01/hour=HH`` of
+    ``target``, each with its marker."""
+    for hour in range(hours):
+        partition = target / "dt=2026-01-01" / f"hour={hour:02d}"
+        partition.mkdir(parents=True)
+        for file in sorted((source / f"dt=2026-01-{hour + 1:02d}").glob("*.parquet")):
+            shutil.copy(file, partition / file.name)
+        (partition / "_SUCCESS").write_text("")
+
+
+def test_follow_survives_a_server_host_and_then_the_chief_host_killed(net, cluster, tmp_path):
+    """``recsys-dist follow`` on the hosts, partitions and its root on S3: every process of
+    a parameter server's host is SIGKILLed while the first partition trains (the server is
+    started again; the command restarts itself and resumes), then every process of the
+    chief's host while the second one trains. Started again, the chief resumes that
+    partition from its checkpoint; each partition is trained once and published once."""
+    source = tmp_path / "source"
+    synthesize(source, days=2, rows_per_day=ROWS_PER_DAY, seed=11, rows_per_file=6_000)
+    _hourly(source, tmp_path / "hourly", 2)
+    root = f"s3://{BUCKET}/follow"
+    follow = {"root": root, "poll_seconds": 0.2, "publish_every": 1, "base_every": 2}
+    changes = {"data.path": cluster.upload(tmp_path / "hourly", "hourly"), "follow": follow}
+    config = cluster_config(net.hosts["chief"].directory, changes["data.path"], changes)
+
+    def start() -> TrainRun:
+        argv = ("follow", "--config", config, "--until-idle", "0")
+        return TrainRun(
+            config, "", command=argv, env=cluster.chief_env(), prefix=net.command("chief", [])
+        )
+
+    first = start()
+    first.wait_for(r"^follow +training dt=2026-01-01/hour=00")
+    first.wait_for(r"^checkpoint step")
+    net.kill_host("ps1")
+    time.sleep(3)
+    cluster.start_server("ps", 1)
+    first.wait_for(r"^follow +training dt=2026-01-01/hour=01", timeout=300)
+    count = sum(bool(re.match(r"checkpoint step", line)) for line in first.lines)
+    first.wait_for(r"^checkpoint step", count=count + 1)
+    net.kill_host("chief")
+    assert first.finish(timeout=60) != 0
+    assert "restart  lost a task of the cluster" in first.output, first.output[-3000:]
+    assert re.search(r"resume +from \S+/runs/2026-01-01T00/checkpoints/", first.output)
+
+    second = start()
+    assert second.finish() == 0, second.output[-3000:]
+    assert re.search(r"resume +from \S+/runs/2026-01-01T01/checkpoints/", second.output), (
+        second.output[-3000:]
+    )
+    assert "training dt=2026-01-01/hour=00" not in second.output
+    ledger = cluster.read_json(f"{root}/trained.json")["partitions"]
+    assert [e["partition"] for e in ledger] == ["dt=2026-01-01/hour=00", "dt=2026-01-01/hour=01"]
+    published = sorted(
+        k.rsplit("/", 2)[-2] for k in cluster.keys(f"{root}/published/") if k.endswith("_SUCCESS")
+    )
+    manifests = [cluster.read_json(f"{root}/published/{v}/manifest.json") for v in published]
+    assert [(m["kind"], m["partitions"]) for m in manifests] == [
+        ("base", ["dt=2026-01-01/hour=00"]),
+        ("delta", ["dt=2026-01-01/hour=01"]),
+    ]
+    assert ledger[-1]["step"] == manifests[-1]["step"]
