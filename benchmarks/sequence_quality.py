@@ -9,7 +9,8 @@ held-out rows, once per seed (``train.seed`` and ``input.seed``), interleaved:
 - ``pooled``: ``din`` with ``sequence_pooling: mean`` (each history mean-pooled over its
   real positions; the same MLP);
 - ``din``: DIN's target attention over the history;
-- ``bst``: a transformer over the candidate and the history.
+- ``bst``: a transformer over the candidate and the history;
+- ``dien``: DIEN's GRUs over the history in time order, with its auxiliary loss.
 
 Data (``--data``):
 
@@ -29,7 +30,7 @@ mean AUC over seeds with its standard error, the paired gap of every model over
 the same Amazon rows and seeds, and the gap of ``din`` to it is printed.
 
 Usage: ``python benchmarks/sequence_quality.py [--data amazon|synthetic] [--seeds 0,1,2]
-[--sides none,pooled,din,bst] [--amazon DIR] [--peer] [--set KEY=VALUE ...]``
+[--sides none,pooled,din,bst,dien] [--amazon DIR] [--peer] [--set KEY=VALUE ...]``
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ import tempfile
 
 from common import ROOT, best_median, cli, interleaved  # this folder
 
-SIDES = ("none", "pooled", "din", "bst")
+SIDES = ("none", "pooled", "din", "bst", "dien")
 AMAZON_CONFIG = ROOT / "configs" / "amazon_din.yaml"
 SYNTHETIC_FEATURES = ROOT / "features" / "behaviour_synth.yaml"
 

@@ -82,6 +82,7 @@ COVERED_BY: dict[str, str] = {
     "recsys_dist/models/sharding.py": "tests/unit/cluster/test_placement.py",
     "recsys_dist/models/zoo/bst.py": "tests/unit/models/test_sequence_models.py",
     "recsys_dist/models/zoo/din.py": "tests/unit/models/test_sequence_models.py",
+    "recsys_dist/models/zoo/dien.py": "tests/unit/models/test_sequence_models.py",
     **{
         f"recsys_dist/models/zoo/{name}.py": "tests/unit/models/test_zoo.py"
         for name in ("dcn_v2", "deepfm", "dlrm", "lr", "mmoe", "ranking_model", "wide_deep")

@@ -332,6 +332,46 @@ class BSTParams(ModelParams):
 register_model("bst", params=BSTParams, model_class=f"{_ZOO}.bst:BST", needs_sequence=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class DIENParams(ModelParams):
+    """DIEN (Zhou et al., 2019): the interest followed through the history in time order.
+
+    A GRU over each history (oldest first) extracts an interest state per position,
+    trained by an auxiliary loss to tell the next behaviour from another user's; DIN's
+    activation unit scores each state against the candidate (softmax), and a GRU whose
+    update gate the score scales (AUGRU) evolves the interest; its final state, the other
+    embeddings and the dense numerics feed an MLP.
+
+    Attributes:
+      attention_units: Widths of the activation unit's hidden layers.
+      attention_activation: Activation of the activation unit: ``dice``, ``prelu``,
+        ``relu`` or ``sigmoid``.
+      auxiliary_loss_weight: Weight of the auxiliary loss in the training loss; 0 turns
+        it off.
+      auxiliary_units: Widths of the auxiliary network's sigmoid layers.
+      hidden_units: Widths of the MLP.
+      dropout: Dropout rate in the MLP.
+      batch_norm: Batch norm in the MLP.
+    """
+
+    attention_units: list[int] = _units(80, 40)
+    attention_activation: Literal["dice", "prelu", "relu", "sigmoid"] = "dice"
+    auxiliary_loss_weight: float = field(default=1.0, metadata={"min": 0.0})
+    auxiliary_units: list[int] = _units(100, 50)
+    hidden_units: list[int] = _units(256, 128, 64)
+    dropout: float = field(default=0.0, metadata=_DROPOUT)
+    batch_norm: bool = False
+
+    def input_problem(
+        self, model: str, features: Any, inputs: dict[str, list[str]]
+    ) -> InputProblem | None:
+        """Each history is compared with its candidates, so they are all inputs."""
+        return history_problem(model, features, inputs["deep"])
+
+
+register_model("dien", params=DIENParams, model_class=f"{_ZOO}.dien:DIEN", needs_sequence=True)
+
+
 def defaults_row(name: str) -> str:
     """Model ``name``'s row of the defaults table in docs/quality.md: its ``model.params``
     defaults and the default optimizer of its linear weights (a test keeps the table

@@ -1,10 +1,12 @@
-"""DIN and BST: what each reads of a history, padding, empty histories and rejections.
+"""DIN, BST and DIEN: what each reads of a history, padding, empty histories and
+rejections.
 
-Covers the models (``models/zoo/din.py``, ``models/zoo/bst.py``) and the behaviour
-inputs they read, with the checks of their histories (``models/behaviour.py``).
+Covers the models (``models/zoo/din.py``, ``bst.py``, ``dien.py``) and the behaviour
+inputs they read, with the checks of their histories (``models/behaviour.py``); DIEN's
+layers are tested in test_interest.py.
 
-Every model of the zoo (din and bst included) is also trained a few steps in
-test_zoo.py; the cluster tests train them on parameter servers and export them.
+Every model of the zoo (these included) is also trained a few steps in test_zoo.py; the
+cluster tests train them on parameter servers and export them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS, so it must come befo
 import tensorflow as tf
 # isort: on
 
-from recsys_dist.config.model_params import BSTParams, DINParams
+from recsys_dist.config.model_params import BSTParams, DIENParams, DINParams
 from recsys_dist.models.zoo import build_model
 from tests.support.configs import DELETE, changed
 from tests.support.models import TINY_FEATURES, model_inputs, tiny_batch, write_feature_config
@@ -52,6 +54,8 @@ def _logits(model, history: dict) -> np.ndarray:
         ("din", DINParams(sequence_pooling="mean")),
         ("din", DINParams(attention_positions=False)),
         ("bst", None),
+        ("dien", None),
+        ("dien", DIENParams(auxiliary_loss_weight=0.0)),
     ],
 )
 def test_padding_never_changes_a_prediction_and_empty_histories_are_finite(tmp_path, name, params):
@@ -107,6 +111,26 @@ def test_bst_reads_the_order_of_the_history(tmp_path):
         "weights": HISTORY["weights"],
     }
     assert _logits(model, reordered)[0] != pytest.approx(base[0], abs=1e-6)
+
+
+def test_dien_reads_the_order_of_the_history_and_adds_its_auxiliary_loss_in_training(tmp_path):
+    model = _model(tmp_path, "dien")
+    base = _logits(model, HISTORY)
+    reordered = {
+        "ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+        "weights": HISTORY["weights"],
+    }
+    moved = _logits(model, reordered)
+    assert moved[0] != pytest.approx(base[0], abs=1e-6) and moved[1:] == pytest.approx(base[1:])
+    assert model.losses == []  # scoring adds no loss
+    with tf.GradientTape() as tape:
+        model(_batch(HISTORY), training=True)
+        (auxiliary,) = model.losses
+    grads = tape.gradient(auxiliary, model.inputs_layer.trainable_variables)
+    assert float(auxiliary) > 0 and any(g is not None for g in grads)  # it trains the items
+    off = _model(tmp_path, "dien", DIENParams(auxiliary_loss_weight=0.0))
+    off(_batch(HISTORY), training=True)
+    assert off.losses == [] and not off.auxiliary[0].built
 
 
 def test_sequence_pooling_none_reads_no_history(tmp_path):

@@ -81,8 +81,8 @@ def test_model_trains_with_split_optimizers(tiny, name, params):
     ]
     assert _refs(embedding) == _refs(stacks)
 
-    with tf.GradientTape() as tape:
-        loss = total_loss(model(batch, training=True), labels)
+    with tf.GradientTape() as tape:  # the model's own losses too, as training adds them
+        loss = total_loss(model(batch, training=True), labels) + sum(model.losses)
     grads = tape.gradient(loss, embedding + dense)
     unused = [v.name for v, g in zip(embedding + dense, grads) if g is None]
     assert not unused, f"variables without a gradient: {unused}"
@@ -93,7 +93,7 @@ def test_model_trains_with_split_optimizers(tiny, name, params):
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            loss = total_loss(model(batch, training=True), labels)
+            loss = total_loss(model(batch, training=True), labels) + sum(model.losses)
         grads = tape.gradient(loss, embedding + dense)
         embedding_opt.apply_gradients(zip(grads[: len(embedding)], embedding))
         dense_opt.apply_gradients(zip(grads[len(embedding) :], dense))
