@@ -118,12 +118,7 @@ def _add_synth(data_commands) -> None:
         "candidate item whose click depends on its category's matches in the "
         "history; feature config features/behaviour_synth.yaml.",
     )
-    synth.add_argument(
-        "--dataset",
-        choices=["criteo", "behaviour"],
-        default="criteo",
-        help="what the rows look like (default criteo)",
-    )
+    synth.add_argument("--dataset", choices=["criteo", "behaviour"], default="criteo")
     synth.add_argument("--out", required=True, help="output directory")
     synth.add_argument("--days", type=_positive, required=True, help="number of daily partitions")
     synth.add_argument("--rows-per-day", type=_positive, required=True, help="rows per day")
@@ -152,6 +147,11 @@ def _add_synth(data_commands) -> None:
         type=_positive,
         help="user ids drawn from this many users, Zipf-distributed (default 200000 for "
         "criteo, 100000 for behaviour; 5000000 gives a long tail)",
+    )
+    synth.add_argument(
+        "--history-length",
+        type=_positive,
+        help="behaviour: histories of 0..N items, the label reading all (default 0..80, 50 read)",
     )
     synth.add_argument(
         "--drift",

@@ -35,6 +35,7 @@ def synth(args: argparse.Namespace) -> int:
             generator_class=generator,
             hourly=args.hourly,
             drift=args.drift,
+            history_length=args.history_length,
             progress=(lambda line: print(line, file=sys.stderr)) if not args.quiet else None,
         )
     except ValueError as exc:

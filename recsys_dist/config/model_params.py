@@ -254,6 +254,11 @@ class DINParams(ModelParams):
       sequence_pooling: ``attention``; or, as baselines of the same network, ``mean``
         (each history mean-pooled over its real positions) or ``none`` (the histories
         are not read).
+      search_by: SIM's hard search for long histories: a sequence of a history (the
+        main one or a side, e.g. the categories); only the positions whose id there is
+        the candidate's (that sequence's ``target``) are read, the newest
+        ``search_top_k`` of them. ``None``: every position up to ``max_length``.
+      search_top_k: The most positions the hard search keeps per row.
       hidden_units: Widths of the MLP.
       activation: Activation of the MLP: ``relu``, ``prelu`` or ``dice``.
       dropout: Dropout rate in the MLP.
@@ -265,6 +270,8 @@ class DINParams(ModelParams):
     attention_normalization: Literal["none", "softmax"] = "none"
     attention_positions: bool = True
     sequence_pooling: Literal["attention", "mean", "none"] = "attention"
+    search_by: str | None = None
+    search_top_k: int = field(default=50, metadata={"min": 1})
     hidden_units: list[int] = _units(256, 128, 64)
     activation: Literal["relu", "prelu", "dice"] = "relu"
     dropout: float = field(default=0.0, metadata=_DROPOUT)
@@ -273,8 +280,19 @@ class DINParams(ModelParams):
     def input_problem(
         self, model: str, features: Any, inputs: dict[str, list[str]]
     ) -> InputProblem | None:
-        """Each history is compared with its candidates, so they are all inputs."""
-        return history_problem(model, features, inputs["deep"])
+        """Each history is compared with its candidates, so they are all inputs; the
+        hard search reads a sequence of one of them."""
+        problem = history_problem(model, features, inputs["deep"])
+        if problem is not None or self.search_by is None:
+            return problem
+        read = [n for g in features.sequence_groups(inputs["deep"]) for n in g.sequences]
+        if self.search_by not in read:
+            return InputProblem(
+                f"model {model!r}: search_by {self.search_by!r} is not a sequence of a "
+                f"history among the model's inputs; choose one of {read}",
+                "model.params.search_by",
+            )
+        return None
 
 
 register_model("din", params=DINParams, model_class=f"{_ZOO}.din:DIN", needs_sequence=True)

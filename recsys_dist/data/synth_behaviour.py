@@ -44,12 +44,11 @@ def category_of(items: np.ndarray) -> np.ndarray:
 
 
 def recent_matches(
-    hist_cates: list[np.ndarray], cates: np.ndarray
+    hist_cates: list[np.ndarray], cates: np.ndarray, seen: int = HISTORY_SEEN
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(m, r)`` of the label model: matches of each row's category among its newest
-    :data:`HISTORY_SEEN` history categories (oldest first), and whether the newest one
-    matches."""
-    m = np.array([np.count_nonzero(h[-HISTORY_SEEN:] == c) for h, c in zip(hist_cates, cates)])
+    ``seen`` history categories (oldest first), and whether the newest one matches."""
+    m = np.array([np.count_nonzero(h[-seen:] == c) for h, c in zip(hist_cates, cates)])
     r = np.array([len(h) > 0 and h[-1] == c for h, c in zip(hist_cates, cates)])
     return m, r.astype(np.float64)
 
@@ -78,10 +77,16 @@ class BehaviourGenerator:
     anywhere; the candidate comes from one of the user's interests in 40% of rows, from
     anywhere otherwise. The click rate is about 22%. Day ``d`` depends only on
     ``(seed, d)``.
+
+    With ``history_length`` N, a history holds 0-N items (uniform) and ``m`` counts the
+    matches in all of them: long histories, of which the newest 50 tell less than the
+    whole.
     """
 
-    def __init__(self, seed: int, users: int = 100_000):
+    def __init__(self, seed: int, users: int = 100_000, history_length: int | None = None):
         self._seed, self._users = seed, users
+        self._longest = history_length or MAX_HISTORY
+        self._seen = history_length or HISTORY_SEEN
         ranks = np.arange(1, ITEMS_PER_CATEGORY + 1, dtype=np.float64)
         self._item_cdf = np.cumsum(ranks**-1.1) / np.sum(ranks**-1.1)
         cats = np.arange(1, CATEGORIES + 1, dtype=np.float64)
@@ -110,7 +115,7 @@ class BehaviourGenerator:
         rng = np.random.default_rng([self._seed, 7919, day, file_index])
         users = self._draw(self._user_cdf, rng.random(n))
         interests = self._interests(users)
-        lengths = rng.integers(0, MAX_HISTORY + 1, n)
+        lengths = rng.integers(0, self._longest + 1, n)
         lengths[rng.random(n) < NULL_HISTORY_RATE] = 0
         null_history = lengths == 0
         null_history &= rng.random(n) < 0.5  # half the empty histories are stored as null
@@ -127,7 +132,7 @@ class BehaviourGenerator:
         items = self._items_in(rng, cand_cates)
         splits = np.concatenate([[0], np.cumsum(lengths)])
         per_row = [hist_cates[splits[i] : splits[i + 1]] for i in range(n)]
-        m, r = recent_matches(per_row, cand_cates)
+        m, r = recent_matches(per_row, cand_cates, self._seen)
         logit = (
             _CLICK_BIAS
             + 0.4 * hashed_normal(stream_key(self._seed, "item"), items)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recsys_dist.data.synth import USERS, RowGenerator
+from recsys_dist.data.synth_behaviour import BehaviourGenerator
 from recsys_dist.data.synth_drift import DriftingRowGenerator
 
 
@@ -67,6 +68,7 @@ def synthesize(
     generator_class: type | None = None,
     hourly: bool = False,
     drift: float = 0.0,
+    history_length: int | None = None,
 ) -> SynthReport:
     """Writes ``days`` daily partitions of synthetic CTR data under ``out_dir``.
 
@@ -97,6 +99,8 @@ def synthesize(
         ``_SUCCESS`` file written after them.
       drift: Radians per partition by which the click model of Criteo-like rows turns
         toward an independent one (``data/synth_drift.py``); 0: none.
+      history_length: Behaviour rows only: histories of 0..N items, the label reading all
+        of them (:class:`~recsys_dist.data.synth_behaviour.BehaviourGenerator`).
 
     Returns:
       A :class:`SynthReport` describing the written files.
@@ -115,8 +119,12 @@ def synthesize(
     started = time.perf_counter()
     if drift and generator_class not in (None, RowGenerator):
         raise ValueError("drift applies to the criteo dataset only")
+    if history_length is not None and generator_class is not BehaviourGenerator:
+        raise ValueError("history length applies to the behaviour dataset only")
     if drift:
         generator = DriftingRowGenerator(int(seed), users=int(users), rate=drift)
+    elif history_length is not None:
+        generator = BehaviourGenerator(int(seed), users=int(users), history_length=history_length)
     else:
         generator = (generator_class or RowGenerator)(int(seed), users=int(users))
     file_rows = rows_per_file_of_day(rows_per_day, rows_per_file)

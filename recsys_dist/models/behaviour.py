@@ -163,6 +163,29 @@ def _aligned(side: KeptSequence, main: KeptSequence) -> tf.Tensor:
     )
 
 
+def hard_search(
+    features: dict[str, Any], group: SequenceGroup, by: str, target: str, top_k: int
+) -> dict[str, Any]:
+    """SIM's hard search (Pi et al., 2020): keeps, of ``group``'s history, the newest
+    ``top_k`` positions whose id in sequence ``by`` (the main sequence or a side) is the
+    candidate's id of ``target``; every other position becomes padding (weight 0) in the
+    main sequence and its sides, so it is never looked up. Positions keep their place, so
+    a kept item's position still says how recent it is. Returns the batch with the
+    group's sequences changed."""
+    real = tf.not_equal(features[group.main]["weights"], 0.0)  # [B, L]
+    candidate = tf.reshape(features[target], [-1, 1])
+    match = real & tf.equal(features[by]["ids"], tf.cast(candidate, features[by]["ids"].dtype))
+    kept = match & (tf.cumsum(tf.cast(match, tf.int32), axis=1) <= top_k)  # newest first
+    searched = dict(features)
+    for name in group.sequences:
+        weights = features[name]["weights"]
+        searched[name] = {
+            **features[name],
+            "weights": tf.where(kept, weights, tf.zeros_like(weights)),
+        }
+    return searched
+
+
 def masked_mean(keys: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """``[B, G]``: the mean of ``keys`` ``[B, L, G]`` over the real positions of ``mask``
     ``[B, L]``; zeros for an empty history."""

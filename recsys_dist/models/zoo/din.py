@@ -12,7 +12,7 @@ from recsys_dist.config.model_params import DINParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.activations import activation_layer
 from recsys_dist.models.attention import TargetAttention
-from recsys_dist.models.behaviour import BehaviourInputs
+from recsys_dist.models.behaviour import BehaviourInputs, hard_search
 from recsys_dist.models.blocks import MLP, derive_seed, seeded_initializer
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
@@ -28,7 +28,9 @@ class DIN(RankingModel):
     the real positions, ``a`` an MLP over ``[q, k_l, q - k_l, q * k_l]`` (weights not
     normalised unless ``attention_normalization: softmax``). With ``sequence_pooling:
     mean`` the same network takes the histories' masked means instead, with ``none`` no
-    history at all (baselines).
+    history at all (baselines). With ``search_by`` (SIM's hard search, for long histories)
+    a history keeps only the newest ``search_top_k`` positions whose ``search_by`` id is
+    the candidate's before anything is looked up.
 
     Input groups: ``deep``, with at least one ``sequence`` feature whose ``target`` is
     among them.
@@ -54,6 +56,7 @@ class DIN(RankingModel):
         super().__init__(features, inputs, labels, placement)
         params = params or DINParams()
         self.sequence_pooling = params.sequence_pooling
+        self.search_top_k = params.search_top_k
         self.inputs_layer = BehaviourInputs(
             features,
             inputs["deep"],
@@ -62,6 +65,12 @@ class DIN(RankingModel):
             name="behaviour_inputs",
             tables=self.model_tables,
         )
+        # the history whose positions the hard search picks, and by which sequence
+        self.searched = [
+            (group, params.search_by, features.features[params.search_by].target)
+            for group in self.inputs_layer.groups
+            if params.search_by in group.sequences
+        ]
         self.attention = (
             [
                 TargetAttention(
@@ -109,6 +118,8 @@ class DIN(RankingModel):
         self.head = logit_head(len(labels), seed)
 
     def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
+        for group, by, target in self.searched:
+            features = hard_search(features, group, by, target, self.search_top_k)
         others, dense, histories = self.inputs_layer(features, training=training)
         pooled = []
         for i, history in enumerate(histories):

@@ -91,6 +91,15 @@ def test_synth_argument_errors_exit_2_without_traceback():
     assert result.returncode == 2 and "expected a date YYYY-MM-DD" in result.stderr
 
 
+def test_history_length_is_refused_for_criteo_rows_and_writes_long_histories(tmp_path, capsys):
+    args = ["data", "synth", "--out", str(tmp_path), "--days", "1", "--rows-per-day", "40"]
+    assert main([*args, "--history-length", "300"]) != 0
+    assert "history length applies to the behaviour dataset only" in capsys.readouterr().err
+    assert main([*args, "--dataset", "behaviour", "--history-length", "300", "--quiet"]) == 0
+    table = pq.read_table(tmp_path / "dt=2026-01-01")
+    assert 80 < max(len(h or []) for h in table["hist_item_id"].to_pylist()) <= 300
+
+
 def test_missing_config_file_exits_2_with_message(capsys):
     assert main(["validate", "--config", "no/such.yaml"]) == 2
     assert capsys.readouterr().err.strip() == "error: no/such.yaml: config file not found"

@@ -288,6 +288,12 @@ MODEL_INPUT_REJECTIONS = [
         r"\(its sequences' dims summed\), which num_heads=3 does not divide",
     ),
     (
+        {"features.hist_ad": HISTORY},
+        {"model.name": "din", "model.params": {"search_by": "ad_id"}},
+        r"model\.params\.search_by: model 'din': search_by 'ad_id' is not a sequence of a "
+        r"history among the model's inputs; choose one of \['hist_ad'\]",
+    ),
+    (
         {
             "features": {"price": {"kind": "numeric", "transform": "log1p"}},
             "tables": {},

@@ -39,3 +39,26 @@ def test_the_same_seed_writes_the_same_rows(tmp_path):
     first = BehaviourGenerator(5).table(0, 0, 500)
     assert first.equals(BehaviourGenerator(5).table(0, 0, 500))
     assert not first.equals(BehaviourGenerator(6).table(0, 0, 500))
+
+
+def test_long_histories_count_every_match_in_the_oracle():
+    from recsys_dist.data.synth_behaviour import _CLICK_BIAS
+    from recsys_dist.data.synth_random import hashed_normal, stream_key
+
+    table = BehaviourGenerator(3, users=1000, history_length=1000).table(0, 0, 1000)
+    cates = [np.array(c or [], np.int64) for c in table["hist_cate_id"].to_pylist()]
+    assert 900 < max(len(c) for c in cates) <= 1000
+    candidate = table["cate_id"].to_numpy()
+    m, r = recent_matches(cates, candidate, seen=1000)
+    expected = (
+        _CLICK_BIAS
+        + 0.4 * hashed_normal(stream_key(3, "item"), table["item_id"].to_numpy())
+        + 0.3 * hashed_normal(stream_key(3, "user"), table["user_id"].to_numpy())
+        + 2.4 * (1.0 - np.exp(-m / 2.0))
+        + 1.2 * r
+        - 0.9
+    ).astype(np.float32)
+    # the generator's own float64 sum, stored as float32: equal
+    np.testing.assert_array_equal(table["oracle_logit"].to_numpy(), expected)
+    newest_only, _ = recent_matches(cates, candidate)  # 50 newest: fewer matches
+    assert (newest_only < m).mean() > 0.5

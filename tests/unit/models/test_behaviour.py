@@ -1,5 +1,6 @@
 """Histories kept at their real positions: the ragged values, their padded form, the mean,
-a side sequence aligned with its main one, and DIN's unit on either form."""
+a side sequence aligned with its main one, DIN's unit on either form, and SIM's hard
+search."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import tensorflow as tf
 
 from recsys_dist.features.config import load_feature_config
 from recsys_dist.models.attention import TargetAttention
-from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
+from recsys_dist.models.behaviour import BehaviourInputs, hard_search, masked_mean
 from recsys_dist.models.masking import masked_softmax, ragged_softmax
 from tests.support.configs import write_yaml
 
@@ -118,3 +119,32 @@ def test_ragged_softmax_is_the_masked_softmax_of_the_real_positions():
     expected = tf.gather_nd(masked_softmax(scores, mask), positions)
     np.testing.assert_allclose(ragged.numpy(), expected.numpy(), rtol=1e-6)
     np.testing.assert_allclose(np.sum(ragged.numpy()[:3]), 1.0, rtol=1e-6)
+
+
+def test_the_hard_search_keeps_the_newest_positions_of_the_candidates_category(inputs):
+    """Row 0's categories (newest first) 2, 5, 2, 2 and candidate category 2: the two
+    newest matches are kept (top 2), in the main sequence and its side; row 1 matches
+    nothing; row 2's match sits after padding in the ids and is not real."""
+    batch = {
+        "item": tf.constant([1, 2, 3], tf.int64),
+        "cate": tf.constant([2, 4, 6], tf.int64),
+        "hist": {
+            "ids": tf.constant([[3, 7, 9, 8], [5, 0, 0, 0], [5, 0, 0, 0]], tf.int64),
+            "weights": tf.constant([[1, 1, 1, 1], [1, 0, 0, 0], [1, 0, 0, 0]], tf.float32),
+        },
+        "hist_cate": {
+            "ids": tf.constant([[2, 5, 2, 2], [3, 0, 0, 0], [1, 6, 0, 0]], tf.int64),
+            "weights": tf.constant([[1, 1, 1, 1], [1, 0, 0, 0], [1, 0, 0, 0]], tf.float32),
+        },
+    }
+    (group,) = inputs.groups
+    searched = hard_search(batch, group, "hist_cate", "cate", top_k=2)
+    kept = [[1, 0, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    for name in ("hist", "hist_cate"):
+        assert searched[name]["weights"].numpy().tolist() == kept, name
+        assert searched[name]["ids"] is batch[name]["ids"]
+    assert searched["item"] is batch["item"]
+    _, _, [history] = inputs(searched)
+    assert history.positions.numpy().tolist() == [[0, 0], [0, 2]]  # recency kept
+    by_item = hard_search(batch, group, "hist", "item", top_k=5)
+    assert by_item["hist"]["weights"].numpy().sum() == 0  # no candidate item in a history

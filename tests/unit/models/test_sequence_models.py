@@ -133,6 +133,28 @@ def test_dien_reads_the_order_of_the_history_and_adds_its_auxiliary_loss_in_trai
     assert off.losses == [] and not off.auxiliary[0].built
 
 
+def test_din_with_hard_search_reads_only_the_positions_of_the_candidates_id(tmp_path):
+    model = _model(tmp_path, "din", DINParams(search_by="hist_ad", search_top_k=1))
+
+    def logits(history: dict) -> np.ndarray:
+        batch = {**_batch(history), "ad_id": tf.constant([9, 7, 1], tf.int64)}
+        return model(batch, training=False)["click"].numpy()
+
+    base = logits(HISTORY)  # row 0 reads its item 9 (position 1), row 1 its 7
+    others_changed = {
+        "ids": tf.constant([[5, 9, 6, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+        "weights": HISTORY["weights"],
+    }
+    np.testing.assert_array_equal(logits(others_changed), base)  # the same rows, the same ops
+    moved = {
+        "ids": tf.constant([[3, 4, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
+        "weights": HISTORY["weights"],
+    }
+    assert logits(moved)[0] != pytest.approx(base[0], abs=1e-6)  # older: another position
+    with pytest.raises(ValueError, match=r"search_by 'tags' is not a sequence of a history"):
+        _model(tmp_path, "din", DINParams(search_by="tags"))
+
+
 def test_sequence_pooling_none_reads_no_history(tmp_path):
     model = _model(tmp_path, "din", DINParams(sequence_pooling="none"))
     empty = {"ids": tf.zeros([3, 4], tf.int64), "weights": tf.zeros([3, 4])}

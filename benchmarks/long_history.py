@@ -1,0 +1,143 @@
+"""Long histories: SIM's hard search over 1,000 items against DIN over the newest 50.
+
+Data: ``recsys-dist data synth --dataset behaviour --history-length N`` (default 1,000):
+each history holds 0..N items and the click depends on the matches of the candidate's
+category among all of them, so the newest 50 tell less than the whole. Three days, train
+on two, evaluate on the third, with features/behaviour_synth.yaml and its sequences'
+``max_length`` set per side:
+
+- ``din50``: ``din`` over the 50 newest items (``max_length: 50``);
+- ``sim``: ``din`` with ``search_by: hist_cate_id`` over ``max_length: N``: of each
+  history, the newest ``search_top_k`` (50) items of the candidate's category;
+- ``din_all`` (not run unless asked): ``din`` over all N items.
+
+Each side trains with ``recsys-dist train`` (configs/amazon_din.yaml's optimizers, 2
+passes, 2 workers and 2 parameter servers in-process) once per seed, the sides of a seed
+interleaved; every run prints its AUC and examples/s after warm-up. The end: each side's
+mean AUC with its standard error, the paired gap of ``sim`` over ``din50``, the speed
+ratio of the medians, and the target line (``sim`` >= ``din50`` in AUC at >= 0.5 of its
+speed).
+
+Usage: ``python benchmarks/long_history.py [--seeds 0,1,2] [--sides din50,sim]
+[--history-length 1000] [--rows-per-day 40000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import statistics
+import tempfile
+
+import yaml
+from common import ROOT, best_median, cli, interleaved  # this folder
+from sequence_quality import AMAZON_CONFIG, SYNTHETIC_FEATURES, mean_se, train_and_evaluate
+
+SIDES = ("din50", "sim", "din_all")
+TOP_K = 50
+
+
+def features_with_length(out: pathlib.Path, length: int) -> str:
+    """A copy of the synthetic behaviour features whose sequences keep ``length`` items."""
+    doc = yaml.safe_load(SYNTHETIC_FEATURES.read_text())
+    for spec in doc["features"].values():
+        if spec.get("kind") == "sequence":
+            spec["max_length"] = length
+    path = out / f"behaviour_{length}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def side_settings(side: str, scratch: pathlib.Path, longest: int) -> list[str]:
+    """``--set`` values of a side."""
+    if side == "din50":
+        return [f"features={features_with_length(scratch, 50)}"]
+    settings = [f"features={features_with_length(scratch, longest)}"]
+    if side == "sim":
+        settings += ["model.params.search_by=hist_cate_id", f"model.params.search_top_k={TOP_K}"]
+    return settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--sides", default="din50,sim")
+    parser.add_argument("--history-length", type=int, default=1000)
+    parser.add_argument("--rows-per-day", type=int, default=40_000)
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    sides = [s for s in args.sides.split(",") if s]
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        raise SystemExit(f"--sides: {unknown} unknown; choose from {', '.join(SIDES)}")
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="long_history_"))
+    try:
+        data = str(scratch / "behaviour")
+        cli(
+            *("data", "synth", "--dataset", "behaviour", "--out", data, "--days", "3"),
+            *("--rows-per-day", str(args.rows_per_day), "--seed", "7", "--quiet"),
+            *("--history-length", str(args.history_length)),
+        )
+        common = [
+            "model.name=din",
+            "data.train={dates: 2026-01-01..2026-01-02}",
+            "data.eval={dates: 2026-01-03}",
+            "data.validation=null",
+        ]
+        print(
+            f"data: {args.rows_per_day:,} rows a day, histories of 0..{args.history_length:,} "
+            f"items; config {AMAZON_CONFIG.relative_to(ROOT)}; seeds {seeds}; sides {sides}"
+        )
+        results: dict[str, list[dict]] = {side: [] for side in sides}
+        for seed in seeds:
+
+            def show(round_: int, done: dict, seed: int = seed) -> None:
+                side, r = list(done.items())[-1]
+                print(
+                    f"seed {seed} {side:7s} AUC {r['auc']:.4f} logloss {r['logloss']:.4f} "
+                    f"{r['ex_per_s']:,.0f} ex/s",
+                    flush=True,
+                )
+
+            runs = {
+                side: (
+                    lambda side=side, seed=seed: train_and_evaluate(
+                        str(AMAZON_CONFIG),
+                        data,
+                        scratch / side,
+                        [*common, *side_settings(side, scratch, args.history_length)],
+                        seed,
+                    )
+                )
+                for side in sides
+            }
+            for side, found in interleaved(runs, 1, show=show).items():
+                results[side] += found
+        print()
+        for side in sides:
+            best, median = best_median(r["ex_per_s"] for r in results[side])
+            aucs = [r["auc"] for r in results[side]]
+            print(f"{side:7s} AUC mean {mean_se(aucs)}; ex/s best {best:,.0f} median {median:,.0f}")
+        if {"din50", "sim"} <= set(sides):
+            gaps = [s["auc"] - d["auc"] for s, d in zip(results["sim"], results["din50"])]
+            se = statistics.stdev(gaps) / len(gaps) ** 0.5 if len(gaps) > 1 else float("nan")
+            speed = statistics.median(r["ex_per_s"] for r in results["sim"]) / statistics.median(
+                r["ex_per_s"] for r in results["din50"]
+            )
+            gap = statistics.mean(gaps)
+            met = "met" if gap >= 0 and speed >= 0.5 else "not met"
+            print(
+                f"sim - din50 per seed: {', '.join(f'{g:+.4f}' for g in gaps)}; mean "
+                f"{gap:+.4f} (se {se:.4f}); speed {speed:.2f}x din50 (medians)"
+            )
+            print(
+                f"target long histories (sim >= din50 in AUC at >= 0.5x its speed): {met} "
+                f"(AUC {gap:+.4f}, speed {speed:.2f}x)"
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
