@@ -53,20 +53,24 @@ def in_time_order(values: tf.Tensor, positions: tf.Tensor, batch: tf.Tensor) -> 
     return TimeOrdered(sequence, tf.sequence_mask(counts, width), slots)
 
 
-class AUGRUCell(tf.keras.layers.Layer):
-    """DIEN's GRU with attentional update gate: the last input column is the attention
-    score ``a_t`` of the step, the others its input ``x_t``::
+class GRUCell(tf.keras.layers.Layer):
+    """One GRU step (Cho et al., 2014, the reset gate applied before the recurrent
+    product)::
 
         u = sigmoid(x W_u + h U_u + b_u),  r = sigmoid(x W_r + h U_r + b_r)
         h~ = tanh(x W_h + (r * h) U_h + b_h)
-        h' = (1 - a u) * h + a u * h~
+        h' = (1 - u) * h + u * h~
 
-    so a step the candidate finds irrelevant (``a`` near 0) barely moves the interest.
+    Plain matmuls of its variables, so it runs with them on parameter servers, whole or
+    partitioned. Run over a sequence by ``tf.keras.layers.RNN``.
 
     Args:
       units: Width of the state.
       seed: Seed of the kernels.
     """
+
+    #: Trailing input columns that are not the step's input (AUGRU's score).
+    score_columns = 0
 
     def __init__(self, units: int, seed: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -76,7 +80,7 @@ class AUGRUCell(tf.keras.layers.Layer):
         self.seed = seed
 
     def build(self, input_shape: tf.TensorShape) -> None:
-        inputs = int(input_shape[-1]) - 1
+        inputs = int(input_shape[-1]) - self.score_columns
         self.kernel = self.add_weight(
             name="kernel",
             shape=[inputs, 3 * self.units],
@@ -90,22 +94,41 @@ class AUGRUCell(tf.keras.layers.Layer):
         self.bias = self.add_weight(name="bias", shape=[3 * self.units], initializer="zeros")
         super().build(input_shape)
 
+    def _gate_scale(self, inputs: tf.Tensor) -> tf.Tensor | float:
+        return 1.0
+
     def call(self, inputs: tf.Tensor, states: list[tf.Tensor]) -> tuple[tf.Tensor, list]:
-        state, score = states[0], inputs[:, -1:]
-        x = tf.matmul(inputs[:, :-1], self.kernel) + self.bias
+        state = states[0]
+        step = inputs[:, : int(inputs.shape[-1]) - self.score_columns]
+        x = tf.matmul(step, self.kernel) + self.bias
         x_u, x_r, x_h = tf.split(x, 3, axis=1)
-        gates = tf.matmul(state, self.recurrent_kernel[:, : 2 * self.units])
+        recurrent = tf.convert_to_tensor(self.recurrent_kernel)
+        gates = tf.matmul(state, recurrent[:, : 2 * self.units])
         h_u, h_r = tf.split(gates, 2, axis=1)
-        update = tf.sigmoid(x_u + h_u) * score
+        update = tf.sigmoid(x_u + h_u) * self._gate_scale(inputs)
         reset = tf.sigmoid(x_r + h_r)
-        candidate = tf.tanh(
-            x_h + tf.matmul(reset * state, self.recurrent_kernel[:, 2 * self.units :])
-        )
+        candidate = tf.tanh(x_h + tf.matmul(reset * state, recurrent[:, 2 * self.units :]))
         new = (1.0 - update) * state + update * candidate
         return new, [new]
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "units": self.units, "seed": self.seed}
+
+
+class AUGRUCell(GRUCell):
+    """DIEN's GRU with attentional update gate: the last input column is the attention
+    score ``a_t`` of the step, the others its input ``x_t``; the update gate ``u`` of
+    :class:`GRUCell` becomes ``a u``::
+
+        h' = (1 - a u) * h + a u * h~
+
+    so a step the candidate finds irrelevant (``a`` near 0) barely moves the interest.
+    """
+
+    score_columns = 1
+
+    def _gate_scale(self, inputs: tf.Tensor) -> tf.Tensor:
+        return inputs[:, -1:]
 
 
 class AuxiliaryLoss(tf.keras.layers.Layer):

@@ -67,7 +67,9 @@ def step():
             embedding, dense = model.embedding_variables, model.dense_variables
             with tf.GradientTape() as tape:
                 losses[name] = total_loss(model(batch, training=True), labels)
-            grads = tape.gradient(losses[name], embedding + dense)
+                # trained with the model's own losses too (DIEN's auxiliary loss)
+                loss = losses[name] + sum(model.losses)
+            grads = tape.gradient(loss, embedding + dense)
             embedding_opt, dense_opt = optimizers[name]
             embedding_opt.apply_gradients(zip(grads[:len(embedding)], embedding))
             dense_opt.apply_gradients(zip(grads[len(embedding):], dense))

@@ -12,8 +12,8 @@ from recsys_dist.config.model_params import DIENParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.attention import TargetAttention
 from recsys_dist.models.behaviour import BehaviourInputs
-from recsys_dist.models.blocks import MLP, derive_seed, seeded_initializer
-from recsys_dist.models.interest import AUGRUCell, AuxiliaryLoss, in_time_order
+from recsys_dist.models.blocks import MLP, derive_seed
+from recsys_dist.models.interest import AUGRUCell, AuxiliaryLoss, GRUCell, in_time_order
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
 
@@ -71,15 +71,9 @@ class DIEN(RankingModel):
         self.extractors, self.attention, self.evolution, self.auxiliary = [], [], [], []
         for i, dim in enumerate(self.inputs_layer.history_dims):
             self.extractors.append(
-                tf.keras.layers.GRU(
-                    dim,
+                tf.keras.layers.RNN(
+                    GRUCell(dim, seed=derive_seed(seed, "extractor", i), name="gru"),
                     return_sequences=True,
-                    kernel_initializer=seeded_initializer(
-                        "glorot_uniform", derive_seed(seed, "extractor", i)
-                    ),
-                    recurrent_initializer=seeded_initializer(
-                        "orthogonal", derive_seed(seed, "extractor_recurrent", i)
-                    ),
                     name=f"extractor_{i}",
                 )
             )

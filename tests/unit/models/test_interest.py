@@ -1,5 +1,5 @@
-"""DIEN's layers (``models/interest.py``): a history in time order, the attentional GRU
-cell and the auxiliary loss, each against the formula computed in numpy."""
+"""DIEN's layers (``models/interest.py``): a history in time order, the GRU cells (plain
+and attentional) and the auxiliary loss, each against the formula computed in numpy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ import recsys_dist  # noqa: F401  sets TF_USE_LEGACY_KERAS, so it must come befo
 import tensorflow as tf
 # isort: on
 
-from recsys_dist.models.interest import AUGRUCell, AuxiliaryLoss, TimeOrdered, in_time_order
+from recsys_dist.models.interest import (
+    AUGRUCell,
+    AuxiliaryLoss,
+    GRUCell,
+    TimeOrdered,
+    in_time_order,
+)
 
 #: float32 rounding of a few chained matmuls and activations of values below 10
 RTOL = 1e-5
@@ -59,6 +65,13 @@ def test_the_attentional_gru_scales_its_update_gate_by_the_score():
     expected = _gru_step(x.astype(np.float64), h.astype(np.float64), *weights, score)
     np.testing.assert_allclose(new.numpy(), expected, rtol=RTOL, atol=1e-6)
     np.testing.assert_array_equal(new.numpy()[0], h[0])  # score 0: the state stays
+    plain = GRUCell(3, seed=1)  # the same weights without a score: a score of 1
+    plain(tf.constant(x), [tf.constant(h)])
+    for variable, value in zip(plain.weights, weights):
+        variable.assign(value)
+    step, _ = plain(tf.constant(x), [tf.constant(h)])
+    expected = _gru_step(x.astype(np.float64), h.astype(np.float64), *weights, np.ones([4, 1]))
+    np.testing.assert_allclose(step.numpy(), expected, rtol=RTOL, atol=1e-6)
 
 
 def test_the_auxiliary_loss_tells_the_next_behaviour_from_another_users():

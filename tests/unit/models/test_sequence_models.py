@@ -53,6 +53,7 @@ def _logits(model, history: dict) -> np.ndarray:
         ("din", DINParams(attention_normalization="softmax", activation="dice")),
         ("din", DINParams(sequence_pooling="mean")),
         ("din", DINParams(attention_positions=False)),
+        ("din", DINParams(search_by="hist_ad")),
         ("bst", None),
         ("dien", None),
         ("dien", DIENParams(auxiliary_loss_weight=0.0)),
