@@ -364,8 +364,8 @@ class DIENParams(ModelParams):
       attention_units: Widths of the activation unit's hidden layers.
       attention_activation: Activation of the activation unit: ``dice``, ``prelu``,
         ``relu`` or ``sigmoid``.
-      auxiliary_loss_weight: Weight of the auxiliary loss in the training loss; 0 turns
-        it off.
+      auxiliary_loss_weight: Weight of the auxiliary loss in the training loss; 0 (the
+        default, which measured better on both sets it was tried on) turns it off.
       auxiliary_units: Widths of the auxiliary network's sigmoid layers.
       hidden_units: Widths of the MLP.
       dropout: Dropout rate in the MLP.
@@ -374,7 +374,7 @@ class DIENParams(ModelParams):
 
     attention_units: list[int] = _units(80, 40)
     attention_activation: Literal["dice", "prelu", "relu", "sigmoid"] = "dice"
-    auxiliary_loss_weight: float = field(default=1.0, metadata={"min": 0.0})
+    auxiliary_loss_weight: float = field(default=0.0, metadata={"min": 0.0})
     auxiliary_units: list[int] = _units(100, 50)
     hidden_units: list[int] = _units(256, 128, 64)
     dropout: float = field(default=0.0, metadata=_DROPOUT)

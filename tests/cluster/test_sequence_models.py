@@ -87,6 +87,8 @@ DIEN = (
     "model.params.attention_units=[8]",
     "--set",
     "model.params.auxiliary_units=[8]",
+    "--set",
+    "model.params.auxiliary_loss_weight=1.0",
 )
 MIRRORED = (
     "--set",

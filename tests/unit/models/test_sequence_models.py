@@ -56,7 +56,7 @@ def _logits(model, history: dict) -> np.ndarray:
         ("din", DINParams(search_by="hist_ad")),
         ("bst", None),
         ("dien", None),
-        ("dien", DIENParams(auxiliary_loss_weight=0.0)),
+        ("dien", DIENParams(auxiliary_loss_weight=1.0)),
     ],
 )
 def test_padding_never_changes_a_prediction_and_empty_histories_are_finite(tmp_path, name, params):
@@ -115,7 +115,7 @@ def test_bst_reads_the_order_of_the_history(tmp_path):
 
 
 def test_dien_reads_the_order_of_the_history_and_adds_its_auxiliary_loss_in_training(tmp_path):
-    model = _model(tmp_path, "dien")
+    model = _model(tmp_path, "dien", DIENParams(auxiliary_loss_weight=1.0))
     base = _logits(model, HISTORY)
     reordered = {
         "ids": tf.constant([[4, 3, 9, 0], [7, 0, 0, 0], [0, 0, 0, 0]], tf.int64),
@@ -129,7 +129,7 @@ def test_dien_reads_the_order_of_the_history_and_adds_its_auxiliary_loss_in_trai
         (auxiliary,) = model.losses
     grads = tape.gradient(auxiliary, model.inputs_layer.trainable_variables)
     assert float(auxiliary) > 0 and any(g is not None for g in grads)  # it trains the items
-    off = _model(tmp_path, "dien", DIENParams(auxiliary_loss_weight=0.0))
+    off = _model(tmp_path, "dien")  # the default: no auxiliary loss
     off(_batch(HISTORY), training=True)
     assert off.losses == [] and not off.auxiliary[0].built
 
