@@ -1189,6 +1189,7 @@ FIXED_SEEDS = {
         213: ("deepfm", "ps1", "dynamic2", "shared", "sequence_side"),
         218: ("dlrm", "ps2", "dynamic2", "sequence_side"),
         22: ("deepfm", "ps1", "refused_two_dims_for_one_dim_model"),
+        197: ("dien", "ps1", "dynamic2", "sequence_side", "list_and_delimited"),
     },
 }
 
