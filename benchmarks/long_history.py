@@ -32,7 +32,13 @@ import tempfile
 
 import yaml
 from common import ROOT, best_median, cli, interleaved  # this folder
-from sequence_quality import AMAZON_CONFIG, SYNTHETIC_FEATURES, mean_se, train_and_evaluate
+from sequence_quality import (
+    AMAZON_CONFIG,
+    SYNTHETIC_FEATURES,
+    mean_se,
+    round_printer,
+    train_and_evaluate,
+)
 
 SIDES = ("din50", "sim", "din_all")
 TOP_K = 50
@@ -91,15 +97,6 @@ def main() -> None:
         )
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for seed in seeds:
-
-            def show(round_: int, done: dict, seed: int = seed) -> None:
-                side, r = list(done.items())[-1]
-                print(
-                    f"seed {seed} {side:7s} AUC {r['auc']:.4f} logloss {r['logloss']:.4f} "
-                    f"{r['ex_per_s']:,.0f} ex/s",
-                    flush=True,
-                )
-
             runs = {
                 side: (
                     lambda side=side, seed=seed: train_and_evaluate(
@@ -112,7 +109,7 @@ def main() -> None:
                 )
                 for side in sides
             }
-            for side, found in interleaved(runs, 1, show=show).items():
+            for side, found in interleaved(runs, 1, show=round_printer(seed)).items():
                 results[side] += found
         print()
         for side in sides:

@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 from common import ROOT, best_median, cli, interleaved  # this folder
 
@@ -126,6 +127,21 @@ def train_and_evaluate(
     }
 
 
+def round_printer(seed: int) -> Callable[[int, dict], None]:
+    """The ``show`` of :func:`common.interleaved` for one seed's round: each side's AUC,
+    logloss and examples/s as it finishes."""
+
+    def show(round_: int, done: dict) -> None:
+        side, r = list(done.items())[-1]
+        print(
+            f"seed {seed} {side:7s} AUC {r['auc']:.4f} logloss {r['logloss']:.4f} "
+            f"{r['ex_per_s']:,.0f} ex/s",
+            flush=True,
+        )
+
+    return show
+
+
 def mean_se(values: list[float]) -> str:
     mean = statistics.mean(values)
     if len(values) < 2:
@@ -186,15 +202,6 @@ def main() -> None:
         print(f"data {args.data} ({data}); config {config}; seeds {seeds}; sides {sides}")
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for seed in seeds:
-
-            def show(round_: int, done: dict, seed: int = seed) -> None:
-                side, r = list(done.items())[-1]
-                print(
-                    f"seed {seed} {side:7s} AUC {r['auc']:.4f} logloss {r['logloss']:.4f} "
-                    f"{r['ex_per_s']:,.0f} ex/s",
-                    flush=True,
-                )
-
             one = interleaved(
                 {
                     side: (
@@ -209,7 +216,7 @@ def main() -> None:
                     for side in sides
                 },
                 1,
-                show=show,
+                show=round_printer(seed),
             )
             for side in sides:
                 results[side] += one[side]
