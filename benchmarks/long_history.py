@@ -31,11 +31,13 @@ import statistics
 import tempfile
 
 import yaml
-from common import ROOT, best_median, cli, interleaved  # this folder
+from common import ROOT, best_median, interleaved  # this folder
 from sequence_quality import (
     AMAZON_CONFIG,
     SYNTHETIC_FEATURES,
+    chosen_sides,
     mean_se,
+    prepare_data,
     round_printer,
     train_and_evaluate,
 )
@@ -73,24 +75,13 @@ def main() -> None:
     parser.add_argument("--rows-per-day", type=int, default=40_000)
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    sides = [s for s in args.sides.split(",") if s]
-    unknown = [s for s in sides if s not in SIDES]
-    if unknown:
-        raise SystemExit(f"--sides: {unknown} unknown; choose from {', '.join(SIDES)}")
+    sides = chosen_sides(args.sides, SIDES)
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="long_history_"))
     try:
-        data = str(scratch / "behaviour")
-        cli(
-            *("data", "synth", "--dataset", "behaviour", "--out", data, "--days", "3"),
-            *("--rows-per-day", str(args.rows_per_day), "--seed", "7", "--quiet"),
-            *("--history-length", str(args.history_length)),
+        data, _, extra = prepare_data(
+            "synthetic", scratch, None, None, args.rows_per_day, args.history_length
         )
-        common = [
-            "model.name=din",
-            "data.train={dates: 2026-01-01..2026-01-02}",
-            "data.eval={dates: 2026-01-03}",
-            "data.validation=null",
-        ]
+        common = ["model.name=din", *extra]  # each side's features= comes after, and wins
         print(
             f"data: {args.rows_per_day:,} rows a day, histories of 0..{args.history_length:,} "
             f"items; config {AMAZON_CONFIG.relative_to(ROOT)}; seeds {seeds}; sides {sides}"

@@ -62,12 +62,27 @@ def side_settings(side: str) -> list[str]:
     return [f"model.name={side}"]
 
 
+def chosen_sides(text: str, known: tuple[str, ...]) -> list[str]:
+    """The sides of ``--sides``; exits naming any unknown one."""
+    sides = [s for s in text.split(",") if s]
+    unknown = [s for s in sides if s not in known]
+    if unknown:
+        raise SystemExit(f"--sides: {unknown} unknown; choose from {', '.join(known)}")
+    return sides
+
+
 def prepare_data(
-    kind: str, scratch: pathlib.Path, amazon: str | None, source: str | None, rows_per_day: int
+    kind: str,
+    scratch: pathlib.Path,
+    amazon: str | None,
+    source: str | None,
+    rows_per_day: int,
+    history_length: int | None = None,
 ) -> tuple[str, str, list[str]]:
     """``(data root, config, --set values)`` of ``--data amazon`` (built into ``scratch``
     from ``source`` unless ``amazon`` holds a converted set) or ``synthetic`` (written to
-    ``scratch``: 3 days, train on 2, evaluate on the 3rd)."""
+    ``scratch``: 3 days, train on 2, evaluate on the 3rd; histories of up to
+    ``history_length`` items when given)."""
     if kind == "amazon":
         data = amazon or str(scratch / "amazon")
         if not (pathlib.Path(data) / "summary.json").exists():
@@ -94,6 +109,7 @@ def prepare_data(
         "--seed",
         "7",
         "--quiet",
+        *(["--history-length", str(history_length)] if history_length else []),
     )
     extra = [
         f"features={SYNTHETIC_FEATURES}",
@@ -190,10 +206,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    sides = [s for s in args.sides.split(",") if s]
-    unknown = [s for s in sides if s not in SIDES]
-    if unknown:
-        raise SystemExit(f"--sides: {unknown} unknown; choose from {', '.join(SIDES)}")
+    sides = chosen_sides(args.sides, SIDES)
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="sequence_quality_"))
     try:
         data, config, extra = prepare_data(
