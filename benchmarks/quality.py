@@ -5,6 +5,10 @@ Writes synthetic data (default 7 days x 500k rows), then trains each model with
 and evaluates on day 7. Prints, and writes as a Markdown table, each model's held-out
 AUC and logloss next to the oracle's (the true logit stored in the data).
 
+The demo's feature config sizes its dynamic tables for the demo's 400k training rows;
+here each dynamic table gets the capacity the training days need (their distinct ids,
+counted as ``validate --scan`` counts them, plus a quarter), so no later id reads zeros.
+
 Usage: ``python benchmarks/quality.py [--rows-per-day 500000] [--epochs 1] [--out FILE]``
 """
 
@@ -38,12 +42,40 @@ def wide_deep_inputs() -> str:
     return "{wide: [" + ", ".join(wide) + "], deep: [" + ", ".join(features) + "]}"
 
 
-def train(model: str, data: str, model_dir: str, epochs: int) -> dict:
+def training_days() -> list[str]:
+    return ["data.train={dates: 2026-01-01..2026-01-06}", "data.eval={dates: 2026-01-07}"]
+
+
+def sized_features(data: str, out: pathlib.Path) -> pathlib.Path:
+    """Writes the demo's feature config to ``out`` with every dynamic table's
+    ``capacity_per_shard`` raised to hold the training days' distinct ids (with a quarter
+    to spare), and prints each table it raised."""
+    from recsys_dist.config import load_config
+    from recsys_dist.data.collisions import table_ids
+    from recsys_dist.data.input_fn import prepare_input
+
+    config = load_config(ROOT / "configs" / "demo.yaml", training_days()).with_data_path(data)
+    doc = yaml.safe_load(pathlib.Path(config.features.file).read_text())
+    shards = config.cluster.ps
+    for table in table_ids(prepare_input(config, "train", config.cluster.workers), shards):
+        spec = doc["tables"][table.table]
+        needed = -(-table.distinct_ids * 5 // (4 * shards))
+        if table.dynamic and needed > spec["capacity_per_shard"]:
+            print(
+                f"table {table.table}: {table.distinct_ids:,} distinct ids, "
+                f"capacity_per_shard {spec['capacity_per_shard']:,} -> {needed:,}"
+            )
+            spec["capacity_per_shard"] = needed
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def train(model: str, data: str, model_dir: str, epochs: int, features: str) -> dict:
     overrides = [
+        f"features={features}",
         f"model.name={model}",
         f"model.params={PARAMS[model]}",
-        "data.train={dates: 2026-01-01..2026-01-06}",
-        "data.eval={dates: 2026-01-07}",
+        *training_days(),
         f"train.epochs={epochs}",
         "train.log_every_seconds=30",
         "model.labels=[click, conversion]" if model == "mmoe" else "model.labels=[click]",
@@ -97,9 +129,10 @@ def main() -> None:
                 ],
                 check=True,
             )
+        features = str(sized_features(data, pathlib.Path(tmp) / "features.yaml"))
         rows = []
         for model in args.models.split(","):
-            result = train(model, data, str(pathlib.Path(tmp) / model), args.epochs)
+            result = train(model, data, str(pathlib.Path(tmp) / model), args.epochs, features)
             ev = result["eval"]
             click = ev["labels"]["click"]
             rows.append(
