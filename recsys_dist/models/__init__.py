@@ -2,6 +2,8 @@
 
 - :mod:`recsys_dist.models.embedding`: :class:`FeatureEmbeddings`, one table per
   embedding table of the feature config, ready to be sharded on parameter servers.
+- :mod:`recsys_dist.models.collection`: a model's embedding groups and their one lookup
+  per batch.
 - :mod:`recsys_dist.models.blocks`: MLP, DCN-v2 cross network, FM, DLRM dot interaction,
   MMoE.
 - :mod:`recsys_dist.config.model_params`: the built-in models' hyper-parameter dataclasses

@@ -3,7 +3,8 @@
 Shape letters: B batch size, L a history's ``max_length``, D a table's dim, G the dim of
 one history position (the sum of the dims of a main sequence and its sides).
 
-:class:`BehaviourInputs` embeds a group's features with :class:`FeatureEmbeddings`,
+:class:`BehaviourInputs` embeds a group's features with a group of the model's
+:class:`~recsys_dist.models.collection.EmbeddingCollection`,
 keeping every ``sequence`` feature at its real positions only (newest first), and pairs
 each history (a main sequence and the sequences ``side_of`` it, see
 :meth:`FeatureConfig.sequence_groups`) with its candidate (:class:`History`):
@@ -28,8 +29,8 @@ import tensorflow as tf
 
 from recsys_dist.config.model_inputs import history_problem
 from recsys_dist.features.config import FeatureConfig, SequenceGroup
-from recsys_dist.models.dynamic_table import ModelTables
-from recsys_dist.models.embedding import FeatureEmbeddings, KeptSequence, scatter_padded
+from recsys_dist.models.collection import EmbeddingCollection, GroupLookup
+from recsys_dist.models.embedding import KeptSequence, scatter_padded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,16 +81,17 @@ class BehaviourInputs(tf.keras.layers.Layer):
     """Embeds a group's features, with each history paired with its candidate.
 
     Args:
-      features: The feature config.
+      collection: The model's embedding collection; the group's embeddings are its
+        group ``embeddings``.
       feature_names: The group's features; at least one main sequence, every sequence
         with its ``target`` among them.
       seed: Seed of the tables' initializers.
       model: The model's name, for messages.
       name: Layer name.
-      tables: What the model's embedding layers share (see :class:`FeatureEmbeddings`).
 
     Call args:
       features: A batch as produced by the input pipeline.
+      looked_up: The lookup of the group (``embedded[layer.embeddings]``).
 
     Returns:
       ``(others, dense, histories)``: ``others`` maps each id-valued feature that is not
@@ -103,23 +105,17 @@ class BehaviourInputs(tf.keras.layers.Layer):
 
     def __init__(
         self,
-        features: FeatureConfig,
+        collection: EmbeddingCollection,
         feature_names: list[str],
         seed: int | None,
         model: str,
         name: str = "behaviour_inputs",
-        tables: ModelTables | None = None,
         **kwargs: Any,
     ):
         super().__init__(name=name, **kwargs)
-        self.groups = check_histories(features, list(feature_names), model)
-        self.embeddings = FeatureEmbeddings(
-            features,
-            list(feature_names),
-            seed=seed,
-            keep_sequences=True,
-            name="embeddings",
-            tables=tables,
+        self.groups = check_histories(collection.features, list(feature_names), model)
+        self.embeddings = collection.embeddings(
+            list(feature_names), "embeddings", seed=seed, keep_sequences=True
         )
         in_history = {n for group in self.groups for n in group.sequences}
         self.other_names = [n for n in self.embeddings.sparse_feature_names if n not in in_history]
@@ -128,9 +124,9 @@ class BehaviourInputs(tf.keras.layers.Layer):
         ]
 
     def call(
-        self, features: dict[str, Any], training: bool | None = None
+        self, features: dict[str, Any], looked_up: GroupLookup
     ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None, list[History]]:
-        sparse, dense = self.embeddings(features, training=training)
+        sparse, dense = looked_up
         histories = []
         for group in self.groups:
             main = sparse[group.main]

@@ -17,9 +17,7 @@ docs/training.md#what-lives-where.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
@@ -201,7 +199,6 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
             first = sum(rows for _, rows in layout.values())
             layout[table] = (first, features.tables[table].rows)
         self._stacks: dict[int, TableStack] = {}
-        self._resolved: tuple[DynamicPlan, list[tf.Tensor]] | None = None
         with tf.name_scope(self.name), self._placement.creating_tables():
             for dim, layout in layouts.items():
                 name = f"embedding/stack_d{dim}"
@@ -266,6 +263,22 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
     def call(
         self, features: dict[str, Any], training: bool | None = None
     ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
+        return self.lookup(features, bool(training))
+
+    def lookup(
+        self,
+        features: dict[str, Any],
+        training: bool = False,
+        resolved: "tuple[DynamicPlan, list[tf.Tensor]] | None" = None,
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None]:
+        """The layer's output for ``features`` (see the class docstring).
+
+        Args:
+          resolved: This layer's :meth:`dynamic_plan` of ``features`` and its dynamic
+            tables' vectors, when the caller resolved them with other layers' tables
+            (:class:`~recsys_dist.models.collection.EmbeddingCollection`); default:
+            resolved here.
+        """
         missing = [n for n in (*self._feature_tables, *self._dense_names) if n not in features]
         if missing:
             raise KeyError(f"the batch has no feature(s) {missing}; it has {sorted(features)}")
@@ -284,20 +297,25 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
                 )
             )
         if self._dynamic_tables:
-            sparse.update(self._dynamic_lookup(features, bool(training)))
+            sparse.update(self._dynamic_lookup(features, training, resolved))
         sparse = {name: sparse[name] for name in self._feature_tables}
         dense = None
         if self._dense_names:
             dense = tf.stack([tf.cast(features[n], tf.float32) for n in self._dense_names], axis=1)
         return sparse, dense
 
-    def _dynamic_lookup(self, features: dict[str, Any], training: bool) -> dict[str, tf.Tensor]:
-        """``[B, D]`` per feature of a dynamic table: every dynamic table resolved at once
-        (one admission per server), then pooled like the stacks' features. Inside
-        :meth:`using_resolved` the vectors come from the model's one resolution of all its
-        layers (:func:`dynamic_tables_resolved_together`)."""
-        if self._resolved is not None:
-            plan, vectors = self._resolved
+    def _dynamic_lookup(
+        self, features: dict[str, Any], training: bool, resolved
+    ) -> dict[str, tf.Tensor]:
+        """``[B, D]`` per feature of a dynamic table: every dynamic table of the layer
+        resolved at once (one admission per server) unless ``resolved`` brings them, then
+        pooled like the stacks' features."""
+        if resolved is not None:
+            plan, vectors = resolved
+            if len(vectors) != len(plan.tables):
+                raise ValueError(
+                    f"{self.name}: {len(plan.tables)} dynamic tables, {len(vectors)} vectors"
+                )
         else:
             plan = self.dynamic_plan(features)
             vectors = lookup_tables(plan.tables, plan.keys, training)
@@ -305,21 +323,6 @@ class FeatureEmbeddings(tf.keras.layers.Layer):
         for t, found in zip(plan.names, vectors):
             out.update(self._finish(plan.names[t], found, *plan.prepared[t][1:]))
         return out
-
-    @contextlib.contextmanager
-    def using_resolved(self, plan: "DynamicPlan", vectors: list[tf.Tensor]) -> Iterator[None]:
-        """Calls inside take this layer's dynamic-table vectors from ``vectors`` (one per
-        table of ``plan``, its :meth:`dynamic_plan` of the batch, resolved with other
-        layers' tables) instead of looking them up."""
-        if len(vectors) != len(plan.tables):
-            raise ValueError(
-                f"{self.name}: {len(plan.tables)} dynamic tables, {len(vectors)} vectors"
-            )
-        self._resolved = (plan, list(vectors))
-        try:
-            yield
-        finally:
-            self._resolved = None
 
     def dynamic_plan(self, features: dict[str, Any]) -> "DynamicPlan":
         """What resolving this layer's dynamic tables for ``features`` needs."""
@@ -379,40 +382,6 @@ class DynamicPlan:
     prepared: dict[str, tuple]
 
 
-@contextlib.contextmanager
-def dynamic_tables_resolved_together(
-    layers: list["FeatureEmbeddings"], features: dict, training: bool
-) -> Iterator[None]:
-    """Resolves the dynamic tables of every layer in ``layers`` for ``features`` in one
-    :func:`lookup_tables` call (one admission per server, not one per layer and
-    server), for the layers' calls inside to use (:meth:`FeatureEmbeddings.using_resolved`).
-    Layers with a shard group of their own (built with :class:`ModelTables` of their own)
-    resolve on their own."""
-    layers = [layer for layer in layers if layer.dynamic_tables]
-    shared = (
-        [layer for layer in layers if layer.dynamic_tables_group is layers[0].dynamic_tables_group]
-        if layers
-        else []
-    )
-    if len(shared) < 2:
-        yield
-        return
-    plans = [layer.dynamic_plan(features) for layer in shared]
-    vectors = lookup_tables(
-        [t for plan in plans for t in plan.tables],
-        [k for plan in plans for k in plan.keys],
-        training,
-    )
-    with contextlib.ExitStack() as stack:
-        start = 0
-        for layer, plan in zip(shared, plans):
-            stack.enter_context(
-                layer.using_resolved(plan, vectors[start : start + len(plan.tables)])
-            )
-            start += len(plan.tables)
-        yield
-
-
 def check_feature_names(features: FeatureConfig, feature_names: list[str]) -> None:
     """Raises ValueError unless ``feature_names`` is non-empty, known and without repeats."""
     if not feature_names:
@@ -433,42 +402,34 @@ def check_feature_names(features: FeatureConfig, feature_names: list[str]) -> No
 class FeatureLinear(tf.keras.layers.Layer):
     """T linear models over a feature group: ``sum_f w_f[id_f] + dense W + b``.
 
-    Every table gets a ``[rows, T]`` per-id weight (a :class:`FeatureEmbeddings` with
-    ``dim_override=T``) whose column t belongs to output t, so T independent linear models
-    cost one lookup per feature. All weights start at zero.
+    The per-id weights are a :class:`FeatureEmbeddings` of dim T (``dim_override=T``,
+    zeros at the start; built by
+    :meth:`~recsys_dist.models.collection.EmbeddingCollection.linear`) whose column t
+    belongs to output t, so T independent linear models cost one lookup per feature.
+    The dense weights and the bias start at zero too.
 
     Args:
-      features: The feature config.
-      feature_names: Features of the linear model.
+      embeddings: The per-id weights.
       num_outputs: T.
       name: Layer name.
-      tables: What the model's embedding layers share (see :class:`FeatureEmbeddings`).
 
     Call args:
-      features: A batch as produced by the input pipeline.
+      sparse, dense: The lookup of ``embeddings`` (its ``(sparse, dense)`` output).
 
     Returns:
       ``[B, T]`` logits.
     """
 
     def __init__(
-        self,
-        features: FeatureConfig,
-        feature_names: list[str],
-        num_outputs: int,
-        name: str = "linear",
-        tables: ModelTables | None = None,
-        **kwargs: Any,
+        self, embeddings: FeatureEmbeddings, num_outputs: int, name: str = "linear", **kwargs
     ):
         super().__init__(name=name, **kwargs)
-        self.embeddings = FeatureEmbeddings(
-            features,
-            feature_names,
-            dim_override=num_outputs,
-            initializer="zeros",
-            name=f"{name}_embeddings",
-            tables=tables,
-        )
+        dims = set(embeddings.embedding_dims.values())
+        if dims - {num_outputs}:
+            raise ValueError(
+                f"{name}: per-id weights of dim {sorted(dims)} for {num_outputs} output(s)"
+            )
+        self.embeddings = embeddings
         self.dense = None
         if self.embeddings.dense_feature_names:
             self.dense = tf.keras.layers.Dense(
@@ -483,8 +444,7 @@ class FeatureLinear(tf.keras.layers.Layer):
                 trainable=True,
             )
 
-    def call(self, features: dict[str, Any], training: bool | None = None) -> tf.Tensor:
-        sparse, dense = self.embeddings(features, training=training)
+    def call(self, sparse: dict[str, tf.Tensor], dense: tf.Tensor | None = None) -> tf.Tensor:
         terms = list(sparse.values())
         if self.dense is not None:
             terms.append(self.dense(dense))

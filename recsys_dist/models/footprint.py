@@ -128,7 +128,6 @@ def model_footprint(config: ExperimentConfig) -> ModelFootprint:
     :class:`ModelFootprint` with the config's real table sizes. Loads TensorFlow."""
     import tensorflow as tf
 
-    from recsys_dist.models.embedding import FeatureEmbeddings, FeatureLinear
     from recsys_dist.models.sharding import Placement
     from recsys_dist.models.zoo import build_from_config
 
@@ -148,8 +147,9 @@ def model_footprint(config: ExperimentConfig) -> ModelFootprint:
 
     with tf.device("/cpu:0"), tf.variable_creator_scope(record):
         model = build_from_config(small, Placement(dynamic_shards=1))
-    layers = [m for m in model.submodules if isinstance(m, FeatureEmbeddings)]
-    linear = {id(m.embeddings) for m in model.submodules if isinstance(m, FeatureLinear)}
+    collection = model.embedding_collection
+    layers = collection.groups
+    linear = {id(layer) for layer in layers if collection.is_linear(layer)}
     stacks, dynamic, stack_of = [], [], {}
     for layer in layers:
         uses = _table_uses(config, layer)

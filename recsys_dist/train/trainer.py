@@ -51,7 +51,6 @@ from recsys_dist.config.experiment import ExperimentConfig
 from recsys_dist.data.input_fn import InputPipeline
 from recsys_dist.data.read_pass import worker_errors_as_data_errors
 from recsys_dist.errors import ClusterLost
-from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.table_stack import TableStack
 from recsys_dist.models.zoo import build_from_config
 from recsys_dist.train.async_runner import async_train_item
@@ -305,12 +304,7 @@ class Trainer:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _stacks(self) -> list[TableStack]:
-        return [
-            stack
-            for module in self.model.submodules
-            if isinstance(module, FeatureEmbeddings)
-            for stack in module.stacks
-        ]
+        return self.model.embedding_collection.stacks
 
     @property
     def step(self) -> int:

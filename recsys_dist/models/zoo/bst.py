@@ -12,6 +12,7 @@ from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.attention import PositionEmbedding, TransformerEncoderLayer
 from recsys_dist.models.behaviour import BehaviourInputs, masked_mean
 from recsys_dist.models.blocks import MLP, derive_seed
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
 
@@ -53,12 +54,11 @@ class BST(RankingModel):
         super().__init__(features, inputs, labels, placement)
         params = params or BSTParams()
         self.inputs_layer = BehaviourInputs(
-            features,
+            self.embedding_collection,
             inputs["deep"],
             seed=derive_seed(seed, "embeddings"),
             model=self.model_name,
             name="behaviour_inputs",
-            tables=self.model_tables,
         )
         self.positions, self.encoders = [], []
         for i, (group, dim) in enumerate(
@@ -91,8 +91,12 @@ class BST(RankingModel):
         )
         self.head = logit_head(len(labels), seed)
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        others, dense, histories = self.inputs_layer(features, training=training)
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        others, dense, histories = self.inputs_layer(
+            features, looked_up=embedded[self.inputs_layer.embeddings]
+        )
         encoded = []
         for history, positions, layers in zip(histories, self.positions, self.encoders):
             x = tf.concat([history.query[:, tf.newaxis, :], history.keys], axis=1)

@@ -10,7 +10,7 @@ import tensorflow as tf
 from recsys_dist.config.model_params import DCNv2Params
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, CrossNetwork, derive_seed
-from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
@@ -45,12 +45,8 @@ class DCNv2(RankingModel):
         super().__init__(features, inputs, labels, placement)
         params = params or DCNv2Params()
         self.structure = params.structure
-        self.embeddings = FeatureEmbeddings(
-            features,
-            inputs["deep"],
-            name="embeddings",
-            seed=derive_seed(seed, "embeddings"),
-            tables=self.model_tables,
+        self.embeddings = self.embedding_collection.embeddings(
+            inputs["deep"], "embeddings", seed=derive_seed(seed, "embeddings")
         )
         self.cross = CrossNetwork(
             params.cross_layers, params.low_rank, seed=derive_seed(seed, "cross"), name="cross"
@@ -64,8 +60,10 @@ class DCNv2(RankingModel):
         )
         self.head = logit_head(len(labels), seed)
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        x0 = concat_inputs(*self.embeddings(features, training=training))
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        x0 = concat_inputs(*embedded[self.embeddings])
         if self.structure == "stacked":
             hidden = self.deep(self.cross(x0), training=training)
         else:

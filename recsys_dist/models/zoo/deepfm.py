@@ -10,7 +10,7 @@ import tensorflow as tf
 from recsys_dist.config.model_params import DeepFMParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, FactorizationMachine, derive_seed
-from recsys_dist.models.embedding import FeatureEmbeddings, FeatureLinear
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
@@ -49,16 +49,10 @@ class DeepFM(RankingModel):
         super().__init__(features, inputs, labels, placement)
         params = params or DeepFMParams()
         common_dim(features, inputs["deep"], self.model_name)
-        self.embeddings = FeatureEmbeddings(
-            features,
-            inputs["deep"],
-            name="embeddings",
-            seed=derive_seed(seed, "embeddings"),
-            tables=self.model_tables,
+        self.embeddings = self.embedding_collection.embeddings(
+            inputs["deep"], "embeddings", seed=derive_seed(seed, "embeddings")
         )
-        self.linear = FeatureLinear(
-            features, inputs["deep"], len(labels), name="linear", tables=self.model_tables
-        )
+        self.linear = self.embedding_collection.linear(inputs["deep"], len(labels), "linear")
         self.fm = FactorizationMachine(name="fm")
         self.deep = MLP(
             params.hidden_units,
@@ -69,8 +63,10 @@ class DeepFM(RankingModel):
         )
         self.head = logit_head(len(labels), seed)
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        sparse, dense = self.embeddings(features, training=training)
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        sparse, dense = embedded[self.embeddings]
         fm = self.fm(tf.stack(list(sparse.values()), axis=1))  # [B]
         deep = self.deep(concat_inputs(sparse, dense), training=training)
-        return self.linear(features, training=training) + fm[:, None] + self.head(deep)
+        return self.linear(*embedded[self.linear.embeddings]) + fm[:, None] + self.head(deep)

@@ -13,6 +13,7 @@ from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.attention import TargetAttention
 from recsys_dist.models.behaviour import BehaviourInputs
 from recsys_dist.models.blocks import MLP, derive_seed
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.interest import AUGRUCell, AuxiliaryLoss, GRUCell, in_time_order
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
@@ -61,12 +62,11 @@ class DIEN(RankingModel):
         params = params or DIENParams()
         self.auxiliary_loss_weight = params.auxiliary_loss_weight
         self.inputs_layer = BehaviourInputs(
-            features,
+            self.embedding_collection,
             inputs["deep"],
             seed=derive_seed(seed, "embeddings"),
             model=self.model_name,
             name="behaviour_inputs",
-            tables=self.model_tables,
         )
         self.extractors, self.attention, self.evolution, self.auxiliary = [], [], [], []
         for i, dim in enumerate(self.inputs_layer.history_dims):
@@ -108,8 +108,12 @@ class DIEN(RankingModel):
         )
         self.head = logit_head(len(labels), seed)
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        others, dense, histories = self.inputs_layer(features, training=training)
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        others, dense, histories = self.inputs_layer(
+            features, looked_up=embedded[self.inputs_layer.embeddings]
+        )
         interests = []
         for i, history in enumerate(histories):
             batch = tf.shape(history.mask, out_type=tf.int64)[0]

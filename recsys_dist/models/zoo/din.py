@@ -14,6 +14,7 @@ from recsys_dist.models.activations import activation_layer
 from recsys_dist.models.attention import TargetAttention
 from recsys_dist.models.behaviour import BehaviourInputs, hard_search
 from recsys_dist.models.blocks import MLP, derive_seed, seeded_initializer
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel, logit_head
 
@@ -58,12 +59,11 @@ class DIN(RankingModel):
         self.sequence_pooling = params.sequence_pooling
         self.search_top_k = params.search_top_k
         self.inputs_layer = BehaviourInputs(
-            features,
+            self.embedding_collection,
             inputs["deep"],
             seed=derive_seed(seed, "embeddings"),
             model=self.model_name,
             name="behaviour_inputs",
-            tables=self.model_tables,
         )
         # the history whose positions the hard search picks, and by which sequence
         self.searched = [
@@ -117,10 +117,17 @@ class DIN(RankingModel):
         )
         self.head = logit_head(len(labels), seed)
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
+    def batch_to_look_up(self, features: dict[str, Any]) -> dict[str, Any]:
         for group, by, target in self.searched:
             features = hard_search(features, group, by, target, self.search_top_k)
-        others, dense, histories = self.inputs_layer(features, training=training)
+        return features
+
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        others, dense, histories = self.inputs_layer(
+            features, looked_up=embedded[self.inputs_layer.embeddings]
+        )
         pooled = []
         for i, history in enumerate(histories):
             if self.sequence_pooling == "none":

@@ -10,7 +10,7 @@ import tensorflow as tf
 from recsys_dist.config.model_params import DLRMParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, DotInteraction, derive_seed
-from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
@@ -57,12 +57,8 @@ class DLRM(RankingModel):
                 f"without transform 'bucketize') for its bottom MLP; got only "
                 f"id-valued features {inputs['deep']}"
             )
-        self.embeddings = FeatureEmbeddings(
-            features,
-            inputs["deep"],
-            name="embeddings",
-            seed=derive_seed(seed, "embeddings"),
-            tables=self.model_tables,
+        self.embeddings = self.embedding_collection.embeddings(
+            inputs["deep"], "embeddings", seed=derive_seed(seed, "embeddings")
         )
         self.bottom = MLP(
             [*params.bottom_units, dim],
@@ -80,8 +76,10 @@ class DLRM(RankingModel):
         )
         self.head = logit_head(len(labels), seed)
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        sparse, dense = self.embeddings(features, training=training)
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        sparse, dense = embedded[self.embeddings]
         bottom = self.bottom(dense, training=training)  # [B, D]
         interactions = self.interaction(tf.stack([bottom, *sparse.values()], axis=1))
         return self.head(self.top(tf.concat([bottom, interactions], axis=1), training=training))

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from recsys_dist.config.model_params import LRParams
 from recsys_dist.features.config import FeatureConfig
-from recsys_dist.models.embedding import FeatureLinear
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import RankingModel
 
@@ -35,9 +35,9 @@ class LogisticRegression(RankingModel):
     ):
         super().__init__(features, inputs, labels, placement)
         del params, seed  # no hyper-parameters; every weight starts at zero
-        self.linear = FeatureLinear(
-            features, inputs["wide"], len(labels), name="linear", tables=self.model_tables
-        )
+        self.linear = self.embedding_collection.linear(inputs["wide"], len(labels), "linear")
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        return self.linear(features, training=training)
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        return self.linear(*embedded[self.linear.embeddings])

@@ -10,7 +10,7 @@ import tensorflow as tf
 from recsys_dist.config.model_params import MMoEParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, MixtureOfExperts, derive_seed
-from recsys_dist.models.embedding import FeatureEmbeddings
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
@@ -46,12 +46,8 @@ class MMoE(RankingModel):
     ):
         super().__init__(features, inputs, labels, placement)
         params = params or MMoEParams()
-        self.embeddings = FeatureEmbeddings(
-            features,
-            inputs["deep"],
-            name="embeddings",
-            seed=derive_seed(seed, "embeddings"),
-            tables=self.model_tables,
+        self.embeddings = self.embedding_collection.embeddings(
+            inputs["deep"], "embeddings", seed=derive_seed(seed, "embeddings")
         )
         self.experts = MixtureOfExperts(
             params.num_experts,
@@ -74,8 +70,10 @@ class MMoE(RankingModel):
         ]
         self.heads = [logit_head(1, seed, name=f"head_{t}") for t in range(len(labels))]
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        inputs = concat_inputs(*self.embeddings(features, training=training))
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        inputs = concat_inputs(*embedded[self.embeddings])
         mixed = self.experts(inputs, training=training)
         return tf.concat(
             [

@@ -9,7 +9,7 @@ or as ``"module:Class"``. :func:`model_class` imports the class when the model i
 
     class DCNv2(RankingModel):
         def __init__(self, features, inputs, labels, params=None, seed=0, placement=None): ...
-        def compute_logits(self, features, training=False): ...
+        def compute_logits(self, embedded, features, training=False): ...
 
     register_model("dcn_v2", params=DCNv2Params, model_class="recsys_dist.models.zoo.dcn_v2:DCNv2")
 
@@ -34,13 +34,9 @@ from recsys_dist.config.model_registry import (
 )
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import derive_seed, seeded_initializer
+from recsys_dist.models.collection import EmbeddedBatch, EmbeddingCollection
 from recsys_dist.models.dynamic_table import ModelTables
-from recsys_dist.models.embedding import (
-    FeatureEmbeddings,
-    FeatureLinear,
-    dynamic_tables_resolved_together,
-    example_features,
-)
+from recsys_dist.models.embedding import example_features
 from recsys_dist.models.sharding import Placement
 
 
@@ -52,15 +48,15 @@ class RankingModel(tf.keras.Model):
     and labels first (:func:`~recsys_dist.config.model_inputs.model_input_problem`, the
     check ``validate`` runs).
 
-    Embedding tables (every :class:`FeatureEmbeddings` inside the model, including the
-    per-id weights of linear parts) are :attr:`embedding_variables`; everything else
-    trainable is :attr:`dense_variables`. The two lists partition
+    Every embedding table is built through :attr:`embedding_collection` (one per model,
+    placed by the ``placement`` the model is built with), which :meth:`call` looks up
+    once per batch and hands to :meth:`compute_logits` as one view per group
+    (:class:`~recsys_dist.models.collection.EmbeddedBatch`). A subclass keeps each group
+    it builds in an attribute (where checkpoints save it). The tables' weights, the
+    per-id weights of linear parts included, are :attr:`embedding_variables`;
+    everything else trainable is :attr:`dense_variables`. The two lists partition
     ``trainable_variables``, so each can have its own optimizer (e.g. Adagrad or FTRL
     for the tables, Adam for the towers).
-
-    Where the tables live is the ``placement`` the model is built with: a subclass passes
-    :attr:`model_tables` (the placement, and what its layers' dynamic tables share) to
-    every embedding layer it builds.
 
     Args:
       features: The feature config.
@@ -85,7 +81,7 @@ class RankingModel(tf.keras.Model):
         self.feature_config = features
         self.input_groups = {g: list(inputs[g]) for g in spec.input_groups}
         self.label_names = list(labels)
-        self.model_tables = ModelTables(placement)
+        self.embedding_collection = EmbeddingCollection(features, placement)
 
     @classmethod
     def registration(cls) -> RegisteredModel:
@@ -100,18 +96,29 @@ class RankingModel(tf.keras.Model):
     @property
     def placement(self) -> Placement:
         """The placement the model was built with."""
-        return self.model_tables.placement
+        return self.embedding_collection.placement
+
+    @property
+    def model_tables(self) -> ModelTables:
+        """What the model's embedding groups share (placement, dynamic shard group)."""
+        return self.embedding_collection.tables
 
     def call(self, features: dict[str, Any], training: bool = False) -> dict[str, tf.Tensor]:
-        layers = [
-            m for m in self._flatten_modules(include_self=False) if isinstance(m, FeatureEmbeddings)
-        ]
-        with dynamic_tables_resolved_together(layers, features, bool(training)):
-            logits = self.compute_logits(features, training=training)
+        features = self.batch_to_look_up(features)
+        embedded = self.embedding_collection.lookup(features, bool(training))
+        logits = self.compute_logits(embedded, features, training=training)
         return {label: logits[:, i] for i, label in enumerate(self.label_names)}
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        """Returns ``[B, T]`` logits, column t for ``label_names[t]``."""
+    def batch_to_look_up(self, features: dict[str, Any]) -> dict[str, Any]:
+        """The batch the model looks up: ``features`` itself, unless a subclass keeps
+        only part of it (e.g. the history items a search keeps)."""
+        return features
+
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        """Returns ``[B, T]`` logits, column t for ``label_names[t]``, from each group's
+        lookup of the batch (``embedded[self.<group>]``) and the batch ``features``."""
         raise NotImplementedError
 
     def create_variables(self) -> None:
@@ -124,44 +131,35 @@ class RankingModel(tf.keras.Model):
         """
         names = list(dict.fromkeys(n for group in self.input_groups.values() for n in group))
         self(example_features(self.feature_config, names), training=False)
+        kept = {v.ref() for v in self.trainable_variables}
+        for group in self.embedding_collection.groups:
+            if any(v.ref() not in kept for v in group.trainable_variables):
+                raise TypeError(
+                    f"model {self.model_name!r} built the embedding group {group.name!r} "
+                    "but keeps it in no attribute, so it would be neither trained nor saved"
+                )
 
     @property
     def embedding_variables(self) -> list[tf.Variable]:
         """Trainable weights of every embedding table (the shards, when partitioned)."""
-        seen: set = set()
-        out = []
-        for module in self.submodules:
-            if isinstance(module, FeatureEmbeddings):
-                for variable in module.trainable_variables:
-                    if variable.ref() not in seen:
-                        seen.add(variable.ref())
-                        out.append(variable)
-        return out
+        return _distinct(v for g in self.embedding_collection.groups for v in g.trainable_variables)
 
     @property
     def linear_variables(self) -> list[tf.Variable]:
         """The part of :attr:`embedding_variables` that holds per-id weights of linear
-        parts (:class:`FeatureLinear`): ``train.linear_optimizer`` updates these."""
-        linear = {
-            v.ref()
-            for module in self.submodules
-            if isinstance(module, FeatureLinear)
-            for v in module.embeddings.trainable_variables
-        }
-        return [v for v in self.embedding_variables if v.ref() in linear]
+        parts: ``train.linear_optimizer`` updates these."""
+        collection = self.embedding_collection
+        return _distinct(
+            v for g in collection.groups if collection.is_linear(g) for v in g.trainable_variables
+        )
 
     @property
     def dynamic_tables(self) -> dict[str, list]:
-        """Dynamic table name -> its :class:`DynamicTable` in each layer that reads it."""
-        found: dict[str, list] = {}
-        for module in self.submodules:
-            if isinstance(module, FeatureEmbeddings):
-                for name, table in module.dynamic_tables.items():
-                    found.setdefault(name, []).append(table)
-        return found
+        """Dynamic table name -> its :class:`DynamicTable` in each group that reads it."""
+        return self.embedding_collection.dynamic_tables
 
     def count_sightings(self, on: bool) -> None:
-        """:meth:`DynamicTable.count_sightings` of every dynamic table of every layer: on in
+        """:meth:`DynamicTable.count_sightings` of every dynamic table of every group: on in
         a run's first pass over its rows, off in the passes after it."""
         for tables in self.dynamic_tables.values():
             for table in tables:
@@ -172,6 +170,11 @@ class RankingModel(tf.keras.Model):
         """Every trainable variable that is not in :attr:`embedding_variables`."""
         embedding = {v.ref() for v in self.embedding_variables}
         return [v for v in self.trainable_variables if v.ref() not in embedding]
+
+
+def _distinct(variables) -> list[tf.Variable]:
+    seen: set = set()
+    return [v for v in variables if not (v.ref() in seen or seen.add(v.ref()))]
 
 
 def model_class(spec: RegisteredModel) -> type[RankingModel]:

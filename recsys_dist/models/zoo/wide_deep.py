@@ -9,7 +9,7 @@ import tensorflow as tf
 from recsys_dist.config.model_params import WideDeepParams
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, derive_seed
-from recsys_dist.models.embedding import FeatureEmbeddings, FeatureLinear
+from recsys_dist.models.collection import EmbeddedBatch
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo.ranking_model import (
     RankingModel,
@@ -40,15 +40,9 @@ class WideDeep(RankingModel):
     ):
         super().__init__(features, inputs, labels, placement)
         params = params or WideDeepParams()
-        self.wide = FeatureLinear(
-            features, inputs["wide"], len(labels), name="wide", tables=self.model_tables
-        )
-        self.embeddings = FeatureEmbeddings(
-            features,
-            inputs["deep"],
-            name="deep_embeddings",
-            seed=derive_seed(seed, "embeddings"),
-            tables=self.model_tables,
+        self.wide = self.embedding_collection.linear(inputs["wide"], len(labels), "wide")
+        self.embeddings = self.embedding_collection.embeddings(
+            inputs["deep"], "deep_embeddings", seed=derive_seed(seed, "embeddings")
         )
         self.deep = MLP(
             params.hidden_units,
@@ -59,8 +53,8 @@ class WideDeep(RankingModel):
         )
         self.head = logit_head(len(labels), seed)
 
-    def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-        deep = self.deep(
-            concat_inputs(*self.embeddings(features, training=training)), training=training
-        )
-        return self.wide(features, training=training) + self.head(deep)
+    def compute_logits(
+        self, embedded: EmbeddedBatch, features: dict[str, Any], training: bool = False
+    ) -> tf.Tensor:
+        deep = self.deep(concat_inputs(*embedded[self.embeddings]), training=training)
+        return self.wide(*embedded[self.wide.embeddings]) + self.head(deep)

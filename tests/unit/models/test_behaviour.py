@@ -11,6 +11,7 @@ import tensorflow as tf
 from recsys_dist.features.config import load_feature_config
 from recsys_dist.models.attention import TargetAttention
 from recsys_dist.models.behaviour import BehaviourInputs, hard_search, masked_mean
+from recsys_dist.models.collection import EmbeddingCollection
 from recsys_dist.models.masking import masked_softmax, ragged_softmax
 from tests.support.configs import write_yaml
 
@@ -56,11 +57,17 @@ def _batch(side_weights=None):
 @pytest.fixture
 def inputs(tmp_path):
     config = load_feature_config(write_yaml(tmp_path / "f.yaml", FEATURES))
-    return BehaviourInputs(config, ["item", "cate", "hist", "hist_cate"], seed=1, model="din")
+    collection = EmbeddingCollection(config)
+    return BehaviourInputs(collection, ["item", "cate", "hist", "hist_cate"], seed=1, model="din")
+
+
+def _read(inputs: BehaviourInputs, batch: dict):
+    """The layer's output for ``batch``, its group looked up by itself."""
+    return inputs(batch, looked_up=inputs.embeddings(batch))
 
 
 def test_a_history_is_its_real_positions_with_their_padded_form_and_mean(inputs):
-    _, _, [history] = inputs(_batch())
+    _, _, [history] = _read(inputs, _batch())
     item = inputs.embeddings.tables["item"].numpy()
     cate = inputs.embeddings.tables["cate"].numpy()
     np.testing.assert_array_equal(history.positions.numpy(), [[0, 0], [0, 1], [0, 2], [2, 0]])
@@ -85,7 +92,7 @@ def test_a_history_is_its_real_positions_with_their_padded_form_and_mean(inputs)
 def test_a_side_without_an_id_at_a_real_position_reads_zeros_there(inputs):
     side = (np.array(HIST) > 0).astype(np.float32)
     side[0, 1] = 0.0  # the side has no id where its main sequence has one
-    _, _, [history] = inputs(_batch(side))
+    _, _, [history] = _read(inputs, _batch(side))
     item = inputs.embeddings.tables["item"].numpy()
     cate = inputs.embeddings.tables["cate"].numpy()
     values = history.values.numpy()
@@ -96,7 +103,7 @@ def test_a_side_without_an_id_at_a_real_position_reads_zeros_there(inputs):
 
 @pytest.mark.parametrize("normalization", ["none", "softmax"])
 def test_the_unit_on_real_positions_equals_the_unit_on_padded_keys(inputs, normalization):
-    _, _, [history] = inputs(_batch())
+    _, _, [history] = _read(inputs, _batch())
     att = TargetAttention([5], activation="dice", normalization=normalization, seed=0)
     padded, weights = att(
         history.query, history.keys, history.mask, training=True, return_weights=True
@@ -144,7 +151,7 @@ def test_the_hard_search_keeps_the_newest_positions_of_the_candidates_category(i
         assert searched[name]["weights"].numpy().tolist() == kept, name
         assert searched[name]["ids"] is batch[name]["ids"]
     assert searched["item"] is batch["item"]
-    _, _, [history] = inputs(searched)
+    _, _, [history] = _read(inputs, searched)
     assert history.positions.numpy().tolist() == [[0, 0], [0, 2]]  # recency kept
     by_item = hard_search(batch, group, "hist", "item", top_k=5)
     assert by_item["hist"]["weights"].numpy().sum() == 0  # no candidate item in a history

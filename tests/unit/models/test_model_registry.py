@@ -30,7 +30,6 @@ from recsys_dist.config.model_registry import MODEL_REGISTRY, register_model, un
 from recsys_dist.errors import ConfigError
 from recsys_dist.features.config import FeatureConfig
 from recsys_dist.models.blocks import MLP, derive_seed
-from recsys_dist.models.embedding import FeatureEmbeddings
 from recsys_dist.models.sharding import Placement
 from recsys_dist.models.zoo import MODELS, RankingModel, build_model
 from recsys_dist.models.zoo.ranking_model import concat_inputs, logit_head
@@ -109,18 +108,14 @@ def toy_mlp():
         ):
             super().__init__(features, inputs, labels, placement)
             params = params or ToyMLPParams()
-            self.embeddings = FeatureEmbeddings(
-                features,
-                inputs["deep"],
-                name="embeddings",
-                seed=derive_seed(seed, "embeddings"),
-                tables=self.model_tables,
+            self.embeddings = self.embedding_collection.embeddings(
+                inputs["deep"], "embeddings", seed=derive_seed(seed, "embeddings")
             )
             self.mlp = MLP(params.hidden_units, seed=derive_seed(seed, "mlp"), name="mlp")
             self.head = logit_head(len(labels), seed)
 
-        def compute_logits(self, features: dict[str, Any], training: bool = False) -> tf.Tensor:
-            x = concat_inputs(*self.embeddings(features, training=training))
+        def compute_logits(self, embedded, features: dict[str, Any], training: bool = False):
+            x = concat_inputs(*embedded[self.embeddings])
             return self.head(self.mlp(x, training=training))
 
     register_model("toy_mlp", params=ToyMLPParams, model_class=ToyMLP, input_groups=("deep",))
