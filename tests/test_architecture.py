@@ -409,3 +409,43 @@ def test_the_context_test_finds_what_it_looks_for():
         "x = placement.dynamic_shards\n"
     )
     assert [line for line, _ in context_reads(ast.parse(source))] == [1, 2, 2, 3, 4, 5, 6]
+
+
+# Private attributes a model module may touch on an object other than ``self``: another
+# shard of the same class, and the two serialization hooks TensorFlow gives a variable.
+PRIVATE_READS_ALLOWED = {
+    ("dynamic_table.py", "_counting"),
+    ("dynamic_table.py", "_row_initializer"),
+    ("rows_in_use.py", "_serialize_to_tensors"),
+    ("rows_in_use.py", "_restore_from_tensors"),
+}
+
+
+def private_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, attribute)`` of each ``x._name`` whose ``x`` is not ``self`` or ``cls``."""
+    return sorted(
+        (node.lineno, node.attr)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    )
+
+
+def test_no_model_layer_touches_another_layers_private_attributes():
+    """A model hands its layers what they need as arguments (the embedding collection's
+    lookups reach ``compute_logits`` as a value): no module under ``models/`` reads or
+    writes another object's private attributes beyond the few named above."""
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {attribute}"
+        for path in sorted((PACKAGE / "models").rglob("*.py"))
+        for line, attribute in private_reads(ast.parse(path.read_text(), str(path)))
+        if (path.name, attribute) not in PRIVATE_READS_ALLOWED
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_private_read_test_finds_what_it_looks_for():
+    source = "layer._resolved = (plan, vectors)\nself._mine = 1\nx = other._state.on\ny.__class__\n"
+    assert private_reads(ast.parse(source)) == [(1, "_resolved"), (3, "_state")]

@@ -174,8 +174,8 @@ def admit_ids(shards: list, keys: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
             [getattr(s, name).handle for s in shards]
             for name in ("next_row", "last_seen", "dropped_full", "waiting", "day")
         ),
-        [s._counting.on.handle for s in shards],
-    ]  # noqa: SLF001
+        [s.counting.handle for s in shards],
+    ]
     return ops.load().admit_ids(
         *state,
         keys=keys,

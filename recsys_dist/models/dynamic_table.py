@@ -204,6 +204,12 @@ class DynamicShard(tf.Module):
             for rows in (self.emb, self.last_seen):
                 save_rows_in_use(rows, self.next_row, table.name, index)
 
+    @property
+    def counting(self) -> tf.Variable:
+        """The switch (bool) that lets training count sightings (see
+        :meth:`DynamicTable.count_sightings`); the admission kernel reads it."""
+        return self._counting.on
+
     def find(self, keys: tf.Tensor) -> tf.Tensor:
         """Rows of ``keys`` (-1: no row); inserts and counts nothing."""
         with on_server(self.device):
@@ -337,7 +343,7 @@ class DynamicTable(tf.Module):
         count the same examples again, and every id seen once would be admitted in the
         second pass). Ids already due are admitted either way."""
         for shard in self.shards:
-            shard._counting.on.assign(on)  # noqa: SLF001
+            shard.counting.assign(on)
 
     def stamp_trained_rows(self, at: datetime.datetime | datetime.date) -> None:
         """Marks the rows trained from now on as last seen at ``at``'s hour."""
