@@ -1,14 +1,22 @@
 """Long histories: SIM's hard search over 1,000 items against DIN over the newest 50.
 
-Data: ``recsys-dist data synth --dataset behaviour --history-length N`` (default 1,000):
-each history holds 0..N items and the click depends on the matches of the candidate's
-category among all of them, so the newest 50 tell less than the whole. Three days, train
-on two, evaluate on the third, with features/behaviour_synth.yaml and its sequences'
-``max_length`` set per side:
+Data (``--data``):
+
+- ``synthetic`` (default): ``recsys-dist data synth --dataset behaviour --history-length
+  N`` (default 1,000): each history holds 0..N items and the click depends on the matches
+  of the candidate's category among all of them, so the newest 50 tell less than the
+  whole. Three days, train on two, evaluate on the third, with
+  features/behaviour_synth.yaml (the category sequence ``hist_cate_id``);
+- ``ml1m``: the MovieLens-1M behaviour set (``--ml1m DIR``, or built from ``--raw RAW``;
+  see sequence_quality.py), histories of up to 1,000 movies, with configs/ml1m_din.yaml
+  (the genre sequence ``hist_genre_id``; days 1-8 train, day 9 stops, day 10 evaluates).
+
+Each side sets its sequences' ``max_length``:
 
 - ``din50``: ``din`` over the 50 newest items (``max_length: 50``);
-- ``sim``: ``din`` with ``search_by: hist_cate_id`` over ``max_length: N``: of each
-  history, the newest ``search_top_k`` (50) items of the candidate's category;
+- ``sim``: ``din`` with ``search_by`` the category (genre) sequence over ``max_length:
+  N``: of each history, the newest ``search_top_k`` (50) items of the candidate's
+  category;
 - ``din_all`` (not run unless asked): ``din`` over all N items.
 
 Each side trains with ``recsys-dist train`` (configs/amazon_din.yaml's optimizers, 2
@@ -18,8 +26,8 @@ mean AUC with its standard error, the paired gap of ``sim`` over ``din50``, the 
 ratio of the medians, and the target line (``sim`` >= ``din50`` in AUC at >= 0.5 of its
 speed).
 
-Usage: ``python benchmarks/long_history.py [--seeds 0,1,2] [--sides din50,sim]
-[--history-length 1000] [--rows-per-day 40000]``
+Usage: ``python benchmarks/long_history.py [--data synthetic|ml1m] [--seeds 0,1,2]
+[--sides din50,sim] [--history-length 1000] [--rows-per-day 40000] [--ml1m DIR --raw RAW]``
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import tempfile
 import yaml
 from common import ROOT, best_median, interleaved  # this folder
 from sequence_quality import (
-    AMAZON_CONFIG,
+    ML1M_FEATURES,
     SYNTHETIC_FEATURES,
     chosen_sides,
     mean_se,
@@ -46,29 +54,40 @@ SIDES = ("din50", "sim", "din_all")
 TOP_K = 50
 
 
-def features_with_length(out: pathlib.Path, length: int) -> str:
-    """A copy of the synthetic behaviour features whose sequences keep ``length`` items."""
-    doc = yaml.safe_load(SYNTHETIC_FEATURES.read_text())
+#: ``--data`` -> (its feature config, the sequence the hard search matches by)
+DATA = {
+    "synthetic": (SYNTHETIC_FEATURES, "hist_cate_id"),
+    "ml1m": (ML1M_FEATURES, "hist_genre_id"),
+}
+
+
+def features_with_length(features: pathlib.Path, out: pathlib.Path, length: int) -> str:
+    """A copy of the feature config ``features`` whose sequences keep ``length`` items."""
+    doc = yaml.safe_load(features.read_text())
     for spec in doc["features"].values():
         if spec.get("kind") == "sequence":
             spec["max_length"] = length
-    path = out / f"behaviour_{length}.yaml"
+    path = out / f"{features.stem}_{length}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return str(path)
 
 
-def side_settings(side: str, scratch: pathlib.Path, longest: int) -> list[str]:
+def side_settings(side: str, scratch: pathlib.Path, longest: int, data: str) -> list[str]:
     """``--set`` values of a side."""
+    features, search_by = DATA[data]
     if side == "din50":
-        return [f"features={features_with_length(scratch, 50)}"]
-    settings = [f"features={features_with_length(scratch, longest)}"]
+        return [f"features={features_with_length(features, scratch, 50)}"]
+    settings = [f"features={features_with_length(features, scratch, longest)}"]
     if side == "sim":
-        settings += ["model.params.search_by=hist_cate_id", f"model.params.search_top_k={TOP_K}"]
+        settings += [f"model.params.search_by={search_by}", f"model.params.search_top_k={TOP_K}"]
     return settings
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", choices=sorted(DATA), default="synthetic")
+    parser.add_argument("--ml1m", help="the converted MovieLens-1M set")
+    parser.add_argument("--raw", help="ratings.dat and movies.dat when --ml1m is not built")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--sides", default="din50,sim")
     parser.add_argument("--history-length", type=int, default=1000)
@@ -78,23 +97,28 @@ def main() -> None:
     sides = chosen_sides(args.sides, SIDES)
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="long_history_"))
     try:
-        data, _, extra = prepare_data(
-            "synthetic", scratch, None, None, args.rows_per_day, args.history_length
+        data, config, extra = prepare_data(
+            args.data, scratch, args.ml1m, args.raw, args.rows_per_day, args.history_length
         )
         common = ["model.name=din", *extra]  # each side's features= comes after, and wins
+        shape = (
+            f"{args.rows_per_day:,} rows a day, histories of 0..{args.history_length:,} items"
+            if args.data == "synthetic"
+            else f"{data}, histories of up to {args.history_length:,} items"
+        )
         print(
-            f"data: {args.rows_per_day:,} rows a day, histories of 0..{args.history_length:,} "
-            f"items; config {AMAZON_CONFIG.relative_to(ROOT)}; seeds {seeds}; sides {sides}"
+            f"data {args.data}: {shape}; config {pathlib.Path(config).relative_to(ROOT)}; "
+            f"seeds {seeds}; sides {sides}"
         )
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for seed in seeds:
             runs = {
                 side: (
                     lambda side=side, seed=seed: train_and_evaluate(
-                        str(AMAZON_CONFIG),
+                        config,
                         data,
                         scratch / side,
-                        [*common, *side_settings(side, scratch, args.history_length)],
+                        [*common, *side_settings(side, scratch, args.history_length, args.data)],
                         seed,
                     )
                 )

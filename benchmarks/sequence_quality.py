@@ -10,7 +10,10 @@ held-out rows, once per seed (``train.seed`` and ``input.seed``), interleaved:
   real positions; the same MLP);
 - ``din``: DIN's target attention over the history;
 - ``bst``: a transformer over the candidate and the history;
-- ``dien``: DIEN's GRUs over the history in time order, with its auxiliary loss.
+- ``dien``: DIEN's GRUs over the history in time order, with its auxiliary loss;
+- ``din_gaps`` (``ml1m`` only): ``din`` whose history carries, beside each movie and its
+  genre, how long before the candidate it was rated (the ``hist_gap_id`` bucket, a side
+  sequence with a table of its own; the candidate's bucket is 0).
 
 Data (``--data``):
 
@@ -18,6 +21,10 @@ Data (``--data``):
   ``benchmarks/amazon_sequences.py`` builds (``--amazon DIR``, built into a scratch folder
   from ``--source`` when DIR has no ``summary.json``), with ``configs/amazon_din.yaml``:
   train on ``train/``, evaluate on ``test/`` (each user's last item);
+- ``ml1m``: the MovieLens-1M behaviour set (histories of up to 1,000 movies, median 119)
+  that ``benchmarks/datasets/ml1m_sequences.py`` builds (``--ml1m DIR``, built into a
+  scratch folder from ``--raw RAW`` when DIR has no partitions), with
+  ``configs/ml1m_din.yaml``: train on days 1-8, stop on day 9, evaluate on day 10;
 - ``synthetic``: ``recsys-dist data synth --dataset behaviour`` (3 days, train on 2,
   evaluate on the 3rd) with ``features/behaviour_synth.yaml``; its oracle logit gives the
   AUC ceiling, and the benchmark prints how much of the gap between ``pooled`` and the
@@ -29,8 +36,9 @@ mean AUC over seeds with its standard error, the paired gap of every model over
 (median of the rounds). With ``--peer``, ``benchmarks/peer_din.py`` (DeepCTR's DIN) runs on
 the same Amazon rows and seeds, and the gap of ``din`` to it is printed.
 
-Usage: ``python benchmarks/sequence_quality.py [--data amazon|synthetic] [--seeds 0,1,2]
-[--sides none,pooled,din,bst,dien] [--amazon DIR] [--peer] [--set KEY=VALUE ...]``
+Usage: ``python benchmarks/sequence_quality.py [--data amazon|ml1m|synthetic] [--seeds 0,1,2]
+[--sides none,pooled,din,bst,dien] [--amazon DIR] [--ml1m DIR --raw RAW] [--peer]
+[--set KEY=VALUE ...]``
 """
 
 from __future__ import annotations
@@ -45,15 +53,41 @@ import sys
 import tempfile
 from collections.abc import Callable
 
+import yaml
 from common import ROOT, best_median, cli, interleaved  # this folder
 
-SIDES = ("none", "pooled", "din", "bst", "dien")
+SIDES = ("none", "pooled", "din", "bst", "dien", "din_gaps")
 AMAZON_CONFIG = ROOT / "configs" / "amazon_din.yaml"
+ML1M_CONFIG = ROOT / "configs" / "ml1m_din.yaml"
+ML1M_FEATURES = ROOT / "features" / "ml1m_sequences.yaml"
 SYNTHETIC_FEATURES = ROOT / "features" / "behaviour_synth.yaml"
 
 
-def side_settings(side: str) -> list[str]:
+def with_time_gaps(features: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """A copy of the feature config ``features`` whose main history carries the time-gap
+    side sequence ``hist_gap_id`` (target ``cand_gap_id``, table ``gap``)."""
+    doc = yaml.safe_load(features.read_text())
+    main = doc["features"]["hist_item_id"]
+    doc["tables"]["gap"] = {"rows": 10000, "dim": doc["tables"][main["table"]]["dim"]}
+    doc["features"]["cand_gap_id"] = {"kind": "categorical", "dtype": "int64", "table": "gap"}
+    doc["features"]["hist_gap_id"] = {
+        "kind": "sequence",
+        "table": "gap",
+        "max_length": main["max_length"],
+        "newest": main.get("newest", "first"),
+        "target": "cand_gap_id",
+        "side_of": "hist_item_id",
+    }
+    path = out / f"{features.stem}_gaps.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def side_settings(side: str, scratch: pathlib.Path | None = None) -> list[str]:
     """``--set`` values that make a side out of the DIN config."""
+    if side == "din_gaps":
+        assert scratch is not None
+        return ["model.name=din", f"features={with_time_gaps(ML1M_FEATURES, scratch)}"]
     if side in ("none", "pooled"):
         return [
             "model.name=din",
@@ -74,17 +108,26 @@ def chosen_sides(text: str, known: tuple[str, ...]) -> list[str]:
 def prepare_data(
     kind: str,
     scratch: pathlib.Path,
-    amazon: str | None,
+    built: str | None,
     source: str | None,
     rows_per_day: int,
     history_length: int | None = None,
 ) -> tuple[str, str, list[str]]:
-    """``(data root, config, --set values)`` of ``--data amazon`` (built into ``scratch``
-    from ``source`` unless ``amazon`` holds a converted set) or ``synthetic`` (written to
-    ``scratch``: 3 days, train on 2, evaluate on the 3rd; histories of up to
+    """``(data root, config, --set values)`` of ``--data amazon`` or ``ml1m`` (built into
+    ``scratch`` from ``source`` unless ``built`` holds a converted set) or ``synthetic``
+    (written to ``scratch``: 3 days, train on 2, evaluate on the 3rd; histories of up to
     ``history_length`` items when given)."""
+    if kind == "ml1m":
+        data = built or str(scratch / "ml1m")
+        if not (pathlib.Path(data) / "dt=2026-01-01").exists():
+            if source is None:
+                raise SystemExit("--data ml1m: give --ml1m DIR (a converted set) or --raw RAW")
+            command = [sys.executable, "-m", "benchmarks.datasets.ml1m_sequences"]
+            command += ["--raw", source, "--out", data]
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        return data, str(ML1M_CONFIG), []
     if kind == "amazon":
-        data = amazon or str(scratch / "amazon")
+        data = built or str(scratch / "amazon")
         if not (pathlib.Path(data) / "summary.json").exists():
             command = [
                 sys.executable,
@@ -176,13 +219,17 @@ def gap_line(name: str, gaps: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", choices=("amazon", "synthetic"), default="amazon")
+    parser.add_argument("--data", choices=("amazon", "ml1m", "synthetic"), default="amazon")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument(
         "--amazon", help="the converted Amazon set (benchmarks/amazon_sequences.py --out DIR)"
     )
     parser.add_argument("--source", help="Video.txt for the converter when --amazon is not built")
+    parser.add_argument(
+        "--ml1m", help="the converted MovieLens-1M set (benchmarks/datasets/ml1m_sequences.py)"
+    )
+    parser.add_argument("--raw", help="ratings.dat and movies.dat when --ml1m is not built")
     parser.add_argument(
         "--rows-per-day", type=int, default=200_000, help="synthetic rows per day (default 200000)"
     )
@@ -207,11 +254,12 @@ def main() -> None:
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     sides = chosen_sides(args.sides, SIDES)
+    if "din_gaps" in sides and args.data != "ml1m":
+        raise SystemExit("--sides din_gaps: only --data ml1m has the time gaps")
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="sequence_quality_"))
     try:
-        data, config, extra = prepare_data(
-            args.data, scratch, args.amazon, args.source, args.rows_per_day
-        )
+        built, source = (args.ml1m, args.raw) if args.data == "ml1m" else (args.amazon, args.source)
+        data, config, extra = prepare_data(args.data, scratch, built, source, args.rows_per_day)
         print(f"data {args.data} ({data}); config {config}; seeds {seeds}; sides {sides}")
         results: dict[str, list[dict]] = {side: [] for side in sides}
         for seed in seeds:
@@ -222,7 +270,7 @@ def main() -> None:
                             config,
                             data,
                             scratch / side,
-                            [*extra, *side_settings(side), *args.set],
+                            [*extra, *side_settings(side, scratch), *args.set],
                             seed,
                         )
                     )

@@ -198,9 +198,14 @@ def git_ignored(path: pathlib.Path) -> bool:
     return done.returncode == 0
 
 
-def parse_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
-    """``--raw DIR --out DIR [--overwrite]``, checked: the raw directory exists, the output
-    is outside the repository (or ignored by git) and new unless ``--overwrite``."""
+def parse_args(
+    doc: str,
+    argv: list[str] | None,
+    more: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """``--raw DIR --out DIR [--overwrite]`` (and what ``more`` adds to the parser),
+    checked: the raw directory exists, the output is outside the repository (or ignored by
+    git) and new unless ``--overwrite``."""
     parser = argparse.ArgumentParser(
         description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -209,6 +214,8 @@ def parse_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace --out when it exists and holds files"
     )
+    if more is not None:
+        more(parser)
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     if unignored_in_repository(args.out):
