@@ -5,13 +5,14 @@ Timestamp``, as for ``ml1m_subset``) and ``movies.dat`` (``MovieID::Title::Genre
 joined by ``|``). Every rating is a row: the candidate is the rated movie, ``click`` is 1
 when the rating is 4 or 5, and the history is the user's movies rated before it (ratings
 in time order, ties in file order), the newest ``--max-history`` (default 1,000), newest
-last, with each one's genre and how long before the candidate it was rated.
+last, with each one's genre, its rating and how long before the candidate it was rated.
 
 Columns: ``user_id``, ``item_id``, ``genre_id`` (the movie's first genre, 1 to 18),
-``cand_gap_id`` (always 0: the candidate is rated now), ``hist_item_id``,
-``hist_genre_id`` and ``hist_gap_id`` (list<int64>, one entry per history item; the gap
-bucket is 1 + floor(log2(1 + hours between the two ratings))), ``hist_length``,
-``rating``, ``timestamp``, ``click``; ``rating`` and ``timestamp`` are never features.
+``cand_gap_id`` and ``cand_rating_id`` (always 0: the candidate is rated now, its rating
+unknown), ``hist_item_id``, ``hist_genre_id``, ``hist_rating_id`` (1 to 5) and
+``hist_gap_id`` (list<int64>, one entry per history item; the gap bucket is 1 +
+floor(log2(1 + hours between the two ratings))), ``hist_length``, ``rating``,
+``timestamp``, ``click``; ``rating`` and ``timestamp`` are never features.
 
 Split as ``ml1m_subset``: every row in time order, cut into 10 equal slices, days 1 to 8
 train, day 9 validation, day 10 test (benchmarks/datasets/common.py).
@@ -62,10 +63,16 @@ def gap_bucket(seconds: np.ndarray) -> np.ndarray:
 
 
 def histories(
-    user: np.ndarray, item: np.ndarray, genre: np.ndarray, time: np.ndarray, longest: int
+    user: np.ndarray,
+    item: np.ndarray,
+    genre: np.ndarray,
+    rating: np.ndarray,
+    time: np.ndarray,
+    longest: int,
 ) -> dict[str, pa.Array]:
     """Each row's history (the user's earlier rows in time order, ties in row order; the
-    newest ``longest``, newest last) as list arrays of items, genres and gap buckets."""
+    newest ``longest``, newest last) as list arrays of items, genres, ratings and gap
+    buckets."""
     order = np.lexsort((np.arange(len(user)), time, user))  # by user, time, then row
     starts = np.flatnonzero(np.r_[True, user[order][1:] != user[order][:-1]])
     rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
@@ -85,6 +92,7 @@ def histories(
         for name, values in (
             ("hist_item_id", item[earlier]),
             ("hist_genre_id", genre[earlier]),
+            ("hist_rating_id", rating[earlier]),
             ("hist_gap_id", gaps),
         )
     } | {"hist_length": lengths}
@@ -98,12 +106,20 @@ def load(raw: pathlib.Path, longest: int) -> dict:
     if unknown:
         common.fail(raw / MOVIE_FILES[0], f"no line for rated MovieID(s) {unknown[:10]}")
     genre = np.array([genres[int(m)] for m in ratings["item_id"]], np.int64)
-    built = histories(ratings["user_id"], ratings["item_id"], genre, ratings["timestamp"], longest)
+    built = histories(
+        ratings["user_id"],
+        ratings["item_id"],
+        genre,
+        ratings["rating"],
+        ratings["timestamp"],
+        longest,
+    )
     return {
         "user_id": ratings["user_id"],
         "item_id": ratings["item_id"],
         "genre_id": genre,
         "cand_gap_id": np.zeros(len(genre), np.int64),
+        "cand_rating_id": np.zeros(len(genre), np.int64),
         **built,
         "rating": ratings["rating"],
         "timestamp": ratings["timestamp"],

@@ -61,10 +61,12 @@ def test_each_row_holds_the_users_earlier_ratings_newest_last(tmp_path):
         earlier = sorted(mine)[max(0, here - 3) : here]  # time order, ties in file order
         assert row["hist_item_id"] == [m for _, _, m in earlier]
         assert row["hist_genre_id"] == [GENRE[m] for _, _, m in earlier]
+        assert row["hist_rating_id"] == [raw[i][2] for _, i, _ in earlier]
         assert row["hist_gap_id"] == [
             1 + math.floor(math.log2(1 + (time - t) / 3600)) for t, _, _ in earlier
         ]
-        assert row["hist_length"] == len(earlier) and row["cand_gap_id"] == 0
+        assert row["hist_length"] == len(earlier)
+        assert row["cand_gap_id"] == row["cand_rating_id"] == 0
         assert row["genre_id"] == GENRE[row["item_id"]]
         assert row["click"] == int(row["rating"] >= 4)
     config = load_feature_config(REPO / "features" / "ml1m_sequences.yaml")
