@@ -70,7 +70,7 @@ def test_each_row_holds_the_users_earlier_ratings_newest_last(tmp_path):
         assert row["genre_id"] == GENRE[row["item_id"]]
         assert row["click"] == int(row["rating"] >= 4)
     config = load_feature_config(REPO / "features" / "ml1m_sequences.yaml")
-    sequences = [config.features[n] for n in ("hist_item_id", "hist_genre_id")]
+    sequences = [s for n, s in config.features.items() if n.startswith("hist_")]
     for spec in [*config.features.values(), *config.labels.values()]:
         expected = pa.list_(pa.int64()) if spec in sequences else pa.int64()
         assert table.schema.field(config.column_of(spec)).type == expected
