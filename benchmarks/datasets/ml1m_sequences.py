@@ -58,8 +58,10 @@ def movie_genres(raw: pathlib.Path) -> dict[int, int]:
 
 
 def gap_bucket(seconds: np.ndarray) -> np.ndarray:
-    """1 + floor(log2(1 + hours)) of non-negative ``seconds``."""
-    return 1 + np.floor(np.log2(1.0 + seconds / 3600.0)).astype(np.int64)
+    """1 + floor(log2(1 + hours)) of non-negative whole ``seconds``, in integers: the bit
+    length of floor(1 + hours), which ``frexp`` gives exactly (no logarithm's rounding)."""
+    whole_hours_plus_one = (np.asarray(seconds, np.int64) + 3600) // 3600
+    return np.frexp(whole_hours_plus_one)[1].astype(np.int64)
 
 
 def histories(

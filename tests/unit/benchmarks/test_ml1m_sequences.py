@@ -6,7 +6,6 @@ with a message naming the file."""
 
 from __future__ import annotations
 
-import math
 import pathlib
 
 import numpy as np
@@ -62,9 +61,8 @@ def test_each_row_holds_the_users_earlier_ratings_newest_last(tmp_path):
         assert row["hist_item_id"] == [m for _, _, m in earlier]
         assert row["hist_genre_id"] == [GENRE[m] for _, _, m in earlier]
         assert row["hist_rating_id"] == [raw[i][2] for _, i, _ in earlier]
-        assert row["hist_gap_id"] == [
-            1 + math.floor(math.log2(1 + (time - t) / 3600)) for t, _, _ in earlier
-        ]
+        # 1 + floor(log2(1 + hours)) is the bit length of floor(1 + hours)
+        assert row["hist_gap_id"] == [((time - t) // 3600 + 1).bit_length() for t, _, _ in earlier]
         assert row["hist_length"] == len(earlier)
         assert row["cand_gap_id"] == row["cand_rating_id"] == 0
         assert row["genre_id"] == GENRE[row["item_id"]]
@@ -76,9 +74,9 @@ def test_each_row_holds_the_users_earlier_ratings_newest_last(tmp_path):
         assert table.schema.field(config.column_of(spec)).type == expected
 
 
-def test_the_gap_buckets():
-    hours = np.array([0, 0.5, 1, 2.9, 3, 1000])
-    np.testing.assert_array_equal(ml1m_sequences.gap_bucket(hours * 3600), [1, 1, 2, 2, 3, 10])
+def test_the_gap_buckets_change_exactly_where_1_plus_hours_reaches_a_power_of_two():
+    seconds = np.array([0, 3599, 3600, 3 * 3600 - 1, 3 * 3600, 7 * 3600, 1000 * 3600])
+    np.testing.assert_array_equal(ml1m_sequences.gap_bucket(seconds), [1, 1, 2, 2, 3, 4, 10])
 
 
 @pytest.mark.parametrize(
