@@ -123,3 +123,12 @@ def test_each_group_is_saved_where_the_model_keeps_it(name, features, tmp_path):
             emb = f"model/{path}/_dynamic_tables/user/shards/{shard}/emb/.ATTRIBUTES/VARIABLE_VALUE"
             assert emb in keys
     assert not [k for k in keys if "collection" in k]
+
+
+def test_a_group_given_vectors_for_other_tables_is_refused(features):
+    collection = EmbeddingCollection(features)
+    group = collection.embeddings(["ad_id", "user_id"], "deep")
+    batch = tiny_batch()[0]
+    plan = group.dynamic_plan(batch)
+    with pytest.raises(ValueError, match="deep: 1 dynamic tables, 2 vectors"):
+        group.lookup(batch, resolved=(plan, [tf.zeros([1, 4]), tf.zeros([1, 4])]))
