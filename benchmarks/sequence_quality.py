@@ -37,7 +37,7 @@ mean AUC over seeds with its standard error, the paired gap of every model over
 the same Amazon rows and seeds, and the gap of ``din`` to it is printed.
 
 Usage: ``python benchmarks/sequence_quality.py [--data amazon|ml1m|synthetic] [--seeds 0,1,2]
-[--sides none,pooled,din,bst,dien] [--amazon DIR] [--ml1m DIR --raw RAW] [--peer]
+[--sides none,pooled,din,bst,dien,din_gaps] [--amazon DIR] [--ml1m DIR --raw RAW] [--peer]
 [--set KEY=VALUE ...]``
 """
 
